@@ -1,0 +1,16 @@
+"""Data for tinyamp: IDX files, MNIST and mini-batch loading.
+
+- :func:`read_idx` / :func:`write_idx` read and write the IDX format MNIST is
+  distributed in (raw or gzip), raising :class:`IDXError` on malformed files.
+- :func:`load_mnist` returns MNIST as NumPy arrays: by default the bundled
+  5,000-image subset split 4,000/1,000, or the full data set from a folder
+  (``root=`` or the ``TINYAMP_DATA`` environment variable).
+- :class:`TensorDataset` and :class:`DataLoader` batch and shuffle arrays or
+  tinyamp Tensors, with PyTorch's interface and reproducible seeded shuffling.
+"""
+
+from .idx import IDXError, read_idx, write_idx
+from .loader import DataLoader, TensorDataset
+from .mnist import load_mnist
+
+__all__ = ["read_idx", "write_idx", "IDXError", "load_mnist", "TensorDataset", "DataLoader"]

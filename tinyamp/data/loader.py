@@ -1,0 +1,232 @@
+"""Datasets and mini-batch loading, after ``torch.utils.data``.
+
+``TensorDataset`` pairs arrays (tinyamp Tensors or NumPy arrays) sample by
+sample; ``DataLoader`` cuts a dataset into (optionally shuffled) batches.
+
+Both accept NumPy arrays and tinyamp Tensors. A NumPy input gives NumPy
+batches; a Tensor input gives Tensor batches on the same device, built from
+the Tensor's raw array, so loading never records anything on the autograd
+tape. tinyamp itself is imported only inside the functions that handle a
+Tensor: ``tinyamp/__init__`` imports this package, so a module-level import
+would be a cycle (and NumPy-only use never needs it).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Iterator, Protocol, Sequence
+
+import numpy as np
+
+__all__ = ["TensorDataset", "DataLoader"]
+
+
+class Dataset(Protocol):
+    """Anything with a length and integer indexing is a dataset."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, index: int) -> Any: ...
+
+
+# ------------------------------------------------------ Tensor/NumPy glue
+
+
+def _is_tensor(x: Any) -> bool:
+    """True for a tinyamp Tensor.
+
+    Looked up in ``sys.modules`` rather than imported: if ``tinyamp.tensor``
+    was never imported, no Tensor can exist, and NumPy-only use stays free
+    of the package.
+    """
+    tensor_module = sys.modules.get("tinyamp.tensor")
+    return tensor_module is not None and isinstance(x, tensor_module.Tensor)
+
+
+def _wrap_like(like: Any, data: Any) -> Any:
+    """A new Tensor holding ``data`` on ``like``'s device, dtype unchanged."""
+    import tinyamp  # lazy: see the module docstring
+
+    return tinyamp.tensor(data, dtype=like.dtype, device=like.device)
+
+
+def _index_on_device(index: np.ndarray, array: Any) -> Any:
+    """``index`` moved to the device that holds ``array`` (no-op on CPU)."""
+    if isinstance(array, np.ndarray):
+        return index
+    from tinyamp import backend  # lazy: see the module docstring
+
+    return backend.to_device(index, backend.device_of(array))
+
+
+# --------------------------------------------------------------- datasets
+
+
+class TensorDataset:
+    """Samples are rows of the given tensors: ``ds[i] == (t0[i], t1[i], ...)``.
+
+    Every tensor must have the same first dimension (the number of samples).
+    Tensors may be tinyamp Tensors or NumPy arrays; lists are converted
+    with ``np.asarray``.
+    """
+
+    def __init__(self, *tensors: Any) -> None:
+        if not tensors:
+            raise ValueError("TensorDataset: expected at least one tensor, found none")
+        converted = []
+        for t in tensors:
+            if not (isinstance(t, np.ndarray) or _is_tensor(t)):
+                t = np.asarray(t)
+            if len(t.shape) == 0:
+                raise ValueError(
+                    "TensorDataset: every tensor needs a first (sample) dimension, "
+                    "found a 0-d tensor"
+                )
+            converted.append(t)
+        lengths = [t.shape[0] for t in converted]
+        if len(set(lengths)) != 1:
+            raise ValueError(
+                "TensorDataset: all tensors must have the same size in the first "
+                f"dimension (the number of samples), found sizes {lengths}"
+            )
+        self.tensors: tuple[Any, ...] = tuple(converted)
+
+    def __len__(self) -> int:
+        return int(self.tensors[0].shape[0])
+
+    def __getitem__(self, index: int) -> tuple[Any, ...]:
+        return tuple(t[index] for t in self.tensors)
+
+    def __repr__(self) -> str:
+        shapes = ", ".join(str(tuple(t.shape)) for t in self.tensors)
+        return f"TensorDataset({shapes})"
+
+
+# ------------------------------------------------------------------ loader
+
+
+def _stack(items: Sequence[Any]) -> Any:
+    """Stack one field of a list of samples into a batch."""
+    first = items[0]
+    if _is_tensor(first):
+        from tinyamp import backend  # lazy: see the module docstring
+
+        xp = backend.array_module(first.data)
+        return _wrap_like(first, xp.stack([item.data for item in items]))
+    # NumPy arrays, NumPy scalars and Python numbers.
+    return np.stack([np.asarray(item) for item in items])
+
+
+def _collate(samples: list[Any]) -> Any:
+    """Turn a list of samples into a batch of the same structure."""
+    if isinstance(samples[0], (tuple, list)):
+        return tuple(_stack([s[k] for s in samples]) for k in range(len(samples[0])))
+    return _stack(samples)
+
+
+class DataLoader:
+    """Iterate over ``dataset`` in batches of ``batch_size`` samples.
+
+    Each batch is a tuple with one stacked array per field of a sample
+    (for a ``TensorDataset``: one per tensor). With ``shuffle=True`` the order
+    is a fresh permutation every epoch (every pass of ``for batch in loader``):
+
+    - ``seed=s``: epoch ``e`` uses a generator seeded with ``(s, e)``, so runs
+      are reproducible, epochs differ, and ``set_epoch`` resumes exactly;
+    - ``generator=g`` (a ``numpy.random.Generator``): permutations are drawn
+      from ``g`` in turn;
+    - neither: unseeded, different every run.
+
+    The last, smaller batch is kept unless ``drop_last=True``.
+    """
+
+    def __init__(
+        self,
+        dataset: Dataset,
+        batch_size: int = 1,
+        shuffle: bool = False,
+        drop_last: bool = False,
+        seed: int | None = None,
+        generator: np.random.Generator | None = None,
+    ) -> None:
+        if (
+            isinstance(batch_size, bool)
+            or not isinstance(batch_size, (int, np.integer))
+            or batch_size < 1
+        ):
+            raise ValueError(
+                f"DataLoader: batch_size must be a positive integer, found {batch_size!r}"
+            )
+        if seed is not None and generator is not None:
+            raise ValueError("DataLoader: give either seed or generator, not both")
+        self.dataset = dataset
+        self.batch_size = int(batch_size)
+        self.shuffle = bool(shuffle)
+        self.drop_last = bool(drop_last)
+        self.seed = seed
+        self.generator = generator
+        self.epoch = 0  # the epoch the next iteration will run
+
+    def set_epoch(self, epoch: int) -> None:
+        """Make the next iteration epoch ``epoch`` (to resume a seeded run)."""
+        self.epoch = int(epoch)
+
+    def __len__(self) -> int:
+        n = len(self.dataset)
+        if self.drop_last:
+            return n // self.batch_size
+        return -(-n // self.batch_size)  # ceiling division
+
+    def _order(self, epoch: int) -> np.ndarray:
+        n = len(self.dataset)
+        if not self.shuffle:
+            return np.arange(n)
+        if self.generator is not None:
+            rng = self.generator
+        elif self.seed is not None:
+            # Mixing the epoch into the seed gives each epoch its own
+            # permutation while any single epoch can be replayed on its own.
+            rng = np.random.default_rng([self.seed, epoch])
+        else:
+            rng = np.random.default_rng()
+        return rng.permutation(n)
+
+    def __iter__(self) -> Iterator[Any]:
+        order = self._order(self.epoch)
+        self.epoch += 1
+        n, size = len(order), self.batch_size
+        bounds = [(start, min(start + size, n)) for start in range(0, n, size)]
+        if self.drop_last and n % size:
+            bounds.pop()  # the short last batch
+
+        if isinstance(self.dataset, TensorDataset):
+            yield from self._iter_tensor_dataset(order, bounds)
+        else:
+            for start, stop in bounds:
+                yield _collate([self.dataset[int(i)] for i in order[start:stop]])
+
+    def _iter_tensor_dataset(
+        self, order: np.ndarray, bounds: list[tuple[int, int]]
+    ) -> Iterator[tuple[Any, ...]]:
+        # One fancy-indexing gather per tensor per batch instead of stacking
+        # batch_size rows; the epoch's order is copied to each tensor's device
+        # once, not once per batch.
+        tensors = self.dataset.tensors
+        orders = [_index_on_device(order, _raw(t)) for t in tensors]
+        for start, stop in bounds:
+            batch = []
+            for t, t_order in zip(tensors, orders):
+                rows = _raw(t)[t_order[start:stop]]
+                batch.append(rows if isinstance(t, np.ndarray) else _wrap_like(t, rows))
+            yield tuple(batch)
+
+    def __repr__(self) -> str:
+        return (
+            f"DataLoader({self.dataset!r}, batch_size={self.batch_size}, "
+            f"shuffle={self.shuffle}, drop_last={self.drop_last})"
+        )
+
+
+def _raw(t: Any) -> Any:
+    """The backend array behind a NumPy array or a tinyamp Tensor."""
+    return t if isinstance(t, np.ndarray) else t.data
