@@ -1,0 +1,26 @@
+"""tinyamp: a small deep-learning framework whose point is native mixed precision.
+
+``import tinyamp as ta``; ``with ta.amp.autocast(): loss = loss_fn(model(x), y)``.
+This module only gathers the public API; each piece lives in its own module.
+"""
+
+from __future__ import annotations
+
+from . import backend, dtypes
+from .backend import Device, cuda, device
+from .dtypes import (bfloat16, bool_ as bool, double, float16, float32, float64, half, int8,  # noqa: A004
+                     int16, int32, int64, long, uint8)
+from .dtypes import float as float  # noqa: A001,PLC0414 - torch.float
+from .tensor import Tensor
+from . import autograd
+from .autograd import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
+from . import ops
+from .ops import *  # noqa: F401,F403 - ta.add, ta.matmul, ... are the op functions
+from . import amp
+from .random import Generator, initial_seed, manual_seed, seed
+from .factories import (arange, as_tensor, empty, empty_like, eye, from_numpy, full, full_like, linspace,
+                        ones, ones_like, rand, rand_like, randint, randn, randn_like, randperm, tensor,
+                        zeros, zeros_like)
+from . import factories
+
+__version__ = "0.1.0"

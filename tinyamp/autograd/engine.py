@@ -1,0 +1,150 @@
+"""The backward engine: replay the reachable part of the tape in reverse.
+
+Nodes are visited in decreasing sequence number from a heap: every node is
+recorded after the nodes that made its inputs, so this is a reverse topological
+order, found without recursion (a 10,000-op chain is fine). Gradients for one
+node's outputs are summed before the node runs. Backward runs with grad mode
+equal to ``create_graph`` (so the backward ops are themselves recorded for
+higher-order gradients) and with autocast off (the recorded casts already put
+every gradient back in its tensor's dtype).
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Any, Sequence
+
+from .. import dtypes as dt
+from ..amp import state as amp_state
+from ..tensor import Tensor
+from .grad_mode import _grad_enabled
+
+
+def _check_gradient(node: Any, index: int, grad: Tensor, shape: tuple, dtype: Any) -> None:
+    """A gradient must match its input exactly: never summed or cast to fit."""
+    if grad.shape != shape or grad.dtype != dtype:
+        raise RuntimeError(
+            f"Function {type(node).__name__}Backward returned an invalid gradient at index {index}: "
+            f"got shape {list(grad.shape)} dtype {dt.dtype_name(grad.dtype)}, expected shape "
+            f"{list(shape)} dtype {dt.dtype_name(dtype)}")
+
+
+def _accumulate(store: dict, key: Any, grad: Tensor) -> None:
+    previous = store.get(key)
+    store[key] = grad if previous is None else previous + grad
+
+
+def _zeros(shape: tuple, dtype: Any, like: Tensor) -> Tensor:
+    xp = like.device.xp
+    return Tensor._wrap(xp.zeros(shape, dtype=dtype))
+
+
+def run_backward(roots: Sequence[Tensor], root_grads: Sequence[Tensor], retain_graph: bool,
+                 create_graph: bool, inputs: Sequence[Tensor] | None = None,
+                 accumulate: bool = True) -> "list[Tensor | None]":
+    """Propagate ``root_grads`` from ``roots`` to the leaves.
+
+    With ``accumulate`` the leaf gradients are added into ``.grad`` (``backward``);
+    otherwise the gradients of ``inputs`` are returned (``autograd.grad``).
+    """
+    node_grads: dict[tuple[int, int], Tensor] = {}  # (id(node), output index) -> grad
+    leaf_grads: dict[int, Tensor] = {}              # id(leaf) -> grad
+    leaves: dict[int, Tensor] = {}
+    heap: list[tuple[int, int, Any]] = []
+    queued: set[int] = set()
+
+    # Which non-leaf tensors' gradients were asked for (autograd.grad on an intermediate).
+    wanted: dict[tuple[int, int], None] = {}
+    if inputs is not None:
+        for t in inputs:
+            if t.grad_fn is not None:
+                wanted[(id(t.grad_fn), t._out_index)] = None
+    captured: dict[tuple[int, int], Tensor] = {}
+
+    def push(node: Any) -> None:
+        if id(node) not in queued:
+            queued.add(id(node))
+            heapq.heappush(heap, (-node.seq, id(node), node))
+
+    for root, grad in zip(roots, root_grads):
+        if root.grad_fn is None:
+            leaves[id(root)] = root
+            _accumulate(leaf_grads, id(root), grad)
+        else:
+            _accumulate(node_grads, (id(root.grad_fn), root._out_index), grad)
+            push(root.grad_fn)
+
+    token_grad = _grad_enabled.set(bool(create_graph))
+    token_amp = amp_state.set_state(None)
+    try:
+        while heap:
+            _, node_id, node = heapq.heappop(heap)
+            grads = []
+            for index, (shape, dtype) in enumerate(node._output_meta):
+                grad = node_grads.pop((node_id, index), None)
+                if grad is not None and node._output_hooks and index in node._output_hooks:
+                    for hook in node._output_hooks[index]:
+                        replaced = hook(grad)
+                        grad = grad if replaced is None else replaced
+                if grad is not None and (node_id, index) in wanted:
+                    captured[(node_id, index)] = grad
+                grads.append(grad)
+            if all(g is None for g in grads):
+                continue
+            # Outputs that received no gradient (an unused split piece) count as zeros.
+            grads = [g if g is not None else _zeros(shape, dtype, next(x for x in grads if x is not None))
+                     for g, (shape, dtype) in zip(grads, node._output_meta)]
+            input_grads = node._run_backward(grads)
+            if len(input_grads) != len(node._edges):
+                raise RuntimeError(f"{type(node).__name__}.backward returned {len(input_grads)} "
+                                   f"gradients for {len(node._edges)} inputs")
+            for index, (edge, grad) in enumerate(zip(node._edges, input_grads)):
+                if edge is None or grad is None:
+                    continue
+                shape, dtype = node._input_meta[index]
+                _check_gradient(node, index, grad, shape, dtype)
+                parent, target = edge
+                if parent is None:
+                    leaves[id(target)] = target
+                    _accumulate(leaf_grads, id(target), grad)
+                else:
+                    _accumulate(node_grads, (id(parent), target), grad)
+                    push(parent)
+            if not retain_graph:
+                node.release()
+    finally:
+        amp_state.reset_state(token_amp)
+        _grad_enabled.reset(token_grad)
+
+    # Leaf hooks see the fully summed gradient, then it lands in .grad or is returned.
+    for key, leaf in leaves.items():
+        grad = leaf_grads[key]
+        for hook in leaf._hooks or ():
+            replaced = hook(grad)
+            grad = grad if replaced is None else replaced
+        leaf_grads[key] = grad
+
+    if accumulate:
+        allowed = None if inputs is None else {id(t) for t in inputs}
+        for key, leaf in leaves.items():
+            if allowed is not None and key not in allowed:
+                continue
+            grad = leaf_grads[key]
+            if not create_graph:
+                grad = grad.detach()
+            if leaf.grad is None:
+                # Own the buffer: later in-place accumulation must not alias a graph value.
+                leaf.grad = grad if create_graph else Tensor._wrap(grad.data.copy())
+            elif create_graph:
+                leaf.grad = leaf.grad + grad
+            else:
+                leaf.grad.data += grad.data
+                leaf.grad._version[0] += 1
+        return []
+    results: list[Tensor | None] = []
+    for t in inputs or ():
+        if t.grad_fn is None:
+            results.append(leaf_grads.get(id(t)))
+        else:
+            results.append(captured.get((id(t.grad_fn), t._out_index)))
+    return results

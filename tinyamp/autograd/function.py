@@ -1,0 +1,294 @@
+"""The Function base class: the one place an op is prepared, autocast, run and recorded.
+
+An op is a subclass with three things side by side (DESIGN.md section 2)::
+
+    class Exp(Function):
+        '''y = exp(x); dx = gy * y'''
+        precision = FP32
+        save_outputs = (0,)
+
+        def forward(self, xp, x):           # raw numpy/cupy arrays in and out
+            return xp.exp(x)
+
+        def backward(self, gy):             # Tensors in and out, written in tinyamp ops
+            (y,) = self.saved_tensors
+            return gy * y
+
+``Exp()(x)`` runs it. ``__call__`` turns Python scalars into tensors of the
+operand's dtype, lets autocast insert recorded ``Cast`` ops, runs ``forward`` and,
+when grad mode is on and an input requires grad, records the instance itself as a
+node of the tape. The instance is also the op's context: non-tensor arguments
+(``dim``, ``keepdim``) go to ``__init__``.
+
+The same class, with ``@staticmethod forward(ctx, ...)`` and ``backward(ctx, ...)``,
+is the user-extensible ``ta.autograd.Function`` with PyTorch's ``apply``,
+``ctx.save_for_backward`` and ``ctx.needs_input_grad``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, ClassVar
+
+import numpy as np
+
+from .. import dtypes as dt
+from ..amp import state as amp_state
+from ..amp.autocast import cast_input, global_overrides
+from ..amp.policy import NEUTRAL, PROMOTE, Precision, compute_dtype, needs_cast
+from ..backend import array_module
+from ..tensor import Tensor
+from .grad_mode import _grad_enabled, no_grad
+
+# The tape's clock: every recorded node takes the next number, so decreasing
+# sequence numbers are a valid reverse topological order (DESIGN.md section 3).
+_sequence = itertools.count()
+
+_FREED_MESSAGE = (
+    "Trying to backward through the graph a second time (or directly access saved "
+    "tensors after they have already been freed). Saved intermediate values of the "
+    "graph are freed when you call .backward() or autograd.grad(). Specify "
+    "retain_graph=True if you need to backward through the graph a second time or "
+    "if you need to access saved tensors after calling backward."
+)
+
+
+class Function:
+    """Base of every op (and of user-defined autograd functions)."""
+
+    # Required on every op class: what autocast does to its inputs.
+    precision: ClassVar[Precision]
+    # The name autocast overrides and the precision report use; defaults to the
+    # lower-cased class name.
+    name: ClassVar[str]
+    # Which inputs / outputs backward reads (kept alive, version-checked).
+    save_inputs: ClassVar[tuple[int, ...]] = ()
+    save_outputs: ClassVar[tuple[int, ...]] = ()
+    # True for PyTorch-style subclasses with @staticmethod forward(ctx, ...).
+    _custom: ClassVar[bool] = False
+
+    # Per-node state, filled in by _record().
+    seq: int = -1
+    needs_input_grad: tuple[bool, ...] = ()
+    _freed: bool = False
+    _output_hooks: "dict[int, list] | None" = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "name" not in cls.__dict__:
+            cls.name = cls.__name__.lower()
+        if "forward" in cls.__dict__:
+            cls._custom = isinstance(cls.__dict__["forward"], staticmethod)
+        if cls._custom and "precision" not in cls.__dict__ and not hasattr(cls, "precision"):
+            # User functions run in the dtypes they receive unless custom_fwd
+            # says otherwise (PyTorch's meaning).
+            cls.precision = NEUTRAL
+
+    # ------------------------------------------------------------------ ops
+    def forward(self, xp: Any, *arrays: Any) -> Any:
+        raise NotImplementedError(f"{type(self).__name__}.forward")
+
+    def backward(self, *grads: Tensor) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} has no backward")
+
+    def __call__(self, *args: Any) -> Any:
+        if self._custom:
+            raise TypeError(f"{type(self).__name__} is a custom Function: call "
+                            f"{type(self).__name__}.apply(...) instead")
+        tensors = _as_tensors(self, args)
+        state = amp_state.current()
+        if state is not None or self.precision is PROMOTE:
+            tensors = self._apply_precision(tensors, state)
+        arrays = [t.data for t in tensors]
+        xp = array_module(arrays[0]) if arrays else np
+        outputs = self.forward(xp, *arrays)
+        single = not isinstance(outputs, tuple)
+        out_tensors = [Tensor._wrap(o) for o in ((outputs,) if single else outputs)]
+        if _grad_enabled.get() and any(t.requires_grad for t in tensors):
+            self._record(tensors, out_tensors)
+        tracer = _trace_hook
+        if tracer is not None:
+            tracer.record_op(self, tensors, out_tensors)
+        return out_tensors[0] if single else tuple(out_tensors)
+
+    def _apply_precision(self, tensors: list[Tensor], state: "amp_state.AutocastState | None") -> list[Tensor]:
+        """Insert recorded casts so the inputs reach the op's compute dtype."""
+        tag = self.effective_precision(state)
+        target = compute_dtype(tag, [t.dtype for t in tensors], None if state is None else state.dtype)
+        if target is None:
+            return tensors
+        return [cast_input(self, t, target, state, tag) if needs_cast(tag, t.dtype, target) else t
+                for t in tensors]
+
+    def effective_precision(self, state: "amp_state.AutocastState | None") -> Precision:
+        """The op's tag after any per-region or global override by name."""
+        overrides = global_overrides()
+        if state is not None and state.overrides:
+            return state.overrides.get(self.name, overrides.get(self.name, self.precision))
+        return overrides.get(self.name, self.precision) if overrides else self.precision
+
+    # --------------------------------------------------------------- the tape
+    def _record(self, inputs: list[Tensor], outputs: list[Tensor]) -> None:
+        self.seq = next(_sequence)
+        self.needs_input_grad = tuple(t.requires_grad for t in inputs)
+        # An edge says where an input's gradient goes: to the node that made it,
+        # or (for a leaf) to the tensor itself. Inputs that need no gradient get None.
+        self._edges = [None if not t.requires_grad else
+                       ((t.grad_fn, t._out_index) if t.grad_fn is not None else (None, t))
+                       for t in inputs]
+        self._input_meta = [(t.shape, t.dtype) for t in inputs]
+        self._output_meta = [(o.shape, o.dtype) for o in outputs]
+        self._saved_in = [(inputs[i], inputs[i]._version[0]) for i in self.save_inputs]
+        self._saved_out = [(outputs[i].data, outputs[i]._version, outputs[i]._version[0])
+                           for i in self.save_outputs]
+        for index, out in enumerate(outputs):
+            if out.dtype in dt.FLOATING:
+                out.grad_fn = self
+                out._out_index = index
+                out.requires_grad = True
+
+    @property
+    def saved_tensors(self) -> tuple[Tensor, ...]:
+        """The saved inputs, then the saved outputs, as graph-connected Tensors."""
+        if self._custom:
+            return self._custom_saved()
+        if self._freed:
+            raise RuntimeError(_FREED_MESSAGE)
+        result = []
+        for tensor, version in self._saved_in:
+            if tensor._version[0] != version:
+                raise _modified_error(self, tensor.shape, tensor.dtype, version, tensor._version[0])
+            result.append(tensor)
+        for (array, counter, version), index in zip(self._saved_out, self.save_outputs):
+            if counter[0] != version:
+                raise _modified_error(self, array.shape, array.dtype, version, counter[0])
+            # A fresh Tensor over the same array, linked to this node, so a
+            # backward that uses the output is itself differentiable.
+            out = Tensor._wrap(array)
+            out.grad_fn, out._out_index, out.requires_grad = self, index, True
+            result.append(out)
+        return tuple(result)
+
+    def release(self) -> None:
+        """Drop saved tensors (after a backward without retain_graph)."""
+        if self._saved_in or self._saved_out or self._custom:
+            self._saved_in, self._saved_out = [], []
+            self._freed = True
+
+    def register_output_hook(self, index: int, hook: Any) -> None:
+        if self._output_hooks is None:
+            self._output_hooks = {}
+        self._output_hooks.setdefault(index, []).append(hook)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__}Backward seq={self.seq}>"
+
+    # ------------------------------------------------ user-defined Functions
+    @classmethod
+    def apply(cls, *args: Any) -> Any:
+        """Run a user-defined Function (PyTorch's ``MyFunction.apply(...)``)."""
+        if not cls._custom:
+            return cls()(*args)
+        ctx = cls()
+        ctx._saved_user = ()
+        ctx._autocast_at_forward = amp_state.current()
+        tensor_args = [a for a in args if isinstance(a, Tensor)]
+        ctx.needs_input_grad = tuple(isinstance(a, Tensor) and a.requires_grad for a in args)
+        with no_grad():
+            outputs = cls.forward(ctx, *args)
+        single = not isinstance(outputs, tuple)
+        returned = (outputs,) if single else outputs
+        for out in returned:
+            if not isinstance(out, Tensor):
+                raise TypeError(f"{cls.__name__}.forward must return Tensors, got {type(out).__name__}")
+        out_tensors = [Tensor._wrap(o.data) for o in returned]
+        if _grad_enabled.get() and any(t.requires_grad for t in tensor_args):
+            ctx._arg_is_tensor = [isinstance(a, Tensor) for a in args]
+            needs = ctx.needs_input_grad
+            ctx._record(tensor_args, out_tensors)
+            ctx.needs_input_grad = needs  # _record set tensor-only flags; PyTorch's are per argument
+            # Outputs the user saved are re-linked to this node at backward time.
+            out_ids = {id(o): i for i, o in enumerate(returned)}
+            ctx._saved_user = tuple(("out", out_ids[id(t)]) if id(t) in out_ids else ("in", t)
+                                    for t in ctx._saved_user)
+            ctx._saved_out = [(o.data, o._version, o._version[0]) for o in out_tensors]
+        return out_tensors[0] if single else tuple(out_tensors)
+
+    def save_for_backward(self, *tensors: Tensor) -> None:
+        """Keep tensors for backward (user-defined Functions)."""
+        self._saved_user = tensors
+
+    def mark_non_differentiable(self, *tensors: Tensor) -> None:  # accepted for portability
+        pass
+
+    def _custom_saved(self) -> tuple[Tensor, ...]:
+        if self._freed:
+            raise RuntimeError(_FREED_MESSAGE)
+        result = []
+        for kind, item in self._saved_user:
+            if kind == "in":
+                result.append(item)
+            else:
+                array, _counter, _version = self._saved_out[item]
+                out = Tensor._wrap(array)
+                out.grad_fn, out._out_index, out.requires_grad = self, item, True
+                result.append(out)
+        return tuple(result)
+
+    def _run_backward(self, grads: list[Tensor]) -> tuple:
+        """Call backward and return one gradient (or None) per recorded input."""
+        if not self._custom:
+            result = self.backward(*grads)
+            return result if isinstance(result, tuple) else (result,)
+        result = type(self).backward(self, *grads)
+        result = result if isinstance(result, tuple) else (result,)
+        if len(result) != len(self._arg_is_tensor):
+            raise RuntimeError(f"function {type(self).__name__}.backward returned {len(result)} "
+                               f"gradients, expected {len(self._arg_is_tensor)} (one per forward argument)")
+        return tuple(g for g, is_tensor in zip(result, self._arg_is_tensor) if is_tensor)
+
+
+# Set by amp.report while a trace is open; None costs one global read per op.
+_trace_hook: Any = None
+
+
+def _modified_error(node: Function, shape: tuple, dtype: np.dtype, saved: int, now: int) -> RuntimeError:
+    return RuntimeError(
+        f"one of the variables needed for gradient computation has been modified by an "
+        f"inplace operation: [{dt.dtype_name(dtype)} {list(shape)}] saved by "
+        f"{type(node).__name__} is at version {now}; expected version {saved} instead.")
+
+
+def _as_tensors(op: Function, args: tuple) -> list[Tensor]:
+    """Inputs as Tensors; a Python scalar takes the dtype and device of the tensor operand.
+
+    NumPy 2 would treat a 0-d float64 array as a strong type and silently
+    promote float16/float32 to float64 off the tape (DESIGN.md section 2).
+    """
+    reference = None
+    for arg in args:
+        if isinstance(arg, Tensor):
+            reference = arg
+            break
+    tensors = []
+    for arg in args:
+        if isinstance(arg, Tensor):
+            tensors.append(arg)
+        elif isinstance(arg, (bool, int, float)) and not isinstance(arg, np.ndarray):
+            tensors.append(_scalar_tensor(arg, reference))
+        else:
+            raise TypeError(f"{op.name}: expected Tensors or Python numbers, got {type(arg).__name__}")
+    return tensors
+
+
+def _scalar_tensor(value: Any, reference: "Tensor | None") -> Tensor:
+    if reference is None:
+        dtype = dt.bool_ if isinstance(value, bool) else dt.int64 if isinstance(value, int) else dt.float32
+        return Tensor._wrap(np.asarray(value, dtype=dtype))
+    dtype = reference.dtype
+    if isinstance(value, float) and dtype not in dt.FLOATING:
+        dtype = dt.float32  # int_tensor * 0.5 is a float32 op, as in PyTorch
+    elif isinstance(value, int) and not isinstance(value, bool) and dtype == dt.bool_:
+        dtype = dt.int64
+    xp = array_module(reference.data)
+    return Tensor._wrap(xp.asarray(value, dtype=dtype))

@@ -1,0 +1,198 @@
+"""Array backends and devices: the only module that imports CuPy.
+
+A :class:`Device` names where a tensor's array lives ("cpu" -> NumPy,
+"cuda:N" -> CuPy on GPU N). Everything else in tinyamp asks this module for
+the array module (``xp``) of a device or of an array, and never imports CuPy
+itself, so tinyamp installs and runs on machines without CuPy or a GPU.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+_INSTALL_HINT = (
+    "install CuPy for your CUDA version with `pip install tinyamp[cuda12]` "
+    "(cupy-cuda12x) or `pip install tinyamp[cuda13]` (cupy-cuda13x)"
+)
+
+_cupy: ModuleType | None = None
+_cupy_checked = False
+_cupy_error: str | None = None
+
+
+def _load_cupy() -> ModuleType | None:
+    """Import CuPy once; remember why it is unusable instead of raising."""
+    global _cupy, _cupy_checked, _cupy_error
+    if _cupy_checked:
+        return _cupy
+    _cupy_checked = True
+    try:
+        import cupy  # noqa: PLC0415 - the one place CuPy is imported
+    except ImportError:
+        _cupy_error = f"CuPy is not installed; {_INSTALL_HINT}"
+        return None
+    try:
+        available = bool(cupy.is_available())
+    except Exception as exc:  # a broken driver can raise from is_available
+        available = False
+        _cupy_error = f"CuPy is installed but cannot use a GPU ({exc})"
+    if not available:
+        _cupy_error = _cupy_error or (
+            "CuPy is installed but no usable CUDA GPU was found (no device or "
+            "no driver); run on a machine with an NVIDIA GPU and driver"
+        )
+        return None
+    _cupy = cupy
+    return cupy
+
+
+class _Cuda:
+    """``ta.cuda``: availability and host-synchronisation accounting."""
+
+    def __init__(self) -> None:
+        self._sync_count = 0
+
+    def is_available(self) -> bool:
+        """True when CuPy imports and sees at least one GPU."""
+        return _load_cupy() is not None
+
+    def device_count(self) -> int:
+        cupy = _load_cupy()
+        return 0 if cupy is None else int(cupy.cuda.runtime.getDeviceCount())
+
+    def synchronize(self) -> None:
+        cupy = _load_cupy()
+        if cupy is not None:
+            cupy.cuda.Device().synchronize()
+
+    # Host syncs: every place that moves a device value to the host (item(),
+    # numpy(), a host-side inf check) calls note_sync(). It counts on the CPU
+    # too, so "zero syncs per step" is testable without a GPU.
+    def note_sync(self) -> None:
+        self._sync_count += 1
+
+    def sync_count(self) -> int:
+        """Number of host synchronisations tinyamp has performed so far."""
+        return self._sync_count
+
+    def reset_sync_count(self) -> None:
+        self._sync_count = 0
+
+
+cuda = _Cuda()
+
+
+class Device:
+    """Where an array lives: ``Device("cpu")`` or ``Device("cuda:0")``."""
+
+    __slots__ = ("type", "index")
+
+    def __init__(self, spec: "str | Device" = "cpu", index: int | None = None) -> None:
+        if isinstance(spec, Device):
+            self.type, self.index = spec.type, spec.index
+            return
+        if not isinstance(spec, str):
+            raise TypeError(f"device: expected a string like 'cpu' or 'cuda:0', got {spec!r}")
+        kind, _, idx = spec.partition(":")
+        if kind not in ("cpu", "cuda"):
+            raise ValueError(f"device: unknown device type {spec!r}; expected 'cpu', 'cuda' or 'cuda:N'")
+        if kind == "cpu":
+            if idx or index not in (None, 0):
+                raise ValueError(f"device: 'cpu' takes no index, got {spec!r}")
+            self.type, self.index = "cpu", None
+            return
+        if idx:
+            if not idx.isdigit():
+                raise ValueError(f"device: bad cuda index in {spec!r}")
+            index = int(idx)
+        self.type, self.index = "cuda", 0 if index is None else int(index)
+        if _load_cupy() is None:
+            raise RuntimeError(f"device {spec!r} requested but CUDA is unavailable: {_cupy_error}")
+        count = cuda.device_count()
+        if self.index >= count:
+            raise RuntimeError(f"device {spec!r} requested but only {count} CUDA device(s) are present")
+
+    @property
+    def xp(self) -> ModuleType:
+        """The array module for this device (numpy or cupy)."""
+        return np if self.type == "cpu" else _cupy  # type: ignore[return-value]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, str):
+            other = Device(other)
+        return isinstance(other, Device) and (self.type, self.index) == (other.type, other.index)
+
+    def __hash__(self) -> int:
+        return hash((self.type, self.index))
+
+    def __str__(self) -> str:
+        return "cpu" if self.type == "cpu" else f"cuda:{self.index}"
+
+    def __repr__(self) -> str:
+        return f"device(type='{self.type}'" + ("" if self.index is None else f", index={self.index}") + ")"
+
+
+CPU = Device("cpu")
+
+
+def device(spec: "str | Device" = "cpu", index: int | None = None) -> Device:
+    """``ta.device("cpu" | "cuda" | "cuda:0")``."""
+    return Device(spec, index)
+
+
+def is_cupy_array(array: Any) -> bool:
+    return _cupy is not None and isinstance(array, _cupy.ndarray)
+
+
+def array_module(array: Any) -> ModuleType:
+    """numpy or cupy, whichever owns ``array``."""
+    return _cupy if is_cupy_array(array) else np  # type: ignore[return-value]
+
+
+def device_of(array: Any) -> Device:
+    if is_cupy_array(array):
+        return Device(f"cuda:{array.device.id}")
+    return CPU
+
+
+def to_device(array: Any, dev: Device) -> Any:
+    """Move an array to ``dev`` (a copy only when it changes device)."""
+    src = device_of(array)
+    if src == dev:
+        return array
+    if dev.type == "cpu":
+        cuda.note_sync()  # device -> host copy waits for the GPU
+        return _cupy.asnumpy(array)  # type: ignore[union-attr]
+    with _cupy.cuda.Device(dev.index):  # type: ignore[union-attr]
+        return _cupy.asarray(array)  # type: ignore[union-attr]
+
+
+def to_host(array: Any) -> np.ndarray:
+    """A NumPy copy/view of any backend array (counts as a host sync on GPU)."""
+    if is_cupy_array(array):
+        cuda.note_sync()
+        return _cupy.asnumpy(array)  # type: ignore[union-attr]
+    return np.asarray(array)
+
+
+def cuda_lib(name: str) -> ModuleType:
+    """Import a CuPy submodule (e.g. ``cupy_backends.cuda.libs.cublas``).
+
+    Used by GPU-only code paths (gemm, fused kernels) so that CuPy stays
+    imported in this one module's namespace of responsibility.
+    """
+    if _load_cupy() is None:
+        raise RuntimeError(f"CUDA is unavailable: {_cupy_error}")
+    return importlib.import_module(name)
+
+
+def cupy() -> ModuleType:
+    """The CuPy module itself (raises the clear error when unavailable)."""
+    module = _load_cupy()
+    if module is None:
+        raise RuntimeError(f"CUDA is unavailable: {_cupy_error}")
+    return module

@@ -1,0 +1,89 @@
+"""tinyamp's dtypes and the small rules about them.
+
+A tinyamp dtype *is* a ``numpy.dtype`` (bfloat16 comes from ``ml_dtypes``), so
+arrays, tensors and the precision policy all speak the same language and
+``tensor.dtype == ta.float16`` just works. CuPy accepts the same objects.
+"""
+
+from __future__ import annotations
+
+import builtins
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+float16 = np.dtype(np.float16)
+bfloat16 = np.dtype(ml_dtypes.bfloat16)
+float32 = np.dtype(np.float32)
+float64 = np.dtype(np.float64)
+int8 = np.dtype(np.int8)
+uint8 = np.dtype(np.uint8)
+int16 = np.dtype(np.int16)
+int32 = np.dtype(np.int32)
+int64 = np.dtype(np.int64)
+bool_ = np.dtype(np.bool_)
+
+# PyTorch-style aliases.
+half = float16
+float = float32  # noqa: A001 - deliberate, as torch.float
+double = float64
+long = int64
+
+FLOATING = (float16, bfloat16, float32, float64)
+LOW_PRECISION = (float16, bfloat16)
+
+_BY_NAME = {
+    "float16": float16, "half": float16, "bfloat16": bfloat16,
+    "float32": float32, "float": float32, "float64": float64, "double": float64,
+    "int8": int8, "uint8": uint8, "int16": int16, "int32": int32,
+    "int64": int64, "long": int64, "bool": bool_,
+}
+
+
+def as_dtype(spec: Any) -> np.dtype:
+    """Turn ``ta.float16``, ``"float16"``, ``np.float16`` or ``float`` into a dtype."""
+    if isinstance(spec, np.dtype):
+        return spec
+    if isinstance(spec, str):
+        try:
+            return _BY_NAME[spec]
+        except KeyError:
+            raise TypeError(f"unknown dtype {spec!r}; expected one of {sorted(_BY_NAME)}") from None
+    if spec is bool:
+        return bool_
+    if spec is int:
+        return int64
+    if spec is builtins.float:
+        return float32
+    try:
+        return np.dtype(spec)
+    except TypeError:
+        raise TypeError(f"not a dtype: {spec!r}") from None
+
+
+def is_floating(dtype: np.dtype) -> bool:
+    """True for float16, bfloat16, float32 and float64."""
+    return dtype in FLOATING
+
+
+def is_low_precision(dtype: np.dtype) -> bool:
+    return dtype == float16 or dtype == bfloat16
+
+
+def dtype_name(dtype: np.dtype) -> str:
+    return "bool" if dtype == bool_ else str(dtype)
+
+
+def widest_float(dtypes: "list[np.dtype]") -> np.dtype:
+    """The widest floating dtype among ``dtypes``; float16 with bfloat16 is an error.
+
+    float16 and bfloat16 have the same width but neither holds the other
+    (float16 has more mantissa, bfloat16 more range), so mixing them is refused
+    rather than silently resolved.
+    """
+    floats = [d for d in dtypes if d in FLOATING]
+    if float16 in floats and bfloat16 in floats and not (float32 in floats or float64 in floats):
+        raise TypeError("cannot promote float16 with bfloat16: neither holds the other; "
+                        "cast one of them explicitly (e.g. .float())")
+    return max(floats, key=lambda d: d.itemsize)

@@ -1,0 +1,214 @@
+"""Tensor factories: ``tensor``, ``zeros``, ``ones``, ``full``, ``arange``, random ones.
+
+Defaults follow PyTorch: Python floats become float32, ints int64, bools bool;
+NumPy arrays keep their dtype. ``device`` picks the array module.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from . import backend
+from . import dtypes as dt
+from .random import Generator, default_generator
+from .tensor import Tensor
+
+
+def _default_dtype(data: Any) -> np.dtype:
+    """PyTorch's inference: any float -> float32, else int64 / bool."""
+    array = np.asarray(data)
+    if array.dtype.kind == "f" and not isinstance(data, np.ndarray):
+        return dt.float32
+    if array.dtype.kind in "iu" and not isinstance(data, np.ndarray):
+        return dt.int64
+    return array.dtype
+
+
+def _to_array(data: Any, dtype: "np.dtype | None", device: backend.Device) -> Any:
+    if isinstance(data, Tensor):
+        data = data.data
+    if backend.is_cupy_array(data):
+        data = backend.to_host(data) if device.type == "cpu" else data
+    elif isinstance(data, (list, tuple)) and any(isinstance(x, Tensor) for x in _flatten(data)):
+        data = [_tensor_item(x) for x in data]
+    if dtype is None:
+        dtype = data.dtype if hasattr(data, "dtype") else _default_dtype(data)
+    if isinstance(data, np.ndarray) or not backend.is_cupy_array(data):
+        array = np.array(data, dtype=dtype)  # a copy, as torch.tensor copies
+    else:
+        array = data.astype(dtype, copy=True)
+    return backend.to_device(array, device)
+
+
+def _flatten(data: Any) -> list:
+    out = []
+    for x in data:
+        out.extend(_flatten(x) if isinstance(x, (list, tuple)) else [x])
+    return out
+
+
+def _tensor_item(x: Any) -> Any:
+    if isinstance(x, Tensor):
+        return backend.to_host(x.data)
+    if isinstance(x, (list, tuple)):
+        return [_tensor_item(y) for y in x]
+    return x
+
+
+def _resolve(dtype: Any, device: Any) -> tuple["np.dtype | None", backend.Device]:
+    return (None if dtype is None else dt.as_dtype(dtype),
+            backend.CPU if device is None else backend.Device(device))
+
+
+def tensor(data: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+    """A new leaf tensor holding a copy of ``data``."""
+    dtype, device = _resolve(dtype, device)
+    return Tensor(_to_array(data, dtype, device), requires_grad=requires_grad)
+
+
+def as_tensor(data: Any, dtype: Any = None, device: Any = None) -> Tensor:
+    if isinstance(data, Tensor) and dtype is None and device is None:
+        return data
+    return tensor(data, dtype, device)
+
+
+def from_numpy(array: np.ndarray) -> Tensor:
+    """A tensor sharing memory with ``array``."""
+    return Tensor(np.asarray(array))
+
+
+def _size(size: tuple) -> tuple:
+    if len(size) == 1 and isinstance(size[0], (tuple, list)):
+        return tuple(size[0])
+    return tuple(size)
+
+
+def _filled(size: tuple, fill: Any, dtype: Any, device: Any, requires_grad: bool) -> Tensor:
+    dtype, device = _resolve(dtype, device)
+    array = device.xp.full(_size(size), fill, dtype=dtype or dt.float32)
+    return Tensor(array, requires_grad=requires_grad)
+
+
+def zeros(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+    return _filled(size, 0, dtype, device, requires_grad)
+
+
+def ones(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+    return _filled(size, 1, dtype, device, requires_grad)
+
+
+def empty(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+    dtype, device = _resolve(dtype, device)
+    return Tensor(device.xp.empty(_size(size), dtype=dtype or dt.float32), requires_grad=requires_grad)
+
+
+def full(size: Sequence[int], fill_value: Any, dtype: Any = None, device: Any = None,
+         requires_grad: bool = False) -> Tensor:
+    if dtype is None:
+        dtype = dt.bool_ if isinstance(fill_value, bool) else dt.int64 if isinstance(fill_value, int) else dt.float32
+    return _filled((tuple(size),), fill_value, dtype, device, requires_grad)
+
+
+def arange(start: Any, end: Any = None, step: Any = 1, dtype: Any = None, device: Any = None,
+           requires_grad: bool = False) -> Tensor:
+    if end is None:
+        start, end = 0, start
+    if dtype is None:
+        dtype = dt.int64 if all(isinstance(v, int) for v in (start, end, step)) else dt.float32
+    dtype, device = _resolve(dtype, device)
+    return Tensor(device.xp.arange(start, end, step, dtype=dtype), requires_grad=requires_grad)
+
+
+def linspace(start: float, end: float, steps: int, dtype: Any = None, device: Any = None) -> Tensor:
+    dtype, device = _resolve(dtype, device)
+    return Tensor(device.xp.linspace(start, end, steps, dtype=dtype or dt.float32))
+
+
+def eye(n: int, m: int | None = None, dtype: Any = None, device: Any = None) -> Tensor:
+    dtype, device = _resolve(dtype, device)
+    return Tensor(device.xp.eye(n, m, dtype=dtype or dt.float32))
+
+
+def _like(x: Tensor, dtype: Any, device: Any) -> tuple:
+    return (x.dtype if dtype is None else dtype), (x.device if device is None else device)
+
+
+def zeros_like(x: Tensor, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+    dtype, device = _like(x, dtype, device)
+    return zeros(x.shape, dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+def ones_like(x: Tensor, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+    dtype, device = _like(x, dtype, device)
+    return ones(x.shape, dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+def empty_like(x: Tensor, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+    dtype, device = _like(x, dtype, device)
+    return empty(x.shape, dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+def full_like(x: Tensor, fill_value: Any, dtype: Any = None, device: Any = None,
+              requires_grad: bool = False) -> Tensor:
+    dtype, device = _like(x, dtype, device)
+    return full(x.shape, fill_value, dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+def _random(kind: str, size: tuple, dtype: Any, device: Any, generator: "Generator | None",
+            requires_grad: bool, **kwargs: Any) -> Tensor:
+    dtype, device = _resolve(dtype, device)
+    gen = generator or default_generator(device)
+    if gen.device != device:
+        raise ValueError(f"{kind}: generator is on {gen.device} but the tensor is requested on {device}")
+    shape = _size(size)
+    if kind == "randint":
+        array = gen.rng.integers(kwargs["low"], kwargs["high"], size=shape, dtype=np.int64)
+        return Tensor(array.astype(dtype or dt.int64, copy=False))
+    dtype = dtype or dt.float32
+    if dtype not in dt.FLOATING:
+        raise TypeError(f"{kind}: dtype must be floating point, got {dt.dtype_name(dtype)}")
+    # Draw in float32/float64 (the generators' native types), then round once.
+    draw_dtype = dt.float64 if dtype == dt.float64 else dt.float32
+    if kind == "randn":
+        array = gen.rng.standard_normal(size=shape, dtype=draw_dtype)
+    else:
+        array = gen.rng.random(size=shape, dtype=draw_dtype)
+    return Tensor(array.astype(dtype, copy=False), requires_grad=requires_grad)
+
+
+def randn(*size: Any, dtype: Any = None, device: Any = None, generator: Generator | None = None,
+          requires_grad: bool = False) -> Tensor:
+    """Standard normal samples."""
+    return _random("randn", size, dtype, device, generator, requires_grad)
+
+
+def rand(*size: Any, dtype: Any = None, device: Any = None, generator: Generator | None = None,
+         requires_grad: bool = False) -> Tensor:
+    """Uniform samples in [0, 1)."""
+    return _random("rand", size, dtype, device, generator, requires_grad)
+
+
+def randint(low: int, high: int | None = None, size: Sequence[int] = (), dtype: Any = None,
+            device: Any = None, generator: Generator | None = None) -> Tensor:
+    """Integers uniform in [low, high) (``randint(high, size)`` also accepted)."""
+    if high is None:
+        low, high = 0, low
+    return _random("randint", (tuple(size),), dtype, device, generator, False, low=low, high=high)
+
+
+def randn_like(x: Tensor, dtype: Any = None, device: Any = None) -> Tensor:
+    dtype, device = _like(x, dtype, device)
+    return randn(x.shape, dtype=dtype, device=device)
+
+
+def rand_like(x: Tensor, dtype: Any = None, device: Any = None) -> Tensor:
+    dtype, device = _like(x, dtype, device)
+    return rand(x.shape, dtype=dtype, device=device)
+
+
+def randperm(n: int, device: Any = None, generator: Generator | None = None) -> Tensor:
+    _, device = _resolve(None, device)
+    gen = generator or default_generator(device)
+    return Tensor(gen.rng.permutation(n).astype(np.int64))

@@ -1,0 +1,95 @@
+"""Casts and device moves: ordinary differentiable nodes whose backward undoes them.
+
+This file is tinyamp's AMP in miniature (after Chainer's ``cast.py``): autocast
+inserts ``Cast`` nodes on the tape, and because a Cast's backward casts the
+gradient back to the source dtype, float32 parameters receive float32 gradients.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .. import backend
+from .. import dtypes as dt
+from ..amp.policy import NEUTRAL
+from ..autograd.function import Function
+from ..tensor import Tensor
+
+
+def convert_array(array: Any, dtype: np.dtype) -> Any:
+    """``array.astype(dtype)``, through the fast CPU conversion kernels when present."""
+    if isinstance(array, np.ndarray) and _fast_convert is not None:
+        return _fast_convert(array, dtype)
+    return array.astype(dtype)
+
+
+try:  # the fast float16/bfloat16 conversions are an optimisation, not a requirement
+    from .cast_kernels import convert as _fast_convert
+except ImportError:  # pragma: no cover - the module ships with tinyamp
+    _fast_convert = None
+
+
+class Cast(Function):
+    """y = x as dtype; dx = gy as x's dtype"""
+
+    precision = NEUTRAL
+
+    def __init__(self, dtype: np.dtype) -> None:
+        self.dtype = dtype
+
+    def forward(self, xp: Any, x: Any) -> Any:
+        self.source = x.dtype
+        return convert_array(x, self.dtype)
+
+    def backward(self, gy: Tensor) -> Tensor:
+        return cast(gy, self.source)
+
+
+class ToDevice(Function):
+    """y = x on another device; dx = gy moved back"""
+
+    precision = NEUTRAL
+    name = "to_device"
+
+    def __init__(self, device: backend.Device) -> None:
+        self.device = device
+
+    def forward(self, xp: Any, x: Any) -> Any:
+        self.source = backend.device_of(x)
+        return backend.to_device(x, self.device)
+
+    def backward(self, gy: Tensor) -> Tensor:
+        return to_device(gy, self.source)
+
+
+class Clone(Function):
+    """y = copy of x; dx = gy"""
+
+    precision = NEUTRAL
+
+    def forward(self, xp: Any, x: Any) -> Any:
+        return x.copy()
+
+    def backward(self, gy: Tensor) -> Tensor:
+        return gy
+
+
+def cast(x: Tensor, dtype: Any) -> Tensor:
+    """``x`` in ``dtype`` (recorded: the gradient comes back in ``x``'s dtype)."""
+    dtype = dt.as_dtype(dtype)
+    if x.dtype == dtype:
+        return x
+    return Cast(dtype)(x)
+
+
+def to_device(x: Tensor, device: Any) -> Tensor:
+    device = backend.Device(device)
+    if x.device == device:
+        return x
+    return ToDevice(device)(x)
+
+
+def clone(x: Tensor) -> Tensor:
+    return Clone()(x)

@@ -1,0 +1,490 @@
+"""Tensor: an xp array (NumPy or CuPy) plus what autograd needs to know about it.
+
+A Tensor holds ``data`` (the array), ``grad``, ``requires_grad``, ``grad_fn`` (the
+node that made it, None for leaves) and a version counter bumped by in-place
+writes. Arithmetic dunders and methods call ops through the package at call time
+(``tinyamp.ops.add``), so this module never imports the op library at import time.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+import tinyamp
+
+from . import backend
+from . import dtypes as dt
+
+
+class _HookHandle:
+    """Returned by ``register_hook``; ``remove()`` unregisters the hook."""
+
+    def __init__(self, hooks: list, hook: Callable) -> None:
+        self._hooks, self._hook = hooks, hook
+
+    def remove(self) -> None:
+        if self._hook in self._hooks:
+            self._hooks.remove(self._hook)
+
+
+class Tensor:
+    """A multi-dimensional array that can record operations for autograd."""
+
+    __slots__ = ("data", "grad", "_requires_grad", "grad_fn", "_out_index", "_version",
+                 "_hooks", "__weakref__", "_is_param")
+    # Let NumPy defer to our reflected operators (np.float32(2) * t -> t.__rmul__).
+    __array_ufunc__ = None
+
+    def __init__(self, data: Any, requires_grad: bool = False) -> None:
+        if isinstance(data, Tensor):
+            data = data.data
+        elif not (isinstance(data, np.ndarray) or backend.is_cupy_array(data)):
+            data = tinyamp.factories._to_array(data, None, backend.CPU)
+        self.data = data
+        self.grad: Tensor | None = None
+        self._requires_grad = False
+        self.grad_fn = None
+        self._out_index = 0
+        self._version = [0]  # a list so a detached alias shares the counter
+        self._hooks: list | None = None
+        self._is_param = False
+        if requires_grad:
+            self.requires_grad = True
+
+    @classmethod
+    def _wrap(cls, array: Any) -> "Tensor":
+        """Fast constructor for op outputs: no checks, no conversion."""
+        t = object.__new__(cls)
+        t.data = array
+        t.grad = None
+        t._requires_grad = False
+        t.grad_fn = None
+        t._out_index = 0
+        t._version = [0]
+        t._hooks = None
+        t._is_param = False
+        return t
+
+    # ------------------------------------------------------------ properties
+    @property
+    def dtype(self) -> np.dtype:
+        return self.data.dtype
+
+    @property
+    def device(self) -> backend.Device:
+        return backend.device_of(self.data)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.data.shape
+
+    @property
+    def ndim(self) -> int:
+        return self.data.ndim
+
+    def dim(self) -> int:
+        return self.data.ndim
+
+    def size(self, dim: int | None = None) -> Any:
+        return self.data.shape if dim is None else self.data.shape[dim]
+
+    def numel(self) -> int:
+        return int(self.data.size)
+
+    def element_size(self) -> int:
+        return self.data.dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.data.nbytes)
+
+    @property
+    def is_leaf(self) -> bool:
+        return self.grad_fn is None
+
+    @property
+    def is_cuda(self) -> bool:
+        return backend.is_cupy_array(self.data)
+
+    @property
+    def requires_grad(self) -> bool:
+        return self._requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, value: bool) -> None:
+        if value and self.data.dtype not in dt.FLOATING:
+            raise RuntimeError(f"only Tensors of floating point dtype can require gradients; "
+                               f"this tensor is {dt.dtype_name(self.data.dtype)} with shape {list(self.shape)}")
+        if not value and self.grad_fn is not None:
+            raise RuntimeError("you can only change requires_grad flags of leaf variables. If you want "
+                               "to use a computed variable in a subgraph that doesn't require "
+                               "differentiation use var_no_grad = var.detach().")
+        self._requires_grad = bool(value)
+
+    def requires_grad_(self, requires_grad: bool = True) -> "Tensor":
+        self.requires_grad = requires_grad
+        return self
+
+    @property
+    def T(self) -> "Tensor":
+        return tinyamp.ops.permute(self, tuple(reversed(range(self.ndim))))
+
+    @property
+    def mT(self) -> "Tensor":
+        return tinyamp.ops.transpose(self, -2, -1)
+
+    # ------------------------------------------------------------ conversion
+    def item(self) -> Any:
+        if self.data.size != 1:
+            raise RuntimeError(f"a Tensor with {self.data.size} elements cannot be converted to a "
+                               f"Python scalar (shape {list(self.shape)})")
+        return backend.to_host(self.data).reshape(()).item()
+
+    def numpy(self) -> np.ndarray:
+        if self._requires_grad:
+            raise RuntimeError("Can't call numpy() on Tensor that requires grad. "
+                               "Use tensor.detach().numpy() instead.")
+        return backend.to_host(self.data)
+
+    def tolist(self) -> Any:
+        return backend.to_host(self.data).tolist()
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        array = backend.to_host(self.data)
+        return array if dtype is None else array.astype(dtype)
+
+    def detach(self) -> "Tensor":
+        """A new leaf sharing this tensor's data (and version counter)."""
+        t = Tensor._wrap(self.data)
+        t._version = self._version
+        return t
+
+    def detach_(self) -> "Tensor":
+        self.grad_fn = None
+        self._requires_grad = False
+        return self
+
+    def clone(self) -> "Tensor":
+        return tinyamp.ops.clone(self)
+
+    def to(self, *args: Any, **kwargs: Any) -> "Tensor":
+        """``to(dtype)``, ``to(device)``, ``to(device, dtype)`` or ``to(other_tensor)``."""
+        dtype = kwargs.pop("dtype", None)
+        device = kwargs.pop("device", None)
+        kwargs.pop("non_blocking", None)
+        kwargs.pop("copy", None)
+        if kwargs:
+            raise TypeError(f"Tensor.to: unexpected arguments {sorted(kwargs)}")
+        for arg in args:
+            if isinstance(arg, Tensor):
+                dtype, device = arg.dtype, arg.device
+            elif isinstance(arg, backend.Device) or (isinstance(arg, str) and arg.split(":")[0] in ("cpu", "cuda")):
+                device = arg
+            else:
+                dtype = arg
+        result = self
+        if device is not None and backend.Device(device) != self.device:
+            result = tinyamp.ops.to_device(result, backend.Device(device))
+        if dtype is not None and dt.as_dtype(dtype) != result.dtype:
+            result = tinyamp.ops.cast(result, dt.as_dtype(dtype))
+        return result
+
+    def cpu(self) -> "Tensor":
+        return self.to("cpu")
+
+    def cuda(self, device: Any = None) -> "Tensor":
+        return self.to("cuda" if device is None else backend.Device("cuda", device) if isinstance(device, int) else device)
+
+    def type(self, dtype: Any = None) -> Any:
+        return dt.dtype_name(self.dtype) if dtype is None else self.to(dtype)
+
+    def float(self) -> "Tensor":
+        return self.to(dt.float32)
+
+    def half(self) -> "Tensor":
+        return self.to(dt.float16)
+
+    def bfloat16(self) -> "Tensor":
+        return self.to(dt.bfloat16)
+
+    def double(self) -> "Tensor":
+        return self.to(dt.float64)
+
+    def long(self) -> "Tensor":
+        return self.to(dt.int64)
+
+    def int(self) -> "Tensor":
+        return self.to(dt.int32)
+
+    def bool(self) -> "Tensor":
+        return self.to(dt.bool_)
+
+    def is_floating_point(self) -> bool:
+        return self.dtype in dt.FLOATING
+
+    # ------------------------------------------------------------- autograd
+    def backward(self, gradient: "Tensor | None" = None, retain_graph: bool | None = None,
+                 create_graph: bool = False, inputs: Sequence["Tensor"] | None = None) -> None:
+        """Accumulate d(self)/d(leaf) into every leaf's ``.grad``."""
+        tinyamp.autograd.backward(self, gradient, retain_graph, create_graph, inputs=inputs)
+
+    def register_hook(self, hook: Callable[["Tensor"], "Tensor | None"]) -> _HookHandle:
+        """Call ``hook(grad)`` when this tensor's gradient is computed; it may return a replacement."""
+        if not self._requires_grad:
+            raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
+        if self.grad_fn is None:
+            if self._hooks is None:
+                self._hooks = []
+            hooks = self._hooks
+        else:
+            self.grad_fn.register_output_hook(self._out_index, hook)
+            hooks = self.grad_fn._output_hooks[self._out_index]
+        if self.grad_fn is None:
+            hooks.append(hook)
+        return _HookHandle(hooks, hook)
+
+    # ------------------------------------------------------------- in-place
+    def _check_inplace(self, name: str, other: Any) -> bool:
+        """True when the write must be recorded on the tape (PyTorch's rules)."""
+        other_grad = isinstance(other, Tensor) and other._requires_grad
+        if not tinyamp.is_grad_enabled() or not (self._requires_grad or other_grad):
+            return False
+        if self.grad_fn is None and self._requires_grad:
+            raise RuntimeError(f"{name}: a leaf Variable that requires grad is being used in an "
+                               f"in-place operation (shape {list(self.shape)}, {dt.dtype_name(self.dtype)}); "
+                               f"wrap it in ta.no_grad() or use the out-of-place op")
+        return True
+
+    def _inplace_result(self, name: str, result: "Tensor") -> "Tensor":
+        """Write an out-of-place result back into self, taking its place on the tape."""
+        if result.shape != self.shape or result.dtype != self.dtype:
+            raise RuntimeError(f"{name}: result of shape {list(result.shape)} and dtype "
+                               f"{dt.dtype_name(result.dtype)} cannot be written in place into a tensor of "
+                               f"shape {list(self.shape)} and dtype {dt.dtype_name(self.dtype)}")
+        self.data[...] = result.data
+        self._version[0] += 1
+        if result.grad_fn is not None:
+            # self now *is* the op's output: later uses route gradients through it.
+            self.grad_fn, self._out_index = result.grad_fn, result._out_index
+            self._requires_grad = True
+        return self
+
+    def _inplace_binary(self, name: str, op: Callable, other: Any) -> "Tensor":
+        if self._check_inplace(name, other):
+            return self._inplace_result(name, op(self, other))
+        with tinyamp.no_grad():
+            result = op(self, other)
+        return self._inplace_result(name, result)
+
+    def add_(self, other: Any, alpha: float = 1) -> "Tensor":
+        if alpha != 1:
+            other = other * alpha
+        return self._inplace_binary("add_", tinyamp.ops.add, other)
+
+    def sub_(self, other: Any, alpha: float = 1) -> "Tensor":
+        if alpha != 1:
+            other = other * alpha
+        return self._inplace_binary("sub_", tinyamp.ops.sub, other)
+
+    def mul_(self, other: Any) -> "Tensor":
+        return self._inplace_binary("mul_", tinyamp.ops.mul, other)
+
+    def div_(self, other: Any) -> "Tensor":
+        return self._inplace_binary("div_", tinyamp.ops.div, other)
+
+    def zero_(self) -> "Tensor":
+        return self.fill_(0)
+
+    def fill_(self, value: Any) -> "Tensor":
+        if self._check_inplace("fill_", None):
+            raise RuntimeError("fill_: cannot fill a non-leaf tensor that requires grad in place")
+        self.data[...] = value
+        self._version[0] += 1
+        return self
+
+    def copy_(self, src: "Tensor") -> "Tensor":
+        """Copy ``src`` (same shape; dtype and device may differ: this *is* the explicit cast)."""
+        if not isinstance(src, Tensor):
+            src = tinyamp.tensor(src)
+        if src.shape != self.shape:
+            raise RuntimeError(f"copy_: source shape {list(src.shape)} does not match "
+                               f"destination shape {list(self.shape)}")
+        if self._check_inplace("copy_", src):
+            converted = src.to(self.device).to(self.dtype)
+            return self._inplace_result("copy_", tinyamp.ops.clone(converted))
+        self.data[...] = backend.to_device(src.data, self.device).astype(self.dtype, copy=False)
+        self._version[0] += 1
+        return self
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        if tinyamp.is_grad_enabled() and (self._requires_grad or (isinstance(value, Tensor) and value._requires_grad)):
+            raise RuntimeError(f"index assignment into a tensor that requires grad (shape {list(self.shape)}) "
+                               f"is not recorded by autograd; build the result with ta.where or ta.cat, "
+                               f"or assign under ta.no_grad()")
+        if isinstance(value, Tensor):
+            if value.dtype != self.dtype:
+                raise TypeError(f"index assignment: value dtype {dt.dtype_name(value.dtype)} differs from "
+                                f"tensor dtype {dt.dtype_name(self.dtype)}; cast it explicitly")
+            value = value.data
+        self.data[_index_key(key)] = value
+        self._version[0] += 1
+
+    # ------------------------------------------------------------ operators
+    def __add__(self, other: Any) -> "Tensor":
+        return tinyamp.ops.add(self, other)
+
+    def __radd__(self, other: Any) -> "Tensor":
+        return tinyamp.ops.add(other, self)
+
+    def __sub__(self, other: Any) -> "Tensor":
+        return tinyamp.ops.sub(self, other)
+
+    def __rsub__(self, other: Any) -> "Tensor":
+        return tinyamp.ops.sub(other, self)
+
+    def __mul__(self, other: Any) -> "Tensor":
+        return tinyamp.ops.mul(self, other)
+
+    def __rmul__(self, other: Any) -> "Tensor":
+        return tinyamp.ops.mul(other, self)
+
+    def __truediv__(self, other: Any) -> "Tensor":
+        return tinyamp.ops.div(self, other)
+
+    def __rtruediv__(self, other: Any) -> "Tensor":
+        return tinyamp.ops.div(other, self)
+
+    def __pow__(self, other: Any) -> "Tensor":
+        return tinyamp.ops.pow(self, other)
+
+    def __rpow__(self, other: Any) -> "Tensor":
+        return tinyamp.ops.pow(other, self)
+
+    def __matmul__(self, other: Any) -> "Tensor":
+        return tinyamp.ops.matmul(self, other)
+
+    def __rmatmul__(self, other: Any) -> "Tensor":
+        return tinyamp.ops.matmul(other, self)
+
+    def __neg__(self) -> "Tensor":
+        return tinyamp.ops.neg(self)
+
+    def __pos__(self) -> "Tensor":
+        return self
+
+    def __abs__(self) -> "Tensor":
+        return tinyamp.ops.abs(self)
+
+    def __iadd__(self, other: Any) -> "Tensor":
+        return self.add_(other)
+
+    def __isub__(self, other: Any) -> "Tensor":
+        return self.sub_(other)
+
+    def __imul__(self, other: Any) -> "Tensor":
+        return self.mul_(other)
+
+    def __itruediv__(self, other: Any) -> "Tensor":
+        return self.div_(other)
+
+    def __getitem__(self, key: Any) -> "Tensor":
+        return tinyamp.ops.getitem(self, key)
+
+    # Comparisons give bool tensors and never record (no gradient).
+    def _compare(self, other: Any, ufunc: Callable) -> "Tensor":
+        other_data = other.data if isinstance(other, Tensor) else other
+        return Tensor._wrap(ufunc(self.data, other_data))
+
+    def __eq__(self, other: Any) -> "Tensor":  # type: ignore[override]
+        return self._compare(other, backend.array_module(self.data).equal)
+
+    def __ne__(self, other: Any) -> "Tensor":  # type: ignore[override]
+        return self._compare(other, backend.array_module(self.data).not_equal)
+
+    def __lt__(self, other: Any) -> "Tensor":
+        return self._compare(other, backend.array_module(self.data).less)
+
+    def __le__(self, other: Any) -> "Tensor":
+        return self._compare(other, backend.array_module(self.data).less_equal)
+
+    def __gt__(self, other: Any) -> "Tensor":
+        return self._compare(other, backend.array_module(self.data).greater)
+
+    def __ge__(self, other: Any) -> "Tensor":
+        return self._compare(other, backend.array_module(self.data).greater_equal)
+
+    def __invert__(self) -> "Tensor":
+        if self.dtype != dt.bool_:
+            raise TypeError(f"~ is defined for bool tensors only, got {dt.dtype_name(self.dtype)}")
+        return Tensor._wrap(~self.data)
+
+    def __and__(self, other: Any) -> "Tensor":
+        return self._compare(other, backend.array_module(self.data).logical_and)
+
+    def __or__(self, other: Any) -> "Tensor":
+        return self._compare(other, backend.array_module(self.data).logical_or)
+
+    eq, ne, lt, le, gt, ge = __eq__, __ne__, __lt__, __le__, __gt__, __ge__
+    __hash__ = object.__hash__  # identity, like PyTorch (tensors key optimizer state)
+
+    def __bool__(self) -> bool:
+        if self.data.size != 1:
+            raise RuntimeError(f"Boolean value of Tensor with {self.data.size} elements is ambiguous")
+        return bool(self.item())
+
+    def __float__(self) -> float:
+        return float(self.item())
+
+    def __int__(self) -> int:
+        return int(self.item())
+
+    def __index__(self) -> int:
+        if self.dtype.kind not in "iu":
+            raise TypeError(f"only integer tensors of a single element can be converted to an index, "
+                            f"got {dt.dtype_name(self.dtype)}")
+        return int(self.item())
+
+    def __len__(self) -> int:
+        if self.ndim == 0:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def __iter__(self):
+        if self.ndim == 0:
+            raise TypeError("iteration over a 0-d tensor")
+        return (self[i] for i in range(self.shape[0]))
+
+    def __repr__(self) -> str:
+        body = np.array2string(backend.to_host(self.data).astype(np.float32)
+                               if self.dtype == dt.bfloat16 else backend.to_host(self.data),
+                               separator=", ", prefix="tensor(", precision=4, threshold=64)
+        extras = []
+        if self.dtype not in (dt.float32, dt.int64, dt.bool_):
+            extras.append(f"dtype={dt.dtype_name(self.dtype)}")
+        if self.is_cuda:
+            extras.append(f"device='{self.device}'")
+        if self.grad_fn is not None:
+            extras.append(f"grad_fn=<{type(self.grad_fn).__name__}Backward>")
+        elif self._requires_grad:
+            extras.append("requires_grad=True")
+        return "tensor(" + body + "".join(", " + e for e in extras) + ")"
+
+    # ------------------------------------------------------ method forms of ops
+    def __getattr__(self, name: str) -> Any:
+        # Tensor methods that are just ops (x.exp(), x.sum(dim=1), x.reshape(...)):
+        # resolved through the op package at call time, one table, no copies.
+        method = tinyamp.ops.TENSOR_METHODS.get(name)
+        if method is None:
+            raise AttributeError(f"'Tensor' object has no attribute '{name}'")
+        return method.__get__(self, Tensor)
+
+
+def _index_key(key: Any) -> Any:
+    """Replace Tensors inside an index by their arrays."""
+    if isinstance(key, Tensor):
+        return key.data
+    if isinstance(key, tuple):
+        return tuple(k.data if isinstance(k, Tensor) else k for k in key)
+    return key
