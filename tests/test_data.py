@@ -559,6 +559,31 @@ def test_unseeded_shuffle_is_a_permutation():
     assert sorted(ys.tolist()) == list(range(40))
 
 
+def test_unseeded_shuffle_follows_manual_seed():
+    ta = _tinyamp()
+
+    def one_epoch():
+        loader = DataLoader(_toy(40), batch_size=7, shuffle=True)
+        return np.concatenate([y for _, y in loader]).tolist()
+
+    ta.manual_seed(123)
+    first = one_epoch()
+    ta.manual_seed(123)
+    assert one_epoch() == first
+
+
+def test_shuffle_with_tinyamp_generator():
+    ta = _tinyamp()
+    orders = []
+    for _ in range(2):
+        loader = DataLoader(_toy(30), batch_size=4, shuffle=True,
+                            generator=ta.Generator().manual_seed(9))
+        orders.append([np.concatenate([y for _, y in loader]).tolist() for _ in range(2)])
+    assert orders[0] == orders[1] and orders[0][0] != orders[0][1]
+    with pytest.raises(TypeError, match="tinyamp.Generator or a numpy.random.Generator"):
+        DataLoader(_toy(), shuffle=True, generator=42)
+
+
 def test_loader_argument_errors():
     with pytest.raises(ValueError, match="batch_size"):
         DataLoader(_toy(), batch_size=0)

@@ -43,11 +43,15 @@ def _is_tensor(x: Any) -> bool:
     return tensor_module is not None and isinstance(x, tensor_module.Tensor)
 
 
-def _wrap_like(like: Any, data: Any) -> Any:
-    """A new Tensor holding ``data`` on ``like``'s device, dtype unchanged."""
+def _as_tensor(data: Any) -> Any:
+    """Wrap a freshly gathered backend array as a Tensor, without copying.
+
+    The gather already made a private copy on the source tensor's device with
+    its dtype, so ``tinyamp.tensor`` (which copies again) would only cost time.
+    """
     import tinyamp  # lazy: see the module docstring
 
-    return tinyamp.tensor(data, dtype=like.dtype, device=like.device)
+    return tinyamp.Tensor(data)
 
 
 def _index_on_device(index: np.ndarray, array: Any) -> Any:
@@ -112,7 +116,7 @@ def _stack(items: Sequence[Any]) -> Any:
         from tinyamp import backend  # lazy: see the module docstring
 
         xp = backend.array_module(first.data)
-        return _wrap_like(first, xp.stack([item.data for item in items]))
+        return _as_tensor(xp.stack([item.data for item in items]))
     # NumPy arrays, NumPy scalars and Python numbers.
     return np.stack([np.asarray(item) for item in items])
 
@@ -133,9 +137,10 @@ class DataLoader:
 
     - ``seed=s``: epoch ``e`` uses a generator seeded with ``(s, e)``, so runs
       are reproducible, epochs differ, and ``set_epoch`` resumes exactly;
-    - ``generator=g`` (a ``numpy.random.Generator``): permutations are drawn
-      from ``g`` in turn;
-    - neither: unseeded, different every run.
+    - ``generator=g`` (a CPU ``tinyamp.Generator`` or a
+      ``numpy.random.Generator``): permutations are drawn from ``g`` in turn;
+    - neither: drawn from tinyamp's default CPU generator, so
+      ``tinyamp.manual_seed`` makes the run reproducible, as in PyTorch.
 
     The last, smaller batch is kept unless ``drop_last=True``.
     """
@@ -147,7 +152,7 @@ class DataLoader:
         shuffle: bool = False,
         drop_last: bool = False,
         seed: int | None = None,
-        generator: np.random.Generator | None = None,
+        generator: Any = None,
     ) -> None:
         if (
             isinstance(batch_size, bool)
@@ -159,6 +164,8 @@ class DataLoader:
             )
         if seed is not None and generator is not None:
             raise ValueError("DataLoader: give either seed or generator, not both")
+        if generator is not None:
+            _host_rng(generator)  # reject an unusable generator now, not mid-epoch
         self.dataset = dataset
         self.batch_size = int(batch_size)
         self.shuffle = bool(shuffle)
@@ -181,15 +188,11 @@ class DataLoader:
         n = len(self.dataset)
         if not self.shuffle:
             return np.arange(n)
-        if self.generator is not None:
-            rng = self.generator
-        elif self.seed is not None:
+        if self.seed is not None:
             # Mixing the epoch into the seed gives each epoch its own
             # permutation while any single epoch can be replayed on its own.
-            rng = np.random.default_rng([self.seed, epoch])
-        else:
-            rng = np.random.default_rng()
-        return rng.permutation(n)
+            return np.random.default_rng([self.seed, epoch]).permutation(n)
+        return _host_rng(self.generator).permutation(n)
 
     def __iter__(self) -> Iterator[Any]:
         order = self._order(self.epoch)
@@ -217,7 +220,7 @@ class DataLoader:
             batch = []
             for t, t_order in zip(tensors, orders):
                 rows = _raw(t)[t_order[start:stop]]
-                batch.append(rows if isinstance(t, np.ndarray) else _wrap_like(t, rows))
+                batch.append(rows if isinstance(t, np.ndarray) else _as_tensor(rows))
             yield tuple(batch)
 
     def __repr__(self) -> str:
@@ -225,6 +228,27 @@ class DataLoader:
             f"DataLoader({self.dataset!r}, batch_size={self.batch_size}, "
             f"shuffle={self.shuffle}, drop_last={self.drop_last})"
         )
+
+
+def _host_rng(generator: Any) -> np.random.Generator:
+    """The NumPy generator behind ``generator`` (None: tinyamp's default)."""
+    if isinstance(generator, np.random.Generator):
+        return generator
+    from tinyamp import random  # lazy: see the module docstring
+
+    if generator is None:
+        generator = random.default_generator("cpu")
+    if not isinstance(generator, random.Generator):
+        raise TypeError(
+            "DataLoader: generator must be a tinyamp.Generator or a "
+            f"numpy.random.Generator, found {type(generator).__name__}"
+        )
+    if generator.device.type != "cpu":
+        raise ValueError(
+            "DataLoader: the shuffle order is drawn on the host; expected a CPU "
+            f"generator, found one on {generator.device}"
+        )
+    return generator.rng
 
 
 def _raw(t: Any) -> Any:
