@@ -22,5 +22,6 @@ from .factories import (arange, as_tensor, empty, empty_like, eye, from_numpy, f
                         ones, ones_like, rand, rand_like, randint, randn, randn_like, randperm, tensor,
                         zeros, zeros_like)
 from . import factories
+from . import data
 
 __version__ = "0.1.0"
