@@ -257,26 +257,44 @@ class Tensor:
                                f"wrap it in ta.no_grad() or use the out-of-place op")
         return True
 
-    def _inplace_result(self, name: str, result: "Tensor") -> "Tensor":
-        """Write an out-of-place result back into self, taking its place on the tape."""
+    def _check_result(self, name: str, result: "Tensor") -> None:
         if result.shape != self.shape or result.dtype != self.dtype:
             raise RuntimeError(f"{name}: result of shape {list(result.shape)} and dtype "
                                f"{dt.dtype_name(result.dtype)} cannot be written in place into a tensor of "
                                f"shape {list(self.shape)} and dtype {dt.dtype_name(self.dtype)}")
+
+    def _old_value(self) -> "Tensor":
+        """The tensor as it is now, as a separate node input for a recorded in-place op."""
+        old = Tensor._wrap(self.data)
+        old.grad_fn, old._out_index, old._requires_grad = self.grad_fn, self._out_index, self._requires_grad
+        return old
+
+    def _rebind(self, name: str, result: "Tensor") -> "Tensor":
+        """A recorded in-place op: self becomes the op's output.
+
+        The old array is left untouched (the node may have saved it) and self is
+        rebound to the result; the version bump makes any other node that saved
+        self fail loudly at backward instead of reading the new values.
+        """
+        self._check_result(name, result)
+        self.data = result.data
+        self.grad_fn, self._out_index, self._requires_grad = result.grad_fn, result._out_index, True
+        self._version[0] += 1
+        return self
+
+    def _write(self, name: str, result: "Tensor") -> "Tensor":
+        """An unrecorded in-place op: write into self's buffer (views see it)."""
+        self._check_result(name, result)
         self.data[...] = result.data
         self._version[0] += 1
-        if result.grad_fn is not None:
-            # self now *is* the op's output: later uses route gradients through it.
-            self.grad_fn, self._out_index = result.grad_fn, result._out_index
-            self._requires_grad = True
         return self
 
     def _inplace_binary(self, name: str, op: Callable, other: Any) -> "Tensor":
         if self._check_inplace(name, other):
-            return self._inplace_result(name, op(self, other))
+            return self._rebind(name, op(self._old_value(), other))
         with tinyamp.no_grad():
             result = op(self, other)
-        return self._inplace_result(name, result)
+        return self._write(name, result)
 
     def add_(self, other: Any, alpha: float = 1) -> "Tensor":
         if alpha != 1:
@@ -313,7 +331,7 @@ class Tensor:
                                f"destination shape {list(self.shape)}")
         if self._check_inplace("copy_", src):
             converted = src.to(self.device).to(self.dtype)
-            return self._inplace_result("copy_", tinyamp.ops.clone(converted))
+            return self._rebind("copy_", tinyamp.ops.clone(converted))
         self.data[...] = backend.to_device(src.data, self.device).astype(self.dtype, copy=False)
         self._version[0] += 1
         return self
