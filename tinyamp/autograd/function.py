@@ -274,8 +274,9 @@ def _as_tensors(op: Function, args: tuple) -> list[Tensor]:
     for arg in args:
         if isinstance(arg, Tensor):
             tensors.append(arg)
-        elif isinstance(arg, (bool, int, float)) and not isinstance(arg, np.ndarray):
-            tensors.append(_scalar_tensor(arg, reference))
+        elif isinstance(arg, (bool, int, float, np.number, np.bool_)):
+            # NumPy scalars are treated like Python numbers (weak), as PyTorch does.
+            tensors.append(_scalar_tensor(arg.item() if isinstance(arg, np.generic) else arg, reference))
         else:
             raise TypeError(f"{op.name}: expected Tensors or Python numbers, got {type(arg).__name__}")
     return tensors
