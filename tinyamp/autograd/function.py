@@ -97,15 +97,18 @@ class Function:
                             f"{type(self).__name__}.apply(...) instead")
         tensors = _as_tensors(self, args)
         state = amp_state.current()
-        if state is not None or self.precision is PROMOTE:
+        if state is not None or (self.precision is PROMOTE and _mixed_dtypes(tensors)):
             tensors = self._apply_precision(tensors, state)
         arrays = [t.data for t in tensors]
         xp = array_module(arrays[0]) if arrays else np
         outputs = self.forward(xp, *arrays)
         single = not isinstance(outputs, tuple)
         out_tensors = [Tensor._wrap(o) for o in ((outputs,) if single else outputs)]
-        if _grad_enabled.get() and any(t.requires_grad for t in tensors):
-            self._record(tensors, out_tensors)
+        if _grad_enabled.get():
+            for t in tensors:
+                if t._requires_grad:
+                    self._record(tensors, out_tensors)
+                    break
         tracer = _trace_hook
         if tracer is not None:
             tracer.record_op(self, tensors, out_tensors)
@@ -130,22 +133,30 @@ class Function:
     # --------------------------------------------------------------- the tape
     def _record(self, inputs: list[Tensor], outputs: list[Tensor]) -> None:
         self.seq = next(_sequence)
-        self.needs_input_grad = tuple(t.requires_grad for t in inputs)
-        # An edge says where an input's gradient goes: to the node that made it,
-        # or (for a leaf) to the tensor itself. Inputs that need no gradient get None.
-        self._edges = [None if not t.requires_grad else
-                       ((t.grad_fn, t._out_index) if t.grad_fn is not None else (None, t))
-                       for t in inputs]
-        self._input_meta = [(t.shape, t.dtype) for t in inputs]
-        self._output_meta = [(o.shape, o.dtype) for o in outputs]
+        needs, edges, meta = [], [], []
+        for t in inputs:
+            # An edge says where an input's gradient goes: to the node that made it,
+            # or (for a leaf) to the tensor itself. Inputs that need no gradient get None.
+            needs.append(t._requires_grad)
+            if not t._requires_grad:
+                edges.append(None)
+            elif t.grad_fn is not None:
+                edges.append((t.grad_fn, t._out_index))
+            else:
+                edges.append((None, t))
+            meta.append((t.data.shape, t.data.dtype))
+        self.needs_input_grad = tuple(needs)
+        self._edges = edges
+        self._input_meta = meta
+        self._output_meta = [(o.data.shape, o.data.dtype) for o in outputs]
         self._saved_in = [(inputs[i], inputs[i]._version[0]) for i in self.save_inputs]
         self._saved_out = [(outputs[i].data, outputs[i]._version, outputs[i]._version[0])
                            for i in self.save_outputs]
         for index, out in enumerate(outputs):
-            if out.dtype in dt.FLOATING:
+            if out.data.dtype in dt.FLOATING:
                 out.grad_fn = self
                 out._out_index = index
-                out.requires_grad = True
+                out._requires_grad = True
 
     @property
     def saved_tensors(self) -> tuple[Tensor, ...]:
@@ -257,6 +268,15 @@ def _modified_error(node: Function, shape: tuple, dtype: np.dtype, saved: int, n
         f"one of the variables needed for gradient computation has been modified by an "
         f"inplace operation: [{dt.dtype_name(dtype)} {list(shape)}] saved by "
         f"{type(node).__name__} is at version {now}; expected version {saved} instead.")
+
+
+def _mixed_dtypes(tensors: list[Tensor]) -> bool:
+    """True when the operands do not all share one dtype (PROMOTE has work to do)."""
+    first = tensors[0].data.dtype
+    for t in tensors:
+        if t.data.dtype != first:
+            return True
+    return False
 
 
 def _as_tensors(op: Function, args: tuple) -> list[Tensor]:
