@@ -76,3 +76,16 @@ def needs_cast(tag: Precision, dtype: np.dtype, target: np.dtype) -> bool:
         return True  # every operand joins the widest float, ints and bools too
     # LOWER / FP32: only floating inputs; float64 never moves.
     return dtype in dt.FLOATING and dtype != dt.float64
+
+
+_BY_NAME = {p.value: p for p in Precision}
+
+
+def as_precision(spec: "Precision | str") -> Precision:
+    """``LOWER`` or one of the strings ``"lower"``, ``"fp32"``, ``"promote"``, ``"neutral"``."""
+    if isinstance(spec, Precision):
+        return spec
+    if isinstance(spec, str) and spec.lower() in _BY_NAME:
+        return _BY_NAME[spec.lower()]
+    raise ValueError(f"unknown precision tag {spec!r}; expected one of "
+                     f"{', '.join(repr(v) for v in _BY_NAME)} or a ta.amp.Precision")

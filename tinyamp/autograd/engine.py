@@ -17,6 +17,7 @@ from typing import Any, Sequence
 from .. import dtypes as dt
 from ..amp import state as amp_state
 from ..tensor import Tensor
+from . import function as _function
 from .grad_mode import _grad_enabled
 
 
@@ -76,9 +77,14 @@ def run_backward(roots: Sequence[Tensor], root_grads: Sequence[Tensor], retain_g
 
     token_grad = _grad_enabled.set(bool(create_graph))
     token_amp = amp_state.set_state(None)
+    tracer = _function._trace_hook  # an open precision report (amp.report), else None
+    if tracer is not None:
+        tracer.begin_backward()
     try:
         while heap:
             _, node_id, node = heapq.heappop(heap)
+            if tracer is not None:
+                tracer.node = node  # the report names the node each backward op serves
             grads = []
             for index, (shape, dtype) in enumerate(node._output_meta):
                 grad = node_grads.pop((node_id, index), None)
@@ -113,6 +119,8 @@ def run_backward(roots: Sequence[Tensor], root_grads: Sequence[Tensor], retain_g
             if not retain_graph:
                 node.release()
     finally:
+        if tracer is not None:
+            tracer.end_backward()
         amp_state.reset_state(token_amp)
         _grad_enabled.reset(token_grad)
 

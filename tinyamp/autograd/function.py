@@ -116,17 +116,28 @@ class Function:
 
     def _apply_precision(self, tensors: list[Tensor], state: "amp_state.AutocastState | None") -> list[Tensor]:
         """Insert recorded casts so the inputs reach the op's compute dtype."""
+        if state is not None and state.device_type is not None and tensors and \
+                tensors[0].device.type != state.device_type:
+            state = None  # a device-specific region leaves other devices' ops alone
         tag = self.effective_precision(state)
         target = compute_dtype(tag, [t.dtype for t in tensors], None if state is None else state.dtype)
-        if target is None:
-            return tensors
-        return [cast_input(self, t, target, state, tag) if needs_cast(tag, t.dtype, target) else t
-                for t in tensors]
+        if target is not None:
+            tensors = [cast_input(self, t, target, state, tag) if needs_cast(tag, t.dtype, target) else t
+                       for t in tensors]
+        if tag is not self.precision and self.precision is PROMOTE:
+            # An overridden PROMOTE op still needs equal operand dtypes.
+            target = compute_dtype(PROMOTE, [t.dtype for t in tensors], None)
+            if target is not None:
+                tensors = [cast_input(self, t, target, state, PROMOTE) if needs_cast(PROMOTE, t.dtype, target)
+                           else t for t in tensors]
+        return tensors
 
     def effective_precision(self, state: "amp_state.AutocastState | None") -> Precision:
-        """The op's tag after any per-region or global override by name."""
+        """The op's tag after any per-region or global override by name (autocast regions only)."""
+        if state is None:
+            return self.precision  # outside autocast only the class tag counts
         overrides = global_overrides()
-        if state is not None and state.overrides:
+        if state.overrides:
             return state.overrides.get(self.name, overrides.get(self.name, self.precision))
         return overrides.get(self.name, self.precision) if overrides else self.precision
 
@@ -203,6 +214,11 @@ class Function:
         ctx = cls()
         ctx._saved_user = ()
         ctx._autocast_at_forward = amp_state.current()
+        cast_to = getattr(cls.forward, "_amp_cast_inputs", None)
+        if cast_to is not None:
+            # custom_fwd(cast_inputs=...): recorded casts before the node records
+            # its inputs, so each gradient returns in its argument's dtype.
+            args = _custom_fwd_casts(ctx, args, cast_to, cls.forward._amp_device_type)
         tensor_args = [a for a in args if isinstance(a, Tensor)]
         ctx.needs_input_grad = tuple(isinstance(a, Tensor) and a.requires_grad for a in args)
         with no_grad():
@@ -223,6 +239,9 @@ class Function:
             ctx._saved_user = tuple(("out", out_ids[id(t)]) if id(t) in out_ids else ("in", t)
                                     for t in ctx._saved_user)
             ctx._saved_out = [(o.data, o._version, o._version[0]) for o in out_tensors]
+        tracer = _trace_hook
+        if tracer is not None:
+            tracer.record_op(ctx, tensor_args, out_tensors)
         return out_tensors[0] if single else tuple(out_tensors)
 
     def save_for_backward(self, *tensors: Tensor) -> None:
@@ -261,6 +280,16 @@ class Function:
 
 # Set by amp.report while a trace is open; None costs one global read per op.
 _trace_hook: Any = None
+
+
+def _custom_fwd_casts(ctx: Function, args: tuple, dtype: np.dtype, device_type: "str | None") -> tuple:
+    """Floating (not float64) Tensor arguments cast to ``dtype`` when autocast is on."""
+    state = amp_state.current()
+    if state is None or (device_type is not None and state.device_type not in (None, device_type)):
+        return args
+    return tuple(cast_input(ctx, a, dtype, state, None)
+                 if isinstance(a, Tensor) and a.dtype in dt.FLOATING and a.dtype != dt.float64
+                 and a.dtype != dtype else a for a in args)
 
 
 def _modified_error(node: Function, shape: tuple, dtype: np.dtype, saved: int, now: int) -> RuntimeError:

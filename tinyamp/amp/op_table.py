@@ -1,0 +1,147 @@
+"""``ta.amp.op_table()``: every op, its precision tag and its math, read from the op classes.
+
+There is one source of truth for what autocast does to an op: the ``precision``
+attribute of its ``Function`` subclass. This module walks the subclasses of
+``Function`` (recursively) and keeps those that implement a public op, i.e.
+whose ``name`` is reachable as ``ta.<name>``, ``ta.ops.<name>``,
+``ta.nn.functional.<name>`` or a Tensor method. Helper nodes that only run
+inside a backward (``XxxGrad``) and user-defined Functions are left out.
+
+The table is a read-only mapping from op name to :class:`OpInfo`; printing it
+gives one line per op grouped by tag, with any global override shown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Iterator
+
+import tinyamp
+
+from .policy import FP32, LOWER, NEUTRAL, PROMOTE, Precision
+
+_TAG_ORDER = {LOWER: 0, FP32: 1, PROMOTE: 2, NEUTRAL: 3}
+_TAG_MEANING = {
+    LOWER: "cast float inputs to the autocast dtype (float16/bfloat16)",
+    FP32: "cast float16/bfloat16 inputs to float32",
+    PROMOTE: "cast float inputs to the widest among them (also outside autocast)",
+    NEUTRAL: "run in whatever dtype arrives",
+}
+
+
+@dataclass(frozen=True)
+class OpInfo:
+    """One row: the op's public name, its class tag, the tag in force, and its math."""
+
+    name: str
+    tag: Precision          # declared on the class
+    effective: Precision    # after global overrides (ta.amp.set_op_precision)
+    description: str        # first line of the class docstring
+    cls: type
+
+    @property
+    def overridden(self) -> bool:
+        return self.effective is not self.tag
+
+
+def _all_subclasses(cls: type) -> Iterator[type]:
+    stack = list(cls.__subclasses__())
+    seen: set[type] = set()
+    while stack:
+        sub = stack.pop()
+        if sub in seen:
+            continue
+        seen.add(sub)
+        yield sub
+        stack.extend(sub.__subclasses__())
+
+
+def _public_names() -> set[str]:
+    names = set(dir(tinyamp)) | set(dir(tinyamp.ops)) | set(tinyamp.ops.TENSOR_METHODS)
+    nn = getattr(tinyamp, "nn", None)
+    functional = getattr(nn, "functional", None)
+    if functional is not None:
+        names |= set(dir(functional))
+    return names
+
+
+def op_classes() -> dict[str, list[type]]:
+    """Public op name -> the built-in Function classes that carry it (normally one)."""
+    from ..autograd.function import Function
+
+    public = _public_names()
+    result: dict[str, list[type]] = {}
+    for cls in _all_subclasses(Function):
+        if cls._custom or not cls.__module__.startswith("tinyamp."):
+            continue
+        if "precision" not in vars(cls) and not hasattr(cls, "precision"):
+            continue
+        if cls.name in public:
+            result.setdefault(cls.name, []).append(cls)
+    return result
+
+
+class OpTable(Mapping):
+    """Op name -> :class:`OpInfo`, ordered by tag then name; ``print`` it for a table."""
+
+    def __init__(self, rows: list[OpInfo]) -> None:
+        rows = sorted(rows, key=lambda r: (_TAG_ORDER[r.tag], r.name))
+        self._rows = {r.name: r for r in rows}
+
+    def __getitem__(self, name: str) -> OpInfo:
+        return self._rows[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._rows)
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def by_tag(self, tag: "Precision | str") -> list[str]:
+        """Names of the ops whose tag in force is ``tag``."""
+        from .policy import as_precision
+
+        tag = as_precision(tag)
+        return [r.name for r in self._rows.values() if r.effective is tag]
+
+    def to_dict(self) -> dict:
+        return {r.name: {"tag": r.tag.value, "effective": r.effective.value, "description": r.description}
+                for r in self._rows.values()}
+
+    def __str__(self) -> str:
+        width = max([len(n) for n in self._rows] + [4])
+        lines = [f"{len(self._rows)} ops; the tag is declared on each op class "
+                 f"(override with ta.amp.set_op_precision or autocast(..., lower_ops=...))"]
+        for tag in _TAG_ORDER:
+            rows = [r for r in self._rows.values() if r.tag is tag]
+            if not rows:
+                continue
+            lines.append("")
+            lines.append(f"{tag.name}: {_TAG_MEANING[tag]}")
+            for r in rows:
+                note = f"   [globally overridden: {r.effective.name}]" if r.overridden else ""
+                lines.append(f"  {r.name:<{width}}  {r.description}{note}")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def op_table() -> OpTable:
+    """Every public op with its precision tag, derived from the op classes."""
+    from .autocast import global_overrides
+
+    overrides = global_overrides()
+    rows = []
+    for name, classes in op_classes().items():
+        cls = classes[0]
+        doc = (cls.__doc__ or "").strip().splitlines()
+        rows.append(OpInfo(name, cls.precision, overrides.get(name, cls.precision),
+                           doc[0].strip() if doc else "", cls))
+    return OpTable(rows)
+
+
+def known_op_names() -> set[str]:
+    """The names per-op overrides may use."""
+    return set(op_classes())

@@ -1,0 +1,349 @@
+"""The precision report: ``with ta.amp.trace() as t: ...`` then ``print(t)``.
+
+While a trace is open it records, for forward and backward:
+
+- every op that ran: name, tag in force, the dtypes its inputs arrived in and
+  the dtypes it computed in, its output dtypes, and (in backward) the node
+  whose backward ran it;
+- every cast: from, to, the op it was made for and the rule that made it
+  ("LOWER: float32 -> float16 for matmul"), weight-cache hits included, and in
+  backward the cast that returns a gradient to its source dtype;
+- the bytes each node keeps for backward, per dtype, each array counted once.
+
+``print(t)`` shows one row per op with its casts just before it, then totals;
+``t.to_dict()`` gives the same data to programs.
+
+How it hooks in: ``Function.__call__`` reads one module global per op
+(``autograd.function._trace_hook``, None when no trace is open), the engine
+reads it once per backward, and ``amp.autocast.cast_input`` tells the trace why
+each cast happened. Nothing else is paid when no trace is open. A trace
+records the ops of the thread that opened it; traces nest (an inner trace's
+events also reach the outer one).
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+import weakref
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .. import dtypes as dt
+
+# The module, not the class ``amp.autocast`` that the package exports under the same name.
+_autocast = importlib.import_module(f"{__package__}.autocast")
+
+
+@dataclass
+class OpRecord:
+    """One op that ran while the trace was open."""
+
+    index: int
+    phase: str                      # "forward" or "backward"
+    name: str
+    tag: str                        # the tag in force ("LOWER", ...; "custom" for user Functions)
+    arrived: list[str]              # input dtypes as the caller passed them
+    inputs: list[str]               # input dtypes the op computed in (after autocast casts)
+    shapes: list[list[int]]
+    outputs: list[str]
+    casts: list[int] = field(default_factory=list)  # indices into Trace.casts made for this op
+    saved_bytes: int = 0            # bytes this node newly keeps for backward
+    during: str = ""                # backward: the node whose backward ran this op
+
+
+@dataclass
+class CastRecord:
+    """One cast: a conversion that ran, or a weight-cache hit that replaced one."""
+
+    index: int
+    phase: str
+    source: str
+    target: str
+    op: str                         # the op the cast was made for ("" when not known)
+    rule: str
+    kind: str                       # "autocast", "cache hit", "backward", "explicit"
+    shape: list[int]
+    op_index: int = -1              # the OpRecord it fed, when known
+    row: int = -1                   # the OpRecord of the Cast op itself (-1 for a cache hit)
+
+    @property
+    def converted(self) -> bool:
+        """False for a cache hit (no conversion ran)."""
+        return self.kind != "cache hit"
+
+
+class Trace:
+    """A precision report; open it with ``with ta.amp.trace() as t:``."""
+
+    def __init__(self) -> None:
+        self.ops: list[OpRecord] = []
+        self.casts: list[CastRecord] = []
+        self.saved_bytes: dict[str, dict[str, int]] = {"forward": {}, "backward": {}}
+        self.cache_hits = 0
+        self.cache_misses = 0
+        self._parent: "Trace | None" = None
+        self._thread = 0
+        self._depth = 0              # > 0 while the engine runs backward
+        self._node: Any = None       # the node whose backward is running
+        self._pending: Any = None    # (op, cause, cache) for the Cast about to run
+        self._awaiting: list[tuple[Any, int, int]] = []  # (op, cast index, id(cast output))
+        self._seen: dict[int, Any] = {}  # id(array) -> weakref, so each array counts once
+        self._open = False
+
+    # ------------------------------------------------------------ context
+    def __enter__(self) -> "Trace":
+        from ..autograd import function as _function
+
+        if self._open:
+            raise RuntimeError("this trace is already open")
+        self._open = True
+        self._thread = threading.get_ident()
+        self._parent = _function._trace_hook
+        _function._trace_hook = self
+        _autocast._trace_hook = self
+        return self
+
+    def __exit__(self, *exc: Any) -> bool:
+        from ..autograd import function as _function
+
+        _function._trace_hook = self._parent
+        _autocast._trace_hook = self._parent
+        self._open = False
+        self._awaiting.clear()
+        self._pending = None
+        return False
+
+    @property
+    def phase(self) -> str:
+        return "backward" if self._depth else "forward"
+
+    # --------------------------------------------------- hooks (called by tinyamp)
+    def begin_backward(self) -> None:
+        if threading.get_ident() == self._thread:
+            self._depth += 1
+        if self._parent is not None:
+            self._parent.begin_backward()
+
+    def end_backward(self) -> None:
+        if threading.get_ident() == self._thread:
+            self._depth -= 1
+            self._node = None
+        if self._parent is not None:
+            self._parent.end_backward()
+
+    @property
+    def node(self) -> Any:
+        return self._node
+
+    @node.setter
+    def node(self, node: Any) -> None:
+        if threading.get_ident() == self._thread:
+            self._node = node
+        if self._parent is not None:
+            self._parent.node = node
+
+    def expect_cast(self, op: Any, cause: str, cache: "str | None") -> None:
+        """autocast is about to run a Cast for ``op`` because of ``cause``."""
+        if threading.get_ident() == self._thread:
+            self._pending = (op, cause, cache)
+        if self._parent is not None:
+            self._parent.expect_cast(op, cause, cache)
+
+    def record_cache_hit(self, op: Any, cause: str, weight: Any, cached: Any) -> None:
+        if threading.get_ident() == self._thread:
+            self.cache_hits += 1
+            record = self._add_cast(dt.dtype_name(weight.dtype), dt.dtype_name(cached.dtype), op.name,
+                                    f"{cause}; cache hit", "cache hit", weight.shape)
+            self._awaiting.append((op, record.index, id(cached)))
+        if self._parent is not None:
+            self._parent.record_cache_hit(op, cause, weight, cached)
+
+    def record_op(self, op: Any, inputs: list, outputs: list) -> None:
+        if threading.get_ident() == self._thread:
+            self._record_op(op, inputs, outputs)
+        if self._parent is not None:
+            self._parent.record_op(op, inputs, outputs)
+
+    # ------------------------------------------------------------ recording
+    def _add_cast(self, source: str, target: str, op: str, rule: str, kind: str, shape: tuple) -> CastRecord:
+        record = CastRecord(len(self.casts), self.phase, source, target, op, rule, kind, list(shape))
+        self.casts.append(record)
+        return record
+
+    def _record_op(self, op: Any, inputs: list, outputs: list) -> None:
+        from ..ops.cast import Cast
+
+        index = len(self.ops)
+        if isinstance(op, Cast):
+            self._record_cast_op(op, inputs, outputs, index)
+        arrived = [dt.dtype_name(t.dtype) for t in inputs]
+        casts = []
+        if self._awaiting:
+            by_output = {}
+            keep = []
+            for owner, cast_index, out_id in self._awaiting:
+                if owner is op:
+                    by_output[out_id] = cast_index
+                else:
+                    keep.append((owner, cast_index, out_id))
+            self._awaiting = keep
+            for position, t in enumerate(inputs):
+                cast_index = by_output.get(id(t))
+                if cast_index is not None:
+                    record = self.casts[cast_index]
+                    record.op_index = index
+                    arrived[position] = record.source
+                    casts.append(cast_index)
+        tag = "custom" if op._custom else op.effective_precision(_current_state()).name
+        during = ""
+        if self._depth and self._node is not None:
+            during = self._node.name
+        record = OpRecord(index, self.phase, op.name, tag, arrived,
+                          [dt.dtype_name(t.dtype) for t in inputs], [list(t.shape) for t in inputs],
+                          [dt.dtype_name(t.dtype) for t in outputs], sorted(casts), 0, during)
+        record.saved_bytes = self._count_saved(op)
+        self.ops.append(record)
+
+    def _record_cast_op(self, op: Any, inputs: list, outputs: list, index: int) -> None:
+        from ..ops.cast import Cast
+
+        source, target = dt.dtype_name(inputs[0].dtype), dt.dtype_name(outputs[0].dtype)
+        shape = inputs[0].shape
+        if self._pending is not None:
+            owner, cause, cache = self._pending
+            self._pending = None
+            if cache == "miss":
+                self.cache_misses += 1
+            record = self._add_cast(source, target, owner.name, cause, "autocast", shape)
+            self._awaiting.append((owner, record.index, id(outputs[0])))
+        elif self._depth and self._node is not None and type(self._node) is Cast:
+            cause = getattr(self._node, "_amp_cause", None) or "a cast"
+            record = self._add_cast(source, target, _cause_op(cause),
+                                    f"gradient back to {target} (backward of {cause})", "backward", shape)
+        else:
+            record = self._add_cast(source, target, "", "explicit cast", "explicit", shape)
+        record.row = index
+
+    def _count_saved(self, op: Any) -> int:
+        """Bytes of arrays this node keeps for backward that no earlier node kept."""
+        if op.seq < 0:
+            return 0
+        arrays = [t.data for t, _version in getattr(op, "_saved_in", ())]
+        if op._custom:
+            arrays = [item.data for kind, item in getattr(op, "_saved_user", ()) if kind == "in"]
+            indices = [item for kind, item in getattr(op, "_saved_user", ()) if kind == "out"]
+            saved_out = getattr(op, "_saved_out", ())
+            arrays += [saved_out[i][0] for i in indices]
+        else:
+            arrays += [array for array, _counter, _version in getattr(op, "_saved_out", ())]
+        total = 0
+        per_dtype = self.saved_bytes[self.phase]
+        for array in arrays:
+            owner = _owner(array)
+            ref = self._seen.get(id(owner))
+            if ref is not None and ref() is owner:
+                continue
+            self._seen[id(owner)] = weakref.ref(owner)
+            name = dt.dtype_name(array.dtype)
+            per_dtype[name] = per_dtype.get(name, 0) + int(owner.nbytes)
+            total += int(owner.nbytes)
+        return total
+
+    # ------------------------------------------------------------ reading
+    def ops_named(self, name: str, phase: "str | None" = None) -> list[OpRecord]:
+        return [r for r in self.ops if r.name == name and (phase is None or r.phase == phase)]
+
+    def totals(self) -> dict:
+        forward = [r for r in self.ops if r.phase == "forward"]
+        conversions = [c for c in self.casts if c.converted]
+        by_move: dict[str, int] = {}
+        for c in conversions:
+            key = f"{c.source} -> {c.target} ({c.phase})"
+            by_move[key] = by_move.get(key, 0) + 1
+        saved = {phase: dict(v) for phase, v in self.saved_bytes.items()}
+        return {
+            "ops": len(self.ops), "forward_ops": len(forward), "backward_ops": len(self.ops) - len(forward),
+            "casts": len(conversions), "casts_by_dtype": by_move,
+            "autocast_casts": sum(c.kind == "autocast" for c in self.casts),
+            "backward_casts": sum(c.kind == "backward" for c in self.casts),
+            "explicit_casts": sum(c.kind == "explicit" for c in self.casts),
+            "cache_hits": self.cache_hits, "cache_misses": self.cache_misses,
+            "saved_bytes": saved,
+            "saved_bytes_total": sum(sum(v.values()) for v in saved.values()),
+        }
+
+    def to_dict(self) -> dict:
+        return {"ops": [asdict(r) for r in self.ops], "casts": [asdict(c) for c in self.casts],
+                "totals": self.totals()}
+
+    def __str__(self) -> str:
+        totals = self.totals()
+        rows = [("#", "phase", "op", "tag", "inputs", "output", "saved", "note")]
+        rows_to_casts = {c.row: c for c in self.casts if c.row >= 0}
+        for r in self.ops:
+            cast = rows_to_casts.get(r.index)
+            if cast is not None:
+                note = cast.rule
+            else:
+                hits = [self.casts[c] for c in r.casts if self.casts[c].kind == "cache hit"]
+                note = f"{len(hits)} weight-cache hit{'s' * (len(hits) > 1)} ({hits[0].source} -> " \
+                       f"{hits[0].target})" if hits else ""
+            if r.during and cast is None:
+                note = (note + " " if note else "") + f"(in {r.during} backward)"
+            ins = ", ".join(f"{d}{_shape(s)}" for d, s in zip(r.inputs, r.shapes))
+            rows.append((str(r.index), r.phase, r.name, r.tag, ins, ", ".join(r.outputs),
+                         _bytes(r.saved_bytes) if r.saved_bytes else "", note))
+        widths = [max(len(row[i]) for row in rows) for i in range(7)]
+        lines = [f"precision trace: {totals['forward_ops']} forward ops, {totals['backward_ops']} backward ops"]
+        for row in rows:
+            lines.append("  ".join(cell.ljust(w) for cell, w in zip(row[:7], widths)) + "  " + row[7])
+        lines.append("")
+        lines.append(f"casts: {totals['autocast_casts']} by autocast, {totals['backward_casts']} in backward, "
+                     f"{totals['explicit_casts']} explicit; weight cache: {totals['cache_hits']} hits, "
+                     f"{totals['cache_misses']} misses")
+        for move, count in totals["casts_by_dtype"].items():
+            lines.append(f"  {move}: {count}")
+        for phase, per_dtype in totals["saved_bytes"].items():
+            if per_dtype:
+                parts = ", ".join(f"{name} {_bytes(n)}" for name, n in sorted(per_dtype.items()))
+                lines.append(f"saved for backward ({phase}): {parts}; total {_bytes(sum(per_dtype.values()))}")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        t = self.totals()
+        return (f"<Trace {t['ops']} ops, {t['casts']} casts, {t['cache_hits']} cache hits, "
+                f"{_bytes(t['saved_bytes_total'])} saved>")
+
+
+def trace() -> Trace:
+    """Open a precision report: ``with ta.amp.trace() as t: ...``; then ``print(t)``."""
+    return Trace()
+
+
+def _current_state() -> Any:
+    from . import state
+
+    return state.current()
+
+
+def _owner(array: Any) -> Any:
+    """The array that owns the memory (a view keeps its base alive)."""
+    while getattr(array, "base", None) is not None and hasattr(array.base, "nbytes"):
+        array = array.base
+    return array
+
+
+def _cause_op(cause: str) -> str:
+    return cause.split(" for ", 1)[1].split(" ")[0].rstrip(";") if " for " in cause else ""
+
+
+def _shape(shape: list[int]) -> str:
+    return "[" + ",".join(str(s) for s in shape) + "]"
+
+
+def _bytes(n: int) -> str:
+    for unit, size in (("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"
