@@ -1,0 +1,28 @@
+"""``tinyamp.nn``: Module, Parameter, layers, losses, containers, ``init``, ``functional``, ``utils``.
+
+Layers hold parameters and options; the arithmetic is in ``tinyamp.ops``, which
+each ``forward`` calls at call time.
+"""
+
+from __future__ import annotations
+
+from . import functional, init, utils
+from .activation import GELU, LeakyReLU, LogSoftmax, ReLU, Sigmoid, Softmax, Tanh
+from .container import ModuleDict, ModuleList, Sequential
+from .conv import Conv2d
+from .dropout import Dropout
+from .embedding import Embedding
+from .flatten import Flatten
+from .linear import Identity, Linear
+from .loss import BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, L1Loss, MSELoss, NLLLoss
+from .module import Module
+from .normalization import BatchNorm1d, BatchNorm2d, LayerNorm
+from .parameter import Parameter
+from .pooling import AvgPool2d, MaxPool2d
+
+__all__ = [
+    "Module", "Parameter", "Linear", "Identity", "Conv2d", "BatchNorm1d", "BatchNorm2d", "LayerNorm",
+    "Embedding", "Dropout", "ReLU", "LeakyReLU", "GELU", "Tanh", "Sigmoid", "Softmax", "LogSoftmax",
+    "Flatten", "MaxPool2d", "AvgPool2d", "Sequential", "ModuleList", "ModuleDict", "CrossEntropyLoss",
+    "NLLLoss", "MSELoss", "L1Loss", "BCELoss", "BCEWithLogitsLoss", "functional", "init", "utils",
+]

@@ -1,0 +1,96 @@
+"""Activation modules: thin wrappers that call the matching op in ``forward``."""
+
+from __future__ import annotations
+
+import tinyamp
+
+from ..tensor import Tensor
+from .module import Module
+
+
+class ReLU(Module):
+    """y = max(x, 0)"""
+
+    def __init__(self, inplace: bool = False) -> None:
+        # inplace is accepted for portability; tinyamp always returns a new tensor,
+        # which is what autograd needs anyway.
+        super().__init__()
+        self.inplace = inplace
+
+    def forward(self, x: Tensor) -> Tensor:
+        return tinyamp.ops.relu(x)
+
+    def extra_repr(self) -> str:
+        return "inplace=True" if self.inplace else ""
+
+
+class LeakyReLU(Module):
+    """y = x if x > 0 else negative_slope * x"""
+
+    def __init__(self, negative_slope: float = 0.01, inplace: bool = False) -> None:
+        super().__init__()
+        self.negative_slope, self.inplace = negative_slope, inplace
+
+    def forward(self, x: Tensor) -> Tensor:
+        return tinyamp.ops.leaky_relu(x, self.negative_slope)
+
+    def extra_repr(self) -> str:
+        return f"negative_slope={self.negative_slope}" + (", inplace=True" if self.inplace else "")
+
+
+class GELU(Module):
+    """y = x * Phi(x); ``approximate="tanh"`` uses the tanh approximation"""
+
+    def __init__(self, approximate: str = "none") -> None:
+        super().__init__()
+        if approximate not in ("none", "tanh"):
+            raise ValueError(f"GELU: approximate must be 'none' or 'tanh', got {approximate!r}")
+        self.approximate = approximate
+
+    def forward(self, x: Tensor) -> Tensor:
+        return tinyamp.ops.gelu(x, approximate=self.approximate)
+
+    def extra_repr(self) -> str:
+        return f"approximate='{self.approximate}'"
+
+
+class Tanh(Module):
+    """y = tanh(x)"""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return tinyamp.ops.tanh(x)
+
+
+class Sigmoid(Module):
+    """y = 1 / (1 + exp(-x))"""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return tinyamp.ops.sigmoid(x)
+
+
+class Softmax(Module):
+    """y = exp(x) / sum(exp(x), dim)"""
+
+    def __init__(self, dim: int | None = None) -> None:
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x: Tensor) -> Tensor:
+        return tinyamp.ops.softmax(x, self.dim)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}"
+
+
+class LogSoftmax(Module):
+    """y = x - logsumexp(x, dim)"""
+
+    def __init__(self, dim: int | None = None) -> None:
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x: Tensor) -> Tensor:
+        return tinyamp.ops.log_softmax(x, self.dim)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}"

@@ -1,0 +1,86 @@
+"""Conv2d: 2-D cross-correlation over (N, C, H, W) inputs, PyTorch's layout and defaults."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tinyamp
+
+from .. import dtypes as dt
+from ..tensor import Tensor
+from . import init
+from .module import Module
+from .parameter import Parameter
+
+
+def _pair(value: Any, name: str) -> tuple[int, int]:
+    """``3`` -> ``(3, 3)``; a pair stays a pair."""
+    if isinstance(value, int):
+        return (value, value)
+    pair = tuple(value)
+    if len(pair) != 2 or not all(isinstance(v, int) for v in pair):
+        raise ValueError(f"{name} must be an int or a pair of ints, got {value!r}")
+    return pair  # type: ignore[return-value]
+
+
+class Conv2d(Module):
+    """Weight (out_channels, in_channels // groups, kH, kW); PyTorch's default init."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: Any, stride: Any = 1,
+                 padding: Any = 0, dilation: Any = 1, groups: int = 1, bias: bool = True,
+                 padding_mode: str = "zeros", device: Any = None, dtype: Any = None) -> None:
+        super().__init__()
+        if groups <= 0 or in_channels % groups or out_channels % groups:
+            raise ValueError(f"Conv2d: in_channels ({in_channels}) and out_channels ({out_channels}) must "
+                             f"both be divisible by groups ({groups})")
+        if padding_mode != "zeros":
+            raise NotImplementedError(f"Conv2d: padding_mode={padding_mode!r} is not supported; only 'zeros'")
+        self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
+        self.kernel_size = _pair(kernel_size, "kernel_size")
+        self.stride = _pair(stride, "stride")
+        self.dilation = _pair(dilation, "dilation")
+        self.padding = self._resolve_padding(padding)
+        self.padding_mode = padding_mode
+        self.weight = Parameter(tinyamp.empty(out_channels, in_channels // groups, *self.kernel_size,
+                                              dtype=dtype, device=device))
+        if bias:
+            self.bias = Parameter(tinyamp.empty(out_channels, dtype=dtype, device=device))
+        else:
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def _resolve_padding(self, padding: Any) -> tuple[int, int]:
+        if padding == "valid":
+            return (0, 0)
+        if padding == "same":
+            if self.stride != (1, 1):
+                raise ValueError("Conv2d: padding='same' is not supported for strided convolutions")
+            totals = [d * (k - 1) for d, k in zip(self.dilation, self.kernel_size)]
+            if any(t % 2 for t in totals):
+                # PyTorch pads one side more here; tinyamp's conv2d takes symmetric padding only.
+                raise NotImplementedError(f"Conv2d: padding='same' with kernel_size={self.kernel_size} and "
+                                          f"dilation={self.dilation} needs asymmetric padding; pad explicitly")
+            return (totals[0] // 2, totals[1] // 2)
+        return _pair(padding, "padding")
+
+    def reset_parameters(self) -> None:
+        init.default_linear_init_(self.weight, self.bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.ndim not in (3, 4) or x.shape[-3] != self.in_channels:
+            raise ValueError(f"{self!r}: expected input of shape (N, {self.in_channels}, H, W) or "
+                             f"({self.in_channels}, H, W), got {list(x.shape)} ({dt.dtype_name(x.dtype)})")
+        return tinyamp.ops.conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
+
+    def extra_repr(self) -> str:
+        text = (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+                f"stride={self.stride}")
+        if self.padding != (0, 0):
+            text += f", padding={self.padding}"
+        if self.dilation != (1, 1):
+            text += f", dilation={self.dilation}"
+        if self.groups != 1:
+            text += f", groups={self.groups}"
+        if self.bias is None:
+            text += ", bias=False"
+        return text

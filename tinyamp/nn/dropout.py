@@ -1,0 +1,24 @@
+"""Dropout: zero each element with probability p in training, scale the rest by 1/(1-p)."""
+
+from __future__ import annotations
+
+import tinyamp
+
+from ..tensor import Tensor
+from .module import Module
+
+
+class Dropout(Module):
+    """Active in ``train()`` mode, the identity in ``eval()`` mode."""
+
+    def __init__(self, p: float = 0.5, inplace: bool = False) -> None:
+        super().__init__()
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+        self.p, self.inplace = float(p), inplace
+
+    def forward(self, x: Tensor) -> Tensor:
+        return tinyamp.ops.dropout(x, self.p, self.training)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}, inplace={self.inplace}"

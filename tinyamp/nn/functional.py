@@ -1,0 +1,40 @@
+"""``import tinyamp.nn.functional as F``: PyTorch's functional names for tinyamp's ops.
+
+Nothing is implemented here. Each name below is looked up in ``tinyamp.ops`` at
+the moment it is used (module ``__getattr__``), so ``F.relu is ta.ops.relu``:
+one implementation, whichever op families the package has.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tinyamp
+
+_FORWARDED = frozenset({
+    # activations
+    "relu", "leaky_relu", "gelu", "sigmoid", "tanh", "softplus", "silu", "elu",
+    "softmax", "log_softmax", "logsumexp",
+    # losses
+    "cross_entropy", "nll_loss", "mse_loss", "l1_loss", "binary_cross_entropy",
+    "binary_cross_entropy_with_logits",
+    # layers
+    "linear", "conv2d", "max_pool2d", "avg_pool2d", "dropout", "layer_norm", "batch_norm",
+    "embedding", "pad", "flatten", "one_hot",
+})
+
+__all__ = sorted(_FORWARDED)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _FORWARDED:
+        raise AttributeError(f"module 'tinyamp.nn.functional' has no attribute '{name}'")
+    try:
+        return getattr(tinyamp.ops, name)
+    except AttributeError:
+        raise AttributeError(f"tinyamp.nn.functional.{name}: the op library (tinyamp.ops) does not "
+                             f"provide '{name}' in this version") from None
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -1,0 +1,51 @@
+"""Linear and Identity: ``y = x W^T + b`` and ``y = x``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tinyamp
+
+from .. import dtypes as dt
+from ..tensor import Tensor
+from . import init
+from .module import Module
+from .parameter import Parameter
+
+
+class Identity(Module):
+    """Returns its input unchanged (a placeholder that keeps a model's structure)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:  # accepts and ignores arguments, as PyTorch's
+        super().__init__()
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x
+
+
+class Linear(Module):
+    """``y = x @ weight.T + bias`` with weight of shape (out_features, in_features)."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, device: Any = None,
+                 dtype: Any = None) -> None:
+        super().__init__()
+        self.in_features, self.out_features = int(in_features), int(out_features)
+        self.weight = Parameter(tinyamp.empty(out_features, in_features, dtype=dtype, device=device))
+        if bias:
+            self.bias = Parameter(tinyamp.empty(out_features, dtype=dtype, device=device))
+        else:
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        init.default_linear_init_(self.weight, self.bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.ndim == 0 or x.shape[-1] != self.in_features:
+            raise ValueError(f"{self!r}: input of shape {list(x.shape)} ({dt.dtype_name(x.dtype)}) has "
+                             f"{x.shape[-1] if x.ndim else 'no'} features in its last dimension, "
+                             f"expected in_features={self.in_features}")
+        return tinyamp.ops.linear(x, self.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"

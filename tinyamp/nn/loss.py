@@ -1,0 +1,106 @@
+"""Loss modules: hold a loss's options and call the matching op in ``forward(input, target)``.
+
+A class ``weight`` (and ``pos_weight``) is registered as a buffer, so it follows
+``model.to(device)`` and is saved with the state dict, as in PyTorch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tinyamp
+
+from ..tensor import Tensor
+from .module import Module
+
+_REDUCTIONS = ("none", "mean", "sum")
+
+
+class _Loss(Module):
+    def __init__(self, reduction: str = "mean") -> None:
+        super().__init__()
+        if reduction not in _REDUCTIONS:
+            raise ValueError(f"{reduction} is not a valid value for reduction; expected one of {_REDUCTIONS}")
+        self.reduction = reduction
+
+    def extra_repr(self) -> str:
+        return "" if self.reduction == "mean" else f"reduction='{self.reduction}'"
+
+
+class _WeightedLoss(_Loss):
+    def __init__(self, weight: Tensor | None = None, reduction: str = "mean") -> None:
+        super().__init__(reduction)
+        self.register_buffer("weight", weight)
+
+
+_DEFAULTS = {"weight": None, "pos_weight": None, "ignore_index": -100, "label_smoothing": 0.0,
+             "reduction": "mean"}
+
+
+def _options(**options: Any) -> dict:
+    """Keyword options that differ from PyTorch's defaults; the op's own defaults cover the rest."""
+    return {k: v for k, v in options.items()
+            if (v is not None if _DEFAULTS[k] is None else v != _DEFAULTS[k])}
+
+
+class CrossEntropyLoss(_WeightedLoss):
+    """Softmax cross entropy between logits (N, C, ...) and class indices (N, ...) or probabilities."""
+
+    def __init__(self, weight: Tensor | None = None, ignore_index: int = -100, reduction: str = "mean",
+                 label_smoothing: float = 0.0) -> None:
+        super().__init__(weight, reduction)
+        if not 0.0 <= label_smoothing <= 1.0:
+            raise ValueError(f"label_smoothing must be between 0.0 and 1.0, got {label_smoothing}")
+        self.ignore_index, self.label_smoothing = ignore_index, label_smoothing
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002 - PyTorch's name
+        return tinyamp.ops.cross_entropy(input, target, **_options(
+            weight=self.weight, ignore_index=self.ignore_index, reduction=self.reduction,
+            label_smoothing=self.label_smoothing))
+
+
+class NLLLoss(_WeightedLoss):
+    """Negative log likelihood of class indices given log-probabilities."""
+
+    def __init__(self, weight: Tensor | None = None, ignore_index: int = -100, reduction: str = "mean") -> None:
+        super().__init__(weight, reduction)
+        self.ignore_index = ignore_index
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002
+        return tinyamp.ops.nll_loss(input, target, **_options(
+            weight=self.weight, ignore_index=self.ignore_index, reduction=self.reduction))
+
+
+class MSELoss(_Loss):
+    """mean((input - target)^2)"""
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002
+        return tinyamp.ops.mse_loss(input, target, **_options(reduction=self.reduction))
+
+
+class L1Loss(_Loss):
+    """mean(|input - target|)"""
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002
+        return tinyamp.ops.l1_loss(input, target, **_options(reduction=self.reduction))
+
+
+class BCELoss(_WeightedLoss):
+    """Binary cross entropy of probabilities; prefer BCEWithLogitsLoss (it is autocast-safe)."""
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002
+        return tinyamp.ops.binary_cross_entropy(input, target, **_options(
+            weight=self.weight, reduction=self.reduction))
+
+
+class BCEWithLogitsLoss(_WeightedLoss):
+    """Sigmoid + binary cross entropy in one numerically stable op."""
+
+    def __init__(self, weight: Tensor | None = None, reduction: str = "mean",
+                 pos_weight: Tensor | None = None) -> None:
+        super().__init__(weight, reduction)
+        self.register_buffer("pos_weight", pos_weight)
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002
+        return tinyamp.ops.binary_cross_entropy_with_logits(input, target, **_options(
+            weight=self.weight, pos_weight=self.pos_weight, reduction=self.reduction))

@@ -1,0 +1,154 @@
+"""Normalization layers: BatchNorm1d, BatchNorm2d and LayerNorm.
+
+These layers are where mixed precision needs care: their statistics (a mean and
+a variance over many values) lose accuracy and overflow easily in float16. So
+``model.half(keep_norm_fp32=True)`` leaves them in float32 (``_is_normalization``),
+and then their ``forward`` receives float16 activations with float32 weights.
+Outside autocast they handle that explicitly, and visibly on the tape: cast the
+input up to the weights' dtype, normalize, cast the result back to the input's
+dtype (both casts are recorded ``Cast`` nodes, so gradients flow back as float16
+to the previous layer and as float32 to the norm's own weights). Inside autocast
+the ops' FP32 tag already casts the inputs, and the output stays float32 as in
+PyTorch's autocast.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+import tinyamp
+
+from .. import dtypes as dt
+from ..amp import state as amp_state
+from ..tensor import Tensor
+from .module import Module
+from .parameter import Parameter
+
+
+def _in_param_dtype(x: Tensor, param_dtype: "np.dtype | None", run: Callable[[Tensor], Tensor]) -> Tensor:
+    """``run(x)`` in the layer's own dtype, returning the input's dtype (see the module docstring)."""
+    if param_dtype is None or x.dtype == param_dtype or amp_state.current() is not None:
+        return run(x)
+    return tinyamp.ops.cast(run(tinyamp.ops.cast(x, param_dtype)), x.dtype)
+
+
+class _BatchNorm(Module):
+    """Shared by BatchNorm1d and BatchNorm2d: normalize each channel (dim 1) over the other dims."""
+
+    _is_normalization = True
+    _expected_dims: tuple[int, ...] = ()
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = True,
+                 track_running_stats: bool = True, device: Any = None, dtype: Any = None) -> None:
+        super().__init__()
+        self.num_features, self.eps, self.momentum = num_features, eps, momentum
+        self.affine, self.track_running_stats = affine, track_running_stats
+        if affine:
+            self.weight = Parameter(tinyamp.ones(num_features, dtype=dtype, device=device))
+            self.bias = Parameter(tinyamp.zeros(num_features, dtype=dtype, device=device))
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
+        if track_running_stats:
+            self.register_buffer("running_mean", tinyamp.zeros(num_features, dtype=dtype, device=device))
+            self.register_buffer("running_var", tinyamp.ones(num_features, dtype=dtype, device=device))
+            self.register_buffer("num_batches_tracked", tinyamp.zeros((), dtype=dt.int64, device=device))
+        else:
+            self.register_buffer("running_mean", None)
+            self.register_buffer("running_var", None)
+            self.register_buffer("num_batches_tracked", None)
+
+    def reset_running_stats(self) -> None:
+        if self.track_running_stats:
+            self.running_mean.zero_()
+            self.running_var.fill_(1)
+            self.num_batches_tracked.zero_()
+
+    def _check_input(self, x: Tensor) -> None:
+        if x.ndim not in self._expected_dims:
+            raise ValueError(f"{self!r}: expected {' or '.join(f'{d}D' for d in self._expected_dims)} input, "
+                             f"got {x.ndim}D input of shape {list(x.shape)}")
+        if x.shape[1] != self.num_features:
+            raise ValueError(f"{self!r}: expected {self.num_features} channels in dimension 1, got input of "
+                             f"shape {list(x.shape)}")
+
+    def _param_dtype(self) -> "np.dtype | None":
+        for tensor in (self.weight, self.running_mean):
+            if tensor is not None:
+                return tensor.dtype
+        return None
+
+    def forward(self, x: Tensor) -> Tensor:
+        self._check_input(x)
+        factor = 0.0 if self.momentum is None else self.momentum
+        if self.training and self.track_running_stats:
+            self.num_batches_tracked.data += 1
+            self.num_batches_tracked._version[0] += 1
+            if self.momentum is None:  # a cumulative moving average (reads the count on the host)
+                factor = 1.0 / float(self.num_batches_tracked.item())
+        use_batch_stats = self.training or self.running_mean is None
+        if use_batch_stats and x.numel() // x.shape[1] <= 1:
+            raise ValueError(f"Expected more than 1 value per channel when training, got input size {list(x.shape)}")
+        # Running statistics are updated (in place, by the op) only when training and tracking.
+        track = not self.training or self.track_running_stats
+        running_mean = self.running_mean if track else None
+        running_var = self.running_var if track else None
+
+        def run(inp: Tensor) -> Tensor:
+            return tinyamp.ops.batch_norm(inp, running_mean, running_var, self.weight, self.bias,
+                                          use_batch_stats, factor, self.eps)
+
+        return _in_param_dtype(x, self._param_dtype(), run)
+
+    def extra_repr(self) -> str:
+        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
+                f"track_running_stats={self.track_running_stats}")
+
+
+class BatchNorm1d(_BatchNorm):
+    """Batch normalization over (N, C) or (N, C, L) inputs."""
+
+    _expected_dims = (2, 3)
+
+
+class BatchNorm2d(_BatchNorm):
+    """Batch normalization over (N, C, H, W) inputs."""
+
+    _expected_dims = (4,)
+
+
+class LayerNorm(Module):
+    """Normalize over the trailing ``normalized_shape`` dims; weight ones, bias zeros."""
+
+    _is_normalization = True
+
+    def __init__(self, normalized_shape: "int | Sequence[int]", eps: float = 1e-5, elementwise_affine: bool = True,
+                 bias: bool = True, device: Any = None, dtype: Any = None) -> None:
+        super().__init__()
+        shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+        self.normalized_shape, self.eps, self.elementwise_affine = shape, eps, elementwise_affine
+        if elementwise_affine:
+            self.weight = Parameter(tinyamp.ones(shape, dtype=dtype, device=device))
+            if bias:
+                self.bias = Parameter(tinyamp.zeros(shape, dtype=dtype, device=device))
+            else:
+                self.register_parameter("bias", None)
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
+
+    def forward(self, x: Tensor) -> Tensor:
+        n = len(self.normalized_shape)
+        if x.ndim < n or tuple(x.shape[x.ndim - n:]) != self.normalized_shape:
+            raise ValueError(f"{self!r}: expected input with trailing shape {list(self.normalized_shape)}, "
+                             f"got {list(x.shape)}")
+
+        def run(inp: Tensor) -> Tensor:
+            return tinyamp.ops.layer_norm(inp, self.normalized_shape, self.weight, self.bias, self.eps)
+
+        return _in_param_dtype(x, None if self.weight is None else self.weight.dtype, run)
+
+    def extra_repr(self) -> str:
+        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"

@@ -1,0 +1,47 @@
+"""MaxPool2d and AvgPool2d: windowed max / mean over (N, C, H, W) inputs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tinyamp
+
+from ..tensor import Tensor
+from .module import Module
+
+
+class MaxPool2d(Module):
+    """Max over each ``kernel_size`` window; ``stride`` defaults to ``kernel_size``."""
+
+    def __init__(self, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1,
+                 return_indices: bool = False, ceil_mode: bool = False) -> None:
+        super().__init__()
+        self.kernel_size, self.padding, self.dilation = kernel_size, padding, dilation
+        self.stride = stride if stride is not None else kernel_size
+        self.return_indices, self.ceil_mode = return_indices, ceil_mode
+
+    def forward(self, x: Tensor) -> Any:
+        return tinyamp.ops.max_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation,
+                                      ceil_mode=self.ceil_mode, return_indices=self.return_indices)
+
+    def extra_repr(self) -> str:
+        return (f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}, "
+                f"dilation={self.dilation}, ceil_mode={self.ceil_mode}")
+
+
+class AvgPool2d(Module):
+    """Mean over each ``kernel_size`` window; ``stride`` defaults to ``kernel_size``."""
+
+    def __init__(self, kernel_size: Any, stride: Any = None, padding: Any = 0, ceil_mode: bool = False,
+                 count_include_pad: bool = True) -> None:
+        super().__init__()
+        self.kernel_size, self.padding = kernel_size, padding
+        self.stride = stride if stride is not None else kernel_size
+        self.ceil_mode, self.count_include_pad = ceil_mode, count_include_pad
+
+    def forward(self, x: Tensor) -> Tensor:
+        return tinyamp.ops.avg_pool2d(x, self.kernel_size, self.stride, self.padding,
+                                      ceil_mode=self.ceil_mode, count_include_pad=self.count_include_pad)
+
+    def extra_repr(self) -> str:
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"

@@ -1,0 +1,103 @@
+"""Gradient clipping and parameter/vector conversion (``ta.nn.utils``).
+
+``clip_grad_norm_`` never reads a value back to the host: the total norm, the
+clip coefficient ``min(max_norm / (norm + 1e-6), 1)`` and the scaling are all
+device arrays, so a clipped training step on a GPU adds no synchronisation.
+Norms are computed in float32 from each gradient whatever its dtype (a float16
+sum of squares overflows at 65504, i.e. at a norm of only about 256).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable
+
+import tinyamp
+
+from .. import backend
+from .. import dtypes as dt
+from ..ops.cast import convert_array
+from ..tensor import Tensor
+
+
+def _grads(parameters: "Tensor | Iterable[Tensor]") -> list[Tensor]:
+    if isinstance(parameters, Tensor):
+        parameters = [parameters]
+    return [p.grad for p in parameters if p.grad is not None]
+
+
+def _float32(array: Any) -> Any:
+    return array if array.dtype == dt.float32 else convert_array(array, dt.float32)
+
+
+def _norm(xp: Any, array: Any, norm_type: float) -> Any:
+    """The ``norm_type``-norm of all of ``array``'s values, as a float32 0-d array."""
+    flat = _float32(array).ravel()
+    if flat.size == 0:
+        return xp.zeros((), dtype=dt.float32)
+    if math.isinf(norm_type):
+        return xp.abs(flat).max()
+    return xp.linalg.norm(flat, ord=norm_type).astype(dt.float32)
+
+
+def clip_grad_norm_(parameters: "Tensor | Iterable[Tensor]", max_norm: float, norm_type: float = 2.0,
+                    error_if_nonfinite: bool = False, foreach: bool | None = None) -> Tensor:
+    """Scale all gradients together so their joint norm is at most ``max_norm``; returns the norm before.
+
+    ``foreach`` is accepted for PyTorch compatibility and has no effect.
+    """
+    grads = _grads(parameters)
+    norm_type = float(norm_type)
+    if not grads:
+        return tinyamp.tensor(0.0)
+    device = grads[0].device
+    xp = device.xp
+    per_grad = [backend.to_device(_norm(g.device.xp, g.data, norm_type), device) for g in grads]
+    total = _norm(xp, xp.stack(per_grad), norm_type)
+    if error_if_nonfinite and not bool(backend.to_host(xp.isfinite(total))):
+        raise RuntimeError(f"The total norm of order {norm_type} for gradients from `parameters` is non-finite, "
+                           f"so it cannot be clipped. To disable this error and scale the gradients by the "
+                           f"non-finite norm anyway, set `error_if_nonfinite=False`")
+    # min(coef, 1) on the device instead of `if total > max_norm` on the host: no sync.
+    coef = xp.minimum(xp.float32(max_norm) / (total + xp.float32(1e-6)), xp.float32(1.0))
+    for g in grads:
+        scale = backend.to_device(coef, g.device)
+        if g.dtype == dt.float32:
+            g.data *= scale
+        else:  # scale in float32, round once to the gradient's dtype
+            g.data[...] = convert_array(_float32(g.data) * scale, g.dtype)
+        g._version[0] += 1
+    return Tensor._wrap(total)
+
+
+def clip_grad_value_(parameters: "Tensor | Iterable[Tensor]", clip_value: float,
+                     foreach: bool | None = None) -> None:
+    """Clamp every gradient element into [-clip_value, clip_value], in place."""
+    clip_value = float(clip_value)
+    for g in _grads(parameters):
+        xp = g.device.xp
+        xp.clip(g.data, -clip_value, clip_value, out=g.data)
+        g._version[0] += 1
+
+
+def parameters_to_vector(parameters: Iterable[Tensor]) -> Tensor:
+    """All parameters flattened and concatenated (recorded: the result is differentiable)."""
+    return tinyamp.ops.cat([p.reshape(-1) for p in parameters])
+
+
+def vector_to_parameters(vec: Tensor, parameters: Iterable[Tensor]) -> None:
+    """Copy consecutive slices of ``vec`` into the parameters, in place."""
+    if not isinstance(vec, Tensor) or vec.ndim != 1:
+        raise TypeError(f"vector_to_parameters: expected a 1-D Tensor, got "
+                        f"{type(vec).__name__}{list(vec.shape) if isinstance(vec, Tensor) else ''}")
+    parameters = list(parameters)
+    total = sum(p.numel() for p in parameters)
+    if total != vec.shape[0]:
+        raise ValueError(f"vector_to_parameters: vector has {vec.shape[0]} elements, parameters hold {total}")
+    offset = 0
+    for p in parameters:
+        n = p.numel()
+        chunk = backend.to_device(vec.data[offset:offset + n], p.device).reshape(p.shape)
+        p.data[...] = chunk if chunk.dtype == p.dtype else convert_array(chunk, p.dtype)
+        p._version[0] += 1
+        offset += n
