@@ -24,7 +24,6 @@ from .factories import (arange, as_tensor, empty, empty_like, eye, from_numpy, f
 from . import factories
 from . import data
 from . import nn
-from . import optim
 from .serialization import load, save
 
 __version__ = "0.1.0"
