@@ -1,0 +1,412 @@
+"""Tests for tinyamp.optim: SGD, Adam, AdamW against NumPy references, state dicts, schedulers.
+
+The references below are written from the published update rules (PyTorch's
+documentation pseudo-code), independently of tinyamp's implementation; they
+run in float64 so the comparison can be tight.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import numpy as np
+import pytest
+
+import tinyamp as ta
+from tinyamp.optim import SGD, Adam, AdamW
+from tinyamp.optim.lr_scheduler import CosineAnnealingLR, LambdaLR, StepLR
+
+STEPS = 5
+# float64 arithmetic in a different but equivalent order (PyTorch's lerp form of
+# the first moment, division order of the bias corrections): a few ulps apart.
+RTOL = 1e-12
+
+
+def _params(seed: int = 0, shapes=((3, 4), (5,))) -> list:
+    rng = np.random.default_rng(seed)
+    return [ta.tensor(rng.standard_normal(s), requires_grad=True) for s in shapes]
+
+
+def _grads(seed: int, shapes=((3, 4), (5,)), steps: int = STEPS) -> list:
+    rng = np.random.default_rng(seed + 100)
+    return [[rng.standard_normal(s) for s in shapes] for _ in range(steps)]
+
+
+def _run(opt: ta.optim.Optimizer, params: list, grads: list) -> list:
+    history = []
+    for step_grads in grads:
+        for p, g in zip(params, step_grads):
+            p.grad = ta.tensor(g)
+        opt.step()
+        history.append([p.data.copy() for p in params])
+    return history
+
+
+def _ref_sgd(w, grads, lr, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False, maximize=False):
+    w, buf, out = w.copy(), None, []
+    for g in grads:
+        d = -g if maximize else g
+        if weight_decay:
+            d = d + weight_decay * w
+        if momentum:
+            buf = d.copy() if buf is None else momentum * buf + (1 - dampening) * d
+            d = d + momentum * buf if nesterov else buf
+        w = w - lr * d
+        out.append(w)
+    return out
+
+
+def _ref_adam(w, grads, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, amsgrad=False, decoupled=False):
+    b1, b2 = betas
+    w, m, v, vmax, out = w.copy(), np.zeros_like(w), np.zeros_like(w), np.zeros_like(w), []
+    for t, g in enumerate(grads, start=1):
+        if decoupled:
+            w = w * (1 - lr * weight_decay)
+        elif weight_decay:
+            g = g + weight_decay * w
+        m = b1 * m + (1 - b1) * g
+        v = b2 * v + (1 - b2) * g * g
+        m_hat = m / (1 - b1 ** t)
+        if amsgrad:
+            vmax = np.maximum(vmax, v)
+            v_hat = vmax / (1 - b2 ** t)
+        else:
+            v_hat = v / (1 - b2 ** t)
+        w = w - lr * m_hat / (np.sqrt(v_hat) + eps)
+        out.append(w)
+    return out
+
+
+SGD_CONFIGS = [
+    dict(lr=0.1),
+    dict(lr=0.05, momentum=0.9),
+    dict(lr=0.05, momentum=0.9, dampening=0.3),
+    dict(lr=0.05, momentum=0.8, nesterov=True),
+    dict(lr=0.05, momentum=0.9, weight_decay=0.01),
+    dict(lr=0.05, momentum=0.5, weight_decay=0.1, maximize=True),
+]
+
+
+@pytest.mark.parametrize("config", SGD_CONFIGS, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
+def test_sgd_matches_reference(config: dict) -> None:
+    params = _params()
+    start = [p.data.copy() for p in params]
+    grads = _grads(0)
+    history = _run(SGD(params, **config), params, grads)
+    for i, w0 in enumerate(start):
+        expected = _ref_sgd(w0, [g[i] for g in grads], **config)
+        for step in range(STEPS):
+            np.testing.assert_allclose(history[step][i], expected[step], rtol=RTOL, atol=1e-14)
+
+
+ADAM_CONFIGS = [
+    dict(lr=0.01),
+    dict(lr=0.02, betas=(0.8, 0.99), eps=1e-6),
+    dict(lr=0.01, weight_decay=0.1),
+    dict(lr=0.01, amsgrad=True),
+]
+
+
+@pytest.mark.parametrize("cls", [Adam, AdamW])
+@pytest.mark.parametrize("config", ADAM_CONFIGS, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
+def test_adam_matches_reference(cls: type, config: dict) -> None:
+    params = _params(1)
+    start = [p.data.copy() for p in params]
+    grads = _grads(1)
+    # The amsgrad run needs a gradient whose square shrinks so v_max differs from v.
+    if config.get("amsgrad"):
+        grads = [[g * (0.3 if k % 2 else 1.0) for g in step] for k, step in enumerate(grads)]
+    history = _run(cls(params, **config), params, grads)
+    ref_config = dict(config)
+    if cls is AdamW:
+        ref_config.setdefault("weight_decay", 1e-2)
+    for i, w0 in enumerate(start):
+        expected = _ref_adam(w0, [g[i] for g in grads], decoupled=cls is AdamW, **ref_config)
+        for step in range(STEPS):
+            np.testing.assert_allclose(history[step][i], expected[step], rtol=RTOL, atol=1e-14)
+
+
+def test_adamw_decay_differs_from_adam_l2() -> None:
+    # Same hyper-parameters, different algorithms: decoupled decay is not an L2 penalty.
+    a, b = _params(2), _params(2)
+    grads = _grads(2)
+    ha = _run(Adam(a, lr=0.01, weight_decay=0.1), a, grads)
+    hb = _run(AdamW(b, lr=0.01, weight_decay=0.1), b, grads)
+    assert not np.allclose(ha[-1][0], hb[-1][0])
+
+
+def test_param_groups_have_their_own_hyperparameters() -> None:
+    p1, p2 = _params(3)
+    opt = SGD([{"params": [p1]}, {"params": [p2], "lr": 0.5}], lr=0.1)
+    assert [g["lr"] for g in opt.param_groups] == [0.1, 0.5]
+    w1, w2 = p1.data.copy(), p2.data.copy()
+    p1.grad, p2.grad = ta.ones_like(p1), ta.ones_like(p2)
+    opt.step()
+    np.testing.assert_allclose(p1.data, w1 - 0.1)
+    np.testing.assert_allclose(p2.data, w2 - 0.5)
+
+
+def test_add_param_group_fills_defaults_and_rejects_duplicates() -> None:
+    p1, p2 = _params(4)
+    opt = Adam([p1], lr=0.3, betas=(0.5, 0.6))
+    opt.add_param_group({"params": p2, "eps": 1e-3})
+    group = opt.param_groups[1]
+    assert group["lr"] == 0.3 and group["betas"] == (0.5, 0.6) and group["eps"] == 1e-3
+    with pytest.raises(ValueError, match="more than one parameter group"):
+        opt.add_param_group({"params": [p1]})
+
+
+def test_invalid_arguments() -> None:
+    p = _params()[:1]
+    with pytest.raises(ValueError, match=r"^Invalid learning rate: -1$"):
+        SGD(p, lr=-1)
+    with pytest.raises(ValueError, match="Invalid momentum value: -0.5"):
+        SGD(p, momentum=-0.5)
+    with pytest.raises(ValueError, match="Nesterov momentum requires a momentum and zero dampening"):
+        SGD(p, nesterov=True)
+    with pytest.raises(ValueError, match="Invalid weight_decay value"):
+        SGD(p, weight_decay=-1)
+    with pytest.raises(ValueError, match=r"^Invalid learning rate: -0.1$"):
+        Adam(p, lr=-0.1)
+    with pytest.raises(ValueError, match="Invalid beta parameter at index 0: 1.0"):
+        Adam(p, betas=(1.0, 0.9))
+    with pytest.raises(ValueError, match="Invalid beta parameter at index 1: -0.1"):
+        AdamW(p, betas=(0.9, -0.1))
+    with pytest.raises(ValueError, match="Invalid epsilon value: -1e-08"):
+        Adam(p, eps=-1e-8)
+    with pytest.raises(ValueError, match="empty parameter list"):
+        SGD([], lr=0.1)
+    with pytest.raises(TypeError, match="iterable of Tensors or dicts, but got Tensor"):
+        SGD(p[0], lr=0.1)
+    with pytest.raises(TypeError, match="can only optimize Tensors"):
+        SGD([np.zeros(3)], lr=0.1)
+    with pytest.raises(ValueError, match="duplicate parameters"):
+        SGD([p[0], p[0]], lr=0.1)
+    nonleaf = p[0] * 2
+    with pytest.raises(ValueError, match="non-leaf"):
+        SGD([nonleaf], lr=0.1)
+
+
+def test_zero_grad() -> None:
+    params = _params()
+    opt = SGD(params, lr=0.1)
+    for p in params:
+        p.grad = ta.ones_like(p)
+    grad = params[0].grad
+    opt.zero_grad(set_to_none=False)
+    assert params[0].grad is grad and not grad.data.any()
+    opt.zero_grad()
+    assert all(p.grad is None for p in params)
+
+
+def test_parameters_without_grad_are_left_alone() -> None:
+    p1, p2 = _params()
+    before = p2.data.copy()
+    opt = Adam([p1, p2], lr=0.1)
+    p1.grad = ta.ones_like(p1)
+    opt.step()
+    np.testing.assert_array_equal(p2.data, before)
+    assert p2 not in opt.state
+
+
+def test_step_bumps_version_and_writes_in_place() -> None:
+    (p,) = _params(shapes=((4,),))
+    array, version = p.data, p._version[0]
+    opt = SGD([p], lr=0.1)
+    p.grad = ta.ones_like(p)
+    opt.step()
+    assert p.data is array
+    assert p._version[0] == version + 1
+
+
+def test_closure_is_called_under_grad_and_its_loss_returned() -> None:
+    (p,) = _params(shapes=((3,),))
+    opt = SGD([p], lr=0.1)
+
+    def closure():
+        opt.zero_grad()
+        loss = (p * p).sum()
+        loss.backward()
+        return loss
+
+    before = p.data.copy()
+    with ta.no_grad():
+        loss = opt.step(closure)
+    assert loss.item() == pytest.approx(float((before * before).sum()))
+    np.testing.assert_allclose(p.data, before - 0.1 * 2 * before)
+
+
+@pytest.mark.parametrize("make", [lambda ps: SGD(ps, lr=0.1, momentum=0.9, dampening=0.2),
+                                  lambda ps: Adam(ps, lr=0.01, amsgrad=True),
+                                  lambda ps: AdamW(ps, lr=0.01)], ids=["sgd", "adam", "adamw"])
+def test_masked_step_is_bit_for_bit_identity_and_unmasked_step_is_plain(make) -> None:
+    a, b = _params(5), _params(5)
+    opt_a, opt_b = make(a), make(b)
+    grads = _grads(5, steps=4)
+    for k, step_grads in enumerate(grads):
+        for p, q, g in zip(a, b, step_grads):
+            p.grad, q.grad = ta.tensor(g), ta.tensor(g)
+        opt_a.step()
+        opt_b.step(found_inf=np.zeros((), np.float32))
+        # Then a poisoned step that must change nothing at all.
+        snapshot = copy.deepcopy(opt_b.state_dict()["state"]), [q.data.copy() for q in b]
+        for q in b:
+            q.grad = ta.full(q.shape, float("nan") if k % 2 else float("inf"), dtype=q.dtype)
+        opt_b.step(found_inf=ta.tensor(1.0))
+        for q, w in zip(b, snapshot[1]):
+            np.testing.assert_array_equal(q.data, w)
+        for i, entry in opt_b.state_dict()["state"].items():
+            for key, value in entry.items():
+                np.testing.assert_array_equal(value.data, snapshot[0][i][key].data, err_msg=key)
+    for p, q in zip(a, b):
+        np.testing.assert_array_equal(p.data, q.data)
+
+
+def test_skipped_first_step_leaves_momentum_uninitialised() -> None:
+    a, b = _params(6), _params(6)
+    opt_a = SGD(a, lr=0.1, momentum=0.9, dampening=0.5)
+    opt_b = SGD(b, lr=0.1, momentum=0.9, dampening=0.5)
+    for q in b:
+        q.grad = ta.full(q.shape, float("inf"), dtype=q.dtype)
+    opt_b.step(found_inf=ta.tensor(1.0))
+    grads = _grads(6, steps=3)
+    _run(opt_a, a, grads)
+    _run(opt_b, b, grads)
+    for p, q in zip(a, b):
+        np.testing.assert_array_equal(p.data, q.data)
+
+
+def test_grad_scale_contract_unscales_inside_the_step() -> None:
+    a, b = _params(7), _params(7)
+    opt_a, opt_b = Adam(a, lr=0.01), Adam(b, lr=0.01)
+    for step_grads in _grads(7, steps=3):
+        for p, q, g in zip(a, b, step_grads):
+            p.grad, q.grad = ta.tensor(g), ta.tensor(g * 1024.0)
+        opt_a.step()
+        opt_b.step(found_inf=np.zeros((), np.float32), grad_scale=ta.tensor(1024.0))
+    for p, q in zip(a, b):
+        np.testing.assert_array_equal(p.data, q.data)
+
+
+def test_low_precision_params_compute_in_float32_and_round_once() -> None:
+    w = ta.tensor(np.array([1.0, 2.0, -3.0], np.float16), requires_grad=True)
+    g = np.array([0.1, -0.2, 0.3], np.float16)
+    w.grad = ta.tensor(g)
+    SGD([w], lr=0.3).step()
+    assert w.dtype == ta.float16
+    expected = (np.array([1.0, 2.0, -3.0], np.float32) - np.float32(0.3) * g.astype(np.float32)).astype(np.float16)
+    np.testing.assert_array_equal(w.data, expected)
+
+
+@pytest.mark.parametrize("make", [lambda ps: SGD(ps, lr=0.1, momentum=0.9, nesterov=True),
+                                  lambda ps: Adam(ps, lr=0.01, amsgrad=True),
+                                  lambda ps: AdamW(ps, lr=0.01, weight_decay=0.1)], ids=["sgd", "adam", "adamw"])
+def test_state_dict_round_trip_continues_identically(make) -> None:
+    params = _params(8)
+    opt = make(params)
+    grads = _grads(8, steps=6)
+    _run(opt, params, grads[:3])
+    saved = copy.deepcopy(opt.state_dict())
+    saved_params = [p.data.copy() for p in params]
+    assert set(saved["state"]) == {0, 1}
+    assert saved["param_groups"][0]["params"] == [0, 1]
+    tail = _run(opt, params, grads[3:])
+
+    fresh = [ta.tensor(w, requires_grad=True) for w in saved_params]
+    opt2 = make(fresh)
+    opt2.param_groups[0]["lr"] = 123.0  # the loaded hyper-parameters must win
+    opt2.load_state_dict(saved)
+    assert opt2.param_groups[0]["lr"] == saved["param_groups"][0]["lr"]
+    tail2 = _run(opt2, fresh, grads[3:])
+    for x, y in zip(tail, tail2):
+        for u, v in zip(x, y):
+            np.testing.assert_array_equal(u, v)
+
+
+def test_load_state_dict_rejects_mismatched_groups() -> None:
+    p1, p2 = _params()
+    opt = SGD([p1, p2], lr=0.1)
+    with pytest.raises(ValueError, match="different number of parameter groups"):
+        opt.load_state_dict({"state": {}, "param_groups": []})
+    with pytest.raises(ValueError, match="doesn't match the size"):
+        opt.load_state_dict({"state": {}, "param_groups": [{"lr": 0.1, "params": [0]}]})
+
+
+# ------------------------------------------------------------ schedulers
+def _sched_opt(lr: float = 1.0, groups: int = 1) -> SGD:
+    return SGD([{"params": [ta.zeros(2, requires_grad=True)]} for _ in range(groups)], lr=lr)
+
+
+def _lrs(sched, opt, n: int) -> list:
+    out = [opt.param_groups[0]["lr"]]
+    for _ in range(n):
+        opt.step()
+        sched.step()
+        out.append(opt.param_groups[0]["lr"])
+    return out
+
+
+def test_step_lr() -> None:
+    opt = _sched_opt(0.5)
+    sched = StepLR(opt, step_size=3, gamma=0.1)
+    expected = [0.5, 0.5, 0.5, 0.05, 0.05, 0.05, 0.005, 0.005]
+    np.testing.assert_allclose(_lrs(sched, opt, 7), expected, rtol=1e-15)
+    assert sched.get_last_lr() == [opt.param_groups[0]["lr"]]
+    assert sched.last_epoch == 7
+
+
+def test_cosine_annealing_lr() -> None:
+    opt = _sched_opt(1.0)
+    sched = CosineAnnealingLR(opt, T_max=4, eta_min=0.2)
+    # eta_min + (1 - eta_min) * (1 + cos(pi t / 4)) / 2 for t = 0..4, by hand:
+    c = math.sqrt(2) / 2
+    expected = [1.0, 0.2 + 0.8 * (1 + c) / 2, 0.6, 0.2 + 0.8 * (1 - c) / 2, 0.2]
+    np.testing.assert_allclose(_lrs(sched, opt, 4), expected, rtol=1e-15)
+
+
+def test_lambda_lr_per_group() -> None:
+    opt = _sched_opt(2.0, groups=2)
+    sched = LambdaLR(opt, [lambda e: 0.5 ** e, lambda e: 1.0 / (e + 1)])
+    for _ in range(3):
+        sched.step()
+    assert sched.get_last_lr() == [2.0 * 0.125, 2.0 / 4]
+    with pytest.raises(ValueError, match="Expected 2 lr_lambdas, but got 1"):
+        LambdaLR(opt, [lambda e: 1.0])
+
+
+def test_scheduler_state_dict_resumes() -> None:
+    opt = _sched_opt(1.0)
+    sched = StepLR(opt, step_size=2, gamma=0.5)
+    for _ in range(3):
+        sched.step()
+    state = sched.state_dict()
+    assert "optimizer" not in state and state["last_epoch"] == 3
+    opt2 = _sched_opt(1.0)
+    sched2 = StepLR(opt2, step_size=10, gamma=0.9)
+    sched2.load_state_dict(state)
+    sched.step()
+    sched2.step()
+    assert sched2.get_last_lr() == sched.get_last_lr() == [0.25]
+    assert opt2.param_groups[0]["lr"] == 0.25
+
+    class Warmup:
+        def __init__(self) -> None:
+            self.factor = 3.0
+
+        def __call__(self, epoch: int) -> float:
+            return self.factor * epoch
+
+    warm = Warmup()
+    lam = LambdaLR(_sched_opt(1.0), warm)
+    warm.factor = 7.0
+    saved = lam.state_dict()
+    other = Warmup()
+    lam2 = LambdaLR(_sched_opt(1.0), other)
+    lam2.load_state_dict(saved)
+    assert other.factor == 7.0
+
+
+def test_scheduler_resume_requires_initial_lr() -> None:
+    with pytest.raises(KeyError, match="initial_lr"):
+        StepLR(_sched_opt(), step_size=1, last_epoch=4)

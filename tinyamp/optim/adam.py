@@ -1,0 +1,97 @@
+"""Adam and AdamW (PyTorch's updates), with AMSGrad and optional float32 master weights.
+
+Per parameter ``w`` with gradient ``g`` and step ``t`` (counted from 1)::
+
+    g = g + weight_decay * w                (Adam: L2 penalty in the gradient)
+    w = w * (1 - lr * weight_decay)         (AdamW: decoupled decay)
+    m = m + (1 - beta1) * (g - m)           (PyTorch's lerp form of beta1*m + (1-beta1)*g)
+    v = beta2 * v + (1 - beta2) * g * g
+    v_max = max(v_max, v)                   (amsgrad; the denominator uses v_max)
+    w = w - lr / (1 - beta1**t) * m / (sqrt(v) / sqrt(1 - beta2**t) + eps)
+
+The step counter ``t`` is a 0-d float32 device array (as PyTorch's), advanced
+by the keep mask, so a skipped AMP step leaves it unchanged and the bias
+corrections are computed on the device (in float64, then rounded to the
+arithmetic dtype), without reading it on the host.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+import numpy as np
+
+from .optimizer import Optimizer, masked_write, opmath
+
+
+def _adam_param(xp: Any, w: Any, g: Any, m: Any, v: Any, v_max: Any, step: Any, keep: Any, *, lr: float,
+                beta1: float, beta2: float, eps: float, weight_decay: float, decoupled: bool) -> None:
+    """Update one parameter and its moments in place, masked by ``keep`` (``v_max`` None without amsgrad)."""
+    w32, g32 = opmath(w), opmath(g)
+    compute = w32.dtype
+    t = (step + 1).astype(np.float64)
+    step_size = (lr / (1 - beta1 ** t)).astype(compute)
+    bias2_sqrt = xp.sqrt(1 - beta2 ** t).astype(compute)
+    if weight_decay != 0:
+        if decoupled:
+            w32 = w32 * (1 - lr * weight_decay)
+        else:
+            g32 = g32 + weight_decay * w32
+    m32 = opmath(m)
+    new_m = m32 + (1 - beta1) * (g32 - m32)
+    new_v = beta2 * opmath(v) + (1 - beta2) * (g32 * g32)
+    second = new_v
+    if v_max is not None:
+        second = xp.maximum(opmath(v_max), new_v)
+        masked_write(xp, v_max, second, keep)
+    denom = xp.sqrt(second) / bias2_sqrt + eps
+    masked_write(xp, w, w32 - step_size * (new_m / denom), keep)
+    masked_write(xp, m, new_m, keep)
+    masked_write(xp, v, new_v, keep)
+    xp.add(step, keep, out=step, casting="unsafe")
+
+
+class Adam(Optimizer):
+    """Adam (``torch.optim.Adam``): L2 weight decay added to the gradient."""
+
+    _step_supports_amp_scaling = True
+    _decoupled = False
+
+    def __init__(self, params: Iterable[Any], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 0, amsgrad: bool = False, *,
+                 master_weights: bool = False) -> None:
+        if not 0.0 <= lr:
+            raise ValueError(f"Invalid learning rate: {lr}")
+        if not 0.0 <= eps:
+            raise ValueError(f"Invalid epsilon value: {eps}")
+        if not 0.0 <= betas[0] < 1.0:
+            raise ValueError(f"Invalid beta parameter at index 0: {betas[0]}")
+        if not 0.0 <= betas[1] < 1.0:
+            raise ValueError(f"Invalid beta parameter at index 1: {betas[1]}")
+        if not 0.0 <= weight_decay:
+            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+        defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, amsgrad=amsgrad,
+                        master_weights=master_weights)
+        super().__init__(params, defaults)
+
+    def _update_group(self, group: dict, entries: list) -> None:
+        beta1, beta2 = group["betas"]
+        for p, w, g, keep, _ in entries:
+            m = self._state_buffer(p, "exp_avg", w)
+            v = self._state_buffer(p, "exp_avg_sq", w)
+            v_max = self._state_buffer(p, "max_exp_avg_sq", w) if group["amsgrad"] else None
+            step = self._step_counter(p, w)
+            _adam_param(p.device.xp, w, g, m, v, v_max, step, keep, lr=group["lr"], beta1=beta1,
+                        beta2=beta2, eps=group["eps"], weight_decay=group["weight_decay"],
+                        decoupled=self._decoupled)
+
+
+class AdamW(Adam):
+    """AdamW (``torch.optim.AdamW``): decoupled weight decay, default 1e-2."""
+
+    _decoupled = True
+
+    def __init__(self, params: Iterable[Any], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 1e-2, amsgrad: bool = False, *,
+                 master_weights: bool = False) -> None:
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, master_weights=master_weights)

@@ -1,0 +1,329 @@
+"""The Optimizer base: parameter groups, per-parameter state, master weights, state_dict.
+
+Subclasses (``SGD``, ``Adam``, ``AdamW``) write one ``_update_group`` that works on
+raw arrays; everything they share lives here:
+
+- ``param_groups`` (list of dicts) and ``state`` (dict keyed by the parameter
+  Tensor, which hashes by identity), with PyTorch's construction rules and errors.
+- **Master weights (O2).** With ``master_weights=True`` every float16/bfloat16
+  parameter gets a float32 copy in ``state[p]["master_param"]``. The step updates
+  the master and writes the rounded value back into the parameter, so updates
+  smaller than half an ulp of the low-precision weight are not lost.
+  ``GradScaler.unscale_`` writes float32 master gradients into
+  ``master_param.grad``; without a scaler the step converts the low-precision
+  gradient itself.
+- **The AMP step contract.** Optimizers with ``_step_supports_amp_scaling = True``
+  accept ``step(found_inf=..., grad_scale=...)``: ``found_inf`` is a one-element
+  device array (or Tensor), non-zero when some gradient was inf/nan; the update is
+  then *masked* (``new = where(found_inf == 0, updated, old)``) on the device for
+  parameters, master weights and every state buffer including step counters, so
+  a skipped step changes nothing, bit for bit, and deciding to skip needs no host
+  synchronisation. ``grad_scale`` (optional) says the gradients in ``p.grad`` are
+  still multiplied by that factor; the step multiplies by its reciprocal
+  (computed in float64, stored float32). GradScaler never passes ``grad_scale``:
+  it unscales first (one pass that also finds infs) and passes only ``found_inf``.
+
+Updates write in place into ``p.data`` (and bump ``p._version``, which the
+autocast weight-cast cache keys on, so it sees every optimizer update).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from typing import Any, Callable, Iterable
+
+import numpy as np
+
+import tinyamp
+
+from .. import backend
+from .. import dtypes as dt
+from ..tensor import Tensor
+
+
+class _RequiredParameter:
+    """Marks a hyper-parameter with no default (PyTorch's ``required``)."""
+
+    def __repr__(self) -> str:
+        return "<required parameter>"
+
+
+required = _RequiredParameter()
+
+
+def as_array(value: Any) -> Any:
+    """The raw xp array of a Tensor (or the value itself)."""
+    return value.data if isinstance(value, Tensor) else value
+
+
+def opmath(array: Any) -> Any:
+    """The array in the dtype arithmetic runs in: float32 for float16/bfloat16.
+
+    Like PyTorch's kernels ("opmath"), low-precision values are computed in
+    float32 and rounded once when written back.
+    """
+    return array.astype(np.float32) if array.dtype in dt.LOW_PRECISION else array
+
+
+def masked_write(xp: Any, dst: Any, src: Any, keep: Any) -> None:
+    """``dst[...] = src`` where ``keep`` is true (a 0-d device bool or True), rounding to dst's dtype."""
+    xp.copyto(dst, src, casting="unsafe", where=keep)
+
+
+class Optimizer:
+    """Base class of tinyamp's optimizers (PyTorch's ``torch.optim.Optimizer``)."""
+
+    # Overridden to True by the optimizers that implement the masked-update contract.
+    _step_supports_amp_scaling = False
+
+    def __init__(self, params: Iterable[Any], defaults: dict) -> None:
+        self.defaults = dict(defaults)
+        self.state: dict[Tensor, dict] = {}
+        self.param_groups: list[dict] = []
+        # The parameter version right after we last wrote it from its master: a
+        # different version means someone else wrote the parameter (a model load),
+        # and the master is refreshed from it. Host metadata, so no sync.
+        self._master_versions: dict[Tensor, int] = {}
+        if isinstance(params, Tensor):
+            raise TypeError("params argument given to the optimizer should be an iterable of Tensors "
+                            f"or dicts, but got {type(params).__name__}")
+        groups = list(params)
+        if len(groups) == 0:
+            raise ValueError("optimizer got an empty parameter list")
+        if not isinstance(groups[0], dict):
+            groups = [{"params": groups}]
+        for group in groups:
+            self.add_param_group(group)
+
+    def __repr__(self) -> str:
+        lines = [f"{type(self).__name__} ("]
+        for i, group in enumerate(self.param_groups):
+            lines.append(f"Parameter Group {i}")
+            lines.extend(f"    {key}: {group[key]}" for key in sorted(group) if key != "params")
+        return "\n".join(lines) + "\n)"
+
+    # -------------------------------------------------------------- groups
+    def add_param_group(self, param_group: dict) -> None:
+        """Add a group (a dict with ``params`` and optional hyper-parameters)."""
+        if not isinstance(param_group, dict):
+            raise TypeError(f"param_group must be a dict, got {type(param_group).__name__}")
+        group = dict(param_group)
+        params = group["params"]
+        if isinstance(params, Tensor):
+            params = [params]
+        elif isinstance(params, set):
+            raise TypeError("optimizer parameters need to be organized in ordered collections, but the "
+                            "ordering of tensors in sets will change between runs. Please use a list instead.")
+        group["params"] = params = list(params)
+        for p in params:
+            if not isinstance(p, Tensor):
+                raise TypeError(f"optimizer can only optimize Tensors, but one of the params is "
+                                f"{type(p).__name__}")
+            if not p.is_leaf:
+                raise ValueError(f"can't optimize a non-leaf Tensor (shape {list(p.shape)})")
+        for name, default in self.defaults.items():
+            if default is required and name not in group:
+                raise ValueError(f"parameter group didn't specify a value of required optimization "
+                                 f"parameter {name}")
+            group.setdefault(name, default)
+        seen = {id(p) for g in self.param_groups for p in g["params"]}
+        if len({id(p) for p in params}) != len(params):
+            raise ValueError("optimizer contains a parameter group with duplicate parameters")
+        if any(id(p) in seen for p in params):
+            raise ValueError("some parameters appear in more than one parameter group")
+        self.param_groups.append(group)
+        if group.get("master_weights"):
+            for p in params:
+                self._master(p, group)
+
+    # -------------------------------------------------------------- grads
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Reset gradients (and master gradients) to None, or to zeros in place."""
+        for group in self.param_groups:
+            for p in group["params"]:
+                master = self.state.get(p, {}).get("master_param")
+                if master is not None:
+                    master.grad = None
+                if p.grad is None:
+                    continue
+                if set_to_none:
+                    p.grad = None
+                else:
+                    p.grad.data[...] = 0
+                    p.grad._version[0] += 1
+
+    def _master(self, p: Tensor, group: "dict | None" = None) -> "Tensor | None":
+        """The float32 master copy of ``p`` (made on first use), or None when ``p`` needs none.
+
+        A parameter has a master when its group has ``master_weights`` and it is
+        float16 or bfloat16. If the parameter was written by someone else since the
+        last step (its version moved: a model load, a manual edit), each element of
+        the master that no longer rounds to the parameter is replaced by it, on the
+        device; elements that still match keep their float32 low bits.
+        """
+        if group is None:
+            group = self._group_of(p)
+        if not group.get("master_weights") or p.dtype not in dt.LOW_PRECISION:
+            return None
+        state = self.state.setdefault(p, {})
+        master = state.get("master_param")
+        if master is None:
+            state["master_param"] = master = Tensor._wrap(p.data.astype(np.float32))
+        elif self._master_versions.get(p) != p._version[0]:
+            xp = backend.array_module(p.data)
+            stale = master.data.astype(p.dtype) != p.data
+            masked_write(xp, master.data, p.data, stale)
+        self._master_versions[p] = p._version[0]
+        return master
+
+    def master_params(self) -> Iterable[Tensor]:
+        """The tensors the step really updates: each parameter's master, or the parameter.
+
+        Clip these after ``scaler.unscale_(optimizer)`` under O2: with master weights
+        the unscaled gradients live in ``master.grad``, and ``p.grad`` stays scaled.
+        """
+        for group in self.param_groups:
+            for p in group["params"]:
+                master = self._master(p, group)
+                yield p if master is None else master
+
+    def _group_of(self, p: Tensor) -> dict:
+        for group in self.param_groups:
+            if any(q is p for q in group["params"]):
+                return group
+        raise KeyError(f"parameter of shape {list(p.shape)} is not in this optimizer")
+
+    # -------------------------------------------------------------- step
+    def step(self, closure: "Callable[[], Any] | None" = None, *, found_inf: Any = None,
+             grad_scale: Any = None) -> Any:
+        """One update of every parameter with a gradient; returns the closure's loss.
+
+        ``found_inf``/``grad_scale``: see the module docstring (the AMP contract).
+        """
+        loss = None
+        if closure is not None:
+            with tinyamp.enable_grad():
+                loss = closure()
+        keeps: dict = {}
+        # A masked step computes with the inf/nan gradients it then discards:
+        # NumPy's overflow/invalid warnings would be noise there.
+        quiet = np.errstate(over="ignore", invalid="ignore") if found_inf is not None else contextlib.nullcontext()
+        with tinyamp.no_grad(), quiet:
+            for group in self.param_groups:
+                entries = []
+                for p in group["params"]:
+                    entry = self._prepare(p, group, found_inf, grad_scale, keeps)
+                    if entry is not None:
+                        entries.append(entry)
+                if entries:
+                    self._update_group(group, entries)
+                for p, _, _, _, master in entries:
+                    self._finish(p, master)
+        return loss
+
+    def _prepare(self, p: Tensor, group: dict, found_inf: Any, grad_scale: Any, keeps: dict) -> "tuple | None":
+        """(param, weight array, grad array, keep mask, master) for one parameter, or None."""
+        if p.grad is None:
+            return None
+        dev = p.device
+        xp = dev.xp
+        if dev not in keeps:
+            keeps[dev] = (True if found_inf is None
+                          else xp.equal(backend.to_device(as_array(found_inf), dev).reshape(()), 0))
+        master = self._master(p, group)
+        if master is not None and master.grad is not None:
+            if grad_scale is not None:
+                raise RuntimeError("step: grad_scale was given, but GradScaler.unscale_ already wrote "
+                                   "unscaled float32 master gradients for this optimizer")
+            grad = master.grad.data
+        else:
+            grad = p.grad.data if master is None else p.grad.data.astype(np.float32)
+            if grad_scale is not None:
+                scale = backend.to_device(as_array(grad_scale), dev)
+                inv = xp.reciprocal(scale.astype(np.float64)).astype(np.float32)
+                grad = opmath(grad) * inv.reshape(())
+        weight = p.data if master is None else master.data
+        return p, weight, grad, keeps[dev], master
+
+    def _finish(self, p: Tensor, master: "Tensor | None") -> None:
+        """After the update: round masters back into the parameter, bump the version."""
+        if master is not None:
+            # Rounded write-back; a skipped step left the master unchanged, so the
+            # rounding reproduces the parameter's current value bit for bit.
+            p.data[...] = master.data.astype(p.dtype)
+            master.grad = None  # consumed: the next step reads the next unscale_'s grads
+        p._version[0] += 1
+        if master is not None:
+            self._master_versions[p] = p._version[0]
+
+    def _update_group(self, group: dict, entries: list) -> None:
+        raise NotImplementedError(f"{type(self).__name__} must implement _update_group")
+
+    def _state_buffer(self, p: Tensor, name: str, like: Any, fill: float = 0.0) -> Any:
+        """``state[p][name]`` as a raw array, created (filled with ``fill``) on first use."""
+        state = self.state.setdefault(p, {})
+        if name not in state:
+            xp = backend.array_module(like)
+            state[name] = Tensor._wrap(xp.full(like.shape, fill, dtype=like.dtype))
+        return state[name].data
+
+    def _step_counter(self, p: Tensor, like: Any) -> Any:
+        """``state[p]["step"]``: a 0-d float32 device array, as in PyTorch."""
+        state = self.state.setdefault(p, {})
+        if "step" not in state:
+            xp = backend.array_module(like)
+            state["step"] = Tensor._wrap(xp.zeros((), dtype=np.float32))
+        return state["step"].data
+
+    # ---------------------------------------------------------- state dict
+    def state_dict(self) -> dict:
+        """PyTorch's format: ``{"state": {id: {...}}, "param_groups": [{..., "params": [ids]}]}``.
+
+        Parameters are replaced by integer ids in group order; the state tensors
+        (master weights included) are the live ones, as in PyTorch: pickle or
+        ``copy.deepcopy`` the result to snapshot it.
+        """
+        ids: dict[int, int] = {}
+        groups = []
+        for group in self.param_groups:
+            packed = {k: v for k, v in group.items() if k != "params"}
+            packed["params"] = [ids.setdefault(id(p), len(ids)) for p in group["params"]]
+            groups.append(packed)
+        state = {}
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p in self.state:
+                    state[ids[id(p)]] = {k: v for k, v in self.state[p].items()}
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Load a ``state_dict()``: hyper-parameters, buffers and master weights (deep-copied)."""
+        state_dict = copy.deepcopy(state_dict)
+        saved_groups = state_dict["param_groups"]
+        if len(saved_groups) != len(self.param_groups):
+            raise ValueError("loaded state dict has a different number of parameter groups")
+        for mine, saved in zip(self.param_groups, saved_groups):
+            if len(mine["params"]) != len(saved["params"]):
+                raise ValueError("loaded state dict contains a parameter group that doesn't match the "
+                                 "size of optimizer's group")
+        by_id = {}
+        for mine, saved in zip(self.param_groups, saved_groups):
+            by_id.update(zip(saved["params"], mine["params"]))
+        self.state = {}
+        self._master_versions = {}
+        for key, entry in state_dict["state"].items():
+            p = by_id.get(key)
+            if p is None:
+                continue
+            # Move to the parameter's device; dtypes stay as saved (float32
+            # masters and their float32 buffers must not be cast to float16).
+            self.state[p] = {name: Tensor._wrap(backend.to_device(as_array(value), p.device))
+                             if isinstance(value, Tensor) else value for name, value in entry.items()}
+            if "master_param" in self.state[p]:
+                self._master_versions[p] = p._version[0]
+        for mine, saved in zip(self.param_groups, saved_groups):
+            params = mine["params"]
+            mine.clear()
+            mine.update({k: v for k, v in saved.items() if k != "params"})
+            mine["params"] = params

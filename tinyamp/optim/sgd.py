@@ -1,0 +1,71 @@
+"""SGD with momentum, dampening, weight decay, Nesterov and maximize (PyTorch's update).
+
+PyTorch's rule, per parameter ``w`` with gradient ``g``::
+
+    d = -g if maximize else g
+    d = d + weight_decay * w                        (if weight_decay)
+    buf = d                      on the first step  (if momentum)
+    buf = momentum * buf + (1 - dampening) * d      afterwards
+    d = d + momentum * buf if nesterov else buf
+    w = w - lr * d
+
+"The first step" is decided on the device: the state keeps a step counter next
+to the momentum buffer, so a skipped first step (AMP, masked) leaves the buffer
+uninitialised instead of seeding it with an inf gradient.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from .optimizer import Optimizer, masked_write, opmath
+
+
+def _sgd_param(xp: Any, w: Any, g: Any, buf: Any, step: Any, keep: Any, *, lr: float, momentum: float,
+               dampening: float, weight_decay: float, nesterov: bool, maximize: bool) -> None:
+    """Update one parameter in place (masked by ``keep``); ``buf``/``step`` None without momentum."""
+    w32, d = opmath(w), opmath(g)
+    if maximize:
+        d = -d
+    if weight_decay != 0:
+        d = d + weight_decay * w32
+    if momentum != 0:
+        started = step > 0
+        new_buf = xp.where(started, momentum * opmath(buf) + (1 - dampening) * d, d)
+        d = d + momentum * new_buf if nesterov else new_buf
+        masked_write(xp, buf, new_buf, keep)
+        xp.add(step, keep, out=step, casting="unsafe")
+    masked_write(xp, w, w32 - lr * d, keep)
+
+
+class SGD(Optimizer):
+    """Stochastic gradient descent (``torch.optim.SGD``), with optional float32 master weights."""
+
+    _step_supports_amp_scaling = True
+
+    def __init__(self, params: Iterable[Any], lr: float = 1e-3, momentum: float = 0, dampening: float = 0,
+                 weight_decay: float = 0, nesterov: bool = False, *, maximize: bool = False,
+                 master_weights: bool = False) -> None:
+        if lr < 0.0:
+            raise ValueError(f"Invalid learning rate: {lr}")
+        if momentum < 0.0:
+            raise ValueError(f"Invalid momentum value: {momentum}")
+        if weight_decay < 0.0:
+            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+        if nesterov and (momentum <= 0 or dampening != 0):
+            raise ValueError("Nesterov momentum requires a momentum and zero dampening")
+        defaults = dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
+                        nesterov=nesterov, maximize=maximize, master_weights=master_weights)
+        super().__init__(params, defaults)
+
+    def _update_group(self, group: dict, entries: list) -> None:
+        momentum = group["momentum"]
+        for p, w, g, keep, _ in entries:
+            xp = p.device.xp
+            buf = step = None
+            if momentum != 0:
+                buf = self._state_buffer(p, "momentum_buffer", w)
+                step = self._step_counter(p, w)
+            _sgd_param(xp, w, g, buf, step, keep, lr=group["lr"], momentum=momentum,
+                       dampening=group["dampening"], weight_decay=group["weight_decay"],
+                       nesterov=group["nesterov"], maximize=group["maximize"])
