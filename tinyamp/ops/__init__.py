@@ -7,15 +7,19 @@ are one implementation.
 
 from __future__ import annotations
 
-from . import broadcast, cast, elementwise, reduce, shape
+from . import broadcast, cast, conv, elementwise, indexing, linalg, reduce, shape
 from .broadcast import broadcast_to, expand, sum_to
 from .cast import cast as cast  # noqa: PLC0414 - the function, not the module
 from .cast import clone, to_device
 from .elementwise import add, div, exp, log, mul, neg, sub
 from .reduce import mean, sum
-from .shape import permute, reshape, transpose, view
+from .conv import avg_pool2d, conv2d, max_pool2d
+from .indexing import getitem, index_select
+from .linalg import bmm, linear, matmul, mm
+from .shape import (cat, chunk, concat, concatenate, contiguous, flatten, narrow, pad, permute, reshape,
+                    split, squeeze, stack, transpose, unbind, unsqueeze, view)
 
-_FAMILIES = [broadcast, elementwise, reduce, shape]
+_FAMILIES = [broadcast, elementwise, reduce, shape, indexing, linalg, conv]
 
 TENSOR_METHODS: dict = {}
 for _family in _FAMILIES:

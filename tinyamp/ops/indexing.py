@@ -1,0 +1,131 @@
+"""Indexing: ``x[key]`` (``getitem``) and its gradient, a scatter-add (``GetItemGrad``).
+
+Keys follow NumPy/PyTorch: ints, slices (any step, negative bounds), ``None``,
+``Ellipsis``, integer arrays or Tensors (advanced indexing, repeats allowed) and
+boolean masks. The key is normalised once (Tensors and lists become arrays on
+the indexed tensor's device, masks become the integer arrays of their
+``nonzero()``), so forward and backward see the same thing.
+
+The gradient of a gather is a scatter that must *sum* where an index repeats
+(``x[[0, 0]]`` uses ``x[0]`` twice), so advanced keys scatter with ``add.at``
+(``cupyx.scatter_add`` on the GPU), in float32 for float16/bfloat16 gradients.
+``GetItemGrad`` is itself differentiable: its backward is ``getitem`` with the
+same key, so double backward works. Both are NEUTRAL.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .. import backend
+from .. import dtypes as dt
+from ..amp.policy import NEUTRAL
+from ..autograd.function import Function
+from ..tensor import Tensor
+
+
+def _is_array(k: Any) -> bool:
+    return isinstance(k, np.ndarray) or backend.is_cupy_array(k)
+
+
+def normalize_key(key: Any, device: backend.Device) -> tuple:
+    """``key`` as a tuple of ints/slices/None/Ellipsis/integer arrays on ``device``.
+
+    Boolean masks become the integer arrays of their ``nonzero()`` (the same
+    selection, in the same order), so one scatter-add serves every advanced key.
+    """
+    items = key if isinstance(key, tuple) else (key,)
+    result: list = []
+    for k in items:
+        if isinstance(k, Tensor):
+            k = k.data
+        elif isinstance(k, list):
+            k = np.asarray(k)
+            if k.dtype == object or k.dtype.kind not in "biu":
+                raise IndexError(f"getitem: a list index must hold only ints or only bools, got {k.tolist()}")
+        if _is_array(k):
+            if k.dtype.kind not in "biu":
+                raise IndexError(f"getitem: tensors used as indices must be integer or bool, "
+                                 f"got {dt.dtype_name(k.dtype)}")
+            k = backend.to_device(k, device)
+            if k.dtype == np.bool_ and k.ndim > 0:
+                result.extend(k.nonzero())  # a host sync on the GPU: the result size depends on it
+                continue
+        result.append(k)
+    return tuple(result)
+
+
+def _is_advanced(key: tuple) -> bool:
+    return any(_is_array(k) for k in key)
+
+
+def _index_error(exc: Exception, shape: tuple, dtype: Any) -> IndexError:
+    return IndexError(f"getitem: {exc} (tensor of shape {list(shape)}, {dt.dtype_name(dtype)})")
+
+
+class GetItem(Function):
+    """y = x[key]; dx = zeros_like(x) with gy scatter-added at key"""
+
+    precision = NEUTRAL
+
+    def __init__(self, key: tuple) -> None:
+        self.key = key
+
+    def forward(self, xp: Any, x: Any) -> Any:
+        try:
+            return x[self.key]  # basic keys give a view, advanced ones a copy
+        except (IndexError, ValueError, TypeError) as exc:
+            raise _index_error(exc, x.shape, x.dtype) from None
+
+    def backward(self, gy: Tensor) -> Tensor:
+        return GetItemGrad(self.key, self._input_meta[0][0])(gy)
+
+
+class GetItemGrad(Function):
+    """dx = zeros(shape) with g scatter-added at key (repeats sum); d(g) = getitem(gg, key)"""
+
+    precision = NEUTRAL
+    name = "getitem_backward"
+
+    def __init__(self, key: tuple, shape: tuple) -> None:
+        self.key, self.shape = key, shape
+
+    def forward(self, xp: Any, g: Any) -> Any:
+        if not _is_advanced(self.key):
+            # Basic indexing never selects an element twice: a plain write is exact.
+            out = xp.zeros(self.shape, dtype=g.dtype)
+            out[self.key] = g
+            return out
+        # Repeated indices add up; float16 sums of many repeats would round at every
+        # step, so low precision accumulates in float32 and rounds once.
+        acc = xp.float32 if dt.is_low_precision(g.dtype) else g.dtype
+        out = xp.zeros(self.shape, dtype=acc)
+        values = g.astype(acc, copy=False)
+        if backend.is_cupy_array(out):
+            backend.cuda_lib("cupyx").scatter_add(out, self.key, values)
+        else:
+            np.add.at(out, self.key, values)
+        return out if out.dtype == g.dtype else out.astype(g.dtype)
+
+    def backward(self, gg: Tensor) -> Tensor:
+        return GetItem(self.key)(gg)
+
+
+def getitem(x: Tensor, key: Any) -> Tensor:
+    """``x[key]`` with NumPy/PyTorch semantics; differentiable in ``x``."""
+    return GetItem(normalize_key(key, x.device))(x)
+
+
+def index_select(x: Tensor, dim: int, index: Any) -> Tensor:
+    """``x`` gathered along ``dim`` at the 1-D integer ``index`` (repeats allowed)."""
+    if not -max(x.ndim, 1) <= dim < max(x.ndim, 1):
+        raise IndexError(f"index_select: dimension {dim} out of range for shape {list(x.shape)}")
+    index = index.data if isinstance(index, Tensor) else np.asarray(index)
+    if index.ndim != 1:
+        raise IndexError(f"index_select: index must be 1-D, got shape {list(index.shape)}")
+    return getitem(x, (slice(None),) * (dim % max(x.ndim, 1)) + (index,))
+
+
+METHODS = {"index_select": index_select}
