@@ -39,7 +39,10 @@ class Conv2d(Module):
         self.kernel_size = _pair(kernel_size, "kernel_size")
         self.stride = _pair(stride, "stride")
         self.dilation = _pair(dilation, "dilation")
-        self.padding = self._resolve_padding(padding)
+        if isinstance(padding, str) and padding not in ("valid", "same"):
+            raise ValueError(f"Conv2d: padding must be 'valid', 'same', an int or a pair, got {padding!r}")
+        # 'same' and 'valid' go to the op as they are (it places the odd pixel as PyTorch does).
+        self.padding = padding if isinstance(padding, str) else _pair(padding, "padding")
         self.padding_mode = padding_mode
         self.weight = Parameter(tinyamp.empty(out_channels, in_channels // groups, *self.kernel_size,
                                               dtype=dtype, device=device))
@@ -48,20 +51,6 @@ class Conv2d(Module):
         else:
             self.register_parameter("bias", None)
         self.reset_parameters()
-
-    def _resolve_padding(self, padding: Any) -> tuple[int, int]:
-        if padding == "valid":
-            return (0, 0)
-        if padding == "same":
-            if self.stride != (1, 1):
-                raise ValueError("Conv2d: padding='same' is not supported for strided convolutions")
-            totals = [d * (k - 1) for d, k in zip(self.dilation, self.kernel_size)]
-            if any(t % 2 for t in totals):
-                # PyTorch pads one side more here; tinyamp's conv2d takes symmetric padding only.
-                raise NotImplementedError(f"Conv2d: padding='same' with kernel_size={self.kernel_size} and "
-                                          f"dilation={self.dilation} needs asymmetric padding; pad explicitly")
-            return (totals[0] // 2, totals[1] // 2)
-        return _pair(padding, "padding")
 
     def reset_parameters(self) -> None:
         init.default_linear_init_(self.weight, self.bias)
@@ -75,7 +64,7 @@ class Conv2d(Module):
     def extra_repr(self) -> str:
         text = (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
                 f"stride={self.stride}")
-        if self.padding != (0, 0):
+        if self.padding not in ((0, 0), "valid"):
             text += f", padding={self.padding}"
         if self.dilation != (1, 1):
             text += f", dilation={self.dilation}"

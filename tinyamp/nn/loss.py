@@ -6,8 +6,6 @@ A class ``weight`` (and ``pos_weight``) is registered as a buffer, so it follows
 
 from __future__ import annotations
 
-from typing import Any
-
 import tinyamp
 
 from ..tensor import Tensor
@@ -33,16 +31,6 @@ class _WeightedLoss(_Loss):
         self.register_buffer("weight", weight)
 
 
-_DEFAULTS = {"weight": None, "pos_weight": None, "ignore_index": -100, "label_smoothing": 0.0,
-             "reduction": "mean"}
-
-
-def _options(**options: Any) -> dict:
-    """Keyword options that differ from PyTorch's defaults; the op's own defaults cover the rest."""
-    return {k: v for k, v in options.items()
-            if (v is not None if _DEFAULTS[k] is None else v != _DEFAULTS[k])}
-
-
 class CrossEntropyLoss(_WeightedLoss):
     """Softmax cross entropy between logits (N, C, ...) and class indices (N, ...) or probabilities."""
 
@@ -54,9 +42,8 @@ class CrossEntropyLoss(_WeightedLoss):
         self.ignore_index, self.label_smoothing = ignore_index, label_smoothing
 
     def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002 - PyTorch's name
-        return tinyamp.ops.cross_entropy(input, target, **_options(
-            weight=self.weight, ignore_index=self.ignore_index, reduction=self.reduction,
-            label_smoothing=self.label_smoothing))
+        return tinyamp.ops.cross_entropy(input, target, weight=self.weight, ignore_index=self.ignore_index,
+                                         reduction=self.reduction, label_smoothing=self.label_smoothing)
 
 
 class NLLLoss(_WeightedLoss):
@@ -67,30 +54,30 @@ class NLLLoss(_WeightedLoss):
         self.ignore_index = ignore_index
 
     def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002
-        return tinyamp.ops.nll_loss(input, target, **_options(
-            weight=self.weight, ignore_index=self.ignore_index, reduction=self.reduction))
+        return tinyamp.ops.nll_loss(input, target, weight=self.weight, ignore_index=self.ignore_index,
+                                     reduction=self.reduction)
 
 
 class MSELoss(_Loss):
     """mean((input - target)^2)"""
 
     def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002
-        return tinyamp.ops.mse_loss(input, target, **_options(reduction=self.reduction))
+        return tinyamp.ops.mse_loss(input, target, reduction=self.reduction)
 
 
 class L1Loss(_Loss):
     """mean(|input - target|)"""
 
     def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002
-        return tinyamp.ops.l1_loss(input, target, **_options(reduction=self.reduction))
+        return tinyamp.ops.l1_loss(input, target, reduction=self.reduction)
 
 
 class BCELoss(_WeightedLoss):
     """Binary cross entropy of probabilities; prefer BCEWithLogitsLoss (it is autocast-safe)."""
 
     def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002
-        return tinyamp.ops.binary_cross_entropy(input, target, **_options(
-            weight=self.weight, reduction=self.reduction))
+        return tinyamp.ops.binary_cross_entropy(input, target, weight=self.weight,
+                                                 reduction=self.reduction)
 
 
 class BCEWithLogitsLoss(_WeightedLoss):
@@ -102,5 +89,5 @@ class BCEWithLogitsLoss(_WeightedLoss):
         self.register_buffer("pos_weight", pos_weight)
 
     def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002
-        return tinyamp.ops.binary_cross_entropy_with_logits(input, target, **_options(
-            weight=self.weight, pos_weight=self.pos_weight, reduction=self.reduction))
+        return tinyamp.ops.binary_cross_entropy_with_logits(input, target, weight=self.weight,
+                                                              pos_weight=self.pos_weight, reduction=self.reduction)

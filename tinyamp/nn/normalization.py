@@ -3,35 +3,26 @@
 These layers are where mixed precision needs care: their statistics (a mean and
 a variance over many values) lose accuracy and overflow easily in float16. So
 ``model.half(keep_norm_fp32=True)`` leaves them in float32 (``_is_normalization``),
-and then their ``forward`` receives float16 activations with float32 weights.
-Outside autocast they handle that explicitly, and visibly on the tape: cast the
-input up to the weights' dtype, normalize, cast the result back to the input's
-dtype (both casts are recorded ``Cast`` nodes, so gradients flow back as float16
-to the previous layer and as float32 to the norm's own weights). Inside autocast
-the ops' FP32 tag already casts the inputs, and the output stays float32 as in
-PyTorch's autocast.
+and their ``forward`` then receives float16 activations with float32 weights and
+running statistics. That pairing is part of the ``layer_norm``/``batch_norm`` ops'
+contract (ops/normalization.py): they normalise in float32, return the input's
+dtype, and send each gradient back in its own input's dtype: float16 to the
+previous layer, float32 to the norm's weights. No extra cast nodes, and no
+float32 copy of the activation is kept for backward. Any other mix (a float32
+input with float16 weights) is refused by the op with the shapes and dtypes.
+Inside autocast the ops' FP32 tag applies and the output is float32, as in PyTorch.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
-
-import numpy as np
+from typing import Any, Sequence
 
 import tinyamp
 
 from .. import dtypes as dt
-from ..amp import state as amp_state
 from ..tensor import Tensor
 from .module import Module
 from .parameter import Parameter
-
-
-def _in_param_dtype(x: Tensor, param_dtype: "np.dtype | None", run: Callable[[Tensor], Tensor]) -> Tensor:
-    """``run(x)`` in the layer's own dtype, returning the input's dtype (see the module docstring)."""
-    if param_dtype is None or x.dtype == param_dtype or amp_state.current() is not None:
-        return run(x)
-    return tinyamp.ops.cast(run(tinyamp.ops.cast(x, param_dtype)), x.dtype)
 
 
 class _BatchNorm(Module):
@@ -74,12 +65,6 @@ class _BatchNorm(Module):
             raise ValueError(f"{self!r}: expected {self.num_features} channels in dimension 1, got input of "
                              f"shape {list(x.shape)}")
 
-    def _param_dtype(self) -> "np.dtype | None":
-        for tensor in (self.weight, self.running_mean):
-            if tensor is not None:
-                return tensor.dtype
-        return None
-
     def forward(self, x: Tensor) -> Tensor:
         self._check_input(x)
         factor = 0.0 if self.momentum is None else self.momentum
@@ -95,12 +80,8 @@ class _BatchNorm(Module):
         track = not self.training or self.track_running_stats
         running_mean = self.running_mean if track else None
         running_var = self.running_var if track else None
-
-        def run(inp: Tensor) -> Tensor:
-            return tinyamp.ops.batch_norm(inp, running_mean, running_var, self.weight, self.bias,
-                                          use_batch_stats, factor, self.eps)
-
-        return _in_param_dtype(x, self._param_dtype(), run)
+        return tinyamp.ops.batch_norm(x, running_mean, running_var, self.weight, self.bias,
+                                      use_batch_stats, factor, self.eps)
 
     def extra_repr(self) -> str:
         return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
@@ -144,11 +125,7 @@ class LayerNorm(Module):
         if x.ndim < n or tuple(x.shape[x.ndim - n:]) != self.normalized_shape:
             raise ValueError(f"{self!r}: expected input with trailing shape {list(self.normalized_shape)}, "
                              f"got {list(x.shape)}")
-
-        def run(inp: Tensor) -> Tensor:
-            return tinyamp.ops.layer_norm(inp, self.normalized_shape, self.weight, self.bias, self.eps)
-
-        return _in_param_dtype(x, None if self.weight is None else self.weight.dtype, run)
+        return tinyamp.ops.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
 
     def extra_repr(self) -> str:
         return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
