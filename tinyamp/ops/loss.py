@@ -1,0 +1,308 @@
+"""Classification and regression losses: cross_entropy, nll_loss, mse_loss, l1_loss.
+
+All are FP32-tagged, as in PyTorch's autocast lists: a loss sums many terms and
+its gradient is the first thing loss scaling multiplies, so it runs in float32.
+Outside autocast, float16/bfloat16 inputs are computed in float32 internally and
+the result is rounded once to the input dtype.
+
+``reduction`` is ``"none"``, ``"mean"`` or ``"sum"``. Shapes must match exactly:
+PyTorch broadcasts ``mse_loss(input, target)`` with a warning; tinyamp refuses
+with an error naming both shapes, because a silently broadcast loss trains the
+wrong model. Class weights and targets are constants (no gradient), as in
+PyTorch. The binary cross-entropy losses live in ``ops/loss_binary.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .. import backend
+from .. import dtypes as dt
+from ..amp.policy import FP32
+from ..autograd.function import Function
+from ..autograd.grad_mode import is_grad_enabled
+from ..tensor import Tensor
+from .softmax import shifted, softmax
+
+REDUCTIONS = ("none", "mean", "sum")
+
+
+def check_reduction(op: str, reduction: str) -> None:
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"{op}: {reduction!r} is not a valid value for reduction; "
+                         f"expected 'none', 'mean' or 'sum'")
+
+
+def check_constant(op: str, name: str, t: "Tensor | None") -> None:
+    """Weights of losses get no gradient (as in PyTorch): refuse rather than drop one."""
+    if t is not None and t.requires_grad and is_grad_enabled():
+        raise RuntimeError(f"{op}: the derivative for '{name}' is not implemented (it is a constant "
+                           f"of the loss); pass {name}.detach()")
+
+
+def compute_dtype(x: Any) -> Any:
+    """float32 for float16/bfloat16 arrays (the accumulation dtype), else the array's own."""
+    return dt.float32 if dt.is_low_precision(x.dtype) else x.dtype
+
+
+def reduce_loss(xp: Any, loss: Any, reduction: str, out_dtype: Any) -> Any:
+    """Apply ``reduction`` to an elementwise loss array; the result in ``out_dtype``."""
+    if reduction == "none":
+        return xp.asarray(loss, dtype=out_dtype)  # asarray: NumPy gives 0-d results as scalars
+    total = loss.sum()
+    if reduction == "mean":
+        total = total / loss.size
+    return xp.asarray(total, dtype=out_dtype)
+
+
+def scale_grad(gy: Tensor, reduction: str, count: int) -> Tensor:
+    """The upstream gradient of each element: gy itself, or gy / count for "mean"."""
+    return gy / count if reduction == "mean" else gy
+
+
+def describe(x: Any) -> str:
+    return f"{list(x.shape)} ({dt.dtype_name(x.dtype)})"
+
+
+# ------------------------------------------------------------ class indices
+class ClassIndexLoss(Function):
+    """Shared machinery of cross_entropy and nll_loss (class-index targets).
+
+    Every per-sample loss is ``-sum_c q[c] * logp[c]`` where ``q`` is a constant
+    target distribution: the (weighted) one-hot of the target, mixed with the
+    uniform distribution by label smoothing, zero for ignored samples.
+    """
+
+    precision = FP32
+
+    def __init__(self, weighted: bool, ignore_index: int, reduction: str,
+                 label_smoothing: float = 0.0) -> None:
+        self.weighted, self.ignore_index = weighted, ignore_index
+        self.reduction, self.label_smoothing = reduction, label_smoothing
+
+    def prepare(self, xp: Any, x: Any, target: Any, weight: Any) -> None:
+        """Check the inputs; keep the class axis, the safe targets and their weights."""
+        op = self.name
+        if x.ndim == 0 or x.dtype not in dt.FLOATING:
+            raise ValueError(f"{op}: input must be a floating tensor of shape (C,), (N, C) or "
+                             f"(N, C, d1, ...), got {describe(x)}")
+        self.axis = 0 if x.ndim == 1 else 1
+        classes = x.shape[self.axis]
+        expected = x.shape[:self.axis] + x.shape[self.axis + 1:]
+        if target.dtype != dt.int64:
+            raise TypeError(f"{op}: target must hold int64 class indices, got {describe(target)} for "
+                            f"input {describe(x)} (class-probability targets are not supported; "
+                            f"use target.long() for integer labels)")
+        if target.shape != expected:
+            raise ValueError(f"{op}: target shape {list(target.shape)} does not match input shape "
+                             f"{list(x.shape)}; expected target shape {list(expected)} "
+                             f"(the input without its class dimension {self.axis})")
+        if weight is not None and (weight.shape != (classes,) or weight.dtype != x.dtype):
+            raise ValueError(f"{op}: weight must have shape [{classes}] and the input's dtype "
+                             f"{dt.dtype_name(x.dtype)}, got {describe(weight)}")
+        valid = target != self.ignore_index
+        bad = valid & ((target < 0) | (target >= classes))
+        if backend.to_host(bad.any()):  # one host sync on a GPU, for a clear error
+            value = int(backend.to_host(target[bad].reshape(-1)[:1])[0])
+            raise IndexError(f"{op}: target value {value} is out of range for {classes} classes "
+                             f"(input {describe(x)}, target shape {list(target.shape)}); expected "
+                             f"values in [0, {classes}) or ignore_index={self.ignore_index}")
+        cdt = compute_dtype(x)
+        self.valid = valid
+        self.safe = xp.where(valid, target, 0)
+        self.w_t = (weight.astype(cdt)[self.safe] if weight is not None
+                    else xp.ones(target.shape, dtype=cdt)) * valid
+        self.weight = weight
+        self.count = self.w_t.sum()  # the "mean" divisor: the weight of the kept targets
+
+    def picked(self, xp: Any, values: Any) -> Any:
+        """values[..., target, ...] along the class axis."""
+        index = xp.expand_dims(self.safe, self.axis)
+        return xp.take_along_axis(values, index, axis=self.axis).squeeze(self.axis)
+
+    def finish(self, xp: Any, loss: Any, out_dtype: Any) -> Any:
+        if self.reduction == "none":
+            return xp.asarray(loss, dtype=out_dtype)  # asarray: NumPy gives 0-d results as scalars
+        total = loss.sum()
+        if self.reduction == "mean":
+            # Every target ignored: 0/0 = nan, as PyTorch. (errstate silences NumPy; CuPy never warns.)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                total = total / self.count
+        return xp.asarray(total, dtype=out_dtype)
+
+    def target_distribution(self, xp: Any, shape_x: tuple, dtype: Any) -> tuple[Tensor, Tensor]:
+        """Constants ``q`` (the input's shape) and ``s = sum_c q`` (class axis kept, size 1)."""
+        classes = shape_x[self.axis]
+        eps = self.label_smoothing
+        shape = [1] * len(shape_x)
+        shape[self.axis] = classes
+        onehot = xp.arange(classes).reshape(shape) == xp.expand_dims(self.safe, self.axis)
+        w_t = xp.expand_dims(self.w_t, self.axis)
+        q = (1.0 - eps) * w_t * onehot
+        s = (1.0 - eps) * w_t
+        if eps:
+            valid = xp.expand_dims(self.valid, self.axis)
+            w = self.weight.astype(w_t.dtype) if self.weight is not None else xp.ones(classes, w_t.dtype)
+            q = q + (eps / classes) * valid * w.reshape(shape)
+            s = s + (eps / classes) * valid * w.sum()
+        return Tensor._wrap(q.astype(dtype)), Tensor._wrap(s.astype(dtype))
+
+    def upstream(self, gy: Tensor) -> Tensor:
+        """gy per sample, with a size-1 class axis so it broadcasts over classes."""
+        if self.reduction == "none":
+            shape = list(gy.shape)
+            shape.insert(self.axis, 1)
+            return gy.reshape(tuple(shape))
+        if self.reduction == "mean":
+            return gy / Tensor._wrap(gy.device.xp.asarray(self.count, dtype=gy.dtype))
+        return gy
+
+
+class CrossEntropy(ClassIndexLoss):
+    """y = -sum_c q_c log_softmax(x)_c; dx = gy * (softmax(x) * sum_c q_c - q)"""
+
+    precision = FP32
+    name = "cross_entropy"
+    save_inputs = (0,)
+
+    def forward(self, xp: Any, x: Any, target: Any, weight: Any = None) -> Any:
+        self.prepare(xp, x, target, weight)
+        z, _ = shifted(xp, x, self.axis)
+        logp = z - xp.log(xp.exp(z).sum(axis=self.axis, keepdims=True))
+        loss = -self.w_t * self.picked(xp, logp)
+        eps = self.label_smoothing
+        if eps:
+            classes = x.shape[self.axis]
+            w = 1 if weight is None else weight.astype(logp.dtype).reshape(
+                (classes,) + (1,) * (x.ndim - self.axis - 1))
+            smooth = -(logp * w).sum(axis=self.axis) * self.valid
+            loss = (1.0 - eps) * loss + (eps / classes) * smooth
+        return self.finish(xp, loss, x.dtype)
+
+    def backward(self, gy: Tensor) -> tuple:
+        (x,) = self.saved_tensors
+        q, s = self.target_distribution(x.device.xp, x.shape, x.dtype)
+        gx = (softmax(x, self.axis) * s - q) * self.upstream(gy)
+        return (gx, None) + ((None,) if self.weighted else ())
+
+
+class NllLoss(ClassIndexLoss):
+    """y = -sum_c q_c x_c (x holds log-probabilities); dx = -gy * q"""
+
+    precision = FP32
+    name = "nll_loss"
+
+    def forward(self, xp: Any, x: Any, target: Any, weight: Any = None) -> Any:
+        self.prepare(xp, x, target, weight)
+        loss = -self.w_t * self.picked(xp, x.astype(self.w_t.dtype, copy=False))
+        return self.finish(xp, loss, x.dtype)
+
+    def backward(self, gy: Tensor) -> tuple:
+        shape, dtype = self._input_meta[0]
+        q, _ = self.target_distribution(gy.device.xp, shape, dtype)
+        gx = -q * self.upstream(gy)
+        return (gx, None) + ((None,) if self.weighted else ())
+
+
+# --------------------------------------------------------------- regression
+class PairLoss(Function):
+    """Shared checks of mse_loss and l1_loss: input and target of one shape and dtype."""
+
+    precision = FP32
+    save_inputs = (0, 1)
+
+    def __init__(self, reduction: str) -> None:
+        self.reduction = reduction
+
+    def difference(self, xp: Any, x: Any, t: Any) -> Any:
+        if x.shape != t.shape:
+            raise ValueError(f"{self.name}: input shape {list(x.shape)} and target shape "
+                             f"{list(t.shape)} differ; tinyamp does not broadcast a loss "
+                             f"(reshape one of them explicitly)")
+        if x.dtype != t.dtype or x.dtype not in dt.FLOATING:
+            raise TypeError(f"{self.name}: input and target must share one floating dtype, got "
+                            f"{describe(x)} and {describe(t)}")
+        self.size = x.size
+        cdt = compute_dtype(x)
+        return x.astype(cdt, copy=False) - t.astype(cdt, copy=False)
+
+
+class MseLoss(PairLoss):
+    """y = reduce((x - t)^2); dx = 2 (x - t) gy, dt = -dx"""
+
+    precision = FP32
+    name = "mse_loss"
+
+    def forward(self, xp: Any, x: Any, t: Any) -> Any:
+        d = self.difference(xp, x, t)
+        return reduce_loss(xp, d * d, self.reduction, x.dtype)
+
+    def backward(self, gy: Tensor) -> tuple:
+        x, t = self.saved_tensors
+        gx = (x - t) * (scale_grad(gy, self.reduction, self.size) * 2)
+        return (gx if self.needs_input_grad[0] else None,
+                -gx if self.needs_input_grad[1] else None)
+
+
+class L1Loss(PairLoss):
+    """y = reduce(|x - t|); dx = sign(x - t) gy, dt = -dx"""
+
+    precision = FP32
+    name = "l1_loss"
+
+    def forward(self, xp: Any, x: Any, t: Any) -> Any:
+        d = self.difference(xp, x, t)
+        return reduce_loss(xp, xp.abs(d), self.reduction, x.dtype)
+
+    def backward(self, gy: Tensor) -> tuple:
+        x, t = self.saved_tensors
+        xp = x.device.xp
+        # sign(x - t) is piecewise constant: a constant of the graph (its derivative is 0).
+        sign = Tensor._wrap(xp.sign(x.data - t.data))
+        gx = sign * scale_grad(gy, self.reduction, self.size)
+        return (gx if self.needs_input_grad[0] else None,
+                -gx if self.needs_input_grad[1] else None)
+
+
+# ---------------------------------------------------------------- functions
+def cross_entropy(input: Tensor, target: Tensor, weight: "Tensor | None" = None,  # noqa: A002
+                  ignore_index: int = -100, reduction: str = "mean",
+                  label_smoothing: float = 0.0) -> Tensor:
+    """Cross-entropy of logits ``input`` (C,), (N, C) or (N, C, d1, ...) against int64 class indices.
+
+    One fused op: log_softmax, the pick and the reduction in one forward pass;
+    the backward is ``softmax(x) - onehot`` (weighted, smoothed, scaled).
+    "mean" divides by the total weight of the targets that are not ``ignore_index``.
+    """
+    check_reduction("cross_entropy", reduction)
+    check_constant("cross_entropy", "weight", weight)
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"cross_entropy: label_smoothing must be in [0, 1], got {label_smoothing}")
+    op = CrossEntropy(weight is not None, ignore_index, reduction, float(label_smoothing))
+    return op(input, target) if weight is None else op(input, target, weight)
+
+
+def nll_loss(input: Tensor, target: Tensor, weight: "Tensor | None" = None,  # noqa: A002
+             ignore_index: int = -100, reduction: str = "mean") -> Tensor:
+    """Negative log-likelihood of log-probabilities ``input`` at int64 class indices ``target``."""
+    check_reduction("nll_loss", reduction)
+    check_constant("nll_loss", "weight", weight)
+    op = NllLoss(weight is not None, ignore_index, reduction)
+    return op(input, target) if weight is None else op(input, target, weight)
+
+
+def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:  # noqa: A002
+    """Squared error; ``input`` and ``target`` must have the same shape."""
+    check_reduction("mse_loss", reduction)
+    return MseLoss(reduction)(input, target)
+
+
+def l1_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:  # noqa: A002
+    """Absolute error; ``input`` and ``target`` must have the same shape."""
+    check_reduction("l1_loss", reduction)
+    return L1Loss(reduction)(input, target)
+
+
+METHODS: dict = {}  # losses are functions only (torch.nn.functional), not Tensor methods

@@ -1,0 +1,218 @@
+"""Normalisation: layer_norm and batch_norm (statistics in float32, backward differentiable).
+
+Both are FP32-tagged (DESIGN.md section 4: layer_norm and batch-norm statistics
+run in float32 under autocast). Outside autocast, a float16/bfloat16 input is
+normalised with float32 statistics and the output rounded once to the input's
+dtype; its affine ``weight``/``bias`` (and batch_norm's running statistics) may
+then be float32, as O2 training keeps them.
+
+The backward is one formula for both, written in tinyamp ops::
+
+    xhat = (x - mean) * rstd,  g = gy * weight
+    dx = rstd * (g - mean(g) - xhat * mean(g * xhat))      (means over the normalised axes)
+
+For a first-order backward the forward's mean and rstd are reused as
+constants; under ``create_graph=True`` they are recomputed from ``x`` in
+tinyamp ops, so the gradient is itself differentiable (double backward).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from .. import dtypes as dt
+from ..amp.policy import FP32
+from ..autograd.function import Function
+from ..autograd.grad_mode import is_grad_enabled
+from ..tensor import Tensor
+from .broadcast import sum_to
+from .cast import cast
+from .elementwise import exp, log
+from .reduce import mean as _mean
+
+
+def _describe(a: Any) -> str:
+    return f"{list(a.shape)} ({dt.dtype_name(a.dtype)})"
+
+
+def _compute_dtype(dtype: Any) -> Any:
+    return dt.float32 if dt.is_low_precision(dtype) else dtype
+
+
+def _check_param(op: str, name: str, p: Any, shape: tuple, x: Any) -> None:
+    """A parameter of ``shape`` in the input's dtype (or float32 beside a float16/bfloat16 input)."""
+    if p.shape != shape or not (p.dtype == x.dtype or p.dtype == _compute_dtype(x.dtype)):
+        raise ValueError(f"{op}: {name} must have shape {list(shape)} and dtype {dt.dtype_name(x.dtype)}"
+                         f" (or float32 for a float16/bfloat16 input), got {_describe(p)} for input "
+                         f"{_describe(x)}")
+
+
+def _normalize(xp: Any, x: Any, mean: Any, rstd: Any, params: tuple, pshape: tuple) -> Any:
+    """(x - mean) * rstd * weight + bias in the statistics' dtype, returned in x's dtype."""
+    y = (x.astype(mean.dtype, copy=False) - mean) * rstd
+    weight, bias = params
+    if weight is not None:
+        y = y * weight.astype(y.dtype, copy=False).reshape(pshape)
+    if bias is not None:
+        y = y + bias.astype(y.dtype, copy=False).reshape(pshape)
+    return y.astype(x.dtype, copy=False)
+
+
+class _Normalization(Function):
+    """The shared backward of layer_norm and batch_norm."""
+
+    precision = FP32
+    axes: tuple = ()
+    pshape: tuple = ()
+    stats_from_input = True  # False: eval batch_norm, whose statistics are constants
+
+    def _setup(self, has_weight: bool, has_bias: bool, eps: float) -> None:
+        self.has_weight, self.has_bias, self.eps = has_weight, has_bias, eps
+        self.save_inputs = (0, 1) if has_weight else (0,)
+
+    def _params(self, params: tuple) -> tuple:
+        params = list(params)
+        weight = params.pop(0) if self.has_weight else None
+        bias = params.pop(0) if self.has_bias else None
+        return weight, bias
+
+    def backward(self, gy: Tensor) -> tuple:
+        saved = self.saved_tensors
+        x, weight = saved[0], (saved[1] if self.has_weight else None)
+        cdt = _compute_dtype(x.dtype)
+        xc, gyc = cast(x, cdt), cast(gy, cdt)
+        axes = self.axes
+        if self.stats_from_input and is_grad_enabled():
+            # create_graph: rebuild mean and rstd from x so they carry their own gradients.
+            centered = xc - _mean(xc, axes, keepdim=True)
+            rstd = exp(log(_mean(centered * centered, axes, keepdim=True) + self.eps) * -0.5)
+        else:
+            centered = xc - Tensor._wrap(self.mean)
+            rstd = Tensor._wrap(self.rstd)
+        xhat = centered * rstd
+        g = gyc if weight is None else gyc * cast(weight, cdt).reshape(self.pshape)
+        grads: list = [None]
+        if self.needs_input_grad[0]:
+            if self.stats_from_input:
+                gx = rstd * (g - _mean(g, axes, keepdim=True) - xhat * _mean(g * xhat, axes, keepdim=True))
+            else:  # eval batch_norm: running statistics are constants
+                gx = g * rstd
+            grads[0] = cast(gx, x.dtype)
+        if self.has_weight:
+            shape, dtype = self._input_meta[1]
+            grads.append(cast(sum_to(gyc * xhat, self.pshape).reshape(shape), dtype)
+                         if self.needs_input_grad[1] else None)
+        if self.has_bias:
+            shape, dtype = self._input_meta[-1]
+            grads.append(cast(sum_to(gyc, self.pshape).reshape(shape), dtype)
+                         if self.needs_input_grad[-1] else None)
+        return tuple(grads)
+
+
+class LayerNorm(_Normalization):
+    """y = (x - mean) rstd w + b over the last dims; dx = rstd (g - mean(g) - xhat mean(g xhat)), g = gy w"""
+
+    precision = FP32
+    name = "layer_norm"
+    stats_from_input = True
+
+    def __init__(self, normalized_shape: tuple, has_weight: bool, has_bias: bool, eps: float) -> None:
+        self.normalized_shape = normalized_shape
+        self._setup(has_weight, has_bias, eps)
+
+    def forward(self, xp: Any, x: Any, *params: Any) -> Any:
+        shape = self.normalized_shape
+        k = len(shape)
+        if x.ndim < k or tuple(x.shape[x.ndim - k:]) != shape or x.dtype not in dt.FLOATING:
+            raise ValueError(f"layer_norm: input {_describe(x)} must be floating and end with "
+                             f"normalized_shape {list(shape)}")
+        weight, bias = self._params(params)
+        for name, p in (("weight", weight), ("bias", bias)):
+            if p is not None:
+                _check_param("layer_norm", name, p, shape, x)
+        self.axes = tuple(range(x.ndim - k, x.ndim))
+        self.pshape = (1,) * (x.ndim - k) + shape
+        xf = x.astype(_compute_dtype(x.dtype), copy=False)
+        self.mean = xf.mean(axis=self.axes, keepdims=True)
+        self.rstd = 1 / xp.sqrt(xf.var(axis=self.axes, keepdims=True) + self.eps)
+        return _normalize(xp, x, self.mean, self.rstd, (weight, bias), self.pshape)
+
+
+class BatchNorm(_Normalization):
+    """y = (x - mean_c) rstd_c w_c + b_c per channel; dx as layer_norm over (N, H, W) in training, gy w rstd in eval"""
+
+    precision = FP32
+    name = "batch_norm"
+
+    def __init__(self, running_mean: "Tensor | None", running_var: "Tensor | None", has_weight: bool,
+                 has_bias: bool, training: bool, momentum: float, eps: float) -> None:
+        self.running_mean, self.running_var = running_mean, running_var
+        self.training, self.momentum = training, momentum
+        self.stats_from_input = training
+        self._setup(has_weight, has_bias, eps)
+
+    def forward(self, xp: Any, x: Any, *params: Any) -> Any:
+        if x.ndim < 2 or x.dtype not in dt.FLOATING:
+            raise ValueError(f"batch_norm: input must be floating of shape (N, C) or (N, C, H, W), "
+                             f"got {_describe(x)}")
+        channels = x.shape[1]
+        weight, bias = self._params(params)
+        stats = (("running_mean", self.running_mean), ("running_var", self.running_var))
+        for name, p in (("weight", weight), ("bias", bias)) + tuple((n, None if t is None else t.data)
+                                                                 for n, t in stats):
+            if p is not None:
+                _check_param("batch_norm", name, p, (channels,), x)
+        self.axes = (0,) + tuple(range(2, x.ndim))
+        self.pshape = (1, channels) + (1,) * (x.ndim - 2)
+        cdt = _compute_dtype(x.dtype)
+        if self.training:
+            count = x.size // max(channels, 1)
+            if count <= 1:
+                raise ValueError(f"batch_norm: expected more than 1 value per channel when training, "
+                                 f"got input {_describe(x)}")
+            xf = x.astype(cdt, copy=False)
+            self.mean = xf.mean(axis=self.axes, keepdims=True)
+            var = xf.var(axis=self.axes, keepdims=True)  # biased: what normalises the batch
+            self._update_running(var.reshape(channels) * (count / (count - 1)))  # unbiased, as PyTorch
+        else:
+            if self.running_mean is None or self.running_var is None:
+                raise ValueError("batch_norm: running_mean and running_var are required when "
+                                 "training=False (they are the statistics eval mode normalises with)")
+            self.mean = self.running_mean.data.astype(cdt).reshape(self.pshape)
+            var = self.running_var.data.astype(cdt).reshape(self.pshape)
+        self.rstd = 1 / xp.sqrt(var + self.eps)
+        return _normalize(xp, x, self.mean, self.rstd, (weight, bias), self.pshape)
+
+    def _update_running(self, unbiased_var: Any) -> None:
+        """running = (1 - momentum) * running + momentum * batch, in place (a buffer write, no grad)."""
+        m = self.momentum
+        for stat, batch in ((self.running_mean, self.mean.reshape(-1)), (self.running_var, unbiased_var)):
+            if stat is not None:
+                stat.data[...] = ((1 - m) * stat.data.astype(batch.dtype) + m * batch).astype(stat.dtype)
+                stat._version[0] += 1
+
+
+def layer_norm(input: Tensor, normalized_shape: "int | Sequence[int]",  # noqa: A002 - torch name
+               weight: "Tensor | None" = None, bias: "Tensor | None" = None, eps: float = 1e-5) -> Tensor:
+    """Normalise over the trailing ``normalized_shape`` dims, then scale by weight and shift by bias."""
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    params = [p for p in (weight, bias) if p is not None]
+    return LayerNorm(shape, weight is not None, bias is not None, float(eps))(input, *params)
+
+
+def batch_norm(input: Tensor, running_mean: "Tensor | None", running_var: "Tensor | None",  # noqa: A002
+               weight: "Tensor | None" = None, bias: "Tensor | None" = None, training: bool = False,
+               momentum: float = 0.1, eps: float = 1e-5) -> Tensor:
+    """Per-channel normalisation of (N, C) or (N, C, H, W) input.
+
+    training=True normalises with the batch's statistics (biased variance) and
+    updates the running statistics in place with the unbiased variance, as
+    PyTorch; training=False normalises with the running statistics.
+    """
+    params = [p for p in (weight, bias) if p is not None]
+    op = BatchNorm(running_mean, running_var, weight is not None, bias is not None, bool(training),
+                   float(momentum), float(eps))
+    return op(input, *params)
+
+
+METHODS: dict = {}  # functions only (torch.nn.functional), not Tensor methods

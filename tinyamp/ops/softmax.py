@@ -1,0 +1,142 @@
+"""The softmax family: softmax, log_softmax and logsumexp along a dimension.
+
+All three subtract the maximum before exponentiating, so large logits never
+overflow, and all are FP32-tagged (PyTorch's autocast runs them in float32:
+an exponential followed by a sum is exactly where float16 overflows and loses
+mass). Outside autocast, float16/bfloat16 inputs are computed in float32 and
+rounded once to the input dtype, like the reductions in ops/reduce.py.
+
+Backwards are written in tinyamp ops on the saved *output* (``y``), so they are
+themselves differentiable: ``dx = y * (gy - sum(gy * y))`` for softmax and
+``dx = gy - exp(y) * sum(gy)`` for log_softmax.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from .. import dtypes as dt
+from ..amp.policy import FP32
+from ..autograd.function import Function
+from ..tensor import Tensor
+from .cast import cast
+from .elementwise import exp
+from .reduce import keepdim_shape, normalize_dims
+from .reduce import sum as _sum
+
+
+def _check_dim(op: str, dim: Any, ndim: int) -> Any:
+    """The one axis of a softmax; ``()`` for a 0-d input (PyTorch accepts dim 0 or -1 there)."""
+    if not isinstance(dim, (int, np.integer)) or isinstance(dim, bool):
+        raise TypeError(f"{op}: dim must be an int, got {dim!r}")
+    axes = normalize_dims(op, int(dim), ndim)
+    return axes[0] if ndim else ()
+
+
+def shifted(xp: Any, x: Any, axes: Any) -> tuple[Any, Any]:
+    """``(x - max, max)`` along ``axes`` (keepdims), computed in at least float32.
+
+    A row whose maximum is infinite (all ``-inf``, say) is shifted by 0 rather
+    than by the infinity, which would turn the whole row into NaN.
+    """
+    if dt.is_low_precision(x.dtype):
+        x = x.astype(xp.float32)
+    m = x.max(axis=axes, keepdims=True)
+    m = xp.where(xp.isfinite(m), m, xp.zeros((), dtype=m.dtype))
+    return x - m, m
+
+
+class Softmax(Function):
+    """y = exp(x - max) / sum(exp(x - max)); dx = y * (gy - sum(gy * y))"""
+
+    precision = FP32
+    save_outputs = (0,)
+
+    def __init__(self, dim: int) -> None:
+        self.dim = dim
+
+    def forward(self, xp: Any, x: Any) -> Any:
+        self.axis = _check_dim("softmax", self.dim, x.ndim)
+        z, _ = shifted(xp, x, self.axis)
+        e = xp.exp(z)
+        return (e / e.sum(axis=self.axis, keepdims=True)).astype(x.dtype, copy=False)
+
+    def backward(self, gy: Tensor) -> Tensor:
+        (y,) = self.saved_tensors
+        return y * (gy - _sum(gy * y, self.axis, keepdim=True))
+
+
+class LogSoftmax(Function):
+    """y = x - max - log(sum(exp(x - max))); dx = gy - exp(y) * sum(gy)"""
+
+    precision = FP32
+    name = "log_softmax"
+    save_outputs = (0,)
+
+    def __init__(self, dim: int) -> None:
+        self.dim = dim
+
+    def forward(self, xp: Any, x: Any) -> Any:
+        self.axis = _check_dim("log_softmax", self.dim, x.ndim)
+        z, _ = shifted(xp, x, self.axis)
+        with np.errstate(divide="ignore"):  # a row of -inf gives log(0) = -inf, as PyTorch
+            lse = xp.log(xp.exp(z).sum(axis=self.axis, keepdims=True))
+        return (z - lse).astype(x.dtype, copy=False)
+
+    def backward(self, gy: Tensor) -> Tensor:
+        (y,) = self.saved_tensors
+        return gy - exp(y) * _sum(gy, self.axis, keepdim=True)
+
+
+class LogSumExp(Function):
+    """y = max + log(sum(exp(x - max))); dx = gy * exp(x - y)"""
+
+    precision = FP32
+    save_inputs = (0,)
+    save_outputs = (0,)
+
+    def __init__(self, dim: "int | Sequence[int]", keepdim: bool = False) -> None:
+        self.dim, self.keepdim = dim, keepdim
+
+    def forward(self, xp: Any, x: Any) -> Any:
+        self.axes = normalize_dims("logsumexp", self.dim, x.ndim)
+        z, m = shifted(xp, x, self.axes)
+        with np.errstate(divide="ignore"):  # all -inf along the axes: log(0) = -inf, as PyTorch
+            y = xp.log(xp.exp(z).sum(axis=self.axes, keepdims=True)) + m
+        if not self.keepdim:
+            y = y.reshape(tuple(s for i, s in enumerate(y.shape) if i not in self.axes))
+        return y.astype(x.dtype, copy=False)
+
+    def backward(self, gy: Tensor) -> Tensor:
+        x, y = self.saved_tensors
+        if not self.keepdim:
+            kept = keepdim_shape(x.shape, self.axes)
+            gy, y = gy.reshape(kept), y.reshape(kept)
+        return gy * exp(x - y)
+
+
+def softmax(input: Tensor, dim: int, dtype: Any = None) -> Tensor:  # noqa: A002 - torch name
+    """Softmax along ``dim`` (required: PyTorch's implicit choice is deprecated).
+
+    ``dtype`` casts the input first (recorded), as PyTorch's argument does.
+    """
+    if dtype is not None:
+        input = cast(input, dtype)
+    return Softmax(dim)(input)
+
+
+def log_softmax(input: Tensor, dim: int, dtype: Any = None) -> Tensor:  # noqa: A002
+    """log(softmax(input, dim)) computed stably in one pass."""
+    if dtype is not None:
+        input = cast(input, dtype)
+    return LogSoftmax(dim)(input)
+
+
+def logsumexp(input: Tensor, dim: "int | Sequence[int]", keepdim: bool = False) -> Tensor:  # noqa: A002
+    """log(sum(exp(input))) over ``dim`` without overflow."""
+    return LogSumExp(dim, keepdim)(input)
+
+
+METHODS = {"softmax": softmax, "log_softmax": log_softmax, "logsumexp": logsumexp}
