@@ -7,13 +7,17 @@ are one implementation.
 
 from __future__ import annotations
 
-from . import broadcast, cast, elementwise, reduce, shape
+from . import broadcast, cast, conv, elementwise, indexing, linalg, reduce, shape
 from .broadcast import broadcast_to, expand, sum_to
 from .cast import cast as cast  # noqa: PLC0414 - the function, not the module
 from .cast import clone, to_device
 from .elementwise import add, div, exp, log, mul, neg, sub
 from .reduce import mean, sum
-from .shape import permute, reshape, transpose, view
+from .conv import avg_pool2d, conv2d, max_pool2d
+from .indexing import getitem, index_select
+from .linalg import bmm, linear, matmul, mm
+from .shape import (cat, chunk, concat, concatenate, contiguous, flatten, narrow, pad, permute, reshape,
+                    split, squeeze, stack, transpose, unbind, unsqueeze, view)
 # Families whose module shares its name with its op: keep the module under an alias.
 from . import dropout as _dropout_family, embedding as _embedding_family, softmax as _softmax_family
 from . import loss, loss_binary, normalization
@@ -24,7 +28,7 @@ from .loss_binary import binary_cross_entropy, binary_cross_entropy_with_logits
 from .normalization import batch_norm, layer_norm
 from .softmax import log_softmax, logsumexp, softmax
 
-_FAMILIES = [broadcast, elementwise, reduce, shape]
+_FAMILIES = [broadcast, elementwise, reduce, shape, indexing, linalg, conv]
 _FAMILIES += [_softmax_family, loss, loss_binary, normalization, _dropout_family, _embedding_family]
 
 TENSOR_METHODS: dict = {}
