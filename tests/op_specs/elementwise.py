@@ -1,4 +1,4 @@
-"""Op-spec rows for the elementwise family (tinyamp/ops/elementwise.py)."""
+"""Op-spec rows for the elementwise family (tinyamp/ops/elementwise.py and select.py)."""
 
 from __future__ import annotations
 
@@ -16,4 +16,40 @@ SPECS = [
     OpSpec("exp", ta.exp, np.exp, [Arg((3, 4))]),
     OpSpec("log", ta.log, np.log, [Arg((3, 4), 0.5, 2.0)]),
     OpSpec("scalar_mul", lambda x: x * 2.5, lambda x: x * 2.5, [Arg((5,))], id="mul_scalar"),
+    # pow: number exponent (PowScalar), tensor exponent, number base (rpow)
+    OpSpec("pow", lambda x: x ** 2, lambda x: x ** 2, [Arg((3, 4))], id="pow_square_int"),
+    OpSpec("pow", lambda x: x.pow(0.5), np.sqrt, [Arg((3, 4), 0.5, 2.0)], id="pow_half"),
+    OpSpec("pow", lambda x: ta.pow(x, -1.5), lambda x: x ** -1.5, [Arg((3, 4), 0.5, 2.0)], id="pow_negative"),
+    OpSpec("pow", lambda x: x ** 0, np.ones_like, [Arg((3,))], id="pow_zero"),
+    OpSpec("pow", lambda a, b: a ** b, np.power, [Arg((3, 4), 0.5, 2.0), Arg((4,), -1.5, 1.5)],
+           id="pow_tensor_broadcast"),
+    OpSpec("pow", lambda x: 2.0 ** x, lambda x: 2.0 ** x, [Arg((3, 4))], id="rpow"),
+    OpSpec("square", ta.square, np.square, [Arg((2, 3))]),
+    OpSpec("log1p", ta.log1p, np.log1p, [Arg((3, 4), -0.5, 2.0)]),
+    OpSpec("sqrt", lambda x: x.sqrt(), np.sqrt, [Arg((3, 4), 0.5, 2.0)]),
+    OpSpec("rsqrt", ta.rsqrt, lambda x: 1 / np.sqrt(x), [Arg((3, 4), 0.5, 2.0)]),
+    OpSpec("reciprocal", ta.reciprocal, np.reciprocal, [Arg((3, 4), 0.5, 2.0)]),
+    OpSpec("abs", lambda x: x.abs(), np.abs, [Arg((3, 4), away_from=(0.0,))]),
+    OpSpec("sign", ta.sign, np.sign, [Arg((3, 4), away_from=(0.0,))]),
+    # select.py: random draws never tie, so these rows see no ties (tests/test_ops_errors_elementwise
+    # checks the tie split by hand)
+    OpSpec("maximum", ta.maximum, np.maximum, [Arg((3, 4)), Arg((3, 4))]),
+    OpSpec("maximum", lambda a, b: a.maximum(b), np.maximum, [Arg((2, 3, 4)), Arg((4,))],
+           id="maximum_broadcast"),
+    OpSpec("maximum", lambda x: ta.maximum(x, 0.25), lambda x: np.maximum(x, 0.25),
+           [Arg((3, 4), away_from=(0.25,))], id="maximum_scalar"),
+    OpSpec("minimum", ta.minimum, np.minimum, [Arg((3, 1)), Arg((1, 4))]),
+    OpSpec("max", lambda a, b: ta.max(a, b), np.maximum, [Arg((3, 4)), Arg((3, 4))], id="max_binary"),
+    OpSpec("clamp", lambda x: ta.clamp(x, -0.5, 0.5), lambda x: np.clip(x, -0.5, 0.5),
+           [Arg((4, 5), away_from=(-0.5, 0.5))]),
+    OpSpec("clamp", lambda x: x.clamp(min=0.25), lambda x: np.maximum(x, 0.25),
+           [Arg((4, 5), away_from=(0.25,))], id="clamp_min_only"),
+    OpSpec("clamp", lambda x: x.clip(max=-0.25), lambda x: np.minimum(x, -0.25),
+           [Arg((4, 5), away_from=(-0.25,))], id="clip_max_only"),
+    OpSpec("where", lambda c, a, b: ta.where(c, a, b), np.where,
+           [Arg((3, 4), kind="bool"), Arg((3, 4)), Arg((4,))]),
+    OpSpec("where", lambda c, x: ta.where(c, 0.5, x), lambda c, x: np.where(c, 0.5, x),
+           [Arg((2, 1, 4), kind="bool"), Arg((3, 4))], id="where_scalar_broadcast"),
+    OpSpec("where", lambda c, x, y: x.where(c, y), np.where,
+           [Arg((3, 4), kind="bool"), Arg((3, 4)), Arg((3, 4))], id="where_method"),
 ]

@@ -11,8 +11,12 @@ from . import broadcast, cast, conv, elementwise, indexing, linalg, reduce, shap
 from .broadcast import broadcast_to, expand, sum_to
 from .cast import cast as cast  # noqa: PLC0414 - the function, not the module
 from .cast import clone, to_device
-from .elementwise import add, div, exp, log, mul, neg, sub
-from .reduce import mean, sum
+from .elementwise import (abs, add, div, exp, log, log1p, mul, neg, pow, reciprocal, rsqrt, sign, sqrt,  # noqa: A004
+                          square, sub)
+from .reduce import amax, amin, argmax, argmin, max, mean, min, std, sum, var  # noqa: A004
+from . import activation, select
+from .activation import erf, gelu, leaky_relu, relu, sigmoid, softplus, tanh
+from .select import clamp, clamp_max, clamp_min, clip, maximum, minimum, where
 from .conv import avg_pool2d, conv2d, max_pool2d
 from .indexing import getitem, index_select
 from .linalg import bmm, linear, matmul, mm
@@ -28,7 +32,7 @@ from .loss_binary import binary_cross_entropy, binary_cross_entropy_with_logits
 from .normalization import batch_norm, layer_norm
 from .softmax import log_softmax, logsumexp, softmax
 
-_FAMILIES = [broadcast, elementwise, reduce, shape, indexing, linalg, conv]
+_FAMILIES = [broadcast, elementwise, select, activation, reduce, shape, indexing, linalg, conv]
 _FAMILIES += [_softmax_family, loss, loss_binary, normalization, _dropout_family, _embedding_family]
 
 TENSOR_METHODS: dict = {}

@@ -1,17 +1,28 @@
 """Elementwise arithmetic and math: one Function per op, derivatives beside forwards.
 
+Here: add, sub, mul, div, neg, exp, log, pow, log1p, sqrt, rsqrt, reciprocal,
+abs, sign (and square, built on pow). Ops that select rather than compute
+(maximum, minimum, clamp, where) live in ``select.py``.
+
 Binary ops broadcast with PyTorch's rules and reduce gradients back with
 ``sum_to``; operands that cannot broadcast are an error naming the op and shapes.
+Integer inputs of the float-valued math ops (sqrt, reciprocal...) give float32,
+as in PyTorch; float16/bfloat16 inputs are computed in float32 and rounded once
+where NumPy would otherwise round after every step (rsqrt).
 """
 
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
+from .. import dtypes as dt
 from ..amp.policy import FP32, NEUTRAL, PROMOTE
 from ..autograd.function import Function
 from ..tensor import Tensor
 from .broadcast import sum_to
+from .cast import cast
+from .select import where
 
 
 def _binary(op: str, ufunc: Any, a: Any, b: Any) -> Any:
@@ -120,6 +131,165 @@ class Log(Function):
         return gy / x
 
 
+def _float_input(x: Any) -> Any:
+    """Integer inputs of float-valued math become float32 (PyTorch's result type)."""
+    return x if x.dtype in dt.FLOATING else x.astype("float32")
+
+
+def _zeros(like: Tensor, meta: tuple) -> Tensor:
+    """A constant zero gradient of an input's (shape, dtype), on ``like``'s device."""
+    shape, dtype = meta
+    return Tensor._wrap(like.device.xp.zeros(shape, dtype=dtype))
+
+
+class Pow(Function):
+    """y = a ** b (tensor exponent); da = gy * b * a^(b-1), db = gy * y * log(a)
+
+    FP32 as in PyTorch's autocast lists: a power amplifies float16 rounding and
+    overflows its range quickly. ``2 ** x`` (rpow) is this op with a constant base.
+    """
+
+    precision = FP32
+    name = "pow"
+    save_inputs = (0, 1)
+    save_outputs = (0,)
+
+    def forward(self, xp: Any, a: Any, b: Any) -> Any:
+        return _binary("pow", xp.power, a, b)
+
+    def backward(self, gy: Tensor) -> tuple:
+        a, b, y = self.saved_tensors
+        da = db = None
+        if self.needs_input_grad[0]:
+            da = sum_to(gy * b * pow(a, b - 1), a.shape)
+        if self.needs_input_grad[1]:
+            # log(0) = -inf, but 0 ** b is flat in b for b >= 0: PyTorch masks those to 0.
+            flat = Tensor._wrap((a.data == 0) & (b.data >= 0))
+            safe_a = where(flat, 1.0, a)
+            db = sum_to(where(flat, 0.0, gy * y * log(safe_a)), b.shape)
+        return da, db
+
+
+class PowScalar(Function):
+    """y = x ** e (Python-number exponent); dx = gy * e * x^(e-1)
+
+    The exponent is an argument, not an input, so ``x ** 2`` saves only ``x``
+    and never takes a logarithm. Same autocast name and tag as Pow.
+    """
+
+    precision = FP32
+    name = "pow"
+    save_inputs = (0,)
+
+    def __init__(self, exponent: float) -> None:
+        self.exponent = exponent
+
+    def forward(self, xp: Any, x: Any) -> Any:
+        if x.dtype.kind in "iu" and isinstance(self.exponent, int) and self.exponent < 0:
+            raise ValueError(f"pow: integers to negative integer powers are not allowed "
+                             f"({x.dtype} tensor of shape {list(x.shape)} ** {self.exponent})")
+        if dt.is_low_precision(x.dtype):
+            # float32 and one rounding, as PyTorch's half kernels (NumPy would also
+            # promote bfloat16 ** float to float32 and leave it there).
+            return xp.power(x.astype(xp.float32), self.exponent).astype(x.dtype)
+        return xp.power(x, self.exponent)
+
+    def backward(self, gy: Tensor) -> Tensor:
+        (x,) = self.saved_tensors
+        if self.exponent == 0:
+            return _zeros(gy, self._input_meta[0])  # x ** 0 is constant (and 0 * inf would be nan)
+        return gy * (pow(x, self.exponent - 1) * self.exponent)
+
+
+class Log1p(Function):
+    """y = log(1 + x); dx = gy / (1 + x)"""
+
+    precision = FP32
+    save_inputs = (0,)
+
+    def forward(self, xp: Any, x: Any) -> Any:
+        return xp.log1p(_float_input(x))
+
+    def backward(self, gy: Tensor) -> Tensor:
+        (x,) = self.saved_tensors
+        return gy / (x + 1)
+
+
+class Sqrt(Function):
+    """y = sqrt(x); dx = gy / (2 y)
+
+    FP32 (PyTorch leaves sqrt in the incoming dtype): the gradient 1 / (2 sqrt(x))
+    leaves float16's range for x below ~1e-9, e.g. on variance-like inputs.
+    """
+
+    precision = FP32
+    save_outputs = (0,)
+
+    def forward(self, xp: Any, x: Any) -> Any:
+        return xp.sqrt(_float_input(x))
+
+    def backward(self, gy: Tensor) -> Tensor:
+        (y,) = self.saved_tensors
+        return gy / (y * 2)
+
+
+class Rsqrt(Function):
+    """y = 1 / sqrt(x); dx = -gy * y^3 / 2"""
+
+    precision = FP32
+    save_outputs = (0,)
+
+    def forward(self, xp: Any, x: Any) -> Any:
+        x = _float_input(x)
+        if dt.is_low_precision(x.dtype):  # round once, not after sqrt and again after 1/.
+            return xp.reciprocal(xp.sqrt(x.astype(xp.float32))).astype(x.dtype)
+        return xp.reciprocal(xp.sqrt(x))
+
+    def backward(self, gy: Tensor) -> Tensor:
+        (y,) = self.saved_tensors
+        return gy * (y * y * y * -0.5)
+
+
+class Reciprocal(Function):
+    """y = 1 / x; dx = -gy * y^2"""
+
+    precision = FP32
+    save_outputs = (0,)
+
+    def forward(self, xp: Any, x: Any) -> Any:
+        return xp.reciprocal(_float_input(x))
+
+    def backward(self, gy: Tensor) -> Tensor:
+        (y,) = self.saved_tensors
+        return -gy * (y * y)
+
+
+class Abs(Function):
+    """y = |x|; dx = gy * sign(x) (0 at x = 0, as in PyTorch)"""
+
+    precision = NEUTRAL
+    save_inputs = (0,)
+
+    def forward(self, xp: Any, x: Any) -> Any:
+        return xp.abs(x)
+
+    def backward(self, gy: Tensor) -> Tensor:
+        (x,) = self.saved_tensors
+        return gy * sign(x)
+
+
+class Sign(Function):
+    """y = sign(x); dx = 0 (piecewise constant)"""
+
+    precision = NEUTRAL
+
+    def forward(self, xp: Any, x: Any) -> Any:
+        return xp.sign(x)
+
+    def backward(self, gy: Tensor) -> Tensor:
+        return _zeros(gy, self._input_meta[0])
+
+
 def add(a: Any, b: Any, alpha: float = 1) -> Tensor:
     return Add()(a, b if alpha == 1 else b * alpha)
 
@@ -148,4 +318,58 @@ def log(x: Tensor) -> Tensor:
     return Log()(x)
 
 
-METHODS = {"add": add, "sub": sub, "mul": mul, "div": div, "neg": neg, "exp": exp, "log": log}
+def _is_number(value: Any) -> bool:
+    return isinstance(value, numbers.Number)  # Python and NumPy scalars
+
+
+def pow(input: Any, exponent: Any) -> Tensor:  # noqa: A001 - torch name
+    """``input ** exponent``: tensor ** number, tensor ** tensor, number ** tensor."""
+    if isinstance(input, Tensor) and _is_number(exponent):
+        exponent = exponent.item() if hasattr(exponent, "item") else exponent  # NumPy scalar -> Python
+        if input.dtype not in dt.FLOATING and isinstance(exponent, float):
+            input = cast(input, dt.float32)  # int_tensor ** 0.5 is float32, as in PyTorch
+        return PowScalar(exponent)(input)
+    if not isinstance(exponent, Tensor):
+        raise TypeError(f"pow: expected a Tensor base or exponent, got {type(input).__name__} ** "
+                        f"{type(exponent).__name__}")
+    if isinstance(input, Tensor) and input.dtype != exponent.dtype:
+        # Explicit, recorded casts to the common dtype (NumPy would pick float64 for int64 ** float32).
+        floats = [d for d in (input.dtype, exponent.dtype) if d in dt.FLOATING]
+        common = dt.widest_float(floats) if floats else dt.int64
+        input, exponent = cast(input, common), cast(exponent, common)
+    elif isinstance(input, float) and exponent.dtype not in dt.FLOATING:
+        exponent = cast(exponent, dt.float32)
+    return Pow()(input, exponent)
+
+
+def square(x: Tensor) -> Tensor:
+    return pow(x, 2)
+
+
+def log1p(x: Tensor) -> Tensor:
+    return Log1p()(x)
+
+
+def sqrt(x: Tensor) -> Tensor:
+    return Sqrt()(x)
+
+
+def rsqrt(x: Tensor) -> Tensor:
+    return Rsqrt()(x)
+
+
+def reciprocal(x: Tensor) -> Tensor:
+    return Reciprocal()(x)
+
+
+def abs(x: Tensor) -> Tensor:  # noqa: A001 - torch name
+    return Abs()(x)
+
+
+def sign(x: Tensor) -> Tensor:
+    return Sign()(x)
+
+
+METHODS = {"add": add, "sub": sub, "mul": mul, "div": div, "neg": neg, "exp": exp, "log": log,
+           "pow": pow, "square": square, "log1p": log1p, "sqrt": sqrt, "rsqrt": rsqrt,
+           "reciprocal": reciprocal, "abs": abs, "sign": sign}
