@@ -8,8 +8,8 @@ nested repr) walks those registries, in registration order, as PyTorch does.
 
 Mixed precision lives here in one place: ``half(keep_norm_fp32=True)`` is the
 "O2" recipe. Every floating parameter and buffer becomes float16 except those of
-normalization layers, which stay float32; those layers then cast their float16
-input up, normalize in float32 and cast the result back (see normalization.py).
+normalization layers, which stay float32; their ops take the float16 input,
+normalize in float32 and return float16 (see normalization.py).
 """
 
 from __future__ import annotations
@@ -162,7 +162,7 @@ class Module:
             self._non_persistent_buffers.add(name)
 
     def add_module(self, name: str, module: "Module | None") -> None:
-        _check_name(self, name, "module", allow_dots=False)
+        _check_name(self, name, "module")
         if module is not None and not isinstance(module, Module):
             raise TypeError(f"{type(module).__name__} is not a Module subclass")
         self._forget(name, keep=self._modules)
@@ -335,8 +335,9 @@ class Module:
         """Floating parameters and buffers to float16.
 
         ``keep_norm_fp32=True`` leaves normalization layers (BatchNorm, LayerNorm)
-        in float32: their statistics need float32 range and precision, and they
-        cast their float16 input up and their output back down (the O2 recipe).
+        in float32 (the O2 recipe): their statistics need float32 range and
+        precision. They still take and return float16 activations; their own
+        gradients arrive in float32.
         """
         return self._convert(lambda a: _astype(a, dt.float16), floating_only=True, skip_norms=keep_norm_fp32)
 
@@ -385,10 +386,10 @@ class Module:
         missing = [key for key in own if key not in state_dict]
         unexpected = [key for key in state_dict if key not in own]
         errors = []
-        if strict and unexpected:
-            errors.append("Unexpected key(s) in state_dict: " + ", ".join(f'"{k}"' for k in unexpected) + ". ")
         if strict and missing:
             errors.append("Missing key(s) in state_dict: " + ", ".join(f'"{k}"' for k in missing) + ". ")
+        if strict and unexpected:
+            errors.append("Unexpected key(s) in state_dict: " + ", ".join(f'"{k}"' for k in unexpected) + ". ")
         pairs = []
         for key, target in own.items():
             if key not in state_dict:
@@ -448,15 +449,15 @@ class _RemovableHandle:
         self._hooks.pop(self.id, None)
 
 
-def _check_name(module: Module, name: str, kind: str, allow_dots: bool = False) -> None:
+def _check_name(module: Module, name: str, kind: str) -> None:
     if "_parameters" not in module.__dict__:
         raise AttributeError(f"cannot assign {kind} before Module.__init__() call")
     if not isinstance(name, str):
         raise TypeError(f"{kind} name should be a string, got {type(name).__name__}")
-    if not name or ("." in name and not allow_dots):
+    if not name or "." in name:
         raise KeyError(f"{kind} name can't be empty or contain \".\", got: {name!r}")
-    taken = name in module.__dict__ or (hasattr(type(module), name) and not isinstance(getattr(type(module), name), property))
-    if taken and name not in module._parameters and name not in module._buffers and name not in module._modules:
+    registered = name in module._parameters or name in module._buffers or name in module._modules
+    if not registered and (name in module.__dict__ or hasattr(type(module), name)):
         raise KeyError(f"attribute '{name}' already exists on {type(module).__name__}")
 
 

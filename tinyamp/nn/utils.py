@@ -35,9 +35,8 @@ def _norm(xp: Any, array: Any, norm_type: float) -> Any:
     flat = _float32(array).ravel()
     if flat.size == 0:
         return xp.zeros((), dtype=dt.float32)
-    if math.isinf(norm_type):
-        return xp.abs(flat).max()
-    return xp.linalg.norm(flat, ord=norm_type).astype(dt.float32)
+    norm = xp.abs(flat).max() if math.isinf(norm_type) else xp.linalg.norm(flat, ord=norm_type)
+    return xp.asarray(norm, dtype=dt.float32)  # NumPy reductions give scalars; keep a 0-d array
 
 
 def clip_grad_norm_(parameters: "Tensor | Iterable[Tensor]", max_norm: float, norm_type: float = 2.0,
@@ -59,7 +58,7 @@ def clip_grad_norm_(parameters: "Tensor | Iterable[Tensor]", max_norm: float, no
                            f"so it cannot be clipped. To disable this error and scale the gradients by the "
                            f"non-finite norm anyway, set `error_if_nonfinite=False`")
     # min(coef, 1) on the device instead of `if total > max_norm` on the host: no sync.
-    coef = xp.minimum(xp.float32(max_norm) / (total + xp.float32(1e-6)), xp.float32(1.0))
+    coef = xp.minimum(float(max_norm) / (total + 1e-6), 1.0)  # Python floats are weak: stays float32
     for g in grads:
         scale = backend.to_device(coef, g.device)
         if g.dtype == dt.float32:
