@@ -115,6 +115,18 @@ def test_norm_shape_errors() -> None:
         ta.batch_norm(_t(np.zeros((2, 3))), None, None, training=False)
     with pytest.raises(ValueError, match=r"batch_norm: weight must have shape \[3\]"):
         ta.batch_norm(_t(np.zeros((2, 3))), None, None, weight=_t(np.ones(4)), training=True)
+    with pytest.raises(ValueError, match=r"batch_norm: running_var must be a floating tensor of shape \[3\]"):
+        ta.batch_norm(_t(np.zeros((2, 3))), _t(np.zeros(3)), _t(np.ones(2)), training=True)
+
+
+def test_batch_norm_float16_running_stats_under_autocast(device: str) -> None:
+    # A half model under autocast: x arrives float32 (FP32 tag), the buffers stay float16.
+    x = _t(np.arange(8.0).reshape(4, 2), ta.float16, device)
+    mean, var = ta.zeros(2, dtype=ta.float16, device=device), ta.ones(2, dtype=ta.float16, device=device)
+    with ta.amp.autocast():
+        y = ta.batch_norm(x, mean, var, training=True)
+    assert y.dtype == ta.float32 and mean.dtype == ta.float16
+    np.testing.assert_allclose(_np(mean), [0.3, 0.4], rtol=1e-3)
 
 
 def test_embedding_errors(device: str) -> None:
@@ -305,6 +317,21 @@ def test_dropout_reproducible_under_manual_seed(device: str) -> None:
     np.testing.assert_array_equal(a, c)
     assert not np.array_equal(a, b)  # successive calls draw fresh masks
     assert ta.dropout(x, 0.5).dtype == ta.float16
+
+
+def test_dropout_low_precision_scale_is_not_rounded_first(device: str) -> None:
+    # x = 0.9 is 0.8984375 in bfloat16; times 1 / 0.9 in float32 that is 0.99826,
+    # which rounds to bfloat16 1.0. With the scale rounded to bfloat16 first
+    # (1.109375) the product would be 0.99670 and round to 0.99609375.
+    ta.manual_seed(5)
+    x = _t(np.full(64, 0.9), ta.bfloat16, device, grad=True)
+    y = ta.dropout(x, 0.1)
+    kept = _np(y) != 0
+    assert kept.any()
+    np.testing.assert_array_equal(_np(y)[kept], 1.0)
+    y.backward(_t(np.full(64, 0.9), ta.bfloat16, device))
+    assert x.grad.dtype == ta.bfloat16
+    np.testing.assert_array_equal(_np(x.grad), np.where(kept, 1.0, 0.0))
 
 
 def test_dropout_inplace(device: str) -> None:

@@ -157,11 +157,15 @@ class BatchNorm(_Normalization):
                              f"got {_describe(x)}")
         channels = x.shape[1]
         weight, bias = self._params(params)
-        stats = (("running_mean", self.running_mean), ("running_var", self.running_var))
-        for name, p in (("weight", weight), ("bias", bias)) + tuple((n, None if t is None else t.data)
-                                                                 for n, t in stats):
+        for name, p in (("weight", weight), ("bias", bias)):
             if p is not None:
                 _check_param("batch_norm", name, p, (channels,), x)
+        # Running statistics are buffers, not inputs (autocast never casts them): any
+        # floating dtype is read in the statistics' dtype and written back in its own.
+        for name, stat in (("running_mean", self.running_mean), ("running_var", self.running_var)):
+            if stat is not None and (stat.shape != (channels,) or stat.dtype not in dt.FLOATING):
+                raise ValueError(f"batch_norm: {name} must be a floating tensor of shape [{channels}], "
+                                 f"got {_describe(stat)} for input {_describe(x)}")
         self.axes = (0,) + tuple(range(2, x.ndim))
         self.pshape = (1, channels) + (1,) * (x.ndim - 2)
         cdt = _compute_dtype(x.dtype)
