@@ -7,9 +7,11 @@ from .autocast import (autocast, autocast_cache_info, clear_autocast_cache, cust
                        reset_op_precision, set_op_precision)
 from .op_table import OpInfo, OpTable, op_table
 from .policy import FP32, LOWER, NEUTRAL, PROMOTE, Precision, compute_dtype
+from .grad_scaler import AmpScaler, GradScaler
 from .report import Trace, trace
 
 __all__ = ["autocast", "is_autocast_enabled", "get_autocast_dtype", "Precision", "LOWER", "FP32",
            "PROMOTE", "NEUTRAL", "compute_dtype", "custom_fwd", "custom_bwd", "set_op_precision",
            "get_op_precision", "reset_op_precision", "op_table", "OpTable", "OpInfo", "trace", "Trace",
            "clear_autocast_cache", "autocast_cache_info", "is_autocast_cache_enabled"]
+__all__ += ["GradScaler", "AmpScaler"]

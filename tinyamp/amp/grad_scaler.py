@@ -1,0 +1,532 @@
+"""GradScaler: dynamic loss scaling with PyTorch's semantics, decided on the device.
+
+``scaler.scale(loss).backward(); scaler.step(opt); scaler.update()`` as in PyTorch,
+plus hysteresis, ``min_scale``/``max_scale``, a record of the last step
+(``scaler.last_step``) and automatic disabling under bfloat16.
+
+Where the values live. The scale, the growth tracker, the hysteresis tracker and
+every ``found_inf`` are 0-d device arrays (float32, int32, int32, float32) on the
+device of the first tensor passed to ``scale()``; NumPy arrays *are* the device
+arrays on the CPU. ``unscale_`` makes one pass per (device, dtype) group of
+gradients that multiplies by ``1/scale`` (computed in float64, stored float32:
+exact for powers of two) and records whether any result is inf/nan; ``update``
+runs the scale rule on those arrays; tinyamp's optimizers take ``found_inf`` as an
+array and mask their update (see ``tinyamp/optim/optimizer.py``). Nothing in a
+training step reads a device value on the host.
+
+Host synchronisations (``ta.cuda.sync_count()``) counted here, on the CPU too,
+one per device value read on the host: ``get_scale()`` (once initialised),
+``_get_growth_tracker()``, ``_get_hysteresis_tracker()``, ``state_dict()`` (three),
+each property read of ``last_step``, and ``step()`` with an optimizer that does
+not implement the masked-update contract (one per device holding gradients: the
+host must know whether to call ``optimizer.step``). A step with tinyamp's
+optimizers counts zero.
+
+The per-device math sits in two small functions, ``_unscale_group`` and
+``_update_scale``, so fused GPU kernels can replace them one for one.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import warnings
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+
+from .. import backend
+from .. import dtypes as dt
+from ..tensor import Tensor
+from . import state as amp_state
+
+# Without a min_scale the scale still never drops below the smallest normal
+# float32, so it stays positive and 1/scale stays finite.
+_FLOOR = float(np.finfo(np.float32).tiny)
+
+
+class OptState(enum.Enum):
+    """Where one optimizer is in the current iteration (reset by ``update()``)."""
+
+    READY = 0
+    UNSCALED = 1
+    STEPPED = 2
+
+
+def _refresh_per_optimizer_state() -> dict:
+    return {"stage": OptState.READY, "found_inf_per_device": {}}
+
+
+def _read_host(array: Any) -> float:
+    """Read a device value on the host: one host synchronisation, counted on the CPU too."""
+    if not backend.is_cupy_array(array):
+        backend.cuda.note_sync()
+    return backend.to_host(array).reshape(()).item()  # to_host counts the GPU case
+
+
+# ------------------------------------------------------------ device kernels
+def _unscale_group(xp: Any, grads: list, outs: list, inv_scale: Any, found_inf: Any) -> None:
+    """``out = grad * inv_scale`` for each pair; ``found_inf = 1`` if any result is inf/nan.
+
+    Checking the *result* also catches a finite scaled gradient that overflows
+    when the scale is below 1. ``out`` is the gradient itself, or a float32
+    master gradient for a float16 one. bfloat16 in place is computed in float32
+    and rounded once.
+    """
+    for grad, out in zip(grads, outs):
+        if out.dtype in dt.LOW_PRECISION:
+            result = grad.astype(np.float32) * inv_scale
+            out[...] = result.astype(out.dtype)
+        else:
+            result = xp.multiply(grad, inv_scale, out=out)
+        xp.maximum(found_inf, xp.logical_not(xp.isfinite(result).all()), out=found_inf)
+
+
+def _update_scale(xp: Any, scale: Any, growth_tracker: Any, hysteresis_tracker: Any, found_inf: Any, *,
+                  growth_factor: float, backoff_factor: float, growth_interval: int, hysteresis: int,
+                  min_scale: float | None, max_scale: float | None) -> None:
+    """The dynamic rule, in place on the device, without a branch on the data.
+
+    inf/nan found: the growth tracker resets and the hysteresis tracker counts
+    down; once it reaches 0 the scale backs off (to no less than ``min_scale``).
+    Clean: the growth tracker counts up; at ``growth_interval`` the scale grows
+    (to no more than ``max_scale``, never to inf) and both trackers reset.
+    With ``hysteresis=1`` this is exactly PyTorch's ``_amp_update_scale_``.
+    """
+    found = found_inf > 0
+    current = scale.astype(np.float64)
+    hyst_left = xp.maximum(hysteresis_tracker - 1, 0)
+    backoff = xp.logical_and(found, hyst_left <= 0)
+    backed = xp.maximum((current * backoff_factor).astype(np.float32),
+                        np.float32(_FLOOR if min_scale is None else min_scale))
+    successful = growth_tracker + 1
+    grow = xp.logical_and(xp.logical_not(found), successful >= growth_interval)
+    grown = current * growth_factor
+    if max_scale is not None:
+        grown = xp.minimum(grown, max_scale)
+    grown = grown.astype(np.float32)
+    grown = xp.where(xp.isfinite(grown), grown, scale)
+    new_scale = xp.where(backoff, backed, xp.where(grow, grown, scale))
+    new_growth = xp.where(xp.logical_or(found, grow), 0, successful)
+    new_hyst = xp.where(found, hyst_left, xp.where(grow, hysteresis, hysteresis_tracker))
+    scale[...] = new_scale
+    growth_tracker[...] = new_growth
+    hysteresis_tracker[...] = new_hyst
+
+
+# ------------------------------------------------------------ the last step
+class ScalerStep:
+    """What the last ``update()`` saw. Values stay on the device until a property is read.
+
+    ``skipped`` is true when some optimizer stepped since the previous update
+    found inf/nan and skipped its step; ``scale_before``/``scale_after`` are the
+    scale used for this iteration and the one for the next. Each property read
+    is a host synchronisation.
+    """
+
+    __slots__ = ("_found_inf", "_before", "_after")
+
+    def __init__(self, found_inf: Any, before: Any, after: Any) -> None:
+        self._found_inf, self._before, self._after = found_inf, before, after
+
+    @property
+    def found_inf(self) -> "Tensor | None":
+        return None if self._found_inf is None else Tensor._wrap(self._found_inf)
+
+    @property
+    def skipped(self) -> bool:
+        return self._found_inf is not None and _read_host(self._found_inf) > 0
+
+    @property
+    def applied(self) -> bool:
+        return not self.skipped
+
+    @property
+    def scale_before(self) -> float:
+        return 1.0 if self._before is None else _read_host(self._before)
+
+    @property
+    def scale_after(self) -> float:
+        return 1.0 if self._after is None else _read_host(self._after)
+
+    def __repr__(self) -> str:
+        return (f"ScalerStep(skipped={self.skipped}, scale_before={self.scale_before}, "
+                f"scale_after={self.scale_after})")
+
+
+# ------------------------------------------------------------ helpers
+def _check_positive(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"GradScaler: {name} must be a positive finite number, got {value!r}")
+    return float(value)
+
+
+def _check_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"GradScaler: {name} must be an integer >= 1, got {value!r}")
+    return int(value)
+
+
+def _flatten(outputs: Any, found: list) -> None:
+    if isinstance(outputs, Tensor):
+        found.append(outputs)
+    elif isinstance(outputs, (list, tuple)):
+        for item in outputs:
+            _flatten(item, found)
+
+
+def _computed_in_bfloat16(outputs: Any) -> bool:
+    """True when any output, or any tensor an op on the way to them read, is bfloat16."""
+    tensors: list = []
+    _flatten(outputs, tensors)
+    stack = [t.grad_fn for t in tensors if t.grad_fn is not None]
+    if any(t.dtype == dt.bfloat16 for t in tensors):
+        return True
+    seen: set = set()
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if any(meta[1] == dt.bfloat16 for meta in getattr(node, "_input_meta", ())):
+            return True
+        stack.extend(edge[0] for edge in getattr(node, "_edges", ()) if edge is not None and edge[0] is not None)
+    return False
+
+
+class GradScaler:
+    """Dynamic loss scaling (``torch.amp.GradScaler``) with hysteresis and scale bounds.
+
+    ``GradScaler("cuda")`` (PyTorch's device-first spelling) is accepted: the
+    scale lives on the device of the outputs you scale, so the device argument
+    is only informational; pass the other arguments by keyword then.
+    ``auto_disable_bf16=False`` keeps the scaler on under bfloat16.
+    """
+
+    def __init__(self, init_scale: float = 2.0 ** 16, growth_factor: float = 2.0, backoff_factor: float = 0.5,
+                 growth_interval: int = 2000, enabled: bool = True, hysteresis: int = 1,
+                 min_scale: float | None = None, max_scale: float | None = None, *, device: str | None = None,
+                 auto_disable_bf16: bool = True) -> None:
+        if isinstance(init_scale, str):
+            device, init_scale = init_scale, 2.0 ** 16
+        self.device = device
+        self._enabled = bool(enabled)
+        self._init_scale = _check_positive("init_scale", init_scale)
+        self._check_growth_factor(growth_factor)
+        self._check_backoff_factor(backoff_factor)
+        self._growth_factor = float(growth_factor)
+        self._backoff_factor = float(backoff_factor)
+        self._growth_interval = _check_int("growth_interval", growth_interval)
+        self._hysteresis = _check_int("hysteresis", hysteresis)
+        # Bounds are kept rounded to float32, the dtype the scale is stored in.
+        self._min_scale = None if min_scale is None else float(np.float32(_check_positive("min_scale", min_scale)))
+        self._max_scale = None if max_scale is None else float(np.float32(_check_positive("max_scale", max_scale)))
+        if self._min_scale is not None and self._min_scale > self._init_scale:
+            raise ValueError(f"GradScaler: min_scale ({min_scale}) must be <= init_scale ({init_scale})")
+        if self._max_scale is not None and self._max_scale < self._init_scale:
+            raise ValueError(f"GradScaler: max_scale ({max_scale}) must be >= init_scale ({init_scale})")
+        self._auto_disable_bf16 = bool(auto_disable_bf16)
+        self._init_growth_tracker = 0
+        self._init_hysteresis_tracker = self._hysteresis
+        self._scale: Any = None
+        self._growth_tracker: Any = None
+        self._hysteresis_tracker: Any = None
+        self._per_optimizer_states: defaultdict = defaultdict(_refresh_per_optimizer_state)
+        self.last_step: ScalerStep | None = None
+
+    # ------------------------------------------------------------ scale
+    def scale(self, outputs: Any) -> Any:
+        """``outputs * scale``: a Tensor, or nested lists/tuples of Tensors (types kept)."""
+        if not self._enabled:
+            return outputs
+        self._maybe_disable_for_bfloat16(outputs)
+        if not self._enabled:
+            return outputs
+        per_device: dict = {}
+
+        def apply(value: Any) -> Any:
+            if isinstance(value, Tensor):
+                if self._scale is None:
+                    self._lazy_init(value.device)
+                dev = value.device
+                if dev not in per_device:
+                    per_device[dev] = Tensor._wrap(backend.to_device(self._scale, dev))
+                return value * per_device[dev]
+            if isinstance(value, (list, tuple)):
+                items = [apply(item) for item in value]
+                return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
+            raise ValueError(f"outputs must be a Tensor or an iterable of Tensors: GradScaler.scale takes a "
+                             f"Tensor or nested lists/tuples of Tensors, got {type(value).__name__}")
+
+        return apply(outputs)
+
+    def _lazy_init(self, dev: backend.Device) -> None:
+        xp = dev.xp
+        self._scale = xp.full((), self._init_scale, dtype=np.float32)
+        self._growth_tracker = xp.full((), self._init_growth_tracker, dtype=np.int32)
+        self._hysteresis_tracker = xp.full((), self._init_hysteresis_tracker, dtype=np.int32)
+
+    def _maybe_disable_for_bfloat16(self, outputs: Any) -> None:
+        if not self._auto_disable_bf16:
+            return
+        state = amp_state.current()
+        reason = None
+        if state is not None and state.dtype == dt.bfloat16:
+            reason = "scale() was called inside autocast(dtype=bfloat16)"
+        elif self._scale is None and _computed_in_bfloat16(outputs):
+            # Looked at once, on the first scale(): the usual loop calls scale()
+            # after leaving the autocast region, so the graph is the witness.
+            reason = "the outputs were computed from bfloat16 tensors (bfloat16 autocast or model)"
+        if reason is not None:
+            warnings.warn(f"GradScaler: {reason}. bfloat16 has float32's exponent range, so loss scaling "
+                          f"is unnecessary and would only cost time and skipped steps; disabling the scaler "
+                          f"(pass auto_disable_bf16=False to keep it).", UserWarning, stacklevel=3)
+            self._enabled = False
+
+    def _check_scale_growth_tracker(self, funcname: str) -> None:
+        if self._scale is None:
+            raise RuntimeError(f"Attempted {funcname} but _scale is None.  This may indicate your script did "
+                               f"not use scaler.scale(loss or outputs) earlier in the iteration.")
+
+    # ------------------------------------------------------------ unscale_
+    def unscale_(self, optimizer: Any) -> None:
+        """Divide the optimizer's gradients by the scale, in place, and record inf/nan on the device."""
+        if not self._enabled:
+            return
+        self._check_scale_growth_tracker("unscale_")
+        state = self._per_optimizer_states[id(optimizer)]
+        if state["stage"] is OptState.UNSCALED:
+            raise RuntimeError("unscale_() has already been called on this optimizer since the last update().")
+        if state["stage"] is OptState.STEPPED:
+            raise RuntimeError("unscale_() is being called after step().")
+        xp = backend.array_module(self._scale)
+        inv_scale = xp.reciprocal(self._scale.astype(np.float64)).astype(np.float32)
+        state["found_inf_per_device"] = self._unscale_grads_(optimizer, inv_scale)
+        state["stage"] = OptState.UNSCALED
+
+    def _unscale_grads_(self, optimizer: Any, inv_scale: Any) -> dict:
+        """One ``_unscale_group`` call per (device, dtype); returns {device: found_inf array}."""
+        master_of = getattr(optimizer, "_master", None)
+        groups: dict = defaultdict(lambda: ([], [], []))
+        refused = []
+        for gi, group in enumerate(optimizer.param_groups):
+            for pi, p in enumerate(group["params"]):
+                if p.grad is None:
+                    continue
+                master = master_of(p, group) if master_of is not None else None
+                if master is None and p.grad.dtype == dt.float16:
+                    refused.append(f"param_groups[{gi}]['params'][{pi}] (shape {list(p.shape)})")
+                    continue
+                grads, outs, tensors = groups[(p.grad.device, p.grad.dtype)]
+                grads.append(p.grad.data)
+                if master is not None:
+                    if master.grad is None:
+                        master.grad = Tensor._wrap(p.device.xp.empty(p.shape, dtype=np.float32))
+                    outs.append(master.grad.data)
+                    tensors.append(master.grad)
+                else:
+                    outs.append(p.grad.data)
+                    tensors.append(p.grad)
+        if refused:
+            raise ValueError(
+                f"Attempting to unscale FP16 gradients. GradScaler.unscale_: {len(refused)} float16 parameter(s) "
+                f"have float16 gradients and no float32 master copy: {', '.join(refused)}. Unscaling in float16 "
+                f"would flush small gradients to zero. Build the optimizer with master_weights=True (for example "
+                f"ta.optim.Adam(model.parameters(), master_weights=True)) to keep float32 master weights, or keep "
+                f"the parameters in float32 and use autocast (O1).")
+        found_per_device: dict = {}
+        inv_per_device: dict = {}
+        for (dev, _), (grads, outs, tensors) in groups.items():
+            if dev not in found_per_device:
+                found_per_device[dev] = dev.xp.zeros((), dtype=np.float32)
+                inv_per_device[dev] = backend.to_device(inv_scale, dev)
+            with np.errstate(over="ignore", invalid="ignore"):  # inf/nan is what we look for
+                _unscale_group(dev.xp, grads, outs, inv_per_device[dev], found_per_device[dev])
+            for t in tensors:
+                t._version[0] += 1
+        return found_per_device
+
+    # ------------------------------------------------------------ step
+    def step(self, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
+        """Unscale if needed, then step unless inf/nan was found; returns ``optimizer.step``'s value.
+
+        tinyamp's optimizers get ``found_inf`` as a device array and mask their
+        update (no host sync); any other optimizer is stepped after a host check.
+        """
+        if not self._enabled:
+            return optimizer.step(*args, **kwargs)
+        if "closure" in kwargs or (args and callable(args[0])):
+            raise RuntimeError("Closure use is not currently supported if GradScaler is enabled.")
+        self._check_scale_growth_tracker("step")
+        state = self._per_optimizer_states[id(optimizer)]
+        if state["stage"] is OptState.STEPPED:
+            raise RuntimeError("step() has already been called since the last update().")
+        if state["stage"] is OptState.READY:
+            self.unscale_(optimizer)
+        found = state["found_inf_per_device"]
+        if len(found) == 0:
+            raise RuntimeError("No inf checks were recorded for this optimizer.")
+        if getattr(optimizer, "_step_supports_amp_scaling", False):
+            first = next(iter(found))
+            retval = optimizer.step(*args, found_inf=Tensor._wrap(self._sum_found(found.values(), first)),
+                                    **kwargs)
+        else:
+            total = sum(_read_host(value) for value in found.values())
+            retval = optimizer.step(*args, **kwargs) if total == 0 else None
+        state["stage"] = OptState.STEPPED
+        return retval
+
+    @staticmethod
+    def _sum_found(values: Any, dev: backend.Device) -> Any:
+        values = [backend.to_device(v, dev) for v in values]
+        total = values[0]
+        for value in values[1:]:
+            total = total + value
+        return total
+
+    def found_inf(self, optimizer: Any) -> Tensor:
+        """This iteration's inf/nan flag for ``optimizer`` (a 0-d float32 device Tensor; reading it syncs)."""
+        if not self._enabled:
+            return Tensor._wrap(np.zeros((), dtype=np.float32))
+        state = self._per_optimizer_states.get(id(optimizer))
+        if state is None or not state["found_inf_per_device"]:
+            raise RuntimeError("found_inf: no inf checks were recorded for this optimizer since the last "
+                               "update(); call scaler.unscale_(optimizer) or scaler.step(optimizer) first")
+        found = state["found_inf_per_device"]
+        return Tensor._wrap(self._sum_found(found.values(), next(iter(found))).copy())
+
+    # ------------------------------------------------------------ update
+    def update(self, new_scale: "float | Tensor | None" = None) -> None:
+        """Update the scale from every optimizer stepped since the last update, or set it."""
+        if not self._enabled:
+            self.last_step = ScalerStep(None, None, None)
+            return
+        self._check_scale_growth_tracker("update")
+        xp = backend.array_module(self._scale)
+        dev = backend.device_of(self._scale)
+        before = self._scale.copy()
+        found = [v for s in self._per_optimizer_states.values() for v in s["found_inf_per_device"].values()]
+        combined = self._sum_found(found, dev) if found else None
+        if new_scale is not None:
+            self._set_scale(new_scale, xp, dev)
+        else:
+            if combined is None:
+                raise RuntimeError("No inf checks were recorded prior to update.")
+            with np.errstate(over="ignore"):  # a growth past float32's range is computed, then refused
+                _update_scale(xp, self._scale, self._growth_tracker, self._hysteresis_tracker, combined,
+                              growth_factor=self._growth_factor, backoff_factor=self._backoff_factor,
+                              growth_interval=self._growth_interval, hysteresis=self._hysteresis,
+                              min_scale=self._min_scale, max_scale=self._max_scale)
+        self.last_step = ScalerStep(combined, before, self._scale.copy())
+        self._per_optimizer_states = defaultdict(_refresh_per_optimizer_state)
+
+    def _set_scale(self, new_scale: Any, xp: Any, dev: backend.Device) -> None:
+        low = _FLOOR if self._min_scale is None else self._min_scale
+        high = float(np.finfo(np.float32).max) if self._max_scale is None else self._max_scale
+        if isinstance(new_scale, Tensor):
+            if new_scale.numel() != 1 or new_scale.requires_grad:
+                raise ValueError("new_scale should be a float or a 1-element tinyamp Tensor with "
+                                 "requires_grad=False.")
+            # Checking a device value would need a sync: clamp it into the bounds on the device.
+            value = backend.to_device(new_scale.data, dev).reshape(()).astype(np.float32)
+            self._scale[...] = xp.clip(value, np.float32(low), np.float32(high))
+            return
+        if isinstance(new_scale, bool) or not isinstance(new_scale, (int, float)):
+            raise TypeError(f"new_scale should be a float or a 1-element tinyamp Tensor with "
+                            f"requires_grad=False, got {type(new_scale).__name__}")
+        value = float(np.float32(new_scale))
+        if not (math.isfinite(value) and low <= value <= high):
+            raise ValueError(f"GradScaler.update: new_scale {new_scale!r} is outside [{low}, {high}] "
+                             f"(min_scale/max_scale, and float32's positive finite range)")
+        self._scale[...] = value
+
+    # ------------------------------------------------------------ accessors
+    def get_scale(self) -> float:
+        """The current scale as a Python float (a host sync once initialised); 1.0 when disabled."""
+        if not self._enabled:
+            return 1.0
+        return self._init_scale if self._scale is None else _read_host(self._scale)
+
+    def get_growth_factor(self) -> float:
+        return self._growth_factor
+
+    def set_growth_factor(self, new_factor: float) -> None:
+        self._check_growth_factor(new_factor)
+        self._growth_factor = float(new_factor)
+
+    def get_backoff_factor(self) -> float:
+        return self._backoff_factor
+
+    def set_backoff_factor(self, new_factor: float) -> None:
+        self._check_backoff_factor(new_factor)
+        self._backoff_factor = float(new_factor)
+
+    def get_growth_interval(self) -> int:
+        return self._growth_interval
+
+    def set_growth_interval(self, new_interval: int) -> None:
+        self._growth_interval = _check_int("growth_interval", new_interval)
+
+    def get_hysteresis(self) -> int:
+        return self._hysteresis
+
+    def is_enabled(self) -> bool:
+        return self._enabled
+
+    def _get_growth_tracker(self) -> int:
+        if not self._enabled:
+            return 0
+        return self._init_growth_tracker if self._growth_tracker is None else int(_read_host(self._growth_tracker))
+
+    def _get_hysteresis_tracker(self) -> int:
+        if not self._enabled:
+            return 0
+        if self._hysteresis_tracker is None:
+            return self._init_hysteresis_tracker
+        return int(_read_host(self._hysteresis_tracker))
+
+    @staticmethod
+    def _check_growth_factor(value: Any) -> None:
+        if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 1.0):
+            raise ValueError(f"The growth factor must be > 1.0 (and finite), got {value!r}")
+
+    @staticmethod
+    def _check_backoff_factor(value: Any) -> None:
+        if not (isinstance(value, (int, float)) and 0.0 < value < 1.0):
+            raise ValueError(f"The backoff factor must be in (0, 1), got {value!r}")
+
+    # ------------------------------------------------------------ state dict
+    def state_dict(self) -> dict:
+        """Scale, factors, interval, hysteresis and both trackers (Python numbers); {} when disabled."""
+        if not self._enabled:
+            return {}
+        return {"scale": self.get_scale(), "growth_factor": self._growth_factor,
+                "backoff_factor": self._backoff_factor, "growth_interval": self._growth_interval,
+                "_growth_tracker": self._get_growth_tracker(), "hysteresis": self._hysteresis,
+                "_hysteresis_tracker": self._get_hysteresis_tracker(), "min_scale": self._min_scale,
+                "max_scale": self._max_scale}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Load a ``state_dict()`` (PyTorch's keys suffice; the extra ones default)."""
+        if not self._enabled:
+            return
+        if len(state_dict) == 0:
+            raise RuntimeError("The source state dict is empty, possibly because it was saved from a disabled "
+                               "instance of GradScaler.")
+        self._init_scale = _check_positive("scale", state_dict["scale"])
+        self.set_growth_factor(state_dict["growth_factor"])
+        self.set_backoff_factor(state_dict["backoff_factor"])
+        self.set_growth_interval(state_dict["growth_interval"])
+        self._init_growth_tracker = int(state_dict["_growth_tracker"])
+        self._hysteresis = _check_int("hysteresis", state_dict.get("hysteresis", 1))
+        self._init_hysteresis_tracker = int(state_dict.get("_hysteresis_tracker", self._hysteresis))
+        self._min_scale = state_dict.get("min_scale", self._min_scale)
+        self._max_scale = state_dict.get("max_scale", self._max_scale)
+        if self._scale is not None:
+            self._scale[...] = self._init_scale
+            self._growth_tracker[...] = self._init_growth_tracker
+            self._hysteresis_tracker[...] = self._init_hysteresis_tracker
+
+
+AmpScaler = GradScaler  # the name the original proposal used
