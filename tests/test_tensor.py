@@ -1,0 +1,141 @@
+"""Tensor basics: construction, dtypes, the scalar rule, conversion, indexing, in-place ops."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tinyamp as ta
+
+
+def test_factories_and_default_dtypes() -> None:
+    assert ta.tensor([1.0, 2.0]).dtype == ta.float32
+    assert ta.tensor([1, 2]).dtype == ta.int64
+    assert ta.tensor([True]).dtype == ta.bool
+    assert ta.tensor(np.zeros(2)).dtype == ta.float64  # NumPy arrays keep their dtype
+    assert ta.zeros(2, 3).shape == (2, 3) and ta.zeros((2, 3)).dtype == ta.float32
+    assert ta.ones(4, dtype=ta.float16).dtype == ta.float16
+    assert ta.full((2,), 7).dtype == ta.int64 and ta.full((2,), 7.0).tolist() == [7.0, 7.0]
+    assert ta.arange(5).tolist() == [0, 1, 2, 3, 4] and ta.arange(0, 1, 0.5).dtype == ta.float32
+    assert ta.empty(3).shape == (3,)
+    x = ta.ones(2, 3, dtype=ta.bfloat16)
+    assert ta.zeros_like(x).dtype == ta.bfloat16 and ta.ones_like(x).shape == (2, 3)
+    assert ta.full_like(x, 2.0).tolist() == [[2.0] * 3] * 2
+    assert ta.randn(3, 4).dtype == ta.float32 and ta.rand(2, dtype=ta.float16).dtype == ta.float16
+    r = ta.randint(0, 10, (100,))
+    assert r.dtype == ta.int64 and 0 <= r.numpy().min() and r.numpy().max() < 10
+
+
+def test_manual_seed_makes_random_reproducible() -> None:
+    ta.manual_seed(123)
+    a = ta.randn(5).numpy()
+    ta.manual_seed(123)
+    b = ta.randn(5).numpy()
+    np.testing.assert_array_equal(a, b)
+    g = ta.Generator().manual_seed(7)
+    c = ta.rand(3, generator=g).numpy()
+    g.manual_seed(7)
+    np.testing.assert_array_equal(c, ta.rand(3, generator=g).numpy())
+
+
+@pytest.mark.parametrize("dtype", [ta.float16, ta.bfloat16, ta.float32])
+def test_python_scalars_never_change_dtype(dtype) -> None:
+    x = ta.ones(3, dtype=dtype)
+    for y in (x * 2.0, 2.0 * x, x + 1, x - 0.5, x / 3.0, 1.0 / x, x ** 2.0, -x):
+        assert y.dtype == dtype
+    assert (ta.tensor([1, 2]) * 0.5).dtype == ta.float32  # int tensor with a float scalar: float32
+    assert (ta.tensor([1, 2]) * 2).dtype == ta.int64
+
+
+def test_mixed_float_operands_promote_on_the_tape() -> None:
+    a = ta.ones(2, dtype=ta.float16, requires_grad=True)
+    b = ta.ones(2, dtype=ta.float32, requires_grad=True)
+    y = a + b
+    assert y.dtype == ta.float32
+    y.sum().backward()
+    assert a.grad.dtype == ta.float16 and b.grad.dtype == ta.float32
+    with pytest.raises(TypeError, match="float16 with bfloat16"):
+        ta.ones(2, dtype=ta.float16) + ta.ones(2, dtype=ta.bfloat16)
+
+
+def test_properties_and_conversion() -> None:
+    x = ta.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+    assert x.shape == (2, 2) and x.ndim == 2 and x.numel() == 4 and x.is_leaf
+    assert x.device == ta.device("cpu") and str(x.device) == "cpu"
+    assert x.grad_fn is None and x.requires_grad
+    with pytest.raises(RuntimeError, match="detach"):
+        x.numpy()
+    assert x.detach().numpy().tolist() == [[1.0, 2.0], [3.0, 4.0]]
+    assert x.tolist() == [[1.0, 2.0], [3.0, 4.0]]
+    assert x.sum().item() == 10.0
+    with pytest.raises(RuntimeError, match="4 elements"):
+        x.item()
+    h = x.half()
+    assert h.dtype == ta.float16 and h.grad_fn is not None
+    assert x.to(ta.bfloat16).dtype == ta.bfloat16 and x.to("float64").dtype == ta.float64
+    assert x.float() is x
+    c = x.clone()
+    assert c.grad_fn is not None and c.data is not x.data
+    d = x.detach()
+    assert d.data is x.data and not d.requires_grad
+
+
+def test_cast_gradient_returns_in_source_dtype() -> None:
+    w = ta.tensor([1.0, 2.0], requires_grad=True)
+    (w.half() * 3.0).sum().backward()
+    assert w.grad.dtype == ta.float32
+    np.testing.assert_array_equal(w.grad.numpy(), [3.0, 3.0])
+
+
+def test_comparisons_give_bool_without_grad() -> None:
+    x = ta.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    for m in (x > 1.5, x >= 2.0, x < 2.0, x <= 2.0, x == 2.0, x != 2.0):
+        assert m.dtype == ta.bool and m.grad_fn is None and not m.requires_grad
+    assert (x > 1.5).tolist() == [False, True, True]
+
+
+def test_inplace_ops_bump_the_version() -> None:
+    x = ta.zeros(3)
+    v = x._version[0]
+    x.add_(1.0)
+    x.mul_(3.0)
+    x.add_(ta.ones(3), alpha=2.0)
+    assert x.tolist() == [5.0, 5.0, 5.0]
+    x.copy_(ta.tensor([1.0, 2.0, 3.0], dtype=ta.float64))
+    assert x.dtype == ta.float32 and x.tolist() == [1.0, 2.0, 3.0]
+    x.zero_()
+    assert x.tolist() == [0.0, 0.0, 0.0]
+    assert x._version[0] == v + 5
+    with pytest.raises(RuntimeError, match="shape"):
+        x.copy_(ta.ones(4))
+    with pytest.raises(RuntimeError, match="float16"):
+        ta.zeros(3, dtype=ta.float16).add_(ta.ones(3))  # would need a float32 result
+
+
+def test_device_strings() -> None:
+    assert ta.device("cpu").type == "cpu"
+    with pytest.raises(ValueError, match="unknown device type"):
+        ta.device("tpu")
+
+
+@pytest.mark.skipif(ta.cuda.is_available(), reason="checks the no-GPU error")
+def test_cuda_without_gpu_is_one_clear_error() -> None:
+    with pytest.raises(RuntimeError, match="CUDA is unavailable|CuPy") as info:
+        ta.device("cuda")
+    message = str(info.value)
+    assert "pip install" in message or "driver" in message
+    with pytest.raises(RuntimeError, match="cuda"):
+        ta.zeros(2).to("cuda")
+    assert ta.cuda.is_available() is False
+
+
+def test_repr_shows_dtype_and_grad() -> None:
+    x = ta.tensor([1.0, 2.0], dtype=ta.float16, requires_grad=True)
+    assert "dtype=float16" in repr(x) and "requires_grad=True" in repr(x)
+    assert "grad_fn=<MulBackward>" in repr(x * 2.0)
+
+
+def test_numpy_scalars_defer_to_tensor() -> None:
+    x = ta.ones(2, dtype=ta.float16)
+    y = np.float32(2.0) * x
+    assert isinstance(y, ta.Tensor)
