@@ -180,17 +180,18 @@ class Trace:
         arrived = [dt.dtype_name(t.dtype) for t in inputs]
         casts = []
         if self._awaiting:
-            by_output = {}
+            by_output: dict[int, list[int]] = {}  # a cast output may feed two positions (x @ x)
             keep = []
             for owner, cast_index, out_id in self._awaiting:
                 if owner is op:
-                    by_output[out_id] = cast_index
+                    by_output.setdefault(out_id, []).append(cast_index)
                 else:
                     keep.append((owner, cast_index, out_id))
             self._awaiting = keep
             for position, t in enumerate(inputs):
-                cast_index = by_output.get(id(t))
-                if cast_index is not None:
+                pending = by_output.get(id(t))
+                if pending:
+                    cast_index = pending.pop(0)
                     record = self.casts[cast_index]
                     record.op_index = index
                     arrived[position] = record.source
@@ -244,7 +245,7 @@ class Trace:
             ref = self._seen.get(id(owner))
             if ref is not None and ref() is owner:
                 continue
-            self._seen[id(owner)] = weakref.ref(owner)
+            self._seen[id(owner)] = _ref(owner)
             name = dt.dtype_name(array.dtype)
             per_dtype[name] = per_dtype.get(name, 0) + int(owner.nbytes)
             total += int(owner.nbytes)
@@ -325,6 +326,14 @@ def _current_state() -> Any:
     from . import state
 
     return state.current()
+
+
+def _ref(obj: Any) -> Any:
+    """A weak reference, or a strong one for objects that refuse them (NumPy scalars)."""
+    try:
+        return weakref.ref(obj)
+    except TypeError:
+        return lambda: obj
 
 
 def _owner(array: Any) -> Any:
