@@ -224,6 +224,8 @@ class Trace:
                                     f"gradient back to {target} (backward of {cause})", "backward", shape)
         else:
             record = self._add_cast(source, target, "", "explicit cast", "explicit", shape)
+            if op.seq >= 0:
+                op._amp_cause = "explicit cast"
         record.row = index
 
     def _count_saved(self, op: Any) -> int:
