@@ -125,6 +125,7 @@ def test_load_state_dict_strict_lists_missing_and_unexpected_keys() -> None:
     assert message.startswith("Error(s) in loading state_dict for Net:")
     assert 'Missing key(s) in state_dict: "steps", "fc1.bias".' in message
     assert 'Unexpected key(s) in state_dict: "fc3.weight".' in message
+    assert message.index("Missing") < message.index("Unexpected")  # PyTorch's order
     # Nothing was copied: the load is all or nothing.
     np.testing.assert_array_equal(net.fc1.weight.detach().numpy(), before)
     result = net.load_state_dict(source, strict=False)
@@ -479,3 +480,182 @@ def test_vector_to_parameters() -> None:
     np.testing.assert_array_equal(params[1].detach().numpy(), np.array([4, 5, 6], np.float16))
     with pytest.raises(ValueError, match="vector has 5 elements, parameters hold 7"):
         nn.utils.vector_to_parameters(ta.zeros(5), params)
+
+
+# ------------------------------------------------------- layers (forward)
+def _np(t) -> np.ndarray:
+    return t.detach().numpy().astype(np.float64)
+
+
+def test_linear_forward_backward() -> None:
+    layer = nn.Linear(5, 3)
+    x = ta.randn(4, 5)
+    y = layer(x)
+    np.testing.assert_allclose(_np(y), _np(x) @ _np(layer.weight).T + _np(layer.bias), rtol=1e-5, atol=1e-6)
+    y.sum().backward()
+    np.testing.assert_allclose(_np(layer.weight.grad), np.ones((3, 4)) @ _np(x), rtol=1e-5)
+    np.testing.assert_allclose(_np(layer.bias.grad), np.full(3, 4.0))
+    nobias = nn.Linear(5, 3, bias=False)
+    np.testing.assert_allclose(_np(nobias(x)), _np(x) @ _np(nobias.weight).T, rtol=1e-5, atol=1e-6)
+
+
+def test_module_under_autocast_gets_float32_grads() -> None:
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    with ta.amp.autocast():
+        out = model(ta.randn(3, 4))
+        assert out.dtype == ta.float16
+        loss = F.mse_loss(out, ta.zeros(3, 2, dtype=ta.float16))
+    loss.backward()
+    assert all(p.grad.dtype == ta.float32 for p in model.parameters())
+
+
+def _norm_model() -> nn.Module:
+    return nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 8), nn.LayerNorm(8),
+                         nn.Linear(8, 2))
+
+
+def test_halved_model_with_float32_norms_runs_forward_and_backward() -> None:
+    reference, model = _norm_model(), _norm_model()
+    model.load_state_dict(reference.state_dict())
+    model.half(keep_norm_fp32=True)
+    x = ta.randn(16, 4)
+    out = model(x.half())
+    assert out.dtype == ta.float16
+    # Only float16 rounding separates the two (weights, activations, outputs ~ 2^-11 relative each).
+    np.testing.assert_allclose(_np(out), _np(reference(x)), rtol=2e-2, atol=2e-2)
+    out.float().sum().backward()
+    for name, p in model.named_parameters():
+        expected = ta.float32 if name.startswith(("1.", "4.")) else ta.float16
+        assert p.dtype == expected and p.grad.dtype == expected, name
+        assert np.isfinite(_np(p.grad)).all() and np.abs(_np(p.grad)).sum() > 0, name
+    assert model[1].running_mean.dtype == ta.float32 and float(model[1].num_batches_tracked) == 1
+
+
+def test_batchnorm_running_statistics() -> None:
+    bn = nn.BatchNorm1d(3)
+    x = ta.randn(10, 3) * 2 + 1
+    xs = _np(x)
+    y = bn(x)
+    np.testing.assert_allclose(_np(y), (xs - xs.mean(0)) / np.sqrt(xs.var(0) + 1e-5), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(_np(bn.running_mean), 0.1 * xs.mean(0), rtol=1e-5)
+    np.testing.assert_allclose(_np(bn.running_var), 0.9 + 0.1 * xs.var(0, ddof=1), rtol=1e-5)
+    assert int(bn.num_batches_tracked) == 1 and bn.num_batches_tracked.dtype == ta.int64
+    bn.eval()
+    z = ta.randn(4, 3)
+    expected = (_np(z) - _np(bn.running_mean)) / np.sqrt(_np(bn.running_var) + 1e-5)
+    np.testing.assert_allclose(_np(bn(z)), expected, rtol=1e-4, atol=1e-5)
+    assert int(bn.num_batches_tracked) == 1  # eval leaves the statistics alone
+
+
+def test_batchnorm_cumulative_average_and_untracked() -> None:
+    bn = nn.BatchNorm2d(2, momentum=None)
+    a, b = ta.randn(4, 2, 3, 3), ta.randn(4, 2, 3, 3) + 3
+    bn(a)
+    bn(b)
+    means = [_np(t).mean(axis=(0, 2, 3)) for t in (a, b)]
+    np.testing.assert_allclose(_np(bn.running_mean), (means[0] + means[1]) / 2, rtol=1e-5)
+    free = nn.BatchNorm2d(2, affine=False, track_running_stats=False).eval()
+    assert free.running_mean is None and list(free.state_dict()) == []
+    out = _np(free(b))
+    np.testing.assert_allclose(out.mean(axis=(0, 2, 3)), 0, atol=1e-5)  # batch statistics even in eval
+
+
+def test_layernorm_forward() -> None:
+    ln = nn.LayerNorm((2, 3))
+    with ta.no_grad():
+        ln.weight.copy_(ta.tensor([[1.0, 2.0, 3.0], [0.5, 1.0, -1.0]]))
+    x = ta.randn(5, 2, 3)
+    xs = _np(x).reshape(5, 6)
+    expected = ((xs - xs.mean(1, keepdims=True)) / np.sqrt(xs.var(1, keepdims=True) + 1e-5)).reshape(5, 2, 3)
+    np.testing.assert_allclose(_np(ln(x)), expected * _np(ln.weight), rtol=1e-4, atol=1e-5)
+
+
+def test_conv_pool_flatten_shapes_and_values() -> None:
+    conv = nn.Conv2d(2, 3, 3, stride=1, padding=1)
+    x = ta.randn(2, 2, 6, 6)
+    y = conv(x)
+    assert y.shape == (2, 3, 6, 6)
+    np.testing.assert_array_equal(_np(y), _np(F.conv2d(x, conv.weight, conv.bias, 1, 1)))
+    # One output pixel by hand: the 3x3 window at (0, 0) with zero padding.
+    window = np.pad(_np(x), ((0, 0), (0, 0), (1, 1), (1, 1)))[0, :, 0:3, 0:3]
+    expected = (window * _np(conv.weight)[1]).sum() + _np(conv.bias)[1]
+    assert _np(y)[0, 1, 0, 0] == pytest.approx(expected, rel=1e-5)
+    assert nn.Conv2d(2, 3, 4, padding="same")(x).shape == (2, 3, 6, 6)
+    assert nn.Conv2d(2, 4, 3, stride=2, groups=2, bias=False)(x).shape == (2, 4, 2, 2)
+    pooled = nn.MaxPool2d(2)(x)
+    np.testing.assert_array_equal(_np(pooled), _np(x).reshape(2, 2, 3, 2, 3, 2).max(axis=(3, 5)))
+    averaged = nn.AvgPool2d(3)(x)
+    np.testing.assert_allclose(_np(averaged), _np(x).reshape(2, 2, 2, 3, 2, 3).mean(axis=(3, 5)), rtol=1e-5)
+    assert nn.Flatten()(x).shape == (2, 72) and nn.Flatten(0, 1)(x).shape == (4, 6, 6)
+
+
+def test_activation_modules() -> None:
+    x = ta.tensor([-2.0, -0.5, 0.0, 1.5])
+    xs = _np(x)
+    np.testing.assert_allclose(_np(nn.ReLU()(x)), np.maximum(xs, 0))
+    np.testing.assert_allclose(_np(nn.LeakyReLU(0.1)(x)), np.where(xs > 0, xs, 0.1 * xs), rtol=1e-6)
+    np.testing.assert_allclose(_np(nn.Tanh()(x)), np.tanh(xs), rtol=1e-6)
+    np.testing.assert_allclose(_np(nn.Sigmoid()(x)), 1 / (1 + np.exp(-xs)), rtol=1e-6)
+    gelu = xs * 0.5 * (1 + np.array([math.erf(v / math.sqrt(2)) for v in xs]))
+    np.testing.assert_allclose(_np(nn.GELU()(x)), gelu, rtol=1e-5, atol=1e-7)
+    soft = np.exp(xs) / np.exp(xs).sum()
+    np.testing.assert_allclose(_np(nn.Softmax(dim=0)(x)), soft, rtol=1e-6)
+    np.testing.assert_allclose(_np(nn.LogSoftmax(dim=-1)(x)), np.log(soft), rtol=1e-5)
+    with pytest.raises(ValueError, match="approximate must be 'none' or 'tanh'"):
+        nn.GELU("fast")
+
+
+def test_dropout_train_and_eval() -> None:
+    drop = nn.Dropout(0.25)
+    x = ta.ones(200, 100)
+    out = _np(drop(x))
+    kept = out != 0
+    # 20000 Bernoulli(0.75): std of the kept fraction ~ 0.003; allow 6 of them.
+    assert abs(kept.mean() - 0.75) < 0.02
+    np.testing.assert_allclose(out[kept], 1 / 0.75, rtol=1e-6)
+    drop.eval()
+    np.testing.assert_array_equal(_np(drop(x)), _np(x))
+
+
+def test_loss_modules_against_numpy() -> None:
+    logits = ta.tensor([[2.0, 0.5, -1.0], [0.1, 0.2, 0.3]])
+    target = ta.tensor([0, 2])
+    ls = _np(logits)
+    logp = ls - np.log(np.exp(ls).sum(1, keepdims=True))
+    assert float(nn.CrossEntropyLoss()(logits, target)) == pytest.approx(-(logp[0, 0] + logp[1, 2]) / 2, rel=1e-6)
+    assert float(nn.NLLLoss(reduction="sum")(ta.tensor(logp.astype(np.float32)), target)) == \
+        pytest.approx(-(logp[0, 0] + logp[1, 2]), rel=1e-6)
+    weighted = nn.CrossEntropyLoss(weight=ta.tensor([1.0, 1.0, 3.0]))
+    assert "weight" in dict(weighted.named_buffers())
+    assert float(weighted(logits, target)) == pytest.approx(-(logp[0, 0] + 3 * logp[1, 2]) / 4, rel=1e-6)
+    a, b = ta.tensor([1.0, -2.0, 0.5]), ta.tensor([0.0, 1.0, 0.5])
+    assert float(nn.MSELoss()(a, b)) == pytest.approx((1 + 9 + 0) / 3)
+    assert float(nn.L1Loss(reduction="sum")(a, b)) == pytest.approx(4.0)
+    p = 1 / (1 + np.exp(-_np(a)))
+    bce = -(_np(b) * np.log(p) + (1 - _np(b)) * np.log(1 - p)).mean()
+    assert float(nn.BCEWithLogitsLoss()(a, b)) == pytest.approx(bce, rel=1e-5)
+    assert float(nn.BCELoss()(ta.tensor(p.astype(np.float32)), b)) == pytest.approx(bce, rel=1e-5)
+
+
+def test_embedding_forward_and_padding_gradient() -> None:
+    emb = nn.Embedding(5, 3, padding_idx=0)
+    ids = ta.tensor([[0, 2], [2, 4]])
+    out = emb(ids)
+    np.testing.assert_array_equal(_np(out), _np(emb.weight)[[[0, 2], [2, 4]]])
+    out.sum().backward()
+    np.testing.assert_array_equal(_np(emb.weight.grad)[:, 0], [0, 0, 2, 0, 1])
+
+
+def test_functional_is_the_op_library() -> None:
+    assert F.relu is ta.ops.relu and F.cross_entropy is ta.ops.cross_entropy
+    x = ta.randn(3, 4)
+    np.testing.assert_array_equal(_np(F.dropout(x, 0.5, training=False)), _np(x))
+
+
+def test_parameters_to_vector() -> None:
+    model = nn.Linear(3, 2)
+    vec = nn.utils.parameters_to_vector(model.parameters())
+    assert vec.shape == (8,)
+    np.testing.assert_array_equal(_np(vec), np.concatenate([_np(model.weight).ravel(), _np(model.bias)]))
+    (vec * vec).sum().backward()
+    np.testing.assert_allclose(_np(model.weight.grad), 2 * _np(model.weight), rtol=1e-6)
