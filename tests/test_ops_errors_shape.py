@@ -11,6 +11,8 @@ import importlib
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import tinyamp as ta
 from tinyamp.ops.gemm import gemm
@@ -260,3 +262,72 @@ def test_ops_run_under_autocast_and_return_float32_gradients(device: str) -> Non
     assert h.dtype == ta.float16 and pooled.dtype == ta.float16 and y.dtype == ta.float16
     (y.float().sum() + pooled.float().sum()).backward()
     assert x.grad.dtype == w.grad.dtype == lw.grad.dtype == ta.float32
+
+
+# ---------------------------------------------------------------------------
+# Properties over random shapes and keys
+# ---------------------------------------------------------------------------
+
+@st.composite
+def _matmul_shapes(draw: st.DrawFn) -> tuple:
+    m, k, n = (draw(st.integers(1, 4)) for _ in range(3))
+    batch = draw(st.lists(st.integers(1, 3), max_size=2))
+    # Each operand keeps a suffix of the batch, with some dims set to 1 (broadcast).
+    def own(b: list) -> tuple:
+        keep = b[len(b) - draw(st.integers(0, len(b))):]
+        return tuple(1 if draw(st.booleans()) else d for d in keep)
+    a = (k,) if draw(st.integers(0, 4)) == 0 else own(batch) + (m, k)
+    b = (k,) if draw(st.integers(0, 4)) == 0 else own(batch) + (k, n)
+    return a, b
+
+
+def _np_sum_to(g: np.ndarray, shape: tuple) -> np.ndarray:
+    g = g.sum(axis=tuple(range(g.ndim - len(shape))))
+    return g.sum(axis=tuple(i for i, d in enumerate(shape) if d == 1), keepdims=True)
+
+
+@given(_matmul_shapes())
+def test_matmul_matches_numpy_on_random_shapes(shapes: tuple) -> None:
+    rng = np.random.default_rng(0)
+    a_np, b_np = (rng.standard_normal(s) for s in shapes)
+    a, b = (ta.tensor(v, dtype=ta.float64, requires_grad=True) for v in (a_np, b_np))
+    y = a @ b
+    want = np.matmul(a_np, b_np)
+    assert y.shape == want.shape
+    np.testing.assert_allclose(y.detach().numpy(), want, rtol=1e-12, atol=1e-12)
+    v = rng.standard_normal(want.shape)
+    ga, gb = ta.autograd.grad(y, [a, b], ta.tensor(v, dtype=ta.float64))
+    # The same gradients from the matrix forms: vectors as 1-row / 1-column matrices.
+    a2 = a_np[None, :] if a_np.ndim == 1 else a_np
+    b2 = b_np[:, None] if b_np.ndim == 1 else b_np
+    v2 = v.reshape(np.matmul(a2, b2).shape)
+    want_a = _np_sum_to(v2 @ np.swapaxes(b2, -1, -2), a2.shape).reshape(a_np.shape)
+    want_b = _np_sum_to(np.swapaxes(a2, -1, -2) @ v2, b2.shape).reshape(b_np.shape)
+    np.testing.assert_allclose(ga.numpy(), want_a, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(gb.numpy(), want_b, rtol=1e-12, atol=1e-12)
+
+
+_slices = st.builds(slice, st.none() | st.integers(-5, 5), st.none() | st.integers(-5, 5),
+                    st.none() | st.integers(-3, 3).filter(lambda s: s != 0))
+
+
+@given(st.lists(_slices | st.integers(-3, 2) | st.just(None) | st.lists(st.integers(-3, 2), min_size=1, max_size=4),
+                min_size=1, max_size=3))
+def test_getitem_gradient_counts_each_use(items: list) -> None:
+    shape = (3, 4, 5)
+    key = tuple(np.array(k) if isinstance(k, list) else k for k in items)
+    if sum(1 for k in key if k is not None) > len(shape):
+        return
+    ids = np.arange(60).reshape(shape)
+    try:
+        picked = ids[key]
+    except IndexError:
+        with pytest.raises(IndexError, match="getitem"):
+            ta.zeros(shape)[key]
+        return
+    x = ta.zeros(shape, dtype=ta.float64, requires_grad=True)
+    y = x[key]
+    assert y.shape == picked.shape
+    y.sum().backward()
+    counts = np.bincount(picked.ravel(), minlength=60).reshape(shape)
+    np.testing.assert_array_equal(x.grad.numpy(), counts)

@@ -263,9 +263,15 @@ class MaxPool2d(Function):
         low = -np.inf if x.dtype in dt.FLOATING else np.iinfo(x.dtype).min
         v = _windows(xp, x, self.win, low)
         _, _, kh, kw, ho, wo = v.shape
-        flat = v.transpose(0, 1, 4, 5, 2, 3).reshape(n, c, ho, wo, kh * kw)
-        k = flat.argmax(axis=-1)  # the first maximum, NaN propagating (as PyTorch)
-        y = xp.take_along_axis(flat, k[..., None], axis=-1)[..., 0]
+        # A running maximum over the kh*kw window offsets: no window-sized copy,
+        # and PyTorch's rule (a later cell wins only if larger, or if it is NaN).
+        y = v[:, :, 0, 0].copy()
+        k = xp.zeros(y.shape, dtype=xp.int64)
+        for offset in range(1, kh * kw):
+            cell = v[:, :, offset // kw, offset % kw]
+            wins = (cell > y) | (cell != cell)
+            xp.copyto(y, cell, where=wins)
+            xp.copyto(k, offset, where=wins)
         # Window offset -> input pixel, as PyTorch's flat index into H*W.
         (sh, sw), (dh, dw), ((pt, _), (pl, _)) = self.win.stride, self.win.dilation, self.win.padding
         rows = xp.arange(ho)[:, None] * sh - pt + (k // kw) * dh
