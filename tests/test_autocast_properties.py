@@ -64,19 +64,19 @@ VARIANTS = {"f32": (F32, F32), "f16": (F16, F16), "mixed": (F32, F16)}
 REGIONS = {"fp16": ta.float16, "bf16": ta.bfloat16}
 
 
-def _make(spec: OpSpec, variant: str) -> list:
+def _make(spec: OpSpec, variant: str, device: str = "cpu") -> list:
     """Tensors for ``spec``: float args alternate between the variant's two dtypes."""
     arrays = make_inputs(spec, ta.float64, np.random.default_rng(spec.seed))
     dtypes = VARIANTS[variant]
     tensors, k = [], 0
     for arg, array in zip(spec.args, arrays):
         if arg.kind == "float":
-            t = ta.tensor(array, dtype=dtypes[k % 2])
+            t = ta.tensor(array, dtype=dtypes[k % 2], device=device)
             k += 1
             if arg.grad and spec.differentiable:
                 t.requires_grad_()
         else:
-            t = ta.tensor(array)
+            t = ta.tensor(array, device=device)
         tensors.append(t)
     return tensors
 
@@ -110,8 +110,8 @@ def _run(spec: OpSpec, tensors: list, region: Any) -> "ta.amp.Trace":
 @pytest.mark.parametrize("variant", list(VARIANTS))
 @pytest.mark.parametrize("region", list(REGIONS))
 @pytest.mark.parametrize("spec", SPECS, ids=IDS)
-def test_ops_compute_in_the_dtype_their_tag_says(spec: OpSpec, region: str, variant: str) -> None:
-    tensors = _make(spec, variant)
+def test_ops_compute_in_the_dtype_their_tag_says(spec: OpSpec, region: str, variant: str, device: str) -> None:
+    tensors = _make(spec, variant, device)
     if spec.name == "binary_cross_entropy" and region == "fp16":
         # The one refused op: its backward would underflow once cast back to float16.
         with pytest.raises(RuntimeError, match="binary_cross_entropy_with_logits"):
@@ -126,8 +126,8 @@ def test_ops_compute_in_the_dtype_their_tag_says(spec: OpSpec, region: str, vari
 # PROMOTE ones (as in PyTorch), so only uniform inputs are run here.
 @pytest.mark.parametrize("variant", ["f32", "f16"])
 @pytest.mark.parametrize("spec", SPECS, ids=IDS)
-def test_outside_autocast_nothing_is_lowered(spec: OpSpec, variant: str) -> None:
-    tensors = _make(spec, variant)
+def test_outside_autocast_nothing_is_lowered(spec: OpSpec, variant: str, device: str) -> None:
+    tensors = _make(spec, variant, device)
     trace = _run(spec, tensors, None)
     _check_trace(trace, None, _tags())
     assert all(c.kind != "cache hit" for c in trace.casts)
