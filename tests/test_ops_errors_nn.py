@@ -54,9 +54,11 @@ def test_ignore_index_may_lie_outside_the_classes(device: str) -> None:
 
 
 def test_cross_entropy_all_ignored_mean_is_nan_like_pytorch(device: str) -> None:
-    x = _t(np.ones((2, 3)), device=device)
-    loss = ta.cross_entropy(x, ta.tensor(np.array([-100, -100]), device=device))
+    x = _t(np.ones((2, 3)), device=device, grad=True)
+    loss = ta.cross_entropy(x, ta.tensor(np.array([-100, -100]), device=device), label_smoothing=0.1)
     assert np.isnan(loss.item())
+    loss.backward()  # no sample contributes, so no gradient (zeros, not 0 * inf = nan)
+    np.testing.assert_array_equal(_np(x.grad), 0.0)
 
 
 def test_nll_loss_target_out_of_range(device: str) -> None:

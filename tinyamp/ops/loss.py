@@ -24,6 +24,7 @@ from ..amp.policy import FP32
 from ..autograd.function import Function
 from ..autograd.grad_mode import is_grad_enabled
 from ..tensor import Tensor
+from .reduce import sum as _sum
 from .softmax import shifted, softmax
 
 REDUCTIONS = ("none", "mean", "sum")
@@ -132,22 +133,44 @@ class ClassIndexLoss(Function):
                 total = total / self.count
         return xp.asarray(total, dtype=out_dtype)
 
+    def divisor(self, xp: Any) -> Any:
+        """The "mean" divisor for gradients: 1 where every target is ignored (then none gets one)."""
+        return xp.where(self.count == 0, xp.ones((), self.count.dtype), self.count)
+
+    def row_weights(self, xp: Any, ndim: int, classes: int) -> tuple:
+        """(one-hot weight, s = sum_c q, smoothing weight per class or None), class axis kept.
+
+        ``q = onehot(target) * onehot_weight + smoothing_weight`` and ``s = sum_c q``;
+        all three are zero for ignored samples.
+        """
+        eps = self.label_smoothing
+        w_t = xp.expand_dims(self.w_t, self.axis)
+        hot, total, smooth = (1.0 - eps) * w_t, (1.0 - eps) * w_t, None
+        if eps:
+            shape = [1] * ndim
+            shape[self.axis] = classes
+            w = self.weight.astype(w_t.dtype) if self.weight is not None else xp.ones(classes, w_t.dtype)
+            valid = xp.expand_dims(self.valid, self.axis)
+            smooth = (eps / classes) * valid * w.reshape(shape)
+            total = total + (eps / classes) * valid * w.sum()
+        return hot, total, smooth
+
     def target_distribution(self, xp: Any, shape_x: tuple, dtype: Any) -> tuple[Tensor, Tensor]:
         """Constants ``q`` (the input's shape) and ``s = sum_c q`` (class axis kept, size 1)."""
         classes = shape_x[self.axis]
-        eps = self.label_smoothing
+        hot, total, smooth = self.row_weights(xp, len(shape_x), classes)
         shape = [1] * len(shape_x)
         shape[self.axis] = classes
-        onehot = xp.arange(classes).reshape(shape) == xp.expand_dims(self.safe, self.axis)
-        w_t = xp.expand_dims(self.w_t, self.axis)
-        q = (1.0 - eps) * w_t * onehot
-        s = (1.0 - eps) * w_t
-        if eps:
-            valid = xp.expand_dims(self.valid, self.axis)
-            w = self.weight.astype(w_t.dtype) if self.weight is not None else xp.ones(classes, w_t.dtype)
-            q = q + (eps / classes) * valid * w.reshape(shape)
-            s = s + (eps / classes) * valid * w.sum()
-        return Tensor._wrap(q.astype(dtype)), Tensor._wrap(s.astype(dtype))
+        q = hot * (xp.arange(classes).reshape(shape) == xp.expand_dims(self.safe, self.axis))
+        if smooth is not None:
+            q = q + smooth
+        return Tensor._wrap(q.astype(dtype, copy=False)), Tensor._wrap(total.astype(dtype, copy=False))
+
+    def target_index(self, xp: Any) -> tuple:
+        """A fancy index selecting each sample's target element of an input-shaped array."""
+        rest = list(xp.indices(self.safe.shape, sparse=True)) if self.safe.ndim else []
+        rest.insert(self.axis, self.safe)
+        return tuple(rest)
 
     def upstream(self, gy: Tensor) -> Tensor:
         """gy per sample, with a size-1 class axis so it broadcasts over classes."""
@@ -156,8 +179,17 @@ class ClassIndexLoss(Function):
             shape.insert(self.axis, 1)
             return gy.reshape(tuple(shape))
         if self.reduction == "mean":
-            return gy / Tensor._wrap(gy.device.xp.asarray(self.count, dtype=gy.dtype))
+            return gy / Tensor._wrap(self.divisor(gy.device.xp).astype(gy.dtype))
         return gy
+
+    def reduce_like_forward(self, per_sample: Tensor) -> Tensor:
+        """Per-sample values summed the way the forward reduced them (the adjoint of upstream)."""
+        if self.reduction == "none":
+            return per_sample
+        total = _sum(per_sample)
+        if self.reduction == "mean":
+            return total / Tensor._wrap(self.divisor(per_sample.device.xp).astype(total.dtype))
+        return total
 
 
 class CrossEntropy(ClassIndexLoss):
@@ -169,8 +201,10 @@ class CrossEntropy(ClassIndexLoss):
 
     def forward(self, xp: Any, x: Any, target: Any, weight: Any = None) -> Any:
         self.prepare(xp, x, target, weight)
-        z, _ = shifted(xp, x, self.axis)
-        logp = z - xp.log(xp.exp(z).sum(axis=self.axis, keepdims=True))
+        z, m = shifted(xp, x, self.axis)
+        lse = xp.log(xp.exp(z).sum(axis=self.axis, keepdims=True))
+        logp = z - lse
+        self.lse = lse + m  # log-sum-exp per sample: backward rebuilds softmax as exp(x - lse)
         loss = -self.w_t * self.picked(xp, logp)
         eps = self.label_smoothing
         if eps:
@@ -183,9 +217,50 @@ class CrossEntropy(ClassIndexLoss):
 
     def backward(self, gy: Tensor) -> tuple:
         (x,) = self.saved_tensors
-        q, s = self.target_distribution(x.device.xp, x.shape, x.dtype)
-        gx = (softmax(x, self.axis) * s - q) * self.upstream(gy)
+        gx = CrossEntropyGrad(self)(x, gy)
         return (gx, None) + ((None,) if self.weighted else ())
+
+
+class CrossEntropyGrad(Function):
+    """gx = u (softmax(x) s - q); dx = p (c - sum(c p)) with c = ggx s u, dgy = reduce(sum_c ggx (p s - q))"""
+
+    precision = FP32
+    name = "cross_entropy_backward"
+    save_inputs = (0, 1)
+
+    def __init__(self, loss: CrossEntropy) -> None:
+        self.loss = loss
+
+    def forward(self, xp: Any, x: Any, gy: Any) -> Any:
+        # One fused pass: softmax from the saved log-sum-exp, scaled, minus the
+        # target's weight at each sample's target (and the smoothing mass).
+        loss = self.loss
+        cdt = compute_dtype(x)
+        u = gy.astype(cdt, copy=False)
+        if loss.reduction == "none":
+            u = xp.expand_dims(u, loss.axis)
+        elif loss.reduction == "mean":
+            u = u / loss.divisor(xp)
+        hot, total, smooth = loss.row_weights(xp, x.ndim, x.shape[loss.axis])
+        g = xp.exp(x.astype(cdt, copy=False) - loss.lse) * (total * u)
+        g[loss.target_index(xp)] -= (hot * u).squeeze(loss.axis)  # one element per sample
+        if smooth is not None:
+            g -= smooth * u
+        return g.astype(x.dtype, copy=False)
+
+    def backward(self, ggx: Tensor) -> tuple:
+        x, gy = self.saved_tensors
+        loss = self.loss
+        q, s = loss.target_distribution(x.device.xp, x.shape, x.dtype)
+        p = softmax(x, loss.axis)
+        u = loss.upstream(gy)
+        dx = dgy = None
+        if self.needs_input_grad[0]:
+            c = ggx * s * u  # softmax's vector-Jacobian product with cotangent c
+            dx = p * (c - _sum(c * p, loss.axis, keepdim=True))
+        if self.needs_input_grad[1]:
+            dgy = loss.reduce_like_forward(_sum(ggx * (p * s - q), loss.axis))
+        return dx, dgy
 
 
 class NllLoss(ClassIndexLoss):
