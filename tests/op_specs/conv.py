@@ -104,6 +104,10 @@ SPECS = [
            lambda x, w, b: conv2d_ref(x, w, b, 1, 1, 2), [X, Arg((2, 3, 3, 3)), Arg((2,))], id="conv2d_dilation2"),
     OpSpec("conv2d", lambda x, w, b: ta.conv2d(x, w, b, padding=1, groups=3),
            lambda x, w, b: conv2d_ref(x, w, b, 1, 1, 1, 3), [X, Arg((6, 1, 3, 3)), Arg((6,))], id="conv2d_groups3"),
+    # Several channels per group on both sides, with stride and dilation: catches group-layout mix-ups.
+    OpSpec("conv2d", lambda x, w, b: ta.conv2d(x, w, b, stride=2, padding=2, dilation=2, groups=2),
+           lambda x, w, b: conv2d_ref(x, w, b, 2, 2, 2, 2), [Arg((1, 4, 5, 5)), Arg((4, 2, 2, 2)), Arg((4,))],
+           id="conv2d_groups2_strided_dilated"),
     OpSpec("conv2d", lambda x, w: ta.conv2d(x, w, stride=(2, 1), padding=(0, 2), dilation=(1, 2)),
            lambda x, w: conv2d_ref(x, w, None, (2, 1), (0, 2), (1, 2)), [X, Arg((2, 3, 2, 3))], id="conv2d_pairs"),
     # An even kernel under 'same': the extra pixel of padding goes after (bottom/right).

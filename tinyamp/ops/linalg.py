@@ -61,7 +61,8 @@ class MatMul(Function):
         if k_a != k_b:
             raise ValueError(f"{self.name}: inner dimensions differ: {_operands(a, b)}")
         try:
-            np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
+            if a2.ndim > 2 or b2.ndim > 2:
+                np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
         except ValueError:
             raise ValueError(f"{self.name}: batch dimensions {list(a2.shape[:-2])} and {list(b2.shape[:-2])} "
                              f"cannot be broadcast: {_operands(a, b)}") from None
