@@ -108,6 +108,16 @@ def test_binary_cross_entropy_needs_probabilities(device: str) -> None:
         ta.binary_cross_entropy(_t([0.5, 1.5], device=device), _t([0.0, 1.0], device=device))
 
 
+def test_binary_cross_entropy_clamps_like_pytorch(device: str) -> None:
+    # log(0) is clamped to -100, and x (1 - x) to 1e-12 in the gradient's denominator.
+    x = _t([0.0, 1.0, 0.0], device=device, grad=True)
+    t = _t([1.0, 0.0, 0.0], device=device)
+    loss = ta.binary_cross_entropy(x, t, reduction="none")
+    np.testing.assert_array_equal(_np(loss), [100.0, 100.0, 0.0])
+    loss.sum().backward()
+    np.testing.assert_allclose(_np(x.grad), [-1e12, 1e12, 0.0], rtol=1e-12)
+
+
 def test_norm_shape_errors() -> None:
     with pytest.raises(ValueError, match=r"layer_norm: input \[2, 3\] .* normalized_shape \[4\]"):
         ta.layer_norm(_t(np.zeros((2, 3))), (4,))

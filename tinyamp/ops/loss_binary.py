@@ -23,12 +23,14 @@ import numpy as np
 from .. import backend
 from .. import dtypes as dt
 from ..amp import state as amp_state
-from ..amp.policy import FP32, NEUTRAL
+from ..amp.policy import FP32
 from ..autograd.function import Function
 from ..tensor import Tensor
+from .activation import sigmoid, softplus
 from .cast import cast
 from .elementwise import log
 from .loss import check_constant, check_reduction, compute_dtype, describe, reduce_loss, scale_grad
+from .select import clamp_min
 
 _UNSAFE_MESSAGE = (
     "binary_cross_entropy is unsafe under float16 autocast: its gradient (x - t) / (x * (1 - x)) "
@@ -165,68 +167,6 @@ class BinaryCrossEntropyWithLogits(Function):
             gt = -xc if pw is None else (pw - 1) * softplus(-xc) - xc
             gt = cast(g * gt, t.dtype)
         return (gx, gt) + (None,) * (self.weighted + self.pos_weighted)
-
-
-# Small differentiable helpers for the backwards above. They only ever run
-# inside a backward (autocast is off there), so their tag never matters.
-class _Sigmoid(Function):
-    """y = 1 / (1 + exp(-x)); dx = gy * y * (1 - y)"""
-
-    precision = NEUTRAL
-    name = "loss_sigmoid"
-    save_outputs = (0,)
-
-    def forward(self, xp: Any, x: Any) -> Any:
-        e = xp.exp(-xp.abs(x))  # never overflows, unlike exp(-x) for very negative x
-        return xp.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(x.dtype, copy=False)
-
-    def backward(self, gy: Tensor) -> Tensor:
-        (y,) = self.saved_tensors
-        return gy * y * (1 - y)
-
-
-class _Softplus(Function):
-    """y = log(1 + exp(x)); dx = gy * sigmoid(x)"""
-
-    precision = NEUTRAL
-    name = "loss_softplus"
-    save_inputs = (0,)
-
-    def forward(self, xp: Any, x: Any) -> Any:
-        return (xp.log1p(xp.exp(-xp.abs(x))) + xp.maximum(x, 0)).astype(x.dtype, copy=False)
-
-    def backward(self, gy: Tensor) -> Tensor:
-        (x,) = self.saved_tensors
-        return gy * sigmoid(x)
-
-
-class _ClampMin(Function):
-    """y = max(x, lo); dx = gy where x >= lo, else 0"""
-
-    precision = NEUTRAL
-    name = "loss_clamp_min"
-
-    def __init__(self, low: float) -> None:
-        self.low = low
-
-    def forward(self, xp: Any, x: Any) -> Any:
-        self.mask = x >= self.low  # the mask, not x: the kink is all backward needs
-        return xp.maximum(x, xp.asarray(self.low, dtype=x.dtype))
-
-    def backward(self, gy: Tensor) -> Tensor:
-        return gy * Tensor._wrap(self.mask.astype(gy.dtype))
-
-
-def sigmoid(x: Tensor) -> Tensor:
-    return _Sigmoid()(x)
-
-
-def softplus(x: Tensor) -> Tensor:
-    return _Softplus()(x)
-
-
-def clamp_min(x: Tensor, low: float) -> Tensor:
-    return _ClampMin(low)(x)
 
 
 def binary_cross_entropy(input: Tensor, target: Tensor, weight: "Tensor | None" = None,  # noqa: A002
