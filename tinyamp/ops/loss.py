@@ -168,7 +168,10 @@ class ClassIndexLoss(Function):
 
     def target_index(self, xp: Any) -> tuple:
         """A fancy index selecting each sample's target element of an input-shaped array."""
-        rest = list(xp.indices(self.safe.shape, sparse=True)) if self.safe.ndim else []
+        shape = self.safe.shape
+        # One broadcastable arange per non-class dimension (an open grid), the target in between.
+        rest = [xp.arange(n).reshape([n if i == d else 1 for i in range(len(shape))])
+                for d, n in enumerate(shape)]
         rest.insert(self.axis, self.safe)
         return tuple(rest)
 
