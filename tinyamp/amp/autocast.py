@@ -111,14 +111,22 @@ def _region_overrides(overrides: "Mapping[str, Any] | None", sets: dict[Precisio
 # --------------------------------------------------------------------------
 
 class WeightCastCache:
-    """Low-precision casts of float32 leaf weights, made once per outermost region.
+    """Low-precision copies of float32 leaf weights, converted once per outermost region.
 
     An entry is keyed on the weight's identity and the target dtype, and holds
-    a weak reference to the weight and the weight's version at cast time: it is
-    used only while the reference still points at the same tensor (ids are
-    reused after garbage collection) and the version is unchanged (an in-place
-    update, such as an optimizer step inside the region, bumps it). PyTorch and
-    Apex key on identity alone and have served stale casts.
+    a weak reference to the weight, the weight's version at conversion time and
+    the converted array. It is used only while the reference still points at
+    the same tensor (ids are reused after garbage collection) and the version
+    is unchanged (an in-place update, such as an optimizer step inside the
+    region, bumps it). PyTorch and Apex key on identity alone and have served
+    stale casts.
+
+    The cache holds arrays, not graph nodes: every use gets its own recorded
+    Cast node over the shared array (no conversion runs). So a use under
+    ``no_grad`` can never leave a later use without its link to the weight
+    (PyTorch's cache can), and each use's gradient is upcast and summed in
+    float32 at the weight, bit for bit as without the cache (a shared node
+    would sum the uses' float16 gradients in float16 first).
     """
 
     def __init__(self) -> None:
@@ -127,15 +135,16 @@ class WeightCastCache:
         self.misses = 0
 
     def get(self, weight: Any, dtype: np.dtype) -> Any:
+        """The converted array of ``weight``, or None when absent or stale."""
         entry = self._entries.get((id(weight), dtype))
         if entry is not None and entry[0]() is weight and entry[1] == weight._version[0]:
             self.hits += 1
             return entry[2]
         return None
 
-    def put(self, weight: Any, dtype: np.dtype, cast: Any) -> None:
+    def put(self, weight: Any, dtype: np.dtype, array: Any) -> None:
         self.misses += 1
-        self._entries[(id(weight), dtype)] = (weakref.ref(weight), weight._version[0], cast)
+        self._entries[(id(weight), dtype)] = (weakref.ref(weight), weight._version[0], array)
 
     def clear(self) -> None:
         self._entries.clear()
@@ -144,8 +153,35 @@ class WeightCastCache:
         return len(self._entries)
 
     def info(self) -> dict:
-        nbytes = sum(e[2].data.nbytes for e in self._entries.values())
+        nbytes = sum(e[2].nbytes for e in self._entries.values())
         return {"entries": len(self._entries), "hits": self.hits, "misses": self.misses, "bytes": int(nbytes)}
+
+
+_CachedCast: Any = None
+
+
+def _cached_cast_class() -> type:
+    """``Cast`` whose forward hands back an array converted earlier (made on first use:
+    the op library is imported after this module)."""
+    global _CachedCast
+    if _CachedCast is None:
+        from ..ops.cast import Cast
+
+        class CachedCast(Cast):
+            """y = x as dtype, from the region's weight-cast cache; dx = gy as x's dtype"""
+
+            name = "cast"
+
+            def __init__(self, dtype: np.dtype, array: Any) -> None:
+                super().__init__(dtype)
+                self.array = array
+
+            def forward(self, xp: Any, x: Any) -> Any:
+                self.source = x.dtype
+                return self.array
+
+        _CachedCast = CachedCast
+    return _CachedCast
 
 
 def _cacheable(tensor: Any, target: np.dtype) -> bool:
@@ -174,24 +210,22 @@ def cast_input(op: Any, tensor: Any, target: np.dtype, state: "amp_state.Autocas
     """The recorded cast of one of ``op``'s inputs to ``target``.
 
     A float32 leaf that requires grad, cast down inside a region with the cache
-    on, is cast once and the same Cast node is reused by every op (so its
-    gradient is also upcast once). ``tag`` None means the cast comes from
-    ``custom_fwd(cast_inputs=...)``.
+    on, is converted once; later uses get a Cast node over the same array.
+    ``tag`` None means the cast comes from ``custom_fwd(cast_inputs=...)``.
     """
     tracer = _trace_hook
     cache = None if state is None else state.cache
     if cache is not None and _cacheable(tensor, target):
-        cached = cache.get(tensor, target)
-        if cached is not None:
-            if tracer is not None:
-                tracer.record_cache_hit(op, _cause(op, tag, tensor.dtype, target, state), tensor, cached)
-            return cached
+        array = cache.get(tensor, target)
+        if array is not None:
+            node = _cached_cast_class()(target, array)
+            if tracer is None:
+                return node(tensor)
+            return _traced_cast(node, tensor, tracer, op, _cause(op, tag, tensor.dtype, target, state)
+                                + "; cache hit", "hit")
         cause = None if tracer is None else _cause(op, tag, tensor.dtype, target, state) + "; cached"
-        # Made with grad mode on even under no_grad: a later use with grad mode
-        # on must still reach the weight (PyTorch's cache loses the link).
-        with tinyamp.enable_grad():
-            out = _make_cast(tensor, target, tracer, op, cause, "miss")
-        cache.put(tensor, target, out)
+        out = _make_cast(tensor, target, tracer, op, cause, "miss")
+        cache.put(tensor, target, out.data)
         return out
     cause = None if tracer is None else _cause(op, tag, tensor.dtype, target, state)
     return _make_cast(tensor, target, tracer, op, cause, None)
@@ -201,8 +235,14 @@ def _make_cast(tensor: Any, target: np.dtype, tracer: Any, op: Any, cause: "str 
                cache: "str | None") -> Any:
     if tracer is None:
         return tinyamp.ops.cast(tensor, target)
+    from ..ops.cast import Cast
+
+    return _traced_cast(Cast(target), tensor, tracer, op, cause, cache)
+
+
+def _traced_cast(node: Any, tensor: Any, tracer: Any, op: Any, cause: str, cache: "str | None") -> Any:
     tracer.expect_cast(op, cause, cache)
-    out = tinyamp.ops.cast(tensor, target)
+    out = node(tensor)
     if out.grad_fn is not None:
         out.grad_fn._amp_cause = cause  # so the report can say why its backward casts
     return out

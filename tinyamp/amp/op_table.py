@@ -77,6 +77,8 @@ def op_classes() -> dict[str, list[type]]:
             continue
         if "precision" not in vars(cls) and not hasattr(cls, "precision"):
             continue
+        if any(getattr(base, "name", None) == cls.name for base in cls.__mro__[1:]):
+            continue  # a variant of its parent op (autocast's CachedCast is a Cast)
         if cls.name in public:
             result.setdefault(cls.name, []).append(cls)
     return result

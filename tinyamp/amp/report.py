@@ -6,7 +6,8 @@ While a trace is open it records, for forward and backward:
   the dtypes it computed in, its output dtypes, and (in backward) the node
   whose backward ran it;
 - every cast: from, to, the op it was made for and the rule that made it
-  ("LOWER: float32 -> float16 for matmul"), weight-cache hits included, and in
+  ("LOWER: float32 -> float16 for matmul"), weight-cache hits included (a Cast
+  node over an array converted earlier: no conversion runs), and in
   backward the cast that returns a gradient to its source dtype;
 - the bytes each node keeps for backward, per dtype, each array counted once.
 
@@ -54,7 +55,7 @@ class OpRecord:
 
 @dataclass
 class CastRecord:
-    """One cast: a conversion that ran, or a weight-cache hit that replaced one."""
+    """One cast: a conversion that ran, or a Cast node over a weight-cache entry (no conversion)."""
 
     index: int
     phase: str
@@ -65,7 +66,7 @@ class CastRecord:
     kind: str                       # "autocast", "cache hit", "backward", "explicit"
     shape: list[int]
     op_index: int = -1              # the OpRecord it fed, when known
-    row: int = -1                   # the OpRecord of the Cast op itself (-1 for a cache hit)
+    row: int = -1                   # the OpRecord of the Cast op itself
 
     @property
     def converted(self) -> bool:
@@ -150,15 +151,6 @@ class Trace:
         if self._parent is not None:
             self._parent.expect_cast(op, cause, cache)
 
-    def record_cache_hit(self, op: Any, cause: str, weight: Any, cached: Any) -> None:
-        if threading.get_ident() == self._thread:
-            self.cache_hits += 1
-            record = self._add_cast(dt.dtype_name(weight.dtype), dt.dtype_name(cached.dtype), op.name,
-                                    f"{cause}; cache hit", "cache hit", weight.shape)
-            self._awaiting.append((op, record.index, id(cached)))
-        if self._parent is not None:
-            self._parent.record_cache_hit(op, cause, weight, cached)
-
     def record_op(self, op: Any, inputs: list, outputs: list) -> None:
         if threading.get_ident() == self._thread:
             self._record_op(op, inputs, outputs)
@@ -216,9 +208,12 @@ class Trace:
             self._pending = None
             if cache == "miss":
                 self.cache_misses += 1
-            record = self._add_cast(source, target, owner.name, cause, "autocast", shape)
+            elif cache == "hit":
+                self.cache_hits += 1
+            record = self._add_cast(source, target, owner.name, cause,
+                                    "cache hit" if cache == "hit" else "autocast", shape)
             self._awaiting.append((owner, record.index, id(outputs[0])))
-        elif self._depth and self._node is not None and type(self._node) is Cast:
+        elif self._depth and isinstance(self._node, Cast):
             cause = getattr(self._node, "_amp_cause", None) or "a cast"
             record = self._add_cast(source, target, _cause_op(cause),
                                     f"gradient back to {target} (backward of {cause})", "backward", shape)
@@ -286,12 +281,7 @@ class Trace:
         rows_to_casts = {c.row: c for c in self.casts if c.row >= 0}
         for r in self.ops:
             cast = rows_to_casts.get(r.index)
-            if cast is not None:
-                note = cast.rule
-            else:
-                hits = [self.casts[c] for c in r.casts if self.casts[c].kind == "cache hit"]
-                note = f"{len(hits)} weight-cache hit{'s' * (len(hits) > 1)} ({hits[0].source} -> " \
-                       f"{hits[0].target})" if hits else ""
+            note = cast.rule if cast is not None else ""
             if r.during and cast is None:
                 note = (note + " " if note else "") + f"(in {r.during} backward)"
             ins = ", ".join(f"{d}{_shape(s)}" for d, s in zip(r.inputs, r.shapes))
