@@ -299,3 +299,23 @@ def test_gradient_dtypes_follow_the_leaves() -> None:
     (w * h).sum().backward()                                 # PROMOTE: h cast to float32 on the tape
     assert w.grad.dtype == ta.float32
     assert h.grad.dtype == ta.float16
+
+
+def test_leaf_gradients_never_alias_each_other_or_the_seed() -> None:
+    # x + y hands the same gradient array to both leaves; in-place work on one
+    # .grad (unscale_, clipping, accumulation) must not change the other.
+    x = ta.tensor([1.0, 2.0], requires_grad=True)
+    y = ta.tensor([3.0, 4.0], requires_grad=True)
+    (x + y).backward(ta.tensor([1.0, 1.0]))
+    assert x.grad.data is not y.grad.data
+    x.grad.data *= 10.0
+    np.testing.assert_array_equal(y.grad.numpy(), [1.0, 1.0])
+    seed = ta.tensor([1.0, 1.0])
+    z = ta.tensor([0.0, 0.0], requires_grad=True)
+    z.backward(seed)
+    z.grad.data += 1.0
+    np.testing.assert_array_equal(seed.numpy(), [1.0, 1.0])
+    m = ta.ones(3, requires_grad=True)
+    m.mean().backward()           # the gradient is a broadcast view of one value
+    m.grad.data[0] = 5.0          # owned and writable
+    np.testing.assert_allclose(m.grad.numpy(), [5.0, 1 / 3, 1 / 3])

@@ -134,6 +134,11 @@ def run_backward(roots: Sequence[Tensor], root_grads: Sequence[Tensor], retain_g
 
     if accumulate:
         allowed = None if inputs is None else {id(t) for t in inputs}
+        # .grad is later written in place (accumulation, unscale_, clipping), so
+        # each leaf must own its buffer. A fresh array from a backward op is
+        # owned already; copy only views (e.g. mean's broadcast gradient), the
+        # caller's seed, and an array handed to two leaves (x + y gives both gy).
+        handed_out = {id(g.data) for g in root_grads}
         for key, leaf in leaves.items():
             if allowed is not None and key not in allowed:
                 continue
@@ -141,8 +146,11 @@ def run_backward(roots: Sequence[Tensor], root_grads: Sequence[Tensor], retain_g
             if not create_graph:
                 grad = grad.detach()
             if leaf.grad is None:
-                # Own the buffer: later in-place accumulation must not alias a graph value.
-                leaf.grad = grad if create_graph else Tensor._wrap(grad.data.copy())
+                data = grad.data
+                if not create_graph and (data.base is not None or id(data) in handed_out):
+                    data = data.copy()
+                handed_out.add(id(data))
+                leaf.grad = grad if create_graph else Tensor._wrap(data)
             elif create_graph:
                 leaf.grad = leaf.grad + grad
             else:
