@@ -61,8 +61,16 @@ def test_compute_dtype_table(tag: Precision, dtypes: list, region: object, expec
 
 @pytest.mark.parametrize("region", [None, f16, bf16])
 def test_promote_refuses_float16_with_bfloat16(region: object) -> None:
-    with pytest.raises(TypeError, match="float16 with bfloat16"):
-        compute_dtype(PROMOTE, [f16, bf16], region)
+    for _ in range(2):  # answers are memoised; refusals must not be
+        with pytest.raises(TypeError, match="float16 with bfloat16"):
+            compute_dtype(PROMOTE, [f16, bf16], region)
+
+
+def test_memoised_answers_stay_correct() -> None:
+    for _ in range(3):
+        assert compute_dtype(LOWER, (f32, f32), f16) == f16
+        assert compute_dtype(LOWER, [f32, f32], bf16) == bf16
+        assert compute_dtype(LOWER, iter([f32, f32]), None) is None
 
 
 def test_needs_cast_moves_only_floats_except_for_promote() -> None:

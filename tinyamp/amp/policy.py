@@ -39,6 +39,11 @@ class Precision(enum.Enum):
 LOWER, FP32, PROMOTE, NEUTRAL = Precision.LOWER, Precision.FP32, Precision.PROMOTE, Precision.NEUTRAL
 
 
+# compute_dtype is pure and sees few distinct arguments (a handful of dtypes),
+# so its answers are memoised: under autocast it runs on every op.
+_DECISIONS: dict = {}
+
+
 def compute_dtype(tag: Precision, input_dtypes: Iterable[np.dtype],
                   autocast_dtype: "np.dtype | None") -> "np.dtype | None":
     """The dtype an op's floating inputs are cast to, or None to leave them.
@@ -46,7 +51,18 @@ def compute_dtype(tag: Precision, input_dtypes: Iterable[np.dtype],
     ``autocast_dtype`` is the active region's low-precision dtype, or None when
     autocast is off. See :func:`needs_cast` for which inputs the result applies to.
     """
-    dtypes = list(input_dtypes)
+    key = (tag, tuple(input_dtypes), autocast_dtype)
+    try:
+        return _DECISIONS[key]
+    except KeyError:
+        pass
+    result = _decide(tag, list(key[1]), autocast_dtype)
+    if len(_DECISIONS) < 10_000:  # bounded: odd dtype mixes cannot grow it without end
+        _DECISIONS[key] = result
+    return result
+
+
+def _decide(tag: Precision, dtypes: "list[np.dtype]", autocast_dtype: "np.dtype | None") -> "np.dtype | None":
     floats = [d for d in dtypes if d in dt.FLOATING]
     if not floats or tag is NEUTRAL:
         return None
