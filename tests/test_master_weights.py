@@ -273,3 +273,23 @@ def test_float16_without_master_weights_stalls() -> None:
     assert stalled[-1] == stalled[0]
     trained, _ = train(master=True)
     assert trained[-1] < 0.5 * trained[0]
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_o2_step_with_clipping_has_no_host_sync(name: str) -> None:
+    x, y = _teacher_data(64)
+    model = _mlp().half(keep_norm_fp32=True)
+    opt = OPTIMIZERS[name](model.parameters(), master_weights=True)
+    scaler = GradScaler(init_scale=2.0 ** 12, growth_interval=3)
+    ta.cuda.reset_sync_count()
+    for i in range(8):
+        opt.zero_grad()
+        loss = F.mse_loss(model(x.half()).float(), y) * (1e36 if i == 4 else 1.0)  # one skipped step
+        with np.errstate(over="ignore", invalid="ignore"):
+            scaler.scale(loss).backward()
+            scaler.unscale_(opt)
+            ta.nn.utils.clip_grad_norm_(opt.master_params(), max_norm=1.0)
+        scaler.step(opt)
+        scaler.update()
+    assert ta.cuda.sync_count() == 0
+    assert scaler.get_scale() == 2.0 ** 13  # 4 clean (one growth), 1 skip (back off), 3 clean (one growth)

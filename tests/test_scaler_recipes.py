@@ -8,7 +8,6 @@ they can, and state the reason where a tolerance is needed instead.
 
 from __future__ import annotations
 
-import copy
 
 import numpy as np
 import pytest

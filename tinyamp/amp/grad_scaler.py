@@ -7,9 +7,11 @@ plus hysteresis, ``min_scale``/``max_scale``, a record of the last step
 Where the values live. The scale, the growth tracker, the hysteresis tracker and
 every ``found_inf`` are 0-d device arrays (float32, int32, int32, float32) on the
 device of the first tensor passed to ``scale()``; NumPy arrays *are* the device
-arrays on the CPU. ``unscale_`` makes one pass per (device, dtype) group of
-gradients that multiplies by ``1/scale`` (computed in float64, stored float32:
-exact for powers of two) and records whether any result is inf/nan; ``update``
+arrays on the CPU. ``unscale_`` makes one ``unscale_group`` call per (device,
+dtype) group of gradients (on NumPy a loop over the group's tensors; one fused
+kernel per group on a GPU) that multiplies by ``1/scale`` (computed in float64,
+stored float32: exact for powers of two) and records whether any result is
+inf/nan, without reading it; ``update``
 runs the scale rule on those arrays; tinyamp's optimizers take ``found_inf`` as an
 array and mask their update (see ``tinyamp/optim/optimizer.py``). Nothing in a
 training step reads a device value on the host.
@@ -22,8 +24,8 @@ not implement the masked-update contract (one per device holding gradients: the
 host must know whether to call ``optimizer.step``). A step with tinyamp's
 optimizers counts zero.
 
-The per-device math sits in two small functions, ``_unscale_group`` and
-``_update_scale``, so fused GPU kernels can replace them one for one.
+The per-device math lives in ``scaler_kernels.py`` (``unscale_group``,
+``update_scale``), so fused GPU kernels can replace it one for one.
 """
 
 from __future__ import annotations
@@ -40,10 +42,7 @@ from .. import backend
 from .. import dtypes as dt
 from ..tensor import Tensor
 from . import state as amp_state
-
-# Without a min_scale the scale still never drops below the smallest normal
-# float32, so it stays positive and 1/scale stays finite.
-_FLOOR = float(np.finfo(np.float32).tiny)
+from .scaler_kernels import FLOOR, ScalerStep, read_host, unscale_group, update_scale
 
 
 class OptState(enum.Enum):
@@ -56,103 +55,6 @@ class OptState(enum.Enum):
 
 def _refresh_per_optimizer_state() -> dict:
     return {"stage": OptState.READY, "found_inf_per_device": {}}
-
-
-def _read_host(array: Any) -> float:
-    """Read a device value on the host: one host synchronisation, counted on the CPU too."""
-    if not backend.is_cupy_array(array):
-        backend.cuda.note_sync()
-    return backend.to_host(array).reshape(()).item()  # to_host counts the GPU case
-
-
-# ------------------------------------------------------------ device kernels
-def _unscale_group(xp: Any, grads: list, outs: list, inv_scale: Any, found_inf: Any) -> None:
-    """``out = grad * inv_scale`` for each pair; ``found_inf = 1`` if any result is inf/nan.
-
-    Checking the *result* also catches a finite scaled gradient that overflows
-    when the scale is below 1. ``out`` is the gradient itself, or a float32
-    master gradient for a float16 one. bfloat16 in place is computed in float32
-    and rounded once.
-    """
-    for grad, out in zip(grads, outs):
-        if out.dtype in dt.LOW_PRECISION:
-            result = grad.astype(np.float32) * inv_scale
-            out[...] = result.astype(out.dtype)
-        else:
-            result = xp.multiply(grad, inv_scale, out=out)
-        xp.maximum(found_inf, xp.logical_not(xp.isfinite(result).all()), out=found_inf)
-
-
-def _update_scale(xp: Any, scale: Any, growth_tracker: Any, hysteresis_tracker: Any, found_inf: Any, *,
-                  growth_factor: float, backoff_factor: float, growth_interval: int, hysteresis: int,
-                  min_scale: float | None, max_scale: float | None) -> None:
-    """The dynamic rule, in place on the device, without a branch on the data.
-
-    inf/nan found: the growth tracker resets and the hysteresis tracker counts
-    down; once it reaches 0 the scale backs off (to no less than ``min_scale``).
-    Clean: the growth tracker counts up; at ``growth_interval`` the scale grows
-    (to no more than ``max_scale``, never to inf) and both trackers reset.
-    With ``hysteresis=1`` this is exactly PyTorch's ``_amp_update_scale_``.
-    """
-    found = found_inf > 0
-    current = scale.astype(np.float64)
-    hyst_left = xp.maximum(hysteresis_tracker - 1, 0)
-    backoff = xp.logical_and(found, hyst_left <= 0)
-    backed = xp.maximum((current * backoff_factor).astype(np.float32),
-                        np.float32(_FLOOR if min_scale is None else min_scale))
-    successful = growth_tracker + 1
-    grow = xp.logical_and(xp.logical_not(found), successful >= growth_interval)
-    grown = current * growth_factor
-    if max_scale is not None:
-        grown = xp.minimum(grown, max_scale)
-    grown = grown.astype(np.float32)
-    grown = xp.where(xp.isfinite(grown), grown, scale)
-    new_scale = xp.where(backoff, backed, xp.where(grow, grown, scale))
-    new_growth = xp.where(xp.logical_or(found, grow), 0, successful)
-    new_hyst = xp.where(found, hyst_left, xp.where(grow, hysteresis, hysteresis_tracker))
-    scale[...] = new_scale
-    growth_tracker[...] = new_growth
-    hysteresis_tracker[...] = new_hyst
-
-
-# ------------------------------------------------------------ the last step
-class ScalerStep:
-    """What the last ``update()`` saw. Values stay on the device until a property is read.
-
-    ``skipped`` is true when some optimizer stepped since the previous update
-    found inf/nan and skipped its step; ``scale_before``/``scale_after`` are the
-    scale used for this iteration and the one for the next. Each property read
-    is a host synchronisation.
-    """
-
-    __slots__ = ("_found_inf", "_before", "_after")
-
-    def __init__(self, found_inf: Any, before: Any, after: Any) -> None:
-        self._found_inf, self._before, self._after = found_inf, before, after
-
-    @property
-    def found_inf(self) -> "Tensor | None":
-        return None if self._found_inf is None else Tensor._wrap(self._found_inf)
-
-    @property
-    def skipped(self) -> bool:
-        return self._found_inf is not None and _read_host(self._found_inf) > 0
-
-    @property
-    def applied(self) -> bool:
-        return not self.skipped
-
-    @property
-    def scale_before(self) -> float:
-        return 1.0 if self._before is None else _read_host(self._before)
-
-    @property
-    def scale_after(self) -> float:
-        return 1.0 if self._after is None else _read_host(self._after)
-
-    def __repr__(self) -> str:
-        return (f"ScalerStep(skipped={self.skipped}, scale_before={self.scale_before}, "
-                f"scale_after={self.scale_after})")
 
 
 # ------------------------------------------------------------ helpers
@@ -342,7 +244,7 @@ class GradScaler:
                 found_per_device[dev] = dev.xp.zeros((), dtype=np.float32)
                 inv_per_device[dev] = backend.to_device(inv_scale, dev)
             with np.errstate(over="ignore", invalid="ignore"):  # inf/nan is what we look for
-                _unscale_group(dev.xp, grads, outs, inv_per_device[dev], found_per_device[dev])
+                unscale_group(dev.xp, grads, outs, inv_per_device[dev], found_per_device[dev])
             for t in tensors:
                 t._version[0] += 1
         return found_per_device
@@ -372,7 +274,7 @@ class GradScaler:
             retval = optimizer.step(*args, found_inf=Tensor._wrap(self._sum_found(found.values(), first)),
                                     **kwargs)
         else:
-            total = sum(_read_host(value) for value in found.values())
+            total = sum(read_host(value) for value in found.values())
             retval = optimizer.step(*args, **kwargs) if total == 0 else None
         state["stage"] = OptState.STEPPED
         return retval
@@ -414,7 +316,7 @@ class GradScaler:
             if combined is None:
                 raise RuntimeError("No inf checks were recorded prior to update.")
             with np.errstate(over="ignore"):  # a growth past float32's range is computed, then refused
-                _update_scale(xp, self._scale, self._growth_tracker, self._hysteresis_tracker, combined,
+                update_scale(xp, self._scale, self._growth_tracker, self._hysteresis_tracker, combined,
                               growth_factor=self._growth_factor, backoff_factor=self._backoff_factor,
                               growth_interval=self._growth_interval, hysteresis=self._hysteresis,
                               min_scale=self._min_scale, max_scale=self._max_scale)
@@ -422,7 +324,7 @@ class GradScaler:
         self._per_optimizer_states = defaultdict(_refresh_per_optimizer_state)
 
     def _set_scale(self, new_scale: Any, xp: Any, dev: backend.Device) -> None:
-        low = _FLOOR if self._min_scale is None else self._min_scale
+        low = FLOOR if self._min_scale is None else self._min_scale
         high = float(np.finfo(np.float32).max) if self._max_scale is None else self._max_scale
         if isinstance(new_scale, Tensor):
             if new_scale.numel() != 1 or new_scale.requires_grad:
@@ -446,7 +348,7 @@ class GradScaler:
         """The current scale as a Python float (a host sync once initialised); 1.0 when disabled."""
         if not self._enabled:
             return 1.0
-        return self._init_scale if self._scale is None else _read_host(self._scale)
+        return self._init_scale if self._scale is None else read_host(self._scale)
 
     def get_growth_factor(self) -> float:
         return self._growth_factor
@@ -477,14 +379,14 @@ class GradScaler:
     def _get_growth_tracker(self) -> int:
         if not self._enabled:
             return 0
-        return self._init_growth_tracker if self._growth_tracker is None else int(_read_host(self._growth_tracker))
+        return self._init_growth_tracker if self._growth_tracker is None else int(read_host(self._growth_tracker))
 
     def _get_hysteresis_tracker(self) -> int:
         if not self._enabled:
             return 0
         if self._hysteresis_tracker is None:
             return self._init_hysteresis_tracker
-        return int(_read_host(self._hysteresis_tracker))
+        return int(read_host(self._hysteresis_tracker))
 
     @staticmethod
     def _check_growth_factor(value: Any) -> None:

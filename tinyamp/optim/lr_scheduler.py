@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import types
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 from .optimizer import Optimizer
 

@@ -68,7 +68,10 @@ def opmath(array: Any) -> Any:
 
 def masked_write(xp: Any, dst: Any, src: Any, keep: Any) -> None:
     """``dst[...] = src`` where ``keep`` is true (a 0-d device bool or True), rounding to dst's dtype."""
-    xp.copyto(dst, src, casting="unsafe", where=keep)
+    if keep is True:  # no AMP mask (CuPy's copyto wants an array for ``where``)
+        xp.copyto(dst, src, casting="unsafe")
+    else:
+        xp.copyto(dst, src, casting="unsafe", where=keep)
 
 
 class Optimizer:
