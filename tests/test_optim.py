@@ -410,3 +410,20 @@ def test_scheduler_state_dict_resumes() -> None:
 def test_scheduler_resume_requires_initial_lr() -> None:
     with pytest.raises(KeyError, match="initial_lr"):
         StepLR(_sched_opt(), step_size=1, last_epoch=4)
+
+
+def test_autocast_weight_cache_sees_optimizer_updates() -> None:
+    # A step inside one autocast region must invalidate the cached float16 cast
+    # of the weight (the cache keys on the version the step bumps).
+    rng = np.random.default_rng(9)
+    w = ta.tensor(rng.standard_normal((3, 4)).astype(np.float32), requires_grad=True)
+    x = ta.tensor(rng.standard_normal((2, 4)).astype(np.float32))
+    opt = SGD([w], lr=0.5)
+    with ta.amp.autocast():
+        y1 = ta.linear(x, w)
+        y1.float().sum().backward()
+        opt.step()
+        y2 = ta.linear(x, w)
+    expected = ta.linear(x.half(), w.detach().half())
+    np.testing.assert_array_equal(y2.data, expected.data)
+    assert not np.array_equal(y1.data, y2.data)
