@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from .autocast import (autocast, autocast_cache_info, clear_autocast_cache, custom_bwd, custom_fwd,
-                       get_autocast_dtype, get_op_precision, is_autocast_cache_enabled, is_autocast_enabled,
-                       reset_op_precision, set_op_precision)
+from .autocast import (autocast, autocast_cache_info, clear_autocast_cache, get_autocast_dtype,
+                       get_op_precision, is_autocast_cache_enabled, is_autocast_enabled, reset_op_precision,
+                       set_op_precision)
+from .custom_function import custom_bwd, custom_fwd
 from .op_table import OpInfo, OpTable, op_table
 from .policy import FP32, LOWER, NEUTRAL, PROMOTE, Precision, compute_dtype
 from .grad_scaler import AmpScaler, GradScaler

@@ -1,0 +1,155 @@
+"""The weight-cast cache (tinyamp/amp/autocast.py): one conversion per float32 weight
+per outermost region, keyed on identity and version, a Cast node per use.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+
+import tinyamp as ta
+from tinyamp.amp.autocast import WeightCastCache
+
+f16, bf16, f32 = ta.float16, ta.bfloat16, ta.float32
+
+
+def _leaf(*shape: int, dtype: object = f32, seed: int = 0) -> ta.Tensor:
+    rng = np.random.default_rng(seed)
+    return ta.tensor(rng.standard_normal(shape) * 0.5, dtype=dtype, requires_grad=True)
+
+
+def _input(*shape: int, seed: int = 5) -> ta.Tensor:
+    """A float32 input that needs no gradient (never a weight-cache candidate)."""
+    rng = np.random.default_rng(seed)
+    return ta.tensor(rng.standard_normal(shape) * 0.5, dtype=f32)
+
+
+def _cast_count(trace: "ta.amp.Trace", phase: str = "forward") -> int:
+    return sum(1 for c in trace.casts if c.phase == phase and c.converted)
+
+
+def test_weight_is_cast_once_per_region() -> None:
+    x1, x2, w = _input(4, 6), _input(2, 6, seed=1), _leaf(5, 6, seed=2)
+    with ta.amp.trace() as t:
+        with ta.amp.autocast():
+            y1 = ta.linear(x1, w)
+            y2 = ta.linear(x2, w)
+            info = ta.amp.autocast_cache_info()
+    w16_first, w16_again = y1.grad_fn.saved_tensors[1], y2.grad_fn.saved_tensors[1]
+    assert w16_first.data is w16_again.data                    # one conversion, one array
+    assert w16_first.grad_fn is not w16_again.grad_fn          # a Cast node per use
+    assert info["entries"] == 1 and info["hits"] == 1 and info["misses"] == 1
+    assert t.cache_hits == 1 and t.cache_misses == 1
+    assert [(c.kind, c.op_index) for c in t.casts] == [("autocast", 2), ("autocast", 2), ("autocast", 5),
+                                                        ("cache hit", 5)]
+    (y1.sum() + y2.sum()).backward()
+    assert w.grad.dtype == f32
+
+
+def test_cache_gradient_matches_uncached() -> None:
+    def run(cache: bool) -> np.ndarray:
+        x1, x2, w = _input(4, 6), _input(2, 6, seed=1), _leaf(5, 6, seed=2)
+        with ta.amp.autocast(cache_enabled=cache):
+            loss = ta.linear(x1, w).float().sum() + (ta.linear(x2, w).float() ** 2).sum()
+        loss.backward()
+        return w.grad.numpy()
+
+    # Each use has its own Cast node, so each float16 gradient is upcast and the
+    # uses are summed in float32, exactly as without the cache.
+    np.testing.assert_array_equal(run(True), run(False))
+
+
+def test_cache_disabled_casts_every_use() -> None:
+    x, w = _input(4, 6), _leaf(5, 6, seed=2)
+    with ta.amp.trace() as t:
+        with ta.amp.autocast(cache_enabled=False):
+            ta.linear(x, w)
+            ta.linear(x, w)
+            assert ta.amp.autocast_cache_info()["entries"] == 0
+    assert _cast_count(t) == 4 and t.cache_hits == 0
+
+
+def test_only_float32_leaves_that_require_grad_are_cached() -> None:
+    x = ta.tensor(np.ones((4, 6)), dtype=f32)          # no grad: an input, not a weight
+    h = _leaf(5, 6) * 1.0                              # not a leaf
+    with ta.amp.autocast():
+        ta.linear(x, h)
+        ta.linear(x, h)
+        assert ta.amp.autocast_cache_info()["entries"] == 0
+
+
+def test_inplace_update_invalidates_the_cached_cast() -> None:
+    x, w = _input(4, 6), _leaf(5, 6, seed=2)
+    with ta.amp.trace() as t:
+        with ta.amp.autocast():
+            y1 = ta.linear(x, w)
+            with ta.no_grad():
+                w.sub_(1.0)                               # an optimizer step inside the region
+            y2 = ta.linear(x, w)
+    # y1 - y2 = x @ 1^T: the second product used the updated weight (float16 outputs: 1e-2).
+    np.testing.assert_allclose(y1.float().detach().numpy() - y2.float().detach().numpy(),
+                               np.broadcast_to(x.numpy().sum(1, keepdims=True), (4, 5)),
+                               rtol=1e-2, atol=1e-2)
+    assert t.cache_hits == 0 and t.cache_misses == 2
+    assert y1.grad_fn.saved_tensors[1].data is not y2.grad_fn.saved_tensors[1].data
+
+
+def test_cache_is_shared_by_nested_regions_and_cleared_at_outermost_exit() -> None:
+    x, w = _input(4, 6), _leaf(5, 6, seed=2)
+    with ta.amp.autocast():
+        with ta.amp.autocast():
+            first = ta.linear(x, w).grad_fn.saved_tensors[1]
+        assert ta.amp.autocast_cache_info()["entries"] == 1   # inner exit keeps it
+        with ta.amp.autocast(enabled=False):
+            with ta.amp.autocast():                            # across a disabled region
+                again = ta.linear(x, w).grad_fn.saved_tensors[1]
+        assert again.data is first.data
+    assert ta.amp.autocast_cache_info()["entries"] == 0
+    with ta.amp.autocast():
+        fresh = ta.linear(x, w).grad_fn.saved_tensors[1]
+    assert fresh.data is not first.data
+
+
+def test_cache_keeps_dtypes_apart() -> None:
+    x, w = _leaf(4, 6), _leaf(5, 6, seed=2)
+    with ta.amp.autocast():
+        a = ta.linear(x, w)
+        with ta.amp.autocast(dtype=bf16):
+            b = ta.linear(x, w)
+    assert a.dtype == f16 and b.dtype == bf16
+
+
+def test_cast_cached_under_no_grad_keeps_its_link_to_the_weight() -> None:
+    x, w = _leaf(4, 6), _leaf(5, 6, seed=2)
+    with ta.amp.autocast():
+        with ta.no_grad():
+            ta.linear(x, w)                      # the cast is made (and cached) here
+        y = ta.linear(x, w)                      # a cache hit, with grad mode on
+        assert y.grad_fn is not None
+        y.float().sum().backward()
+    assert w.grad is not None and w.grad.dtype == f32
+    np.testing.assert_allclose(w.grad.numpy(), np.tile(x.detach().numpy().sum(0), (5, 1)), rtol=1e-2)
+
+
+def test_cache_entry_needs_the_same_tensor_not_just_the_same_id() -> None:
+    cache = WeightCastCache()
+    w, other = _leaf(2, 2), _leaf(2, 2, seed=1)
+    cast = w.detach().half().data
+    cache.put(w, f16, cast)
+    assert cache.get(w, f16) is cast
+    # Pretend `other` got w's id after w was collected: the weak reference tells them apart.
+    cache._entries[(id(other), f16)] = (weakref.ref(w), other._version[0], cast)
+    assert cache.get(other, f16) is None
+    with ta.no_grad():
+        w.add_(1.0)
+    assert cache.get(w, f16) is None             # the version moved
+
+
+def test_gradient_accumulation_reuses_the_cast_across_backwards() -> None:
+    x, w = _leaf(4, 6), _leaf(5, 6, seed=2)
+    with ta.amp.autocast():
+        for _ in range(2):
+            ta.linear(x, w).float().sum().backward()
+    expected = 2 * np.tile(x.detach().numpy().sum(0), (5, 1))
+    np.testing.assert_allclose(w.grad.numpy(), expected, rtol=1e-2)
