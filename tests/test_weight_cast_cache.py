@@ -153,3 +153,21 @@ def test_gradient_accumulation_reuses_the_cast_across_backwards() -> None:
             ta.linear(x, w).float().sum().backward()
     expected = 2 * np.tile(x.detach().numpy().sum(0), (5, 1))
     np.testing.assert_allclose(w.grad.numpy(), expected, rtol=1e-2)
+
+
+def test_cache_enabled_none_inherits_and_clear_empties() -> None:
+    x, w = _input(4, 6), _leaf(5, 6, seed=2)
+    assert ta.amp.is_autocast_cache_enabled()
+    with ta.amp.autocast(cache_enabled=False):
+        with ta.amp.autocast(cache_enabled=None):        # PyTorch's None: inherit
+            assert not ta.amp.is_autocast_cache_enabled()
+            ta.linear(x, w)
+            assert ta.amp.autocast_cache_info()["entries"] == 0
+    with ta.amp.autocast():
+        with ta.amp.autocast(cache_enabled=None):
+            ta.linear(x, w)
+            assert ta.amp.autocast_cache_info()["entries"] == 1
+            ta.amp.clear_autocast_cache()
+            assert ta.amp.autocast_cache_info()["entries"] == 0
+            ta.linear(x, w)
+        assert ta.amp.autocast_cache_info()["misses"] == 2
