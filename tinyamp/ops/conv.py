@@ -254,6 +254,7 @@ class MaxPool2d(Function):
     """y = max over each window; dx = gy scatter-added at each window's argmax"""
 
     precision = NEUTRAL
+    name = "max_pool2d"
 
     def __init__(self, win: Window) -> None:
         self.win = win
@@ -293,6 +294,7 @@ class AvgPool2d(Function):
     """y = sum over each window / divisor; dx = col2im(gy / divisor spread over each window)"""
 
     precision = NEUTRAL
+    name = "avg_pool2d"
 
     def __init__(self, win: Window, padding: tuple, count_include_pad: bool, divisor_override: "int | None") -> None:
         self.win, self.pad = win, padding

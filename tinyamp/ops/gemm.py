@@ -82,33 +82,33 @@ def _check(name: str, a: Array, b: Array, out_dtype: DTypeLike,
     for arr in (a, b):
         if not (isinstance(arr, np.ndarray) or backend.is_cupy_array(arr)):
             raise TypeError(f"{name}: expected numpy or cupy arrays, got {type(arr).__name__}")
-    what = _describe(a, b, trans_a, trans_b)
+    # The description is built only when raising: _check runs on every GEMM.
     if backend.is_cupy_array(a) != backend.is_cupy_array(b):
         raise ValueError(f"{name}: operands live on different devices "
-                         f"({backend.device_of(a)} and {backend.device_of(b)}): {what}")
+                         f"({backend.device_of(a)} and {backend.device_of(b)}): {_describe(a, b, trans_a, trans_b)}")
     if a.ndim < 2 or b.ndim < 2:
         raise ValueError(f"{name}: operands must be at least 2-D (promote vectors "
-                         f"before calling): {what}")
+                         f"before calling): {_describe(a, b, trans_a, trans_b)}")
     if a.dtype != b.dtype:
         raise ValueError(f"{name}: dtype mismatch, both operands must share one dtype: "
-                         f"{what}")
+                         f"{_describe(a, b, trans_a, trans_b)}")
     if a.dtype not in SUPPORTED:
         raise ValueError(f"{name}: unsupported dtype {a.dtype.name} (expected float16, "
-                         f"bfloat16, float32 or float64): {what}")
+                         f"bfloat16, float32 or float64): {_describe(a, b, trans_a, trans_b)}")
     out = a.dtype if out_dtype is None else np.dtype(out_dtype)
     if out not in SUPPORTED:
         raise ValueError(f"{name}: unsupported out_dtype {out.name} (expected float16, "
-                         f"bfloat16, float32 or float64): {what}")
+                         f"bfloat16, float32 or float64): {_describe(a, b, trans_a, trans_b)}")
     m, k = a.shape[-2:][::-1] if trans_a else a.shape[-2:]
     k_b, n = b.shape[-2:][::-1] if trans_b else b.shape[-2:]
     if k != k_b:
         raise ValueError(f"{name}: inner dimensions differ ({k} vs {k_b}); op(a) is "
-                         f"{m}x{k} and op(b) is {k_b}x{n}: {what}")
+                         f"{m}x{k} and op(b) is {k_b}x{n}: {_describe(a, b, trans_a, trans_b)}")
     try:
         batch = tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
     except ValueError:
         raise ValueError(f"{name}: batch dimensions {tuple(a.shape[:-2])} and "
-                         f"{tuple(b.shape[:-2])} do not broadcast: {what}") from None
+                         f"{tuple(b.shape[:-2])} do not broadcast: {_describe(a, b, trans_a, trans_b)}") from None
     return batch, int(m), int(k), int(n), out
 
 
