@@ -23,6 +23,7 @@ from .factories import (arange, as_tensor, empty, empty_like, eye, from_numpy, f
                         zeros, zeros_like)
 from . import factories
 from . import data
+from . import memory
 from . import optim
 from . import nn
 from .serialization import load, save

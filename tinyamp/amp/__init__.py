@@ -16,3 +16,6 @@ __all__ = ["autocast", "is_autocast_enabled", "get_autocast_dtype", "Precision",
            "get_op_precision", "reset_op_precision", "op_table", "OpTable", "OpInfo", "trace", "Trace",
            "clear_autocast_cache", "autocast_cache_info", "is_autocast_cache_enabled"]
 __all__ += ["GradScaler", "AmpScaler"]
+from . import grad_stats  # noqa: E402
+from .grad_stats import exponent_histogram, plot_exponent_histogram  # noqa: E402
+__all__ += ["grad_stats", "exponent_histogram", "plot_exponent_histogram"]
