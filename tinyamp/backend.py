@@ -4,11 +4,16 @@ A :class:`Device` names where a tensor's array lives ("cpu" -> NumPy,
 "cuda:N" -> CuPy on GPU N). Everything else in tinyamp asks this module for
 the array module (``xp``) of a device or of an array, and never imports CuPy
 itself, so tinyamp installs and runs on machines without CuPy or a GPU.
+
+``ta.cuda`` also counts host synchronisations and reports GPU memory the way
+``torch.cuda`` does: ``memory_allocated``, ``max_memory_allocated``,
+``reset_peak_memory_stats``, ``memory_reserved`` (see ``_PeakTracker``).
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 from types import ModuleType
 from typing import Any
 
@@ -22,6 +27,7 @@ _INSTALL_HINT = (
 _cupy: ModuleType | None = None
 _cupy_checked = False
 _cupy_error: str | None = None
+_tracker: "_PeakTracker | None" = None
 
 
 def _load_cupy() -> ModuleType | None:
@@ -47,11 +53,61 @@ def _load_cupy() -> ModuleType | None:
         )
         return None
     _cupy = cupy
+    _install_tracker(cupy)
     return cupy
 
 
+class _PeakTracker:
+    """CuPy's allocator, wrapped: after every allocation the pool's used bytes feed a peak per device.
+
+    CuPy's pool keeps no high-water mark. Its used bytes (live arrays, each
+    rounded up to 512 bytes) can only rise at an allocation, so reading them
+    right after each one gives the exact peak. The cost is one Python call per
+    allocation (well under a microsecond; a pool hit stays free of host syncs).
+    """
+
+    def __init__(self, allocator: Any, pool: Any, current_device: Any) -> None:
+        self._allocator, self.pool, self._current_device = allocator, pool, current_device
+        self.peak: dict[int, int] = {}
+
+    def malloc(self, nbytes: int) -> Any:
+        memory = self._allocator(nbytes)
+        used = self.pool.used_bytes()
+        device_id = self._current_device()
+        if used > self.peak.get(device_id, 0):
+            self.peak[device_id] = used
+        return memory
+
+
+def _install_tracker(cupy: ModuleType) -> None:
+    """Wrap CuPy's current allocator when it is a pool that counts its bytes.
+
+    ``TINYAMP_CUDA_MEMORY_STATS=0`` leaves CuPy's allocator alone (then the peak
+    reads as the current value). An allocator set later with
+    ``cupy.cuda.set_allocator`` replaces the wrapper and stops the peak.
+    """
+    global _tracker
+    if os.environ.get("TINYAMP_CUDA_MEMORY_STATS", "1") == "0":
+        return
+    current = cupy.cuda.memory.get_allocator()
+    pool = getattr(current, "__self__", None)
+    if not (hasattr(pool, "used_bytes") and hasattr(pool, "total_bytes")):
+        return  # a foreign allocator (RMM, torch's...): its pool is not ours to read
+    _tracker = _PeakTracker(current, pool, cupy.cuda.runtime.getDevice)
+    cupy.cuda.set_allocator(_tracker.malloc)
+
+
 class _Cuda:
-    """``ta.cuda``: availability and host-synchronisation accounting."""
+    """``ta.cuda``: availability, host-synchronisation accounting, GPU memory statistics.
+
+    The memory functions report CuPy's memory pool (PyTorch's names and
+    meaning): bytes held by live arrays, their peak since the start or the last
+    ``reset_peak_memory_stats()``, and bytes reserved (live plus cached). Not
+    counted: the CUDA context, cuBLAS workspaces, loaded kernels. ``device`` is
+    None (the current GPU), an index, ``"cuda:N"`` or a Device. Without CUDA
+    (on the CPU) they return 0: for what a CPU step keeps alive, see
+    ``tinyamp.memory``.
+    """
 
     def __init__(self) -> None:
         self._sync_count = 0
@@ -81,6 +137,51 @@ class _Cuda:
 
     def reset_sync_count(self) -> None:
         self._sync_count = 0
+
+    # GPU memory (see the class docstring).
+    def _pool_on(self, device: Any) -> "tuple[Any, Any, int] | None":
+        """(cupy, pool, device index), or None without CUDA."""
+        cupy = _load_cupy()
+        if cupy is None:
+            return None
+        if device is None:
+            index = int(cupy.cuda.runtime.getDevice())
+        elif isinstance(device, int):
+            index = device
+        else:
+            index = Device(device).index
+        pool = _tracker.pool if _tracker is not None else cupy.get_default_memory_pool()
+        return cupy, pool, index
+
+    def memory_allocated(self, device: Any = None) -> int:
+        """Bytes held by live CuPy arrays on ``device`` (0 without CUDA)."""
+        found = self._pool_on(device)
+        if found is None:
+            return 0
+        cupy, pool, index = found
+        with cupy.cuda.Device(index):
+            return int(pool.used_bytes())
+
+    def max_memory_allocated(self, device: Any = None) -> int:
+        """Peak of ``memory_allocated`` since the start or the last ``reset_peak_memory_stats``."""
+        used = self.memory_allocated(device)
+        if _tracker is None:
+            return used
+        return max(used, _tracker.peak.get(self._pool_on(device)[2], 0))  # type: ignore[index]
+
+    def reset_peak_memory_stats(self, device: Any = None) -> None:
+        """Start the peak over from the bytes in use now."""
+        if _tracker is not None:
+            _tracker.peak[self._pool_on(device)[2]] = self.memory_allocated(device)  # type: ignore[index]
+
+    def memory_reserved(self, device: Any = None) -> int:
+        """Bytes CuPy's pool holds on ``device``: live arrays plus cached free blocks (0 without CUDA)."""
+        found = self._pool_on(device)
+        if found is None:
+            return 0
+        cupy, pool, index = found
+        with cupy.cuda.Device(index):
+            return int(pool.total_bytes())
 
 
 cuda = _Cuda()

@@ -3,8 +3,9 @@
 ``unscale_group`` and ``update_scale`` are the per-device math of
 ``GradScaler.unscale_`` and ``GradScaler.update``: written on ``xp`` arrays
 (NumPy on the CPU, CuPy on a GPU) without a branch on the data, so they never
-wait for the device, and small enough to be replaced one for one by fused GPU
-kernels. ``ScalerStep`` keeps the last update's values on the device until a
+wait for the device. On CuPy arrays each hands over to its fused kernel in
+``tinyamp/cuda_kernels.py`` (one launch per dtype pair of a gradient group;
+one thread for the scale rule), which computes the same values. ``ScalerStep`` keeps the last update's values on the device until a
 property is read; ``read_host`` is the one place a value crosses to the host and
 is counted (``ta.cuda.sync_count()``), on the CPU too.
 """
@@ -15,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import backend
+from .. import backend, cuda_kernels
 from .. import dtypes as dt
 from ..tensor import Tensor
 
@@ -39,6 +40,10 @@ def unscale_group(xp: Any, grads: list, outs: list, inv_scale: Any, found_inf: A
     master gradient for a float16 one. bfloat16 in place is computed in float32
     and rounded once.
     """
+    if cuda_kernels.on_gpu(found_inf):
+        # One fused pass; pairs it does not take (float64, non-contiguous) stay for the loop.
+        pairs = cuda_kernels.unscale_group(grads, outs, inv_scale, found_inf)
+        grads, outs = [g for g, _ in pairs], [o for _, o in pairs]
     for grad, out in zip(grads, outs):
         if out.dtype in dt.LOW_PRECISION:
             result = grad.astype(np.float32) * inv_scale
@@ -59,6 +64,12 @@ def update_scale(xp: Any, scale: Any, growth_tracker: Any, hysteresis_tracker: A
     (to no more than ``max_scale``, never to inf) and both trackers reset.
     With ``hysteresis=1`` this is exactly PyTorch's ``_amp_update_scale_``.
     """
+    if cuda_kernels.on_gpu(scale):
+        cuda_kernels.update_scale(scale, growth_tracker, hysteresis_tracker, found_inf,
+                                  growth_factor=growth_factor, backoff_factor=backoff_factor,
+                                  growth_interval=growth_interval, hysteresis=hysteresis,
+                                  min_scale=min_scale, max_scale=max_scale, floor=FLOOR)
+        return
     found = found_inf > 0
     current = scale.astype(np.float64)
     hyst_left = xp.maximum(hysteresis_tracker - 1, 0)

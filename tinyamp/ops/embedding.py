@@ -45,21 +45,30 @@ class Embedding(Function):
             raise ValueError(f"embedding: weight must be 2-D (num_embeddings, embedding_dim), "
                              f"got shape {list(weight.shape)}")
         rows = weight.shape[0]
+        self.poison = None
         if self.check and idx.size:
             bad = (idx < 0) | (idx >= rows)
-            if backend.to_host(bad.any()):  # one host sync on a GPU, for a clear error
-                value = int(backend.to_host(idx[bad].reshape(-1)[:1])[0])
+            if backend.is_cupy_array(bad):
+                # No host check on a GPU (a host sync every step): an out-of-range
+                # index reads row 0 and its output row is nan, as is the weight
+                # gradient it sends back (so GradScaler skips the step).
+                idx, self.poison = xp.where(bad, 0, idx), bad
+            elif bad.any():
+                value = int(idx[bad].reshape(-1)[0])
                 raise IndexError(f"embedding: index {value} is out of range for a weight of shape "
                                  f"{list(weight.shape)} (valid indices 0..{rows - 1}); indices shape "
                                  f"{list(idx.shape)}")
         self.idx = idx  # an integer constant of the graph, kept for the scatter in backward
-        return weight[idx]
+        out = weight[idx]
+        if self.poison is not None and weight.dtype in dt.FLOATING:
+            out = xp.where(self.poison[..., None], xp.asarray(float("nan"), dtype=weight.dtype), out)
+        return out
 
     def backward(self, gy: Tensor) -> tuple:
         if not self.needs_input_grad[1]:
             return None, None
         rows = self._input_meta[1][0][0]
-        return None, EmbeddingGrad(self.idx, rows, self.padding_idx)(gy)
+        return None, EmbeddingGrad(self.idx, rows, self.padding_idx, self.poison)(gy)
 
 
 class EmbeddingGrad(Function):
@@ -68,14 +77,17 @@ class EmbeddingGrad(Function):
     precision = NEUTRAL
     name = "embedding_grad"
 
-    def __init__(self, idx: Any, rows: int, padding_idx: "int | None") -> None:
-        self.idx, self.rows, self.padding_idx = idx, rows, padding_idx
+    def __init__(self, idx: Any, rows: int, padding_idx: "int | None", poison: Any = None) -> None:
+        self.idx, self.rows, self.padding_idx, self.poison = idx, rows, padding_idx, poison
 
     def forward(self, xp: Any, gy: Any) -> Any:
         dim = gy.shape[-1]
         acc = dt.float32 if dt.is_low_precision(gy.dtype) else gy.dtype
         out = xp.zeros((self.rows, dim), dtype=acc)
-        _scatter_add(xp, out, self.idx.reshape(-1), gy.reshape(-1, dim).astype(acc, copy=False))
+        values = gy.reshape(-1, dim).astype(acc, copy=False)
+        if self.poison is not None:  # out-of-range indices on a GPU (see Embedding.forward)
+            values = xp.where(self.poison.reshape(-1, 1), xp.asarray(float("nan"), dtype=acc), values)
+        _scatter_add(xp, out, self.idx.reshape(-1), values)
         if self.padding_idx is not None:
             out[self.padding_idx] = 0
         return out.astype(gy.dtype, copy=False)

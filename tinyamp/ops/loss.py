@@ -105,16 +105,22 @@ class ClassIndexLoss(Function):
                              f"{dt.dtype_name(x.dtype)}, got {describe(weight)}")
         valid = target != self.ignore_index
         bad = valid & ((target < 0) | (target >= classes))
-        if backend.to_host(bad.any()):  # one host sync on a GPU, for a clear error
-            value = int(backend.to_host(target[bad].reshape(-1)[:1])[0])
+        # On a GPU the range is not checked on the host (that would be a host sync
+        # every step): an out-of-range target reads class 0 with a nan weight, so
+        # its loss, the reduced loss and the gradients are nan (GradScaler skips).
+        on_gpu = backend.is_cupy_array(bad)
+        if not on_gpu and bad.any():
+            value = int(target[bad].reshape(-1)[0])
             raise IndexError(f"{op}: target value {value} is out of range for {classes} classes "
                              f"(input {describe(x)}, target shape {list(target.shape)}); expected "
                              f"values in [0, {classes}) or ignore_index={self.ignore_index}")
         cdt = compute_dtype(x)
         self.valid = valid
-        self.safe = xp.where(valid, target, 0)
+        self.safe = xp.where(valid & ~bad if on_gpu else valid, target, 0)
         self.w_t = (weight.astype(cdt)[self.safe] if weight is not None
                     else xp.ones(target.shape, dtype=cdt)) * valid
+        if on_gpu:
+            self.w_t = xp.where(bad, xp.asarray(np.nan, dtype=cdt), self.w_t)
         self.weight = weight
         self.count = self.w_t.sum()  # the "mean" divisor: the weight of the kept targets
 

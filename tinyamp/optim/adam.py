@@ -13,6 +13,11 @@ The step counter ``t`` is a 0-d float32 device array (as PyTorch's), advanced
 by the keep mask, so a skipped AMP step leaves it unchanged and the bias
 corrections are computed on the device (in float64, then rounded to the
 arithmetic dtype), without reading it on the host.
+
+On a GPU, float16/bfloat16/float32 parameters are updated by fused kernels
+(``tinyamp/cuda_kernels.py``: one thread for the step counter and bias
+corrections, one pass for the update, the same math), which under O2 also
+write the rounded float16 weights; float64 ones take the array path below.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from .. import cuda_kernels
+from ..tensor import Tensor
 from .optimizer import Optimizer, masked_write, opmath
 
 
@@ -73,17 +80,35 @@ class Adam(Optimizer):
         defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, amsgrad=amsgrad,
                         master_weights=master_weights)
         super().__init__(params, defaults)
+        self._low_written: set = set()  # parameters whose low-precision copy a fused kernel wrote
 
     def _update_group(self, group: dict, entries: list) -> None:
         beta1, beta2 = group["betas"]
-        for p, w, g, keep, _ in entries:
+        for p, w, g, keep, master in entries:
             m = self._state_buffer(p, "exp_avg", w)
             v = self._state_buffer(p, "exp_avg_sq", w)
             v_max = self._state_buffer(p, "max_exp_avg_sq", w) if group["amsgrad"] else None
             step = self._step_counter(p, w)
-            _adam_param(p.device.xp, w, g, m, v, v_max, step, keep, lr=group["lr"], beta1=beta1,
-                        beta2=beta2, eps=group["eps"], weight_decay=group["weight_decay"],
-                        decoupled=self._decoupled)
+            hyper = dict(lr=group["lr"], beta1=beta1, beta2=beta2, eps=group["eps"],
+                         weight_decay=group["weight_decay"], decoupled=self._decoupled)
+            if cuda_kernels.on_gpu(w) and cuda_kernels.fusable(w, g):
+                low = None if master is None else p.data
+                cuda_kernels.adam_step(w, g, m, v, v_max, step, keep, low=low, **hyper)
+                if low is not None:
+                    self._low_written.add(p)
+                continue
+            _adam_param(p.device.xp, w, g, m, v, v_max, step, keep, **hyper)
+
+    def _finish(self, p: Tensor, master: "Tensor | None") -> None:
+        # The fused kernel already wrote the rounded weights (on a kept step only):
+        # skip the base class's write-back, keep its bookkeeping.
+        if master is not None and p in self._low_written:
+            self._low_written.discard(p)
+            master.grad = None
+            p._version[0] += 1
+            self._master_versions[p] = p._version[0]
+            return
+        super()._finish(p, master)
 
 
 class AdamW(Adam):

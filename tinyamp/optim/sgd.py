@@ -12,12 +12,18 @@ PyTorch's rule, per parameter ``w`` with gradient ``g``::
 "The first step" is decided on the device: the state keeps a step counter next
 to the momentum buffer, so a skipped first step (AMP, masked) leaves the buffer
 uninitialised instead of seeding it with an inf gradient.
+
+On a GPU, float16/bfloat16/float32 parameters are updated by one fused kernel
+each (``tinyamp/cuda_kernels.py``, the same math), which under O2 also writes
+the rounded float16 weights; float64 ones take the array path below.
 """
 
 from __future__ import annotations
 
 from typing import Any, Iterable
 
+from .. import cuda_kernels
+from ..tensor import Tensor
 from .optimizer import Optimizer, masked_write, opmath
 
 
@@ -57,15 +63,34 @@ class SGD(Optimizer):
         defaults = dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
                         nesterov=nesterov, maximize=maximize, master_weights=master_weights)
         super().__init__(params, defaults)
+        self._low_written: set = set()  # parameters whose low-precision copy a fused kernel wrote
 
     def _update_group(self, group: dict, entries: list) -> None:
         momentum = group["momentum"]
-        for p, w, g, keep, _ in entries:
+        for p, w, g, keep, master in entries:
             xp = p.device.xp
             buf = step = None
             if momentum != 0:
                 buf = self._state_buffer(p, "momentum_buffer", w)
                 step = self._step_counter(p, w)
-            _sgd_param(xp, w, g, buf, step, keep, lr=group["lr"], momentum=momentum,
-                       dampening=group["dampening"], weight_decay=group["weight_decay"],
-                       nesterov=group["nesterov"], maximize=group["maximize"])
+            hyper = dict(lr=group["lr"], momentum=momentum, dampening=group["dampening"],
+                         weight_decay=group["weight_decay"], nesterov=group["nesterov"],
+                         maximize=group["maximize"])
+            if cuda_kernels.on_gpu(w) and cuda_kernels.fusable(w, g):
+                low = None if master is None else p.data
+                cuda_kernels.sgd_step(w, g, buf, step, keep, low=low, **hyper)
+                if low is not None:
+                    self._low_written.add(p)
+                continue
+            _sgd_param(xp, w, g, buf, step, keep, **hyper)
+
+    def _finish(self, p: Tensor, master: "Tensor | None") -> None:
+        # The fused kernel already wrote the rounded weights (on a kept step only):
+        # skip the base class's write-back, keep its bookkeeping.
+        if master is not None and p in self._low_written:
+            self._low_written.discard(p)
+            master.grad = None
+            p._version[0] += 1
+            self._master_versions[p] = p._version[0]
+            return
+        super()._finish(p, master)

@@ -1,0 +1,309 @@
+"""The fused CUDA kernels, checked on the CPU: sources, launch plumbing, NumPy references, memory API.
+
+- importing tinyamp (and tinyamp.cuda_kernels) never imports CuPy;
+- every kernel's parameter list is well formed for CuPy (names, types, no
+  write to a ``raw`` input, which CuPy declares ``const``), and every launch
+  passes exactly its parameters with the right dtypes (checked by the CuPy
+  stand-in of tests/cuda_emulation.py without running anything);
+- the NumPy references of the kernels agree with the scaler's and the
+  optimizers' NumPy paths bit for bit;
+- ``ta.cuda``'s memory statistics: 0 without CUDA, and the peak tracking on a
+  stand-in pool.
+
+tests/test_cuda_emulated.py runs the kernel sources themselves on the CPU.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import types
+
+import numpy as np
+import pytest
+
+import cuda_emulation as emu
+import fused_drivers as fd
+import tinyamp as ta
+from tinyamp import backend, cuda_kernels
+from tinyamp.amp import scaler_kernels
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SPECS = cuda_kernels.elementwise_specs()
+
+
+def test_importing_tinyamp_never_imports_cupy(tmp_path) -> None:
+    marker = tmp_path / "imported"
+    fake = tmp_path / "cupy"
+    fake.mkdir()
+    (fake / "__init__.py").write_text(f"open({str(marker)!r}, 'w').close()\nraise ImportError('stand-in')\n")
+    code = ("import tinyamp, tinyamp.cuda_kernels, tinyamp.amp.scaler_kernels, tinyamp.optim\n"
+            "from tinyamp import cuda_kernels\ncuda_kernels.elementwise_specs(); cuda_kernels.raw_sources()\n")
+    env = dict(os.environ, PYTHONPATH=f"{tmp_path}{os.pathsep}{REPO}")
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=tmp_path)
+    assert not marker.exists(), "importing tinyamp imported cupy"
+    # The stand-in is importable: asking for CUDA does reach it (so the check above can fail).
+    subprocess.run([sys.executable, "-c", "import tinyamp; assert not tinyamp.cuda.is_available()"],
+                   check=True, env=env, cwd=tmp_path)
+    assert marker.exists()
+
+
+# ---------------------------------------------------------------- sources
+@pytest.mark.parametrize("spec", SPECS, ids=[s.name for s in SPECS])
+def test_elementwise_parameter_lists_are_valid_cupy(spec: cuda_kernels.KernelSpec) -> None:
+    ins, outs = emu.parse_params(spec.in_params), emu.parse_params(spec.out_params)
+    names = [name for _, _, name in ins + outs]
+    assert len(set(names)) == len(names)
+    assert not any(n in ("i", "n") or n.startswith("_") for n in names), "CuPy reserves i, n and _names"
+    for raw, t, name in ins + outs:
+        assert len(t) == 1 or np.dtype(t).name == t, f"{name}: {t} is not a CuPy type name"
+        assert re.search(rf"\b{name}\b", spec.body), f"{name} is never used"
+    for raw, _, name in ins:
+        # CuPy declares inputs const: an assignment would not compile.
+        pattern = rf"\b{name}\s*\[[^\]]*\]\s*=(?!=)" if raw else rf"\b{name}\s*=(?!=)"
+        assert not re.search(pattern, spec.body), f"{spec.name} writes its input {name}"
+    assert spec.body.count("{") == spec.body.count("}")
+
+
+def test_raw_kernel_signatures() -> None:
+    sources = cuda_kernels.raw_sources()
+    assert len({name for name, _ in sources}) == 9
+    for name, source in sources:
+        params = emu.parse_signature(source, name)
+        assert [t for t, _ in params] == ["unsigned long long*", "int", "long long*", "float*", "float*"]
+        assert source.count("{") == source.count("}")
+
+
+def test_every_launch_matches_its_parameter_list(monkeypatch) -> None:
+    """All kernel variants launched once through the checking stand-in (nothing runs)."""
+    emu.install(monkeypatch, execute=False)
+    for g_dt in (fd.F32, fd.F16, fd.BF16):
+        for o_dt in (fd.F32, fd.F16, fd.BF16):
+            rest = cuda_kernels.unscale_group([np.ones(3, g_dt)], [np.ones(3, o_dt)],
+                                              np.ones((), np.float32), np.zeros((), np.float32))
+            assert rest == []
+    scalars = [np.ones((), np.float32), np.zeros((), np.int32), np.ones((), np.int32), np.zeros((), np.float32)]
+    for max_scale in (None, 2.0 ** 24):
+        cuda_kernels.update_scale(*scalars, growth_factor=2.0, backoff_factor=0.5, growth_interval=10,
+                                  hysteresis=1, min_scale=None, max_scale=max_scale, floor=1e-38)
+    w, low = np.ones(4, np.float32), np.ones(4, np.float16)
+    for momentum in (0.0, 0.9):
+        for keep in (True, np.array(False)):
+            for lo in (None, low):
+                cuda_kernels.sgd_step(w, w.astype(np.float16), w.copy(), np.zeros((), np.float32), keep, low=lo,
+                                      lr=0.1, momentum=momentum, dampening=0.0, weight_decay=0.0,
+                                      nesterov=False, maximize=False)
+    for amsgrad in (False, True):
+        for lo in (None, low):
+            cuda_kernels.adam_step(w, w, w.copy(), w.copy(), w.copy() if amsgrad else None,
+                                   np.zeros((), np.float32), True, low=lo, lr=1e-3, beta1=0.9, beta2=0.999,
+                                   eps=1e-8, weight_decay=0.0, decoupled=True)
+    expected = {s.name for s in SPECS} | {name for name, _ in cuda_kernels.raw_sources()}
+    assert set(cuda_kernels.launches) == expected
+
+
+def test_the_stand_in_rejects_what_cupy_rejects(monkeypatch) -> None:
+    fake = emu.install(monkeypatch, execute=False)
+    spec = cuda_kernels.ADVANCE_STEP
+    kernel = fake.ElementwiseKernel(spec.in_params, spec.out_params, spec.body, spec.name)
+    with pytest.raises(TypeError, match="mismatched"):
+        kernel(np.ones(1, bool), np.zeros(1, np.float64), size=1)  # float64 step for a float32 parameter
+    with pytest.raises(ValueError, match="undecided"):
+        kernel(np.ones(1, bool), np.zeros(1, np.float32))
+    name, source = cuda_kernels.unscale_source(fd.F32, fd.F32)
+    raw = fake.RawKernel(source, name)
+    with pytest.raises(TypeError, match="numpy.int32"):  # CuPy would pass a Python int as long long
+        raw((1,), (1,), (np.zeros(2, np.uint64), 1, np.zeros((1, 3), np.int64), np.ones((), np.float32),
+                         np.zeros((), np.float32)))
+
+
+# ------------------------------------------------------------- references
+UNSCALE_PAIRS = [(fd.F32, fd.F32), (fd.F16, fd.F32), (fd.BF16, fd.BF16), (fd.BF16, fd.F32), (fd.F16, fd.F16)]
+
+
+def unscale_inputs(g_dt: np.dtype, o_dt: np.dtype, bad: float | None, sizes=(1, 37, 300, 5)) -> tuple:
+    rng = np.random.default_rng(1)
+    grads = [(rng.standard_normal(n) * 2.0 ** rng.integers(-30, 14, n)).astype(g_dt) for n in sizes]
+    if bad is not None:
+        grads[2][17] = bad
+    outs = [g if o_dt == g_dt else np.empty(g.shape, o_dt) for g in grads]
+    return grads, outs
+
+
+@pytest.mark.parametrize("pair", UNSCALE_PAIRS, ids=lambda p: f"{p[0]}->{p[1]}")
+@pytest.mark.parametrize("bad", [None, np.inf, -np.inf, np.nan])
+@pytest.mark.parametrize("inv", [2.0 ** -16, 1 / 3, 2.0 ** 120])  # exact, rounded, overflowing to inf
+def test_unscale_reference_matches_the_numpy_path(pair, bad, inv) -> None:
+    results = []
+    for run in (lambda *a: scaler_kernels.unscale_group(np, *a), cuda_kernels.unscale_reference):
+        grads, outs = unscale_inputs(*pair, bad)
+        found = np.zeros((), np.float32)
+        with np.errstate(all="ignore"):
+            run(grads, outs, np.full((), inv, np.float32), found)
+        results.append(outs + [found])
+    fd.assert_same_bits(results[0], results[1], "unscale")
+    assert (results[0][-1] == 1.0) == (bad is not None or inv > 1e30)
+
+
+HYPERS = [
+    dict(growth_factor=2.0, backoff_factor=0.5, growth_interval=3, hysteresis=1, min_scale=None, max_scale=None),
+    dict(growth_factor=1.5, backoff_factor=0.3, growth_interval=1, hysteresis=3, min_scale=0.125,
+         max_scale=2.0 ** 20),
+    dict(growth_factor=1e30, backoff_factor=1e-30, growth_interval=2, hysteresis=2, min_scale=None, max_scale=None),
+]
+SCALES = [scaler_kernels.FLOOR, 0.125, 1.0, 3.0, 65536.0, 2.0 ** 20, 2.0 ** 127, 3.4e38]
+
+
+def scale_states(hyper: dict):
+    """Every combination of found_inf, trackers and scale around the rule's thresholds."""
+    interval = hyper["growth_interval"]
+    for found in (0.0, 1.0):
+        for growth in sorted({0, max(interval - 2, 0), interval - 1, interval}):
+            for hyst in range(hyper["hysteresis"] + 2):
+                for scale in SCALES:
+                    yield (np.full((), scale, np.float32), np.full((), growth, np.int32),
+                           np.full((), hyst, np.int32), np.full((), found, np.float32))
+
+
+def numpy_update_scale(*arrays, **hyper) -> None:
+    with np.errstate(over="ignore"):
+        scaler_kernels.update_scale(np, *arrays, **hyper)
+
+
+@pytest.mark.parametrize("hyper", HYPERS)
+def test_update_scale_reference_matches_the_numpy_path(hyper) -> None:
+    for state in scale_states(hyper):
+        want = [a.copy() for a in state]
+        numpy_update_scale(*want, **hyper)
+        got = [a.copy() for a in state]
+        cuda_kernels.update_scale_reference(*got, **hyper, floor=scaler_kernels.FLOOR)
+        fd.assert_same_bits(got, want, f"update_scale {[a.item() for a in state]}")
+
+
+@pytest.mark.parametrize("dtypes", fd.DTYPE_CASES, ids=lambda d: "-".join(str(x) for x in d))
+@pytest.mark.parametrize("case", fd.SGD_CASES, ids=fd.case_id)
+def test_sgd_reference_matches_the_numpy_path(case, dtypes) -> None:
+    want = fd.sgd_run(fd.numpy_sgd, case, dtypes)
+    got = fd.sgd_run(cuda_kernels.sgd_reference, case, dtypes)
+    for step, (a, b) in enumerate(zip(got, want)):
+        fd.assert_same_bits(a, b, f"sgd step {step}")
+
+
+@pytest.mark.parametrize("dtypes", fd.DTYPE_CASES, ids=lambda d: "-".join(str(x) for x in d))
+@pytest.mark.parametrize("case", fd.ADAM_CASES, ids=fd.case_id)
+def test_adam_reference_matches_the_numpy_path(case, dtypes) -> None:
+    want = fd.adam_run(fd.numpy_adam, case, dtypes)
+    got = fd.adam_run(cuda_kernels.adam_reference, case, dtypes)
+    for step, (a, b) in enumerate(zip(got, want)):
+        fd.assert_same_bits(a, b, f"adam step {step}")
+
+
+def test_chunk_table_covers_every_element_once() -> None:
+    sizes = [1, 8, 9, 0, 100]
+    table = cuda_kernels.chunk_table(sizes, 8)
+    seen = [np.zeros(n, int) for n in sizes]
+    for t, start, end in table:
+        assert 0 < end - start <= 8
+        seen[t][start:end] += 1
+    assert all((s == 1).all() for s in seen)
+    assert table.dtype == np.int64 and cuda_kernels.chunk_table([], 8).shape == (0, 3)
+
+
+# ------------------------------------------------------------------ memory
+@pytest.mark.skipif(ta.cuda.is_available(), reason="what the API reports without CUDA")
+def test_memory_statistics_are_zero_without_cuda() -> None:
+    assert ta.cuda.memory_allocated() == 0
+    assert ta.cuda.max_memory_allocated() == 0
+    assert ta.cuda.memory_reserved() == 0
+    ta.cuda.reset_peak_memory_stats()
+    assert ta.cuda.max_memory_allocated("cuda:0") == 0
+
+
+class FakePool:
+    """A CuPy-like pool on two devices: malloc returns a handle, free gives its bytes back."""
+
+    def __init__(self, runtime: types.SimpleNamespace) -> None:
+        self.runtime, self.used, self.cached = runtime, {0: 0, 1: 0}, {0: 0, 1: 0}
+
+    def malloc(self, nbytes: int) -> tuple:
+        dev = self.runtime.current
+        self.used[dev] += nbytes
+        self.cached[dev] = max(self.cached[dev] - nbytes, 0)
+        return (dev, nbytes)
+
+    def free(self, handle: tuple) -> None:
+        self.used[handle[0]] -= handle[1]
+        self.cached[handle[0]] += handle[1]
+
+    def used_bytes(self) -> int:
+        return self.used[self.runtime.current]
+
+    def total_bytes(self) -> int:
+        return self.used[self.runtime.current] + self.cached[self.runtime.current]
+
+
+def fake_cuda_module() -> types.SimpleNamespace:
+    runtime = types.SimpleNamespace(current=0)
+    runtime.getDevice = lambda: runtime.current
+    runtime.getDeviceCount = lambda: 2
+    pool = FakePool(runtime)
+
+    class Device:
+        def __init__(self, index: int) -> None:
+            self.index = index
+
+        def __enter__(self) -> None:
+            self.previous, runtime.current = runtime.current, self.index
+
+        def __exit__(self, *exc) -> None:
+            runtime.current = self.previous
+
+    allocator = types.SimpleNamespace(current=pool.malloc)
+    cuda = types.SimpleNamespace(runtime=runtime, Device=Device,
+                                 memory=types.SimpleNamespace(get_allocator=lambda: allocator.current),
+                                 set_allocator=lambda f: setattr(allocator, "current", f))
+    return types.SimpleNamespace(cuda=cuda, get_default_memory_pool=lambda: pool, pool=pool,
+                                 alloc=lambda n: allocator.current(n))
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch) -> types.SimpleNamespace:
+    cp = fake_cuda_module()
+    monkeypatch.setattr(backend, "_tracker", None)
+    monkeypatch.setattr(backend, "_load_cupy", lambda: cp)
+    return cp
+
+
+def test_peak_tracking_through_the_wrapped_allocator(fake_cuda, monkeypatch) -> None:
+    monkeypatch.delenv("TINYAMP_CUDA_MEMORY_STATS", raising=False)
+    backend._install_tracker(fake_cuda)
+    cuda, pool = ta.cuda, fake_cuda.pool
+    a, b = fake_cuda.alloc(1000), fake_cuda.alloc(3000)
+    pool.free(b)
+    c = fake_cuda.alloc(500)
+    assert cuda.memory_allocated() == 1500
+    assert cuda.max_memory_allocated() == 4000  # a and b were live together
+    assert cuda.memory_reserved() == 1500 + 2500
+    cuda.reset_peak_memory_stats()
+    assert cuda.max_memory_allocated() == 1500
+    with fake_cuda.cuda.Device(1):
+        d = fake_cuda.alloc(700)
+    pool.free(d)
+    assert cuda.max_memory_allocated(1) == 700 and cuda.memory_allocated("cuda:1") == 0
+    assert cuda.max_memory_allocated(0) == 1500  # device 1's allocation is not device 0's peak
+    pool.free(a), pool.free(c)
+
+
+def test_no_tracking_with_a_foreign_allocator_or_when_disabled(fake_cuda, monkeypatch) -> None:
+    monkeypatch.setenv("TINYAMP_CUDA_MEMORY_STATS", "0")
+    backend._install_tracker(fake_cuda)
+    assert backend._tracker is None
+    monkeypatch.delenv("TINYAMP_CUDA_MEMORY_STATS")
+    fake_cuda.cuda.set_allocator(lambda n: None)  # e.g. RMM's allocator: no pool to read
+    backend._install_tracker(fake_cuda)
+    assert backend._tracker is None
+    handle = fake_cuda.pool.malloc(2048)
+    assert ta.cuda.memory_allocated() == 2048 and ta.cuda.max_memory_allocated() == 2048
+    fake_cuda.pool.free(handle)
