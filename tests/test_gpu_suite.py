@@ -1,0 +1,272 @@
+"""End-to-end checks that need a CUDA GPU (all marked ``gpu``; run with ``pytest -m gpu``).
+
+- the fused kernels of tinyamp/cuda_kernels.py against the NumPy paths, bit for bit
+  (the same drivers as the CPU tests; Adam's bias corrections checked first,
+  because CUDA's double ``pow`` is not the C library's);
+- an AMP training step with tinyamp's optimizers and GradScaler never makes the
+  host wait for the GPU: ``ta.cuda.sync_count()`` does not move, and a GPU kept
+  busy by a spinning kernel is still busy when the step's host code returns;
+- a skipped step leaves parameters, masters and optimizer state bit-identical;
+- gemm: CUBLAS_COMPUTE_32F, the length-4096 dot product of ones is exact,
+  float16 agrees with ``torch.matmul`` within one float16 ulp;
+- an out-of-range class index gives a nan loss on the GPU (no host check);
+- the memory statistics follow allocations.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import pytest
+
+import fused_drivers as fd
+import tinyamp as ta
+from tinyamp import backend, cuda_kernels
+from tinyamp.amp import scaler_kernels
+
+HAS_GPU = backend.cuda.is_available()
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not HAS_GPU, reason="needs CuPy and a CUDA GPU")]
+gemm_module = importlib.import_module("tinyamp.ops.gemm")
+
+
+@pytest.fixture
+def cp():
+    return backend.cupy()
+
+
+def on_device(update):
+    """Run a driver's ``update`` on CuPy copies of its arrays and copy the results back."""
+    def run(*args, low=None, **hyper):
+        cp = backend.cupy()
+        host = [a for a in args if isinstance(a, np.ndarray)] + ([low] if low is not None else [])
+        dev = {id(a): cp.asarray(a) for a in host}
+        conv = [a if a is True or a is None else dev[id(a)] for a in args]
+        update(*conv, low=None if low is None else dev[id(low)], **hyper)
+        for a in host:
+            a[...] = dev[id(a)].get()
+    return run
+
+
+# ------------------------------------------------------------ fused kernels
+@pytest.mark.parametrize("pair", [(fd.F32, fd.F32), (fd.F16, fd.F32), (fd.BF16, fd.BF16), (fd.BF16, fd.F32),
+                                  (fd.F16, fd.F16)], ids=str)
+@pytest.mark.parametrize("bad", [None, np.inf, np.nan])
+def test_fused_unscale_matches_the_numpy_path(cp, pair, bad) -> None:
+    rng = np.random.default_rng(0)
+    g_dt, o_dt = pair
+    grads = [(rng.standard_normal(n) * 2.0 ** rng.integers(-30, 14, n)).astype(g_dt) for n in (1, 8191, 8193, 70000)]
+    if bad is not None:
+        grads[2][8192] = bad
+    outs = [g.copy() if o_dt == g_dt else np.empty(g.shape, o_dt) for g in grads]
+    d_grads = [cp.asarray(g) for g in grads]
+    d_outs = [g if o_dt == g_dt else cp.empty(g.shape, o_dt) for g in d_grads]
+    host_grads = [o if o_dt == g_dt else g for g, o in zip(grads, outs)]
+    inv = np.full((), 1 / 3, np.float32)
+    found, d_found = np.zeros((), np.float32), cp.zeros((), cp.float32)
+    before = dict(cuda_kernels.launches)
+    with np.errstate(all="ignore"):
+        scaler_kernels.unscale_group(np, host_grads, outs, inv, found)
+    scaler_kernels.unscale_group(cp, d_grads, d_outs, cp.asarray(inv), d_found)
+    assert sum(cuda_kernels.launches.values()) == sum(before.values()) + 1  # one launch for the group
+    fd.assert_same_bits([o.get() for o in d_outs] + [d_found.get()], outs + [found], "unscale")
+
+
+@pytest.mark.parametrize("hyper", [
+    dict(growth_factor=2.0, backoff_factor=0.5, growth_interval=3, hysteresis=1, min_scale=None, max_scale=None),
+    dict(growth_factor=1.5, backoff_factor=0.3, growth_interval=1, hysteresis=3, min_scale=0.125,
+         max_scale=2.0 ** 20)])
+def test_fused_update_scale_matches_the_numpy_path(cp, hyper) -> None:
+    from test_cuda_kernels import scale_states  # noqa: PLC0415 - the CPU test's state grid
+
+    for state in scale_states(hyper):
+        want = [a.copy() for a in state]
+        with np.errstate(over="ignore"):
+            scaler_kernels.update_scale(np, *want, **hyper)
+        got = [cp.asarray(a) for a in state]
+        scaler_kernels.update_scale(cp, *got, **hyper)
+        fd.assert_same_bits([a.get() for a in got], want, f"update_scale {[a.item() for a in state]}")
+
+
+@pytest.mark.parametrize("dtypes", fd.DTYPE_CASES, ids=lambda d: "-".join(str(x) for x in d))
+@pytest.mark.parametrize("case", fd.SGD_CASES, ids=fd.case_id)
+def test_fused_sgd_matches_the_numpy_path(cp, case, dtypes) -> None:
+    want = fd.sgd_run(fd.numpy_sgd, case, dtypes)
+    got = fd.sgd_run(on_device(cuda_kernels.sgd_step), case, dtypes)
+    for step, (a, b) in enumerate(zip(got, want)):
+        fd.assert_same_bits(a, b, f"sgd step {step}")
+
+
+def test_adam_bias_corrections_match_numpy(cp) -> None:
+    """CUDA's double pow is within 2 ulp, glibc's is correctly rounded: after rounding to float32 they agree
+    unless a value lands next to a float32 rounding boundary. Checked for every step the tests use and more."""
+    mismatches = []
+    for beta1, beta2 in [(0.9, 0.999), (0.8, 0.99), (0.9, 0.95)]:
+        for t in range(1000):
+            step = cp.full((1,), t, cp.float32)
+            coef = cp.empty((2,), cp.float32)
+            cuda_kernels._elementwise(cuda_kernels.ADAM_PREPARE, cp.zeros((1,), bool), 1e-3, beta1, beta2,
+                                      step, coef, size=1)
+            tt = np.float64(np.float32(t) + np.float32(1))
+            want = [np.float32(1e-3 / (1 - beta1 ** tt)), np.float32(np.sqrt(1 - beta2 ** tt))]
+            if coef.get().tolist() != [float(w) for w in want]:
+                mismatches.append((beta1, beta2, t, coef.get().tolist(), want))
+    assert not mismatches, f"float32 bias corrections differ from NumPy's (pow): {mismatches[:5]}"
+
+
+@pytest.mark.parametrize("dtypes", fd.DTYPE_CASES, ids=lambda d: "-".join(str(x) for x in d))
+@pytest.mark.parametrize("case", fd.ADAM_CASES, ids=fd.case_id)
+def test_fused_adam_matches_the_numpy_path(cp, case, dtypes) -> None:
+    # Bit for bit given equal bias corrections (test_adam_bias_corrections_match_numpy).
+    want = fd.adam_run(fd.numpy_adam, case, dtypes)
+    got = fd.adam_run(on_device(cuda_kernels.adam_step), case, dtypes)
+    for step, (a, b) in enumerate(zip(got, want)):
+        fd.assert_same_bits(a, b, f"adam step {step}")
+
+
+# ------------------------------------------------------------ training steps
+SPIN = r"""
+extern "C" __global__ void tinyamp_test_spin(volatile int* release, long long max_cycles) {
+    const long long start = clock64();
+    while (release[0] == 0 && clock64() - start < max_cycles) { }
+}
+"""
+
+
+def host_never_waits(cp, fn) -> bool:
+    """Run ``fn`` while a spinning kernel holds the GPU: True when the GPU is still busy afterwards.
+
+    Any host synchronisation inside ``fn`` would wait for the spinning kernel
+    (up to 60 s), so "still busy" means the host never waited. The spinner is
+    released from a non-blocking stream afterwards.
+    """
+    release = cp.zeros((1,), cp.int32)
+    spin = cp.RawKernel(SPIN, "tinyamp_test_spin")
+    cp.cuda.Device().synchronize()
+    spin((1,), (1,), (release, np.int64(120_000_000_000)))  # about a minute at 2 GHz, unless released
+    fn()
+    busy = not cp.cuda.get_current_stream().done  # a query, not a wait
+    with cp.cuda.Stream(non_blocking=True):  # runs beside the spinner, not behind it
+        release.fill(1)
+    cp.cuda.Device().synchronize()
+    return busy
+
+
+def make_run(o2: bool, opt_name: str):
+    ta.manual_seed(0)
+    model = ta.nn.Sequential(ta.nn.Linear(784, 512), ta.nn.ReLU(), ta.nn.Linear(512, 10)).to("cuda")
+    if o2:
+        model.half()
+    params = list(model.parameters())
+    opt = (ta.optim.SGD(params, lr=0.05, momentum=0.9, master_weights=o2) if opt_name == "sgd"
+           else ta.optim.Adam(params, lr=1e-3, master_weights=o2))
+    scaler = ta.amp.GradScaler()
+    rng = np.random.default_rng(0)
+    x = ta.tensor(rng.random((256, 784), dtype=np.float32), device="cuda")
+    y = ta.tensor(rng.integers(0, 10, 256), device="cuda")
+
+    def step(poison: bool = False):
+        opt.zero_grad()
+        with ta.amp.autocast(device_type="cuda", enabled=not o2):
+            logits = model(x.half() if o2 else x)
+            loss = ta.nn.functional.cross_entropy(logits.float(), y)
+        scaler.scale(loss).backward()
+        if poison:
+            params[0].grad.data[0, 0] = float("inf")
+        scaler.step(opt)
+        scaler.update()
+        return loss
+
+    return model, opt, scaler, step
+
+
+@pytest.mark.parametrize("o2", [False, True], ids=["O1", "O2"])
+@pytest.mark.parametrize("opt_name", ["sgd", "adam"])
+def test_amp_training_step_makes_no_host_sync(cp, o2, opt_name) -> None:
+    _, _, _, step = make_run(o2, opt_name)
+    for _ in range(3):  # warm-up: kernels compiled, memory pool grown
+        step()
+    cp.cuda.Device().synchronize()
+    syncs = ta.cuda.sync_count()
+    launches = sum(cuda_kernels.launches.values())
+    assert host_never_waits(cp, lambda: [step() for _ in range(3)]), "the host waited for the GPU in a step"
+    assert ta.cuda.sync_count() == syncs
+    assert sum(cuda_kernels.launches.values()) > launches  # the fused kernels did the work
+
+
+@pytest.mark.parametrize("o2", [False, True], ids=["O1", "O2"])
+@pytest.mark.parametrize("opt_name", ["sgd", "adam"])
+def test_skipped_step_leaves_everything_bit_identical(cp, o2, opt_name) -> None:
+    model, opt, scaler, step = make_run(o2, opt_name)
+    step(), step()
+
+    def snapshot():
+        arrays = [p.data for p in model.parameters()]
+        arrays += [t.data for p in model.parameters() for t in opt.state.get(p, {}).values() if isinstance(t, ta.Tensor)]
+        return [a.get() for a in arrays]
+
+    before, scale = snapshot(), scaler.get_scale()
+    step(poison=True)
+    assert scaler.last_step.skipped and scaler.get_scale() == scale / 2
+    fd.assert_same_bits(snapshot(), before, "skipped step")
+
+
+# ------------------------------------------------------------------- gemm
+def test_gemm_uses_compute_32f_and_strided_batched(cp) -> None:
+    a = cp.asarray(np.random.default_rng(0).standard_normal((64, 32)), dtype=cp.float16)
+    gemm_module.gemm(a, a, trans_b=True)
+    call = gemm_module.last_gpu_call
+    assert call["function"] == "gemmEx" and call["compute_type_name"] == "CUBLAS_COMPUTE_32F"
+    assert call["compute_type"] == backend.cuda_lib("cupy_backends.cuda.libs.cublas").CUBLAS_COMPUTE_32F == 68
+    gemm_module.gemm(cp.stack([a, a]), cp.stack([a.T, a.T]).copy())
+    assert gemm_module.last_gpu_call["function"] == "gemmStridedBatchedEx"  # not CuPy's float32 upcast
+    assert gemm_module.last_gpu_call["a_type"] == "float16"
+
+
+def test_length_4096_dot_product_of_ones_is_exact(cp) -> None:
+    ones = cp.ones((1, 4096), dtype=cp.float16)
+    out = gemm_module.gemm(ones, ones, trans_b=True)
+    assert out.dtype == cp.float16 and float(out.get()[0, 0]) == 4096.0  # a float16 accumulator stops at 2048
+
+
+def test_float16_gemm_agrees_with_torch_within_one_ulp(cp) -> None:
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch without CUDA")
+    torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False  # float32 accumulation there too
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((512, 1024)).astype(np.float16), rng.standard_normal((1024, 768)).astype(np.float16)
+    ours = gemm_module.gemm(cp.asarray(a), cp.asarray(b)).get()
+    theirs = torch.matmul(torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()).cpu().numpy()
+    # Both sum the same products in float32 in different orders and round once: at most one ulp apart.
+    np.testing.assert_array_max_ulp(ours, theirs, maxulp=1)
+
+
+# ------------------------------------------------------- losses, memory
+def test_out_of_range_class_index_gives_nan_without_a_host_check(cp) -> None:
+    logits = ta.randn(4, 10, device="cuda", requires_grad=True)
+    target = ta.tensor([1, 10, 3, 0], device="cuda")
+    syncs = ta.cuda.sync_count()
+    loss = ta.nn.functional.cross_entropy(logits, target)
+    loss.backward()
+    weight = ta.randn(5, 3, device="cuda", requires_grad=True)
+    rows = ta.nn.functional.embedding(ta.tensor([0, 7], device="cuda"), weight)
+    assert ta.cuda.sync_count() == syncs
+    assert np.isnan(loss.item()) and np.isnan(logits.grad.numpy()).all()
+    assert np.isnan(rows.numpy()[1]).all() and not np.isnan(rows.numpy()[0]).any()
+    good = ta.nn.functional.cross_entropy(logits, ta.tensor([1, 9, 3, 0], device="cuda"))
+    assert np.isfinite(good.item())
+
+
+def test_memory_statistics_follow_allocations(cp) -> None:
+    ta.cuda.reset_peak_memory_stats()
+    base = ta.cuda.memory_allocated()
+    a = cp.empty(1 << 22, dtype=cp.uint8)
+    b = cp.empty(1 << 21, dtype=cp.uint8)
+    assert ta.cuda.memory_allocated() >= base + (1 << 22) + (1 << 21)
+    del a, b
+    assert ta.cuda.memory_allocated() == base
+    assert ta.cuda.max_memory_allocated() >= base + (1 << 22) + (1 << 21)
+    assert ta.cuda.memory_reserved() >= ta.cuda.max_memory_allocated()  # the freed blocks stay cached
+    ta.cuda.reset_peak_memory_stats()
+    assert ta.cuda.max_memory_allocated() == base
