@@ -307,3 +307,24 @@ def test_no_tracking_with_a_foreign_allocator_or_when_disabled(fake_cuda, monkey
     handle = fake_cuda.pool.malloc(2048)
     assert ta.cuda.memory_allocated() == 2048 and ta.cuda.max_memory_allocated() == 2048
     fake_cuda.pool.free(handle)
+
+
+# --------------------------------------------------------------- benchmark
+def test_gpu_benchmark_script_runs_on_the_cpu(tmp_path, monkeypatch) -> None:
+    """benchmarks/bench_gpu.py --dry-run: the same code as on a GPU, tiny sizes (nothing timed is checked)."""
+    import importlib  # noqa: PLC0415
+    import json  # noqa: PLC0415
+    monkeypatch.setenv("CUPY_TF32", "1")  # the script must turn TF32 off (restored afterwards)
+    monkeypatch.syspath_prepend(os.path.join(REPO, "benchmarks"))
+    import bench_gpu  # noqa: PLC0415
+    bench_gpu = importlib.reload(bench_gpu)  # run its module code under this environment
+
+    assert os.environ["CUPY_TF32"] == "0"
+    path = tmp_path / "bench.json"
+    bench_gpu.main(["--dry-run", "--no-torch", "--json", str(path)])
+    result = json.loads(path.read_text())
+    assert result["environment"]["tf32"]["CUPY_TF32"] == "0"
+    assert {(r["framework"], r["mode"]) for r in result["mlp"]} == {("tinyamp", "float32"), ("tinyamp", "amp")}
+    amp = next(r for r in result["mlp"] if r["mode"] == "amp")
+    assert amp["host_syncs_per_step"] == 0  # counted on the CPU too
+    assert {t["target"] for t in result["targets"]} == set(bench_gpu.TARGETS)

@@ -1,0 +1,347 @@
+"""GPU benchmark (issue 6): float16 GEMM against torch, the MNIST MLP step at four precisions.
+
+Measured side by side in one process on one GPU:
+
+- GEMM at 4096^3 and 8192^3: tinyamp's ``gemm`` in float16 (cuBLAS GemmEx,
+  CUBLAS_COMPUTE_32F) against ``torch.matmul`` in float16, in TFLOP/s.
+- One training step of the MLP 784-8192-10 (SGD, momentum 0.9) at batch 4096
+  and 8192: tinyamp float32, tinyamp AMP O1 (autocast float16 + GradScaler),
+  torch float32, torch ``autocast`` + ``GradScaler``. Per case: the median
+  step time from CUDA events around each step (warm-up steps first), the
+  peak memory of one step (``ta.cuda.max_memory_allocated`` /
+  ``torch.cuda.max_memory_allocated``) and tinyamp's host syncs per step
+  (``ta.cuda.sync_count``; the loop never reads the loss).
+- float32 runs without TF32 on both sides: ``CUPY_TF32=0`` is set before CuPy
+  is first used, ``torch.backends.cuda.matmul.allow_tf32 = False``.
+
+Prints a table and the issue's targets, writes JSON with the GPU model, the
+driver, CUDA, CuPy and torch versions and the date. ``--dry-run`` runs the
+same code on the CPU with tiny sizes (to check the script, not to measure).
+
+    python benchmarks/bench_gpu.py [--json PATH] [--repeats N]
+    python benchmarks/bench_gpu.py --dry-run
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any, Callable
+
+_TF32_BEFORE = os.environ.get("CUPY_TF32")
+os.environ["CUPY_TF32"] = "0"  # read once by CuPy, at its first float32 matmul: set before anything runs
+
+import numpy as np  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import common  # noqa: E402
+
+import tinyamp as ta  # noqa: E402
+from tinyamp import backend, cuda_kernels  # noqa: E402
+from tinyamp.ops.gemm import gemm  # noqa: E402
+
+TARGETS = {"amp_vs_float32_speedup": 2.0, "amp_vs_torch_autocast_time": 1.25, "amp_vs_float32_peak_memory": 0.6,
+           "gemm_8192_vs_torch": 0.9, "host_syncs_per_step": 0}
+
+
+def load_torch(device: str) -> Any:
+    try:
+        import torch  # noqa: PLC0415 - optional comparison
+    except ImportError:
+        return None
+    if device == "cuda" and not torch.cuda.is_available():
+        return None
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+    return torch
+
+
+# ------------------------------------------------------------------ timing
+class Timer:
+    """Seconds per call: CUDA events around each call (CuPy's or torch's stream), else perf_counter."""
+
+    def __init__(self, device: str, torch: Any = None) -> None:
+        self.device, self.torch = device, torch
+
+    def sync(self) -> None:
+        if self.device == "cuda":
+            (self.torch.cuda.synchronize if self.torch else backend.cupy().cuda.Device().synchronize)()
+
+    def samples(self, fn: Callable[[], Any], repeats: int, warmup: int) -> list[float]:
+        for _ in range(warmup):
+            fn()
+        self.sync()
+        out = []
+        for _ in range(repeats):
+            if self.device != "cuda":
+                start = time.perf_counter()
+                fn()
+                out.append(time.perf_counter() - start)
+            elif self.torch is not None:
+                begin, end = self.torch.cuda.Event(enable_timing=True), self.torch.cuda.Event(enable_timing=True)
+                begin.record()
+                fn()
+                end.record()
+                end.synchronize()
+                out.append(begin.elapsed_time(end) / 1e3)
+            else:
+                cp = backend.cupy()
+                begin, end = cp.cuda.Event(), cp.cuda.Event()
+                begin.record()
+                fn()
+                end.record()
+                end.synchronize()
+                out.append(cp.cuda.get_elapsed_time(begin, end) / 1e3)
+        return out
+
+
+def summary(samples: list[float]) -> dict:
+    q1, _, q3 = statistics.quantiles(samples, n=4) if len(samples) > 1 else (samples[0],) * 3
+    return {"median_ms": statistics.median(samples) * 1e3, "min_ms": min(samples) * 1e3,
+            "iqr_ms": (q3 - q1) * 1e3, "repeats": len(samples)}
+
+
+# -------------------------------------------------------------------- GEMM
+def bench_gemm(device: str, torch: Any, sizes: list[int], repeats: int) -> list[dict]:
+    rows = []
+    xp = backend.cupy() if device == "cuda" else np
+    for n in sizes:
+        rng = np.random.default_rng(0)
+        a, b = (rng.standard_normal((n, n), dtype=np.float32).astype(np.float16) for _ in range(2))
+        da, db = xp.asarray(a), xp.asarray(b)
+        cases = {"tinyamp gemm float16": (Timer(device), lambda: gemm(da, db))}
+        if torch is not None:
+            ta_, tb_ = torch.from_numpy(a).to(device), torch.from_numpy(b).to(device)
+            cases["torch.matmul float16"] = (Timer(device, torch), lambda: torch.matmul(ta_, tb_))
+        for name, (timer, fn) in cases.items():
+            stats = summary(timer.samples(fn, repeats, warmup=5))
+            rows.append({"case": name, "n": n, **stats, "tflops": 2 * n ** 3 / (stats["median_ms"] / 1e3) / 1e12})
+        del da, db
+        if device == "cuda":
+            backend.cupy().get_default_memory_pool().free_all_blocks()  # 8192^2 operands want the room
+    return rows
+
+
+# --------------------------------------------------------------- MLP steps
+def tinyamp_step(mode: str, batch: int, hidden: int, device: str) -> tuple[Callable[[], Any], Any]:
+    ta.manual_seed(0)
+    nn = ta.nn
+    model = nn.Sequential(nn.Linear(784, hidden), nn.ReLU(), nn.Linear(hidden, 10)).to(device)
+    opt = ta.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    amp = mode == "amp"
+    scaler = ta.amp.GradScaler(enabled=amp)
+    rng = np.random.default_rng(0)
+    x = ta.tensor(rng.random((batch, 784), dtype=np.float32), device=device)
+    y = ta.tensor(rng.integers(0, 10, batch), device=device)
+
+    def step() -> None:
+        opt.zero_grad()
+        with ta.amp.autocast(device_type=device, dtype=ta.float16, enabled=amp):
+            loss = ta.nn.functional.cross_entropy(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+
+    return step, model
+
+
+def torch_step(torch: Any, mode: str, batch: int, hidden: int, device: str) -> Callable[[], Any]:
+    torch.manual_seed(0)
+    nn = torch.nn
+    model = nn.Sequential(nn.Linear(784, hidden), nn.ReLU(), nn.Linear(hidden, 10)).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    amp = mode == "amp"
+    scaler = torch.amp.GradScaler(device, enabled=amp)
+    rng = np.random.default_rng(0)
+    x = torch.from_numpy(rng.random((batch, 784), dtype=np.float32)).to(device)
+    y = torch.from_numpy(rng.integers(0, 10, batch)).to(device)
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast(device_type=device, dtype=torch.float16, enabled=amp):
+            loss = nn.functional.cross_entropy(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+
+    return step
+
+
+def tinyamp_peak(step: Callable[[], Any], device: str) -> tuple[int, int]:
+    """(peak bytes during one step, bytes in use between steps)."""
+    if device == "cuda":
+        backend.cupy().cuda.Device().synchronize()
+    ta.cuda.reset_peak_memory_stats()
+    resting = ta.cuda.memory_allocated()
+    step()
+    return ta.cuda.max_memory_allocated(), resting
+
+
+def torch_peak(torch: Any, step: Callable[[], Any], device: str) -> "tuple[int, int] | tuple[None, None]":
+    if device != "cuda":
+        return None, None
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    resting = torch.cuda.memory_allocated()
+    step()
+    return torch.cuda.max_memory_allocated(), resting
+
+
+def bench_mlp(device: str, torch: Any, batches: list[int], hidden: int, repeats: int) -> list[dict]:
+    rows = []
+    for batch in batches:
+        for mode in ("float32", "amp"):
+            step, _ = tinyamp_step(mode, batch, hidden, device)
+            step()  # compiles the kernels, grows the pool
+            peak, resting = tinyamp_peak(step, device)
+            syncs, launches = ta.cuda.sync_count(), sum(cuda_kernels.launches.values())
+            stats = summary(Timer(device).samples(step, repeats, warmup=5))
+            steps = repeats + 5
+            rows.append({"framework": "tinyamp", "mode": mode, "batch": batch, **stats,
+                         "peak_bytes": peak, "resting_bytes": resting,
+                         "host_syncs_per_step": (ta.cuda.sync_count() - syncs) / steps,
+                         "fused_launches_per_step": (sum(cuda_kernels.launches.values()) - launches) / steps})
+            del step
+            if torch is not None:
+                tstep = torch_step(torch, mode, batch, hidden, device)
+                tstep()
+                tpeak, tresting = torch_peak(torch, tstep, device)
+                stats = summary(Timer(device, torch).samples(tstep, repeats, warmup=5))
+                rows.append({"framework": "torch", "mode": mode, "batch": batch, **stats,
+                             "peak_bytes": tpeak, "resting_bytes": tresting})
+                del tstep
+            if device == "cuda":
+                backend.cupy().get_default_memory_pool().free_all_blocks()
+                if torch is not None:
+                    torch.cuda.empty_cache()
+    return rows
+
+
+# ----------------------------------------------------------------- report
+def targets(gemm_rows: list[dict], mlp_rows: list[dict]) -> list[dict]:
+    """The issue's targets, computed from the rows (None where a side is missing)."""
+    def find(rows: list[dict], **keys: Any) -> "dict | None":
+        return next((r for r in rows if all(r.get(k) == v for k, v in keys.items())), None)
+
+    def ratio(a: "float | None", b: "float | None") -> "float | None":
+        return None if a is None or not b else a / b
+
+    out = []
+    for batch in sorted({r["batch"] for r in mlp_rows}):
+        f32, amp = find(mlp_rows, framework="tinyamp", mode="float32", batch=batch), find(
+            mlp_rows, framework="tinyamp", mode="amp", batch=batch)
+        torch_amp = find(mlp_rows, framework="torch", mode="amp", batch=batch)
+        checks = [
+            ("amp_vs_float32_speedup", ratio(f32["median_ms"], amp["median_ms"]), ">="),
+            ("amp_vs_torch_autocast_time", ratio(amp["median_ms"], torch_amp and torch_amp["median_ms"]), "<="),
+            ("amp_vs_float32_peak_memory", ratio(amp["peak_bytes"], f32["peak_bytes"]), "<="),
+            ("host_syncs_per_step", amp["host_syncs_per_step"], "<="),
+        ]
+        out += [{"target": name, "batch": batch, "value": value, "goal": f"{op} {TARGETS[name]}",
+                 "met": None if value is None else (value >= TARGETS[name] if op == ">=" else value <= TARGETS[name])}
+                for name, value, op in checks]
+    big = max((r["n"] for r in gemm_rows), default=None)
+    ours, theirs = (find(gemm_rows, case=c, n=big) for c in ("tinyamp gemm float16", "torch.matmul float16"))
+    value = ratio(ours and ours["tflops"], theirs and theirs["tflops"])
+    out.append({"target": "gemm_8192_vs_torch", "n": big, "value": value, "goal": ">= 0.9",
+                "met": None if value is None else value >= TARGETS["gemm_8192_vs_torch"]})
+    return out
+
+
+def environment(device: str, torch: Any) -> dict:
+    env = {"date": time.strftime("%Y-%m-%d %H:%M:%S %z"), "python": platform.python_version(),
+           "numpy": np.__version__, "device": device, "cpu": common.machine()["cpu"],
+           "tf32": {"CUPY_TF32": os.environ["CUPY_TF32"], "CUPY_TF32_before_this_script": _TF32_BEFORE,
+                    "torch_allow_tf32": None if torch is None else torch.backends.cuda.matmul.allow_tf32},
+           "torch": None if torch is None else torch.__version__,
+           "torch_cuda": None if torch is None else torch.version.cuda,
+           "memory_tracking": os.environ.get("TINYAMP_CUDA_MEMORY_STATS", "1") != "0"}
+    if device == "cuda":
+        cp = backend.cupy()
+        dev = cp.cuda.Device()
+        props = cp.cuda.runtime.getDeviceProperties(dev.id)
+        name = props["name"]
+        env |= {"gpu": name.decode() if isinstance(name, bytes) else name,
+                "compute_capability": dev.compute_capability, "cupy": cp.__version__,
+                "cuda_runtime": cp.cuda.runtime.runtimeGetVersion(),
+                "cuda_driver_api": cp.cuda.runtime.driverGetVersion(),
+                "nvidia_driver": _nvidia_driver(), "CUPY_ACCELERATORS": os.environ.get("CUPY_ACCELERATORS")}
+    return env
+
+
+def _nvidia_driver() -> "str | None":
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30)
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def _mb(n: "int | None") -> str:
+    return "-" if n is None else f"{n / 1e6:.0f}"
+
+
+def report(result: dict) -> str:
+    env = result["environment"]
+    lines = [f"device: {env.get('gpu', env['device'])}  CuPy {env.get('cupy', '-')}  CUDA runtime "
+             f"{env.get('cuda_runtime', '-')}  driver {env.get('nvidia_driver', '-')}  torch {env['torch']}  "
+             f"{env['date']}",
+             f"float32 without TF32 on both sides (CUPY_TF32={env['tf32']['CUPY_TF32']}, "
+             f"torch allow_tf32={env['tf32']['torch_allow_tf32']})", ""]
+    lines.append(common.table([[r["case"], r["n"], f"{r['median_ms']:.3f}", f"{r['tflops']:.1f}"]
+                               for r in result["gemm"]], ["GEMM", "n", "median ms", "TFLOP/s"]))
+    lines.append("")
+    lines.append(common.table(
+        [[r["framework"], r["mode"], r["batch"], f"{r['median_ms']:.3f}", f"{r['iqr_ms']:.3f}", _mb(r["peak_bytes"]),
+          _mb(r["resting_bytes"]), "-" if "host_syncs_per_step" not in r else f"{r['host_syncs_per_step']:g}"]
+         for r in result["mlp"]],
+        ["MLP 784-H-10 step", "mode", "batch", "median ms", "IQR ms", "peak MB", "resting MB", "syncs/step"]))
+    lines.append("")
+    lines.append(common.table(
+        [[t["target"], t.get("batch", t.get("n")), "-" if t["value"] is None else f"{t['value']:.3f}", t["goal"],
+          {True: "yes", False: "NO", None: "-"}[t["met"]]] for t in result["targets"]],
+        ["target", "batch/n", "value", "goal", "met"]))
+    return "\n".join(lines)
+
+
+def main(argv: "list[str] | None" = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", default=None, help="where to write the results (default: "
+                        "benchmarks/bench_gpu.json; none with --dry-run)")
+    parser.add_argument("--repeats", type=int, default=30, help="timed calls per case (after 5 warm-ups)")
+    parser.add_argument("--batches", type=int, nargs="+", default=[4096, 8192])
+    parser.add_argument("--hidden", type=int, default=8192)
+    parser.add_argument("--gemm-sizes", type=int, nargs="+", default=[4096, 8192])
+    parser.add_argument("--dry-run", action="store_true", help="CPU, tiny sizes: check the script only")
+    parser.add_argument("--no-torch", action="store_true", help="skip the torch comparisons")
+    args = parser.parse_args(argv)
+    if args.dry_run:
+        device, args.batches, args.hidden, args.gemm_sizes, args.repeats = "cpu", [64], 128, [64], 3
+    elif not ta.cuda.is_available():
+        raise SystemExit(f"bench_gpu: no usable CUDA GPU ({backend._cupy_error}); --dry-run checks the script "
+                         f"on the CPU")
+    else:
+        device = "cuda"
+    torch = None if args.no_torch else load_torch(device)
+    result = {"benchmark": "gpu", "dry_run": args.dry_run, "hidden": args.hidden,
+              "environment": environment(device, torch)}
+    result["gemm"] = bench_gemm(device, torch, args.gemm_sizes, args.repeats)
+    result["mlp"] = bench_mlp(device, torch, args.batches, args.hidden, args.repeats)
+    result["targets"] = targets(result["gemm"], result["mlp"])
+    print(report(result))
+    path = args.json or (None if args.dry_run else os.path.join(os.path.dirname(__file__), "bench_gpu.json"))
+    if path:
+        common.write_json(path, result)
+    return result
+
+
+if __name__ == "__main__":
+    main()
