@@ -296,6 +296,6 @@ def install(monkeypatch: Any, execute: bool = True) -> types.SimpleNamespace:
     monkeypatch.setattr(cuda_kernels, "_pointer", lambda a: a.ctypes.data)
     monkeypatch.setattr(cuda_kernels, "_device", lambda a: FakeDevice())
     # Fresh caches, restored afterwards: emulated kernels must never reach a real GPU run.
-    for name in ("_kernels", "_chunk_tables", "_true_flags", "launches"):
+    for name in ("_kernels", "_chunk_tables", "_pointer_tables", "_true_flags", "launches"):
         monkeypatch.setattr(cuda_kernels, name, {})
     return fake

@@ -104,6 +104,22 @@ def test_every_launch_matches_its_parameter_list(monkeypatch) -> None:
     assert set(cuda_kernels.launches) == expected
 
 
+def test_pointer_tables_are_uploaded_once_while_the_pointers_repeat(monkeypatch) -> None:
+    emu.install(monkeypatch, execute=False)
+    monkeypatch.setattr(cuda_kernels, "POINTER_TABLES_KEPT", 2)
+    grads = [np.ones(5, np.float32) for _ in range(3)]
+    inv, found = np.ones((), np.float32), np.zeros((), np.float32)
+    cuda_kernels.unscale_group(grads[:2], grads[:2], inv, found)
+    (first,) = cuda_kernels._pointer_tables.values()
+    cuda_kernels.unscale_group(grads[:2], grads[:2], inv, found)
+    assert list(cuda_kernels._pointer_tables.values()) == [first]  # found again, not uploaded again
+    assert first.tolist() == [g.ctypes.data for g in grads[:2]] * 2
+    cuda_kernels.unscale_group(grads[1:], grads[1:], inv, found)
+    cuda_kernels.unscale_group(grads[:1], grads[:1], inv, found)
+    assert len(cuda_kernels._pointer_tables) == 2  # the least recently used went
+    assert all(t is not first for t in cuda_kernels._pointer_tables.values())
+
+
 def test_the_stand_in_rejects_what_cupy_rejects(monkeypatch) -> None:
     fake = emu.install(monkeypatch, execute=False)
     spec = cuda_kernels.ADVANCE_STEP

@@ -233,11 +233,15 @@ def test_float16_gemm_agrees_with_torch_within_one_ulp(cp) -> None:
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("torch without CUDA")
-    torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False  # float32 accumulation there too
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((512, 1024)).astype(np.float16), rng.standard_normal((1024, 768)).astype(np.float16)
     ours = gemm_module.gemm(cp.asarray(a), cp.asarray(b)).get()
-    theirs = torch.matmul(torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()).cpu().numpy()
+    flag = torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction
+    torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False  # float32 accumulation there too
+    try:
+        theirs = torch.matmul(torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()).cpu().numpy()
+    finally:
+        torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = flag
     # Both sum the same products in float32 in different orders and round once: at most one ulp apart.
     np.testing.assert_array_max_ulp(ours, theirs, maxulp=1)
 

@@ -53,6 +53,8 @@ UNSCALE_BLOCK = 256  # threads per block
 launches: dict[str, int] = {}
 _kernels: dict[str, Any] = {}
 _chunk_tables: dict[tuple, Any] = {}
+_pointer_tables: dict[tuple, Any] = {}
+POINTER_TABLES_KEPT = 64
 _true_flags: dict[int, Any] = {}
 
 
@@ -295,6 +297,24 @@ def chunk_table(sizes: list[int], chunk: int) -> np.ndarray:
     return np.concatenate(rows)
 
 
+def _pointer_table(cp: Any, dev: Any, pointers: list[int]) -> Any:
+    """The pointers as a device array, reused while they repeat.
+
+    Gradients are fresh arrays every step, but the memory pool hands out the
+    same addresses in the same order, so after the first steps the table is
+    found here and nothing is uploaded; otherwise it is a small asynchronous
+    copy. A table depends only on its key, so a stale entry is never wrong.
+    """
+    key = (dev.id, tuple(pointers))
+    table = _pointer_tables.pop(key, None)
+    if table is None:
+        table = cp.asarray(np.array(pointers, dtype=np.uint64))
+        if len(_pointer_tables) >= POINTER_TABLES_KEPT:
+            del _pointer_tables[next(iter(_pointer_tables))]  # the least recently used
+    _pointer_tables[key] = table
+    return table
+
+
 def unscale_group(grads: list, outs: list, inv_scale: Any, found_inf: Any) -> list[tuple]:
     """Fused ``scaler_kernels.unscale_group``; returns the (grad, out) pairs it did not take.
 
@@ -324,9 +344,7 @@ def unscale_group(grads: list, outs: list, inv_scale: Any, found_inf: Any) -> li
             chunks = _chunk_tables.get(key)
             if chunks is None:  # sizes repeat every step: the table is uploaded once
                 chunks = _chunk_tables[key] = cp.asarray(chunk_table(list(sizes), UNSCALE_CHUNK))
-            # The pointers change every step (fresh gradients): a small asynchronous upload.
-            ptrs = cp.asarray(np.array([_pointer(g) for g, _ in pairs] + [_pointer(o) for _, o in pairs],
-                                       dtype=np.uint64))
+            ptrs = _pointer_table(cp, dev, [_pointer(g) for g, _ in pairs] + [_pointer(o) for _, o in pairs])
             _count(name)
             kernel((chunks.shape[0],), (UNSCALE_BLOCK,),
                    (ptrs, np.int32(len(pairs)), chunks, inv_scale, found_inf))
