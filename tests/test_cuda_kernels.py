@@ -27,7 +27,7 @@ import pytest
 import cuda_emulation as emu
 import fused_drivers as fd
 import tinyamp as ta
-from tinyamp import backend, cuda_kernels
+from tinyamp import backend, cuda_kernels, cuda_kernels_reference
 from tinyamp.amp import scaler_kernels
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -39,7 +39,7 @@ def test_importing_tinyamp_never_imports_cupy(tmp_path) -> None:
     fake = tmp_path / "cupy"
     fake.mkdir()
     (fake / "__init__.py").write_text(f"open({str(marker)!r}, 'w').close()\nraise ImportError('stand-in')\n")
-    code = ("import tinyamp, tinyamp.cuda_kernels, tinyamp.amp.scaler_kernels, tinyamp.optim\n"
+    code = ("import tinyamp, tinyamp.cuda_kernels, tinyamp.cuda_kernels_reference, tinyamp.optim\n"
             "from tinyamp import cuda_kernels\ncuda_kernels.elementwise_specs(); cuda_kernels.raw_sources()\n")
     env = dict(os.environ, PYTHONPATH=f"{tmp_path}{os.pathsep}{REPO}")
     subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=tmp_path)
@@ -153,7 +153,7 @@ def unscale_inputs(g_dt: np.dtype, o_dt: np.dtype, bad: float | None, sizes=(1, 
 @pytest.mark.parametrize("inv", [2.0 ** -16, 1 / 3, 2.0 ** 120])  # exact, rounded, overflowing to inf
 def test_unscale_reference_matches_the_numpy_path(pair, bad, inv) -> None:
     results = []
-    for run in (lambda *a: scaler_kernels.unscale_group(np, *a), cuda_kernels.unscale_reference):
+    for run in (lambda *a: scaler_kernels.unscale_group(np, *a), cuda_kernels_reference.unscale_reference):
         grads, outs = unscale_inputs(*pair, bad)
         found = np.zeros((), np.float32)
         with np.errstate(all="ignore"):
@@ -194,7 +194,7 @@ def test_update_scale_reference_matches_the_numpy_path(hyper) -> None:
         want = [a.copy() for a in state]
         numpy_update_scale(*want, **hyper)
         got = [a.copy() for a in state]
-        cuda_kernels.update_scale_reference(*got, **hyper, floor=scaler_kernels.FLOOR)
+        cuda_kernels_reference.update_scale_reference(*got, **hyper, floor=scaler_kernels.FLOOR)
         fd.assert_same_bits(got, want, f"update_scale {[a.item() for a in state]}")
 
 
@@ -202,7 +202,7 @@ def test_update_scale_reference_matches_the_numpy_path(hyper) -> None:
 @pytest.mark.parametrize("case", fd.SGD_CASES, ids=fd.case_id)
 def test_sgd_reference_matches_the_numpy_path(case, dtypes) -> None:
     want = fd.sgd_run(fd.numpy_sgd, case, dtypes)
-    got = fd.sgd_run(cuda_kernels.sgd_reference, case, dtypes)
+    got = fd.sgd_run(cuda_kernels_reference.sgd_reference, case, dtypes)
     for step, (a, b) in enumerate(zip(got, want)):
         fd.assert_same_bits(a, b, f"sgd step {step}")
 
@@ -211,7 +211,7 @@ def test_sgd_reference_matches_the_numpy_path(case, dtypes) -> None:
 @pytest.mark.parametrize("case", fd.ADAM_CASES, ids=fd.case_id)
 def test_adam_reference_matches_the_numpy_path(case, dtypes) -> None:
     want = fd.adam_run(fd.numpy_adam, case, dtypes)
-    got = fd.adam_run(cuda_kernels.adam_reference, case, dtypes)
+    got = fd.adam_run(cuda_kernels_reference.adam_reference, case, dtypes)
     for step, (a, b) in enumerate(zip(got, want)):
         fd.assert_same_bits(a, b, f"adam step {step}")
 

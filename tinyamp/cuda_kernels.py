@@ -1,4 +1,4 @@
-"""Fused CUDA kernels for loss scaling and the optimizers, beside NumPy references of the same math.
+"""Fused CUDA kernels for loss scaling and the optimizers (NumPy twins: cuda_kernels_reference.py).
 
 On a GPU, GradScaler and tinyamp's SGD/Adam/AdamW call these instead of chains
 of CuPy ufuncs (see ``amp/scaler_kernels.py``, ``optim/sgd.py``, ``optim/adam.py``):
@@ -13,7 +13,11 @@ of CuPy ufuncs (see ``amp/scaler_kernels.py``, ``optim/sgd.py``, ``optim/adam.py
   reads float16/bfloat16/float32 gradients, does nothing when the keep flag
   (``found_inf == 0``) is false, updates the float32 weights (the masters
   under O2) and state, and writes the rounded float16/bfloat16 copy of the
-  weights (O2). A one-thread kernel advances the device-side step counter.
+  weights (O2). One-thread kernels advance the device-side step counter
+  (and compute Adam's bias corrections from it).
+
+float64 arrays (and non-contiguous gradients for ``unscale_group``) stay on
+the CuPy ufunc path of the callers.
 
 No launch reads a device value on the host: a whole training step stays
 asynchronous. CuPy is only reached through ``tinyamp.backend``, inside the
@@ -23,9 +27,10 @@ use (NVRTC) and are cached; ``launches`` counts launches by kernel name.
 Same math, same bits. The kernel bodies are written in the operation order of
 the NumPy paths, and compiled with ``--fmad=false`` so that no ``a * b + c``
 is fused into one rounding (NumPy rounds twice). The ``*_reference``
-functions are the kernels transcribed to NumPy; the tests check them, and the
-kernel sources run through a CPU stand-in for CuPy (tests/cuda_emulation.py),
-against the NumPy paths bit for bit. The differences:
+functions of ``cuda_kernels_reference.py`` are the kernels transcribed to
+NumPy; the tests check them, and the kernel sources run through a CPU stand-in
+for CuPy (tests/cuda_emulation.py), against the NumPy paths bit for bit. The
+differences:
 
 - Adam's bias corrections use CUDA's double ``pow`` (within 2 ulp of exact)
   where NumPy uses the C library's; after rounding to float32 the two agree
@@ -390,96 +395,3 @@ def adam_step(w: Any, g: Any, m: Any, v: Any, v_max: Any, step: Any, keep: Any, 
         _elementwise(adam_spec(v_max is not None, low is not None), g, flag, coef, 1 - beta1, beta2, 1 - beta2,
                      eps, weight_decay, 1 - lr * weight_decay, weight_decay != 0, bool(decoupled), *outs)
 
-
-# ------------------------------------------------------------ NumPy references
-# The kernels above, transcribed to NumPy statement by statement (float32
-# arithmetic, the same branches), for tests to hold against the NumPy paths.
-_f32 = np.float32
-
-
-def unscale_reference(grads: list, outs: list, inv_scale: Any, found_inf: Any) -> None:
-    """What ``unscale_group``'s kernel does, on NumPy arrays."""
-    s = _f32(inv_scale)
-    for g, o in zip(grads, outs):
-        v = g.astype(np.float32) * s
-        if not np.isfinite(v).all():
-            found_inf[...] = 1.0
-        o[...] = v.astype(o.dtype)
-
-
-def update_scale_reference(scale: Any, growth_tracker: Any, hysteresis_tracker: Any, found_inf: Any, *,
-                           growth_factor: float, backoff_factor: float, growth_interval: int, hysteresis: int,
-                           min_scale: "float | None", max_scale: "float | None", floor: float) -> None:
-    """``UPDATE_SCALE``'s one thread, on 0-d NumPy arrays."""
-    current = _f32(scale)
-    hyst_left = max(int(hysteresis_tracker) - 1, 0)
-    successful = int(growth_tracker) + 1
-    if _f32(found_inf) > 0:
-        growth_tracker[...], hysteresis_tracker[...] = 0, hyst_left
-        if hyst_left <= 0:
-            backed = _f32(np.float64(current) * backoff_factor)
-            scale[...] = max(backed, _f32(floor if min_scale is None else min_scale))
-    elif successful >= growth_interval:
-        grown = np.float64(current) * growth_factor
-        if max_scale is not None and max_scale < grown:
-            grown = np.float64(max_scale)
-        with np.errstate(over="ignore"):
-            grown32 = _f32(grown)
-        if np.isfinite(grown32):
-            scale[...] = grown32
-        growth_tracker[...], hysteresis_tracker[...] = 0, hysteresis
-    else:
-        growth_tracker[...] = successful
-
-
-def sgd_reference(w: Any, g: Any, buf: Any, step: Any, keep: Any, *, low: Any = None, lr: float,
-                  momentum: float, dampening: float, weight_decay: float, nesterov: bool, maximize: bool) -> None:
-    """``sgd_spec``'s body and ``ADVANCE_STEP``, on NumPy arrays."""
-    if not bool(keep):
-        return
-    w32, d = w.astype(np.float32), g.astype(np.float32)
-    if maximize:
-        d = -d
-    if weight_decay != 0:
-        d = d + _f32(weight_decay) * w32
-    if momentum != 0:
-        b = _f32(momentum) * buf.astype(np.float32) + _f32(1 - dampening) * d if step > 0 else d
-        d = d + _f32(momentum) * b if nesterov else b
-        buf[...] = b
-    w_new = w32 - _f32(lr) * d
-    w[...] = w_new
-    if low is not None:
-        low[...] = w_new
-    if momentum != 0:
-        step[...] = step + _f32(1)
-
-
-def adam_reference(w: Any, g: Any, m: Any, v: Any, v_max: Any, step: Any, keep: Any, *, low: Any = None,
-                   lr: float, beta1: float, beta2: float, eps: float, weight_decay: float,
-                   decoupled: bool) -> None:
-    """``ADAM_PREPARE`` and ``adam_spec``'s body, on NumPy arrays."""
-    t = np.float64(step + _f32(1))
-    step_size = _f32(lr / (1.0 - np.power(beta1, t)))
-    bias2_sqrt = _f32(np.sqrt(1.0 - np.power(beta2, t)))
-    if not bool(keep):
-        return
-    step[...] = step + _f32(1)
-    w32, g32 = w.astype(np.float32), g.astype(np.float32)
-    if weight_decay != 0:
-        if decoupled:
-            w32 = w32 * _f32(1 - lr * weight_decay)
-        else:
-            g32 = g32 + _f32(weight_decay) * w32
-    m32 = m.astype(np.float32)
-    m_new = m32 + _f32(1 - beta1) * (g32 - m32)
-    v_new = _f32(beta2) * v.astype(np.float32) + _f32(1 - beta2) * (g32 * g32)
-    second = v_new
-    if v_max is not None:
-        vm = v_max.astype(np.float32)
-        second = np.where((vm >= v_new) | np.isnan(vm), vm, v_new)
-        v_max[...] = second
-    denom = np.sqrt(second) / bias2_sqrt + _f32(eps)
-    w_new = w32 - step_size * (m_new / denom)
-    w[...], m[...], v[...] = w_new, m_new, v_new
-    if low is not None:
-        low[...] = w_new
