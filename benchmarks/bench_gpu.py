@@ -130,7 +130,7 @@ def bench_gemm(device: str, torch: Any, sizes: list[int], repeats: int) -> list[
 
 
 # --------------------------------------------------------------- MLP steps
-def tinyamp_step(mode: str, batch: int, hidden: int, device: str) -> tuple[Callable[[], Any], Any]:
+def tinyamp_step(mode: str, batch: int, hidden: int, device: str) -> Callable[[], Any]:
     ta.manual_seed(0)
     nn = ta.nn
     model = nn.Sequential(nn.Linear(784, hidden), nn.ReLU(), nn.Linear(hidden, 10)).to(device)
@@ -149,7 +149,7 @@ def tinyamp_step(mode: str, batch: int, hidden: int, device: str) -> tuple[Calla
         scaler.step(opt)
         scaler.update()
 
-    return step, model
+    return step  # holds the model, optimizer and batch: deleting it frees them
 
 
 def torch_step(torch: Any, mode: str, batch: int, hidden: int, device: str) -> Callable[[], Any]:
@@ -198,7 +198,7 @@ def bench_mlp(device: str, torch: Any, batches: list[int], hidden: int, repeats:
     rows = []
     for batch in batches:
         for mode in ("float32", "amp"):
-            step, _ = tinyamp_step(mode, batch, hidden, device)
+            step = tinyamp_step(mode, batch, hidden, device)
             step()  # compiles the kernels, grows the pool
             peak, resting = tinyamp_peak(step, device)
             syncs, launches = ta.cuda.sync_count(), sum(cuda_kernels.launches.values())
