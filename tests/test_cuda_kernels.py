@@ -344,3 +344,44 @@ def test_gpu_benchmark_script_runs_on_the_cpu(tmp_path, monkeypatch) -> None:
     amp = next(r for r in result["mlp"] if r["mode"] == "amp")
     assert amp["host_syncs_per_step"] == 0  # counted on the CPU too
     assert {t["target"] for t in result["targets"]} == set(bench_gpu.TARGETS)
+
+
+# ------------------------------------------------- range checks on a GPU
+def test_gpu_range_behaviour_of_losses_and_embedding_on_numpy(monkeypatch) -> None:
+    """The GPU branch (no host check, nan instead), run on NumPy by making the ops see 'device' arrays."""
+    import importlib  # noqa: PLC0415 - the modules, not the functions tinyamp.ops exports under their names
+    embedding_module = importlib.import_module("tinyamp.ops.embedding")
+    loss_module = importlib.import_module("tinyamp.ops.loss")
+
+    fake = types.SimpleNamespace(is_cupy_array=lambda a: True,
+                                 cuda_lib=lambda name: types.SimpleNamespace(scatter_add=np.add.at))
+    rng = np.random.default_rng(0)
+    logits = rng.standard_normal((4, 5))
+    good, bad = np.array([1, 4, 0, 2]), np.array([1, 5, 0, -2])
+    runs = {}
+    for name, patched in (("cpu", False), ("gpu", True)):
+        if patched:
+            monkeypatch.setattr(loss_module, "backend", fake)
+            monkeypatch.setattr(embedding_module, "backend", fake)
+        x = ta.tensor(logits, requires_grad=True)
+        loss = ta.cross_entropy(x, ta.tensor(good))
+        loss.backward()
+        runs[name] = (loss.item(), x.grad.numpy())
+    fd.assert_same_bits(list(runs["gpu"]), list(runs["cpu"]), "in-range targets")  # unchanged
+    for reduction in ("mean", "sum", "none"):
+        x = ta.tensor(logits, requires_grad=True)
+        loss = ta.cross_entropy(x, ta.tensor(bad), reduction=reduction)
+        loss.sum().backward()
+        values, grad = loss.detach().numpy(), x.grad.numpy()
+        if reduction == "none":
+            assert np.isnan(values[[1, 3]]).all() and np.isfinite(values[[0, 2]]).all()
+            assert np.isnan(grad[[1, 3]]).all() and np.isfinite(grad[[0, 2]]).all()
+        else:
+            assert np.isnan(values) and np.isnan(grad).any()
+    assert np.isnan(ta.nll_loss(ta.tensor(logits), ta.tensor(bad)).item())
+    weight = ta.tensor(rng.standard_normal((5, 3)), requires_grad=True)
+    rows = ta.embedding(ta.tensor(np.array([0, 5, -1, 4])), weight)
+    out = rows.detach().numpy()
+    assert np.isnan(out[[1, 2]]).all() and np.isfinite(out[[0, 3]]).all()
+    rows.sum().backward()
+    assert np.isnan(weight.grad.numpy()[0]).all()  # the out-of-range positions read row 0 and poison its gradient

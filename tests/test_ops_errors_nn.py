@@ -41,6 +41,9 @@ def test_cross_entropy_float_target_is_refused(device: str) -> None:
 def test_cross_entropy_target_out_of_range_names_the_value(bad: int, device: str) -> None:
     x = _t(np.zeros((3, 3)), device=device)
     target = ta.tensor(np.array([0, bad, 1]), device=device)
+    if device == "cuda":  # no host check on a GPU (a sync per step): the loss is nan instead
+        assert np.isnan(ta.cross_entropy(x, target).item())
+        return
     with pytest.raises(IndexError, match=rf"cross_entropy: target value {bad} is out of range for 3 classes"):
         ta.cross_entropy(x, target)
 
@@ -62,6 +65,10 @@ def test_cross_entropy_all_ignored_mean_is_nan_like_pytorch(device: str) -> None
 
 
 def test_nll_loss_target_out_of_range(device: str) -> None:
+    if device == "cuda":  # no host check on a GPU: the loss is nan instead
+        assert np.isnan(ta.nll_loss(_t(np.zeros((2, 5)), device=device), ta.tensor(np.array([5, 0]), device=device),
+                                    reduction="sum").item())
+        return
     with pytest.raises(IndexError, match=r"nll_loss: target value 5 is out of range for 5 classes"):
         ta.nll_loss(_t(np.zeros((2, 5)), device=device), ta.tensor(np.array([5, 0]), device=device))
 
@@ -143,10 +150,14 @@ def test_batch_norm_float16_running_stats_under_autocast(device: str) -> None:
 
 def test_embedding_errors(device: str) -> None:
     weight = _t(np.zeros((5, 2)), device=device)
-    with pytest.raises(IndexError, match=r"embedding: index 5 is out of range for a weight of shape \[5, 2\]"):
-        ta.embedding(ta.tensor(np.array([[0, 5]]), device=device), weight)
-    with pytest.raises(IndexError, match=r"embedding: index -1 is out of range"):
-        ta.embedding(ta.tensor(np.array([-1]), device=device), weight)
+    if device == "cuda":  # no host check on a GPU: the rows read out of range are nan instead
+        rows = _np(ta.embedding(ta.tensor(np.array([[0, 5, -1]]), device=device), weight))
+        assert not np.isnan(rows[0, 0]).any() and np.isnan(rows[0, 1:]).all()
+    else:
+        with pytest.raises(IndexError, match=r"embedding: index 5 is out of range for a weight of shape \[5, 2\]"):
+            ta.embedding(ta.tensor(np.array([[0, 5]]), device=device), weight)
+        with pytest.raises(IndexError, match=r"embedding: index -1 is out of range"):
+            ta.embedding(ta.tensor(np.array([-1]), device=device), weight)
     with pytest.raises(TypeError, match=r"embedding: indices must be an integer tensor"):
         ta.embedding(_t([0.0, 1.0], device=device), weight)
 
