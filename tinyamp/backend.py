@@ -93,8 +93,12 @@ def _install_tracker(cupy: ModuleType) -> None:
     pool = getattr(current, "__self__", None)
     if not (hasattr(pool, "used_bytes") and hasattr(pool, "total_bytes")):
         return  # a foreign allocator (RMM, torch's...): its pool is not ours to read
-    _tracker = _PeakTracker(current, pool, cupy.cuda.runtime.getDevice)
-    cupy.cuda.set_allocator(_tracker.malloc)
+    tracker = _PeakTracker(current, pool, cupy.cuda.runtime.getDevice)
+    try:
+        cupy.cuda.set_allocator(tracker.malloc)
+    except ValueError:  # inside cupy.cuda.using_allocator(): CuPy refuses a global change
+        return
+    _tracker = tracker
 
 
 class _Cuda:
