@@ -1,0 +1,347 @@
+"""Bit-exactness of tinyamp.ops.cast_kernels against astype / np.maximum / np.where.
+
+Every fast path is compared bit for bit with the NumPy/ml_dtypes reference:
+exhaustively over all 65536 16-bit patterns, and for float32 sources over
+every float16/bfloat16 rounding boundary (exact values, halfway ties and
+their float32 neighbours) plus a million random float32 bit patterns with
+extra NaNs, infinities and subnormals. Each test runs on the NumPy path and,
+when numba is installed, on both numba float16 kernels (hardware F16C and
+integer).
+"""
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from tinyamp.ops import cast_kernels as ck
+from tinyamp.ops.cast_kernels import convert
+
+F32 = np.dtype(np.float32)
+F16 = np.dtype(np.float16)
+BF16 = np.dtype(ml_dtypes.bfloat16)
+LOWP = [F16, BF16]
+ALL = [F32, F16, BF16]
+PAIRS = [(s, d) for s in ALL for d in ALL if s != d]
+
+HAVE_NUMBA = ck._numba_installed() and ck.BACKEND == "numba" and ck.numba_available()
+
+_backend_params = [pytest.param(("numpy", None), id="numpy")]
+if HAVE_NUMBA:
+    _backend_params.append(pytest.param(("numba", "int"), id="numba-int"))
+    _backend_params.append(
+        pytest.param(
+            ("numba", "hw"),
+            id="numba-f16c",
+            marks=pytest.mark.skipif(not ck.F16C, reason="no hardware float16 conversion"),
+        )
+    )
+else:
+    _backend_params.append(pytest.param(("numba", None), id="numba", marks=pytest.mark.skip(reason="numba not installed or not selected")))
+
+
+@pytest.fixture(params=_backend_params)
+def backend(request):
+    name, impl = request.param
+    if impl is not None:
+        ck._select_f16_impl(impl)
+    yield name
+    if HAVE_NUMBA:
+        ck._select_f16_impl("hw" if ck.F16C else "int")
+
+
+def bits(a):
+    a = np.ascontiguousarray(a)
+    return a.view({2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize])
+
+
+def reference(x, dt):
+    with np.errstate(all="ignore"):
+        return x.astype(dt)
+
+
+def assert_same_bits(got, ref):
+    assert got.dtype == ref.dtype and got.shape == ref.shape
+    gb, rb = bits(got), bits(ref)
+    bad = np.flatnonzero(gb.ravel() != rb.ravel())
+    if bad.size:
+        i = bad[:8]
+        raise AssertionError(
+            f"{bad.size} mismatches; first at {i.tolist()}: got {[hex(v) for v in gb.ravel()[i]]} "
+            f"expected {[hex(v) for v in rb.ravel()[i]]}"
+        )
+
+
+# ---------------------------------------------------------------------------
+# inputs
+
+
+ALL16 = np.arange(65536, dtype=np.uint16)
+
+
+def f32_boundary_cases():
+    """float32 bit patterns at every float16 and bfloat16 rounding boundary."""
+    # float16: every non-negative finite value, the midpoints between
+    # neighbours (ties, including 65504/65536 -> 65520), and the float32
+    # neighbours of each midpoint; both signs.
+    pos = ALL16[:0x7C01].view(np.float16).astype(np.float64)  # up to +inf = 65536 stand-in
+    pos[-1] = 65536.0
+    mids = ((pos[:-1] + pos[1:]) / 2).astype(np.float32)  # exact in float32
+    vals = np.concatenate([
+        pos[:-1].astype(np.float32),
+        mids,
+        np.nextafter(mids, np.float32(np.inf)),
+        np.nextafter(mids, np.float32(0)),
+        np.float32([65519.996, 65520.0, 65536.0, 1e6, 3.4e38, 2.0**-25, 2.0**-26, 1e-45, 1e-40]),
+    ]).astype(np.float32)
+    f16_cases = np.concatenate([vals, -vals]).view(np.uint32)
+    # bfloat16: every pattern as float32, the halfway point below the next
+    # pattern, and its neighbours.
+    hi = ALL16.astype(np.uint32) << 16
+    bf_cases = np.concatenate([hi, hi | 0x8000, hi | 0x7FFF, hi | 0x8001, hi | 0x1])
+    return np.concatenate([f16_cases, bf_cases])
+
+
+def f32_random_bits(n=1_000_000, seed=1234):
+    rng = np.random.default_rng(seed)
+    u = rng.integers(0, 2**32, size=n, dtype=np.uint64).astype(np.uint32)
+    k = n // 8
+    u[:k] = (u[:k] & 0x807FFFFF) | 0x7F800000  # NaNs (and a few infs), both signs
+    u[k : 2 * k] &= 0x807FFFFF  # float32 subnormals and zeros
+    u[2 * k : 3 * k] = (u[2 * k : 3 * k] & 0x80FFFFFF) | 0x33000000  # around float16 subnormals
+    u[3 * k : 4 * k] = (u[3 * k : 4 * k] & 0x80FFFFFF) | 0x47000000  # around float16 overflow
+    u[4 * k : 4 * k + 8] = [0x7F800000, 0xFF800000, 0, 0x80000000, 0x7FC00000, 0xFFC00000, 0x7F800001, 0xFF800001]
+    return u
+
+
+# ---------------------------------------------------------------------------
+# convert: exhaustive 16-bit sources
+
+
+@pytest.mark.parametrize("src,dst", [p for p in PAIRS if p[0] != F32], ids=str)
+def test_all_16bit_patterns(backend, src, dst):
+    x = ALL16.view(src)
+    assert_same_bits(convert(x, dst, backend=backend), reference(x, dst))
+
+
+@pytest.mark.parametrize("dst", LOWP, ids=str)
+def test_f32_boundaries_and_ties(backend, dst):
+    x = f32_boundary_cases().view(np.float32)
+    assert_same_bits(convert(x, dst, backend=backend), reference(x, dst))
+
+
+@pytest.mark.parametrize("dst", LOWP, ids=str)
+def test_f32_random_bit_patterns(backend, dst):
+    x = f32_random_bits().view(np.float32)
+    assert_same_bits(convert(x, dst, backend=backend), reference(x, dst))
+
+
+def test_nan_rules_documented():
+    """The NaN payload rules the module docstring states (they are astype's)."""
+    u = np.array([0x7F800001, 0x7F802000, 0xFFA00000, 0x7FC00000], np.uint32)
+    x = u.view(np.float32)
+    assert bits(convert(x, F16, backend="numpy")).tolist() == [0x7C01, 0x7C01, 0xFD00, 0x7E00]
+    assert bits(convert(x, BF16, backend="numpy")).tolist() == [0x7FC0, 0x7FC0, 0xFFC0, 0x7FC0]
+    h = np.array([0x7C01, 0xFE00], np.uint16).view(F16)
+    assert bits(convert(h, F32, backend="numpy")).tolist() == [0x7F802000, 0xFFC00000]
+    b = np.array([0x7F81, 0xFFFF], np.uint16).view(BF16)
+    assert bits(convert(b, F16, backend="numpy")).tolist() == [0x7E00, 0xFE00]
+
+
+# ---------------------------------------------------------------------------
+# convert: the wrapper (layouts, out=, fallbacks)
+
+
+@pytest.mark.parametrize("src,dst", PAIRS, ids=lambda p: str(p))
+def test_layouts_and_out(backend, src, dst):
+    rng = np.random.default_rng(0)
+    base = reference(rng.standard_normal((64, 96)).astype(np.float32) * 100, src)
+    for a in (base, np.asfortranarray(base), base[:, ::3], base.T, base[::-1], base.reshape(4, 16, 96)):
+        ref = reference(a, dst)
+        got = convert(a, dst, backend=backend)
+        assert_same_bits(got, ref)
+        if a.flags.c_contiguous or a.flags.f_contiguous:
+            assert got.flags.c_contiguous == ref.flags.c_contiguous
+            assert got.flags.f_contiguous == ref.flags.f_contiguous
+        for order in ("C", "F"):
+            out = np.empty(a.shape, dst, order=order)
+            r = convert(a, dst, out=out, backend=backend)
+            assert r is out
+            assert_same_bits(out, ref)
+
+
+def test_overlapping_out(backend):
+    buf = np.random.default_rng(1).standard_normal(4096).astype(np.float32)
+    ref = reference(buf, F16)
+    out = buf.view(np.float16)[1024 : 1024 + 4096]  # overlaps the source's tail
+    r = convert(buf, F16, out=out, backend=backend)
+    assert r is out
+    assert_same_bits(out, ref)
+
+
+def test_defaults_and_fallbacks():
+    assert ck.BACKEND in ("numba", "numpy-bits", "astype")
+    assert ck.warmup() == ck.BACKEND
+    x = np.linspace(-70000, 70000, 10_000, dtype=np.float32)
+    assert_same_bits(convert(x, F16), reference(x, F16))  # auto backend, large
+    assert_same_bits(convert(x[:5], F16), reference(x[:5], F16))  # small: astype
+    assert_same_bits(convert(np.float32(3.0)[()], F16), reference(np.float32(3.0)[()], F16))
+    z = np.array(2.5, np.float32)  # 0-d
+    assert_same_bits(convert(z, F16, backend="numpy"), reference(z, F16))
+    e = np.empty((0, 3), np.float32)
+    assert convert(e, F16).shape == (0, 3)
+    assert_same_bits(convert(x, np.float64), x.astype(np.float64))  # not a fast pair
+    assert_same_bits(convert(x, F32), x)
+    assert convert(x, F32) is not x  # astype copies
+    y = convert(x, "float16", backend="astype")
+    assert y.dtype == F16
+
+    class Sub(np.ndarray):
+        pass
+
+    s = x[:100].view(Sub) / 1000  # (subclasses go to astype, which may warn)
+    assert type(convert(s, F16)) is Sub
+    with pytest.raises(ValueError):
+        convert(x, F16, out=np.empty(3, F16), backend="numpy")
+    with pytest.raises(ValueError):
+        convert(x, F16, backend="nope")
+
+
+def test_never_warns(backend):
+    import warnings
+
+    x = np.float32([1e6, -1e6, np.nan, 3.4e38] * 1024)
+    x.view(np.uint32)[2] = 0x7F800001  # signalling NaN: astype warns "invalid"
+    for n in (x.size, 4):  # fast path and the small-array astype path
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            for dt in LOWP:
+                assert_same_bits(convert(x[:n], dt, backend=None), reference(x[:n], dt))
+                assert_same_bits(convert(x[:n], dt, backend=backend), reference(x[:n], dt))
+
+
+# ---------------------------------------------------------------------------
+# ReLU forward / backward
+
+
+@pytest.mark.parametrize("dt", LOWP, ids=str)
+def test_relu_all_patterns(backend, dt):
+    x = ALL16.view(dt)
+    with np.errstate(all="ignore"):
+        ref = bits(np.maximum(x, 0)).copy()
+    ref[ref == 0x8000] = 0  # documented: -0.0 -> +0.0 (NumPy's float16 loop keeps -0.0)
+    got = ck.relu_lowp(x, backend=backend)
+    assert got.dtype == dt
+    assert np.array_equal(bits(got), ref)
+    out = np.empty_like(x)
+    assert ck.relu_lowp(x, out=out, backend=backend) is out
+    assert np.array_equal(bits(out), ref)
+    y = x.copy()  # in place
+    ck.relu_lowp(y, out=y, backend=backend)
+    assert np.array_equal(bits(y), ref)
+    x2 = x.reshape(256, 256)[:, ::2]  # non-contiguous
+    assert np.array_equal(bits(ck.relu_lowp(x2, backend=backend)).ravel(), ref.reshape(256, 256)[:, ::2].ravel())
+
+
+@pytest.mark.parametrize("dt", LOWP, ids=str)
+def test_relu_backward_all_patterns(backend, dt):
+    x = ALL16.view(dt)
+    g = np.random.default_rng(2).permutation(ALL16).view(dt)
+    with np.errstate(all="ignore"):
+        ref = np.where(x > 0, g, 0)
+    got = ck.relu_backward_lowp(g, x, backend=backend)
+    assert_same_bits(got, ref)
+    out = np.empty_like(g)
+    assert ck.relu_backward_lowp(g, x, out=out, backend=backend) is out
+    assert_same_bits(out, ref)
+    gg = g.copy()
+    ck.relu_backward_lowp(gg, x, out=gg, backend=backend)  # in place into grad
+    assert_same_bits(gg, ref)
+    xf, gf = np.asfortranarray(x.reshape(256, 256)), np.asfortranarray(g.reshape(256, 256))
+    assert_same_bits(ck.relu_backward_lowp(gf, xf, backend=backend), ref.reshape(256, 256))
+    assert_same_bits(ck.relu_backward_lowp(g.reshape(256, 256), xf, backend=backend), ref.reshape(256, 256))
+
+
+def test_relu_fallbacks():
+    x = np.array([-1.0, 0.0, 2.0, np.nan], np.float32)
+    assert_same_bits(ck.relu_lowp(x), np.maximum(x, 0))
+    with np.errstate(all="ignore"):
+        ref = np.where(x > 0, x, 0)
+    assert_same_bits(ck.relu_backward_lowp(x, x), ref)
+
+
+# ---------------------------------------------------------------------------
+# fused GEMM epilogue
+
+
+@pytest.mark.parametrize("dt", LOWP, ids=str)
+@pytest.mark.parametrize("relu", [False, True])
+def test_bias_act_convert(backend, dt, relu):
+    rng = np.random.default_rng(3)
+    u = f32_random_bits(200 * 300, seed=5)
+    y = np.concatenate([u[: 100 * 300], rng.standard_normal(100 * 300).astype(np.float32).view(np.uint32)])
+    y = y.view(np.float32).reshape(200, 300)
+    b = rng.standard_normal(300).astype(np.float32)
+    b[:3] = [np.inf, -np.inf, np.nan]
+    with np.errstate(all="ignore"):
+        t = y + b
+        if relu:
+            t = np.maximum(t, 0)
+        ref = t.astype(dt)
+        t0 = np.maximum(y, 0) if relu else y
+        ref_nobias = t0.astype(dt)
+    y_before = y.copy()
+    got = ck.bias_act_convert(y, b, dt, relu=relu, backend=backend)
+    assert_same_bits(got, ref)
+    assert_same_bits(y, y_before)
+    out = np.empty((200, 300), dt)
+    assert ck.bias_act_convert(y, b, dt, relu=relu, out=out, backend=backend) is out
+    assert_same_bits(out, ref)
+    assert_same_bits(ck.bias_act_convert(y, None, dt, relu=relu, backend=backend), ref_nobias)
+    y3 = y.reshape(2, 100, 300)
+    assert_same_bits(ck.bias_act_convert(y3, b, dt, relu=relu, backend=backend), ref.reshape(2, 100, 300))
+
+
+@pytest.mark.parametrize("dt", LOWP, ids=str)
+def test_round_to(backend, dt):
+    x = np.concatenate([f32_boundary_cases(), f32_random_bits(300_000, seed=9)]).view(np.float32)
+    ref = reference(reference(x, dt), F32)
+    assert_same_bits(ck.round_to(x, dt, backend=backend), ref)
+    y = x.copy()
+    assert ck.round_to(y, dt, out=y, backend=backend) is y  # in place
+    assert_same_bits(y, ref)
+    m = x[: 600 * 500].reshape(600, 500)
+    assert_same_bits(ck.round_to(m[:, ::2], dt, backend=backend), ref[: 600 * 500].reshape(600, 500)[:, ::2])
+
+
+@pytest.mark.parametrize("xdt", LOWP, ids=str)
+@pytest.mark.parametrize("dt", LOWP, ids=str)
+def test_relu_backward_convert(backend, xdt, dt):
+    x = np.tile(ALL16, 4).view(xdt)
+    g = np.concatenate([f32_boundary_cases(), f32_random_bits(300_000, seed=11)])[: x.size].view(np.float32)
+    with np.errstate(all="ignore"):
+        ref = np.where(x > 0, g, 0).astype(dt)
+    assert_same_bits(ck.relu_backward_convert(g, x, dt, backend=backend), ref)
+    if xdt == dt:  # equals masking after the downcast
+        assert_same_bits(ck.relu_backward_lowp(reference(g, dt), x, backend="numpy"), ref)
+    out = np.empty((512, 512), dt)
+    r = ck.relu_backward_convert(g.reshape(512, 512), x.reshape(512, 512), dt, out=out, backend=backend)
+    assert r is out
+    assert_same_bits(out.reshape(-1), ref)
+
+
+def test_broken_numba_falls_back(monkeypatch):
+    """numba installed but unusable: warn once, use the NumPy path, stay exact."""
+
+    def broken():
+        raise ImportError("simulated")
+
+    monkeypatch.setattr(ck, "_nb_state", None)
+    monkeypatch.setattr(ck, "BACKEND", "numba")
+    monkeypatch.setattr(ck, "_load_numba", broken)
+    x = f32_random_bits(100_000, seed=3).view(np.float32)
+    with pytest.warns(RuntimeWarning, match="numba cast kernels unavailable"):
+        got = convert(x, F16)
+    assert ck.BACKEND == "numpy-bits"
+    assert_same_bits(got, reference(x, F16))
+    with pytest.raises(RuntimeError):
+        convert(x, F16, backend="numba")
