@@ -16,10 +16,13 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
 from .. import dtypes as dt
 from ..amp.policy import FP32, NEUTRAL
 from ..autograd.function import Function
 from ..tensor import Tensor
+from .cast_kernels import relu_backward_lowp, relu_lowp
 from .elementwise import exp
 from .select import where
 
@@ -122,6 +125,9 @@ class Relu(Function):
     save_outputs = (0,)
 
     def forward(self, xp: Any, x: Any) -> Any:
+        if xp is np and dt.is_low_precision(x.dtype):
+            # NumPy's float16 ufuncs cost ~6 ns/element; this works on the bits.
+            return relu_lowp(x)
         return xp.maximum(x, 0)
 
     def backward(self, gy: Tensor) -> Tensor:
@@ -144,6 +150,12 @@ class ReluBackward(Function):
     save_inputs = (1,)
 
     def forward(self, xp: Any, gy: Any, y: Any) -> Any:
+        if xp is np and dt.is_low_precision(gy.dtype) and gy.dtype == y.dtype:
+            # Low precision on the CPU: a bit-level where(y > 0, gy, 0) (NumPy's
+            # float16 multiply is ~20 ns/element). Here an inf/nan in gy at a
+            # dead unit gives 0, as in PyTorch; the GradScaler still sees the
+            # overflow in the other gradients computed from gy.
+            return relu_backward_lowp(gy, y)
         return xp.multiply(gy, y > 0, dtype=gy.dtype)
 
     def backward(self, g: Tensor) -> tuple:

@@ -32,6 +32,7 @@ import ml_dtypes
 import numpy as np
 
 from tinyamp import backend
+from tinyamp.ops.cast_kernels import convert
 
 Array = Any  # numpy.ndarray or cupy.ndarray
 DTypeLike = Any  # anything numpy.dtype() accepts
@@ -160,15 +161,16 @@ def _gemm_cpu(a: np.ndarray, b: np.ndarray, out: np.dtype,
     # The float16 -> float32 cast is a scalar loop in NumPy (~2.5 ns/element),
     # so each operand is converted exactly once (and only once when a is b,
     # as in x @ x.T), and transposes stay views that BLAS reads directly.
+    # convert() is astype, bit for bit, through the fast kernels of cast_kernels.
     acc = _accumulate_dtype(a.dtype)
-    a_acc = a.astype(acc, copy=False)
-    b_acc = a_acc if b is a else b.astype(acc, copy=False)
+    a_acc = a if a.dtype == acc else convert(a, acc)
+    b_acc = a_acc if b is a else (b if b.dtype == acc else convert(b, acc))
     if trans_a:
         a_acc = a_acc.swapaxes(-1, -2)
     if trans_b:
         b_acc = b_acc.swapaxes(-1, -2)
     result = np.matmul(a_acc, b_acc)
-    return result if result.dtype == out else result.astype(out)
+    return result if result.dtype == out else convert(result, out)
 
 
 def _gemm_gpu(a: Array, b: Array, out: np.dtype, trans_a: bool, trans_b: bool,
