@@ -41,7 +41,11 @@ def _sgd_param(xp: Any, w: Any, g: Any, buf: Any, step: Any, keep: Any, *, lr: f
         d = d + momentum * new_buf if nesterov else new_buf
         masked_write(xp, buf, new_buf, keep)
         xp.add(step, keep, out=step, casting="unsafe")
-    masked_write(xp, w, w32 - lr * d, keep)
+    if keep is True and w32 is w:
+        # The common float32 step without AMP: update in place, no temporary for w - lr d.
+        xp.subtract(w, lr * d, out=w)
+    else:
+        masked_write(xp, w, w32 - lr * d, keep)
 
 
 class SGD(Optimizer):
