@@ -210,7 +210,7 @@ def test_cnn_runs_under_autocast_with_float16_convolutions() -> None:
     assert summary["memory"]["activations_by_dtype"]["float16"] > 0
     conv_rows = [line for line in text.splitlines() if " conv2d " in line and "forward" in line]
     assert len(conv_rows) == 2 and all("LOWER" in row and "float16[" in row for row in conv_rows)
-    pool_rows = [line for line in text.splitlines() if " maxpool2d " in line and "forward" in line]
+    pool_rows = [line for line in text.splitlines() if " max_pool2d " in line and "forward" in line]
     assert len(pool_rows) == 2 and all("float16[" in row for row in pool_rows)
 
 
