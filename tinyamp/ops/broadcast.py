@@ -9,9 +9,21 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from .. import dtypes as dt
 from ..amp.policy import NEUTRAL
 from ..autograd.function import Function
 from ..tensor import Tensor
+
+
+def broadcasting(op: str, ufunc: Any, *arrays: Any) -> Any:
+    """``ufunc(*arrays)`` with NumPy/PyTorch broadcasting; a mismatch names the op, shapes and dtypes."""
+    try:
+        return ufunc(*arrays)
+    except ValueError:
+        shapes = " and ".join(str(list(a.shape)) for a in arrays)
+        dtypes = ", ".join(dt.dtype_name(a.dtype) for a in arrays)
+        raise ValueError(f"{op}: operands with shapes {shapes} cannot be broadcast together "
+                         f"(dtypes {dtypes})") from None
 
 
 def _broadcast_error(op: str, target: tuple, source: tuple) -> ValueError:

@@ -20,17 +20,9 @@ from .. import dtypes as dt
 from ..amp.policy import FP32, NEUTRAL, PROMOTE
 from ..autograd.function import Function
 from ..tensor import Tensor
-from .broadcast import sum_to
+from .broadcast import broadcasting, sum_to
 from .cast import cast
 from .select import where
-
-
-def _binary(op: str, ufunc: Any, a: Any, b: Any) -> Any:
-    try:
-        return ufunc(a, b)
-    except ValueError:
-        raise ValueError(f"{op}: operands with shapes {list(a.shape)} and {list(b.shape)} cannot be "
-                         f"broadcast together (dtypes {a.dtype}, {b.dtype})") from None
 
 
 class Add(Function):
@@ -39,7 +31,7 @@ class Add(Function):
     precision = PROMOTE
 
     def forward(self, xp: Any, a: Any, b: Any) -> Any:
-        return _binary("add", xp.add, a, b)
+        return broadcasting("add", xp.add, a, b)
 
     def backward(self, gy: Tensor) -> tuple:
         a_shape, b_shape = (m[0] for m in self._input_meta)
@@ -52,7 +44,7 @@ class Sub(Function):
     precision = PROMOTE
 
     def forward(self, xp: Any, a: Any, b: Any) -> Any:
-        return _binary("sub", xp.subtract, a, b)
+        return broadcasting("sub", xp.subtract, a, b)
 
     def backward(self, gy: Tensor) -> tuple:
         a_shape, b_shape = (m[0] for m in self._input_meta)
@@ -66,7 +58,7 @@ class Mul(Function):
     save_inputs = (0, 1)
 
     def forward(self, xp: Any, a: Any, b: Any) -> Any:
-        return _binary("mul", xp.multiply, a, b)
+        return broadcasting("mul", xp.multiply, a, b)
 
     def backward(self, gy: Tensor) -> tuple:
         a, b = self.saved_tensors
@@ -82,7 +74,7 @@ class Div(Function):
     save_inputs = (0, 1)
 
     def forward(self, xp: Any, a: Any, b: Any) -> Any:
-        return _binary("div", xp.true_divide, a, b)
+        return broadcasting("div", xp.true_divide, a, b)
 
     def backward(self, gy: Tensor) -> tuple:
         a, b = self.saved_tensors
@@ -155,7 +147,7 @@ class Pow(Function):
     save_outputs = (0,)
 
     def forward(self, xp: Any, a: Any, b: Any) -> Any:
-        return _binary("pow", xp.power, a, b)
+        return broadcasting("pow", xp.power, a, b)
 
     def backward(self, gy: Tensor) -> tuple:
         a, b, y = self.saved_tensors

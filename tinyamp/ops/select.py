@@ -14,18 +14,8 @@ from .. import dtypes as dt
 from ..amp.policy import NEUTRAL, PROMOTE
 from ..autograd.function import Function
 from ..tensor import Tensor
-from .broadcast import sum_to
+from .broadcast import broadcasting, sum_to
 from .cast import cast
-
-
-def _broadcast(op: str, ufunc: Any, *arrays: Any) -> Any:
-    try:
-        return ufunc(*arrays)
-    except ValueError:
-        shapes = " and ".join(str(list(a.shape)) for a in arrays)
-        dtypes = ", ".join(dt.dtype_name(a.dtype) for a in arrays)
-        raise ValueError(f"{op}: operands with shapes {shapes} cannot be broadcast together "
-                         f"(dtypes {dtypes})") from None
 
 
 def _split_gradient(gy: Tensor, wins: Any, ties: Any, shapes: list) -> tuple:
@@ -46,7 +36,7 @@ class Maximum(Function):
     save_inputs = (0, 1)
 
     def forward(self, xp: Any, a: Any, b: Any) -> Any:
-        return _broadcast("maximum", xp.maximum, a, b)
+        return broadcasting("maximum", xp.maximum, a, b)
 
     def backward(self, gy: Tensor) -> tuple:
         a, b = self.saved_tensors
@@ -60,7 +50,7 @@ class Minimum(Function):
     save_inputs = (0, 1)
 
     def forward(self, xp: Any, a: Any, b: Any) -> Any:
-        return _broadcast("minimum", xp.minimum, a, b)
+        return broadcasting("minimum", xp.minimum, a, b)
 
     def backward(self, gy: Tensor) -> tuple:
         a, b = self.saved_tensors
@@ -106,7 +96,7 @@ class Where(Function):
 
     def forward(self, xp: Any, a: Any, b: Any) -> Any:
         self.condition = xp.asarray(self.condition)  # a NumPy mask joins CuPy operands' device
-        return _broadcast("where", xp.where, self.condition, a, b)
+        return broadcasting("where", xp.where, self.condition, a, b)
 
     def backward(self, gy: Tensor) -> tuple:
         a_shape, b_shape = (m[0] for m in self._input_meta)

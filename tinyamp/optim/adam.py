@@ -27,7 +27,6 @@ from typing import Any, Iterable
 import numpy as np
 
 from .. import cuda_kernels
-from ..tensor import Tensor
 from .optimizer import Optimizer, masked_write, opmath
 
 
@@ -80,7 +79,6 @@ class Adam(Optimizer):
         defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, amsgrad=amsgrad,
                         master_weights=master_weights)
         super().__init__(params, defaults)
-        self._low_written: set = set()  # parameters whose low-precision copy a fused kernel wrote
 
     def _update_group(self, group: dict, entries: list) -> None:
         beta1, beta2 = group["betas"]
@@ -98,17 +96,6 @@ class Adam(Optimizer):
                     self._low_written.add(p)
                 continue
             _adam_param(p.device.xp, w, g, m, v, v_max, step, keep, **hyper)
-
-    def _finish(self, p: Tensor, master: "Tensor | None") -> None:
-        # The fused kernel already wrote the rounded weights (on a kept step only):
-        # skip the base class's write-back, keep its bookkeeping.
-        if master is not None and p in self._low_written:
-            self._low_written.discard(p)
-            master.grad = None
-            p._version[0] += 1
-            self._master_versions[p] = p._version[0]
-            return
-        super()._finish(p, master)
 
 
 class AdamW(Adam):

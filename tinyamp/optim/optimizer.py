@@ -88,6 +88,8 @@ class Optimizer:
         # different version means someone else wrote the parameter (a model load),
         # and the master is refreshed from it. Host metadata, so no sync.
         self._master_versions: dict[Tensor, int] = {}
+        # Parameters whose low-precision copy a fused GPU kernel already wrote this step.
+        self._low_written: set = set()
         if isinstance(params, Tensor):
             raise TypeError("params argument given to the optimizer should be an iterable of Tensors "
                             f"or dicts, but got {type(params).__name__}")
@@ -251,10 +253,14 @@ class Optimizer:
 
     def _finish(self, p: Tensor, master: "Tensor | None") -> None:
         """After the update: round masters back into the parameter, bump the version."""
-        if master is not None:
+        if master is not None and p in self._low_written:
+            # The fused kernel wrote the rounded weights itself (on a kept step only).
+            self._low_written.discard(p)
+        elif master is not None:
             # Rounded write-back; a skipped step left the master unchanged, so the
             # rounding reproduces the parameter's current value bit for bit.
             p.data[...] = master.data.astype(p.dtype)
+        if master is not None:
             master.grad = None  # consumed: the next step reads the next unscale_'s grads
         p._version[0] += 1
         if master is not None:

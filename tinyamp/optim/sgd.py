@@ -23,7 +23,6 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from .. import cuda_kernels
-from ..tensor import Tensor
 from .optimizer import Optimizer, masked_write, opmath
 
 
@@ -67,7 +66,6 @@ class SGD(Optimizer):
         defaults = dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
                         nesterov=nesterov, maximize=maximize, master_weights=master_weights)
         super().__init__(params, defaults)
-        self._low_written: set = set()  # parameters whose low-precision copy a fused kernel wrote
 
     def _update_group(self, group: dict, entries: list) -> None:
         momentum = group["momentum"]
@@ -87,14 +85,3 @@ class SGD(Optimizer):
                     self._low_written.add(p)
                 continue
             _sgd_param(xp, w, g, buf, step, keep, **hyper)
-
-    def _finish(self, p: Tensor, master: "Tensor | None") -> None:
-        # The fused kernel already wrote the rounded weights (on a kept step only):
-        # skip the base class's write-back, keep its bookkeeping.
-        if master is not None and p in self._low_written:
-            self._low_written.discard(p)
-            master.grad = None
-            p._version[0] += 1
-            self._master_versions[p] = p._version[0]
-            return
-        super()._finish(p, master)
