@@ -111,6 +111,17 @@ def test_custom_function_saved_tensors_are_counted() -> None:
     assert saved["total"] == 5 * F32 + F32  # h, plus mul's scalar 3.0
 
 
+def test_arrays_an_op_keeps_as_attributes_are_counted() -> None:
+    w = _param(2, 3, 4, 4)
+    y = ta.nn.functional.max_pool2d(w * 1.0, 2)   # keeps int64 argmax indices, one per output
+    saved = memory.saved_tensor_bytes(y)
+    assert saved["by_dtype"]["int64"] == 2 * 3 * 2 * 2 * 8
+    assert saved["by_op"]["max_pool2d"] == 2 * 3 * 2 * 2 * 8
+    ta.manual_seed(0)
+    z = ta.nn.functional.dropout(w * 1.0, 0.5)     # keeps a boolean mask of the input's shape
+    assert memory.saved_tensor_bytes(z)["by_dtype"]["bool"] == 2 * 3 * 4 * 4
+
+
 def test_a_leaf_or_a_constant_saves_nothing() -> None:
     assert memory.saved_tensor_bytes(_input(3, 3))["total"] == 0
     assert memory.saved_tensor_bytes(_param(3, 3))["total"] == 0

@@ -12,7 +12,8 @@ objects rather than from a process-wide allocator:
   master weights), as the mixed-precision write-up reports a step.
 
 Each underlying array is counted once: two nodes saving the same tensor, or a
-view and the array it views, share one buffer. Leaf parameters (leaves that
+view and the array it views, share one buffer. Arrays an op keeps as its own
+attributes (max-pool's int64 argmax indices, dropout's mask) count too. Leaf parameters (leaves that
 require grad) are not activations: they are the model and are excluded, but
 their low-precision copies made by autocast are included, because those exist
 only for the step. On CUDA, :func:`gpu_pool_bytes` adds what CuPy's memory pool
@@ -22,6 +23,8 @@ holds (through ``tinyamp.backend.cupy()``, the one door to CuPy).
 from __future__ import annotations
 
 from typing import Any, Iterable
+
+import numpy as np
 
 from . import backend
 from . import dtypes as dt
@@ -67,7 +70,18 @@ def _saved_by(node: Any) -> list[tuple[Any, bool]]:
         saved.append((tensor.data, tensor.grad_fn is None and tensor._requires_grad))
     for array, _counter, _version in getattr(node, "_saved_out", ()):
         saved.append((array, False))  # an op output is never a leaf
-    return saved
+    return saved + _held_arrays(node)
+
+
+def _held_arrays(node: Any) -> list[tuple[Any, bool]]:
+    """Arrays an op keeps as its own attributes for backward (max-pool indices, a dropout mask).
+
+    They are not declared in ``save_inputs``/``save_outputs`` but live as long as
+    the node, so they are memory kept for backward all the same. Private
+    attributes are the tape's bookkeeping and are skipped.
+    """
+    return [(value, False) for key, value in vars(node).items()
+            if not key.startswith("_") and (isinstance(value, np.ndarray) or backend.is_cupy_array(value))]
 
 
 def saved_tensor_bytes(*outputs: Any) -> dict:
