@@ -250,9 +250,13 @@ def run(title: str, make_model: Callable[[], Any], args: argparse.Namespace, dat
                if skipped_at else ""))
     if hist is not None:
         u, s = hist["unscaled"], hist["scaled"]
-        say(f"gradients at the last step: {u['below_subnormal']:.2%} of non-zero values below float16's "
-            f"2^-24 unscaled, {s['below_subnormal']:.2%} after scaling by {hist['scale']:g}; "
-            f"{s['above_max']:.2%} above 65504 scaled")
+        line = f"gradients at the last step: {u['below_subnormal']:.2%} of non-zero values below float16's 2^-24"
+        if prec.scaled:
+            line += (f" unscaled, {s['below_subnormal']:.2%} after scaling by {hist['scale']:g}; "
+                     f"{s['above_max']:.2%} above 65504 scaled")
+        else:
+            line += " (this run uses no loss scaling)"
+        say(line)
     say(f"test accuracy: {accuracy:.4f}")
     say(f"time per step: median {summary['time_per_step_ms']:.1f} ms (first step {summary['first_step_ms']:.1f} ms); "
         f"training took {train_time:.1f} s")
