@@ -94,11 +94,7 @@ def test_float16_runs_used_loss_scaling_and_float32_did_not(mlp_runs: dict) -> N
 
 # ------------------------------------------------------------ memory
 @pytest.mark.slow
-# O1 is left out until ops.linalg.Linear stops saving the float16 copy of W when
-# its input needs no gradient: the first layer then keeps a 784 x hidden float16
-# weight copy that backward never reads (measured here: O1 saves 1.26x float32's
-# bytes; 0.51x with that copy dropped).
-@pytest.mark.parametrize("level", ["O2"])
+@pytest.mark.parametrize("level", ["O1", "O2"])
 def test_amp_saves_at_most_055x_the_float32_activations(mlp_runs: dict, level: str) -> None:
     fp32 = mlp_runs["float32"][0]["memory"]
     amp = mlp_runs[level][0]["memory"]

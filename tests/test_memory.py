@@ -48,7 +48,7 @@ def test_autocast_copies_of_parameters_are_counted_in_float16() -> None:
     saved = memory.saved_tensor_bytes(y)
     # Whatever linear keeps, it keeps in float16: the cast of x, and the cast of w
     # if it keeps one (that copy exists only for the step, so it is an activation).
-    kept = {tuple(t.shape): t.dtype for t, _v in y.grad_fn._saved_in}
+    kept = {tuple(t.shape): t.dtype for _array, t in y.grad_fn.saved_items()}
     assert set(kept.values()) == {ta.float16}
     expected = sum(int(np.prod(shape)) * F16 for shape in kept)
     assert saved["by_dtype"] == {"float16": expected}

@@ -19,6 +19,12 @@ def _leaf(*shape: int, dtype: object = f32, seed: int = 0) -> ta.Tensor:
     return ta.tensor(rng.standard_normal(shape) * 0.5, dtype=dtype, requires_grad=True)
 
 
+def _activation(*shape: int, seed: int = 5) -> ta.Tensor:
+    """A float32 activation that needs a gradient but is no leaf (so linear keeps
+    the cast weight for it, and it is never a weight-cache candidate itself)."""
+    return _leaf(*shape, seed=seed) * 1.0
+
+
 def _input(*shape: int, seed: int = 5) -> ta.Tensor:
     """A float32 input that needs no gradient (never a weight-cache candidate)."""
     rng = np.random.default_rng(seed)
@@ -30,7 +36,7 @@ def _cast_count(trace: "ta.amp.Trace", phase: str = "forward") -> int:
 
 
 def test_weight_is_cast_once_per_region() -> None:
-    x1, x2, w = _input(4, 6), _input(2, 6, seed=1), _leaf(5, 6, seed=2)
+    x1, x2, w = _activation(4, 6), _activation(2, 6, seed=1), _leaf(5, 6, seed=2)
     with ta.amp.trace() as t:
         with ta.amp.autocast():
             y1 = ta.linear(x1, w)
@@ -80,7 +86,7 @@ def test_only_float32_leaves_that_require_grad_are_cached() -> None:
 
 
 def test_inplace_update_invalidates_the_cached_cast() -> None:
-    x, w = _input(4, 6), _leaf(5, 6, seed=2)
+    x, w = _activation(4, 6), _leaf(5, 6, seed=2)
     with ta.amp.trace() as t:
         with ta.amp.autocast():
             y1 = ta.linear(x, w)
@@ -89,14 +95,14 @@ def test_inplace_update_invalidates_the_cached_cast() -> None:
             y2 = ta.linear(x, w)
     # y1 - y2 = x @ 1^T: the second product used the updated weight (float16 outputs: 1e-2).
     np.testing.assert_allclose(y1.float().detach().numpy() - y2.float().detach().numpy(),
-                               np.broadcast_to(x.numpy().sum(1, keepdims=True), (4, 5)),
+                               np.broadcast_to(x.detach().numpy().sum(1, keepdims=True), (4, 5)),
                                rtol=1e-2, atol=1e-2)
     assert t.cache_hits == 0 and t.cache_misses == 2
     assert y1.grad_fn.saved_tensors[1].data is not y2.grad_fn.saved_tensors[1].data
 
 
 def test_cache_is_shared_by_nested_regions_and_cleared_at_outermost_exit() -> None:
-    x, w = _input(4, 6), _leaf(5, 6, seed=2)
+    x, w = _activation(4, 6), _leaf(5, 6, seed=2)
     with ta.amp.autocast():
         with ta.amp.autocast():
             first = ta.linear(x, w).grad_fn.saved_tensors[1]

@@ -56,20 +56,8 @@ def _flatten(items: Iterable[Any]) -> list[Tensor]:
 
 def _saved_by(node: Any) -> list[tuple[Any, bool]]:
     """(array, is a leaf parameter) for each array ``node`` keeps for backward."""
-    saved: list[tuple[Any, bool]] = []
-    if getattr(node, "_custom", False):
-        # User Functions: save_for_backward() items, outputs referred to by index.
-        outputs = getattr(node, "_saved_out", ())
-        for kind, item in getattr(node, "_saved_user", ()):
-            if kind == "in":
-                saved.append((item.data, item.grad_fn is None and item._requires_grad))
-            else:
-                saved.append((outputs[item][0], False))
-        return saved
-    for tensor, _version in getattr(node, "_saved_in", ()):
-        saved.append((tensor.data, tensor.grad_fn is None and tensor._requires_grad))
-    for array, _counter, _version in getattr(node, "_saved_out", ()):
-        saved.append((array, False))  # an op output is never a leaf
+    saved = [(array, tensor is not None and tensor.grad_fn is None and tensor._requires_grad)
+             for array, tensor in node.saved_items()]
     return saved + _held_arrays(node)
 
 

@@ -227,14 +227,7 @@ class Trace:
         """Bytes of arrays this node keeps for backward that no earlier node kept."""
         if op.seq < 0:
             return 0
-        arrays = [t.data for t, _version in getattr(op, "_saved_in", ())]
-        if op._custom:
-            arrays = [item.data for kind, item in getattr(op, "_saved_user", ()) if kind == "in"]
-            indices = [item for kind, item in getattr(op, "_saved_user", ()) if kind == "out"]
-            saved_out = getattr(op, "_saved_out", ())
-            arrays += [saved_out[i][0] for i in indices]
-        else:
-            arrays += [array for array, _counter, _version in getattr(op, "_saved_out", ())]
+        arrays = [array for array, _tensor in op.saved_items()]
         total = 0
         per_dtype = self.saved_bytes[self.phase]
         for array in arrays:

@@ -64,6 +64,10 @@ class Function:
     # Which inputs / outputs backward reads (kept alive, version-checked).
     save_inputs: ClassVar[tuple[int, ...]] = ()
     save_outputs: ClassVar[tuple[int, ...]] = ()
+    # Optional {saved input: the input gradients that read it}. A saved input
+    # whose readers all need no gradient is not kept (saved_tensors gives None):
+    # x @ W with a constant x keeps x only, not the (float16 copy of the) weight.
+    saved_input_readers: ClassVar["dict[int, tuple[int, ...]] | None"] = None
     # True for PyTorch-style subclasses with @staticmethod forward(ctx, ...).
     _custom: ClassVar[bool] = False
 
@@ -71,6 +75,9 @@ class Function:
     seq: int = -1
     needs_input_grad: tuple[bool, ...] = ()
     _freed: bool = False
+    _saved_in: "list | tuple" = ()
+    _saved_out: "list | tuple" = ()
+    _saved_user: tuple = ()
     _output_hooks: "dict[int, list] | None" = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -160,7 +167,10 @@ class Function:
         self._edges = edges
         self._input_meta = meta
         self._output_meta = [(o.data.shape, o.data.dtype) for o in outputs]
-        self._saved_in = [(inputs[i], inputs[i]._version[0]) for i in self.save_inputs]
+        readers = self.saved_input_readers
+        self._saved_in = [(inputs[i], inputs[i]._version[0])
+                          if readers is None or any(needs[j] for j in readers[i]) else (None, 0)
+                          for i in self.save_inputs]
         self._saved_out = [(outputs[i].data, outputs[i]._version, outputs[i]._version[0])
                            for i in self.save_outputs]
         for index, out in enumerate(outputs):
@@ -178,7 +188,7 @@ class Function:
             raise RuntimeError(_FREED_MESSAGE)
         result = []
         for tensor, version in self._saved_in:
-            if tensor._version[0] != version:
+            if tensor is not None and tensor._version[0] != version:
                 raise _modified_error(self, tensor.shape, tensor.dtype, version, tensor._version[0])
             result.append(tensor)
         for (array, counter, version), index in zip(self._saved_out, self.save_outputs):
@@ -190,6 +200,17 @@ class Function:
             out.grad_fn, out._out_index, out.requires_grad = self, index, True
             result.append(out)
         return tuple(result)
+
+    def saved_items(self) -> list[tuple[Any, "Tensor | None"]]:
+        """What this node keeps alive for backward: (array, its input Tensor or None for an output).
+
+        For the precision report and memory accounting; nothing is version-checked.
+        """
+        if self._custom:
+            return [(item.data, item) if kind == "in" else (self._saved_out[item][0], None)
+                    for kind, item in self._saved_user]
+        items = [(t.data, t) for t, _version in self._saved_in if t is not None]
+        return items + [(array, None) for array, _counter, _version in self._saved_out]
 
     def release(self) -> None:
         """Drop saved tensors (after a backward without retain_graph)."""

@@ -42,6 +42,7 @@ class MatMul(Function):
 
     precision = LOWER
     save_inputs = (0, 1)
+    saved_input_readers = {0: (1,), 1: (0,)}  # a is read by db only, b by da only
 
     def __init__(self, trans_a: bool = False, trans_b: bool = False) -> None:
         # The flags are for the backward pass (gy @ W^T without a copy); the
@@ -81,18 +82,21 @@ class MatMul(Function):
         return y
 
     def backward(self, gy: Tensor) -> tuple:
-        a, b = self.saved_tensors
-        a2 = a.reshape(1, -1) if a.ndim == 1 else a
-        b2 = b.reshape(-1, 1) if b.ndim == 1 else b
+        a, b = self.saved_tensors  # None when the other operand needs no gradient
+        (a_shape, _), (b_shape, _) = self._input_meta
+        a2_shape = (1,) + a_shape if len(a_shape) == 1 else a_shape
+        b2_shape = b_shape + (1,) if len(b_shape) == 1 else b_shape
         gy = gy.reshape(self.shape2)
         ta, tb = self.trans_a, self.trans_b
         da = db = None
         if self.needs_input_grad[0]:
+            b2 = b.reshape(b2_shape)
             # d op(a) = gy @ op(b)^T; when a is transposed, da = (that)^T = op(b) @ gy^T.
             da = MatMul(False, not tb)(gy, b2) if not ta else MatMul(tb, True)(b2, gy)
-            da = sum_to(da, a2.shape).reshape(a.shape)
+            da = sum_to(da, a2_shape).reshape(a_shape)
         if self.needs_input_grad[1]:
-            if b2.ndim == 2 and a2.ndim > 2 and not ta:
+            a2 = a.reshape(a2_shape)
+            if len(b2_shape) == 2 and len(a2_shape) > 2 and not ta:
                 # The batch-broadcast weight of x @ W: one GEMM over all rows
                 # (sum_k x_k^T gy_k) rather than per-batch products summed after.
                 a_rows, g_rows = a2.reshape(-1, a2.shape[-1]), gy.reshape(-1, gy.shape[-1])
@@ -100,7 +104,7 @@ class MatMul(Function):
             else:
                 # d op(b) = op(a)^T @ gy; when b is transposed, db = gy^T @ op(a).
                 db = MatMul(not ta, False)(a2, gy) if not tb else MatMul(True, ta)(gy, a2)
-            db = sum_to(db, b2.shape).reshape(b.shape)
+            db = sum_to(db, b2_shape).reshape(b_shape)
         return da, db
 
 
@@ -123,6 +127,7 @@ class Linear(Function):
 
     precision = LOWER
     save_inputs = (0, 1)  # x and W only: the output is not needed
+    saved_input_readers = {0: (1,), 1: (0,)}  # x is read by dW only, W by dx only
 
     def forward(self, xp: Any, x: Any, w: Any, b: Any = None) -> Any:
         _check_dtypes("linear", x, w, *(() if b is None else (b,)))
@@ -152,7 +157,7 @@ class Linear(Function):
         g_rows = gy.reshape(-1, gy.shape[-1]) if gy.ndim != 2 else gy
         dx = dw = None
         if self.needs_input_grad[0]:
-            dx = MatMul()(g_rows, w).reshape(x.shape)
+            dx = MatMul()(g_rows, w).reshape(self._input_meta[0][0])
         if self.needs_input_grad[1]:
             x_rows = x.reshape(-1, x.shape[-1]) if x.ndim != 2 else x
             dw = MatMul(trans_a=True)(g_rows, x_rows)
