@@ -6,7 +6,7 @@ candidate on 1024x1024 and 128x1024 arrays and writes it as JSON
 
 Candidates per conversion: ``astype``; ``np.copyto`` into a preallocated
 buffer; a 65536-entry lookup table (float16 -> float32 only); the NumPy
-bit-manipulation recipes of ``tinyamp.ops.cast_kernels`` (whole array and in
+bit-manipulation recipes of ``tinyamp.ops.cast_kernels_numpy`` (whole array and in
 L2-sized chunks); the numba kernels (serial, as shipped, plus an experimental
 ``parallel=True`` variant); and ``convert`` itself (allocating and with
 ``out=``). Then ReLU, ReLU backward and the GEMM epilogue (bias + ReLU +
@@ -22,7 +22,7 @@ average is printed before and after.
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import importlib
 import json
 import os
 import platform
@@ -30,6 +30,7 @@ import subprocess
 import sys
 import time
 import timeit
+import types
 from pathlib import Path
 
 import ml_dtypes
@@ -43,19 +44,19 @@ MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": "4294967296", "MALLOC_TRIM_THRESHOLD_": 
 
 
 def load_cast_kernels():
-    """Import tinyamp.ops.cast_kernels, or load the file directly if the
-    package itself does not import (it is developed concurrently)."""
-    try:
-        from tinyamp.ops import cast_kernels  # noqa: PLC0415
+    """Return the modules cast_kernels, cast_kernels_numba, cast_kernels_numpy.
 
-        return cast_kernels
+    Imported from tinyamp.ops, or, if the package itself does not import (it
+    is developed concurrently), loaded from their files under a stand-in
+    package: they import only each other, NumPy, ml_dtypes and numba."""
+    names = ("cast_kernels", "cast_kernels_numba", "cast_kernels_numpy")
+    try:
+        return tuple(importlib.import_module(f"tinyamp.ops.{n}") for n in names)
     except Exception:
-        path = ROOT / "tinyamp" / "ops" / "cast_kernels.py"
-        spec = importlib.util.spec_from_file_location("tinyamp_cast_kernels_standalone", path)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = mod
-        spec.loader.exec_module(mod)
-        return mod
+        pkg = types.ModuleType("tinyamp_cast_kernels_standalone")
+        pkg.__path__ = [str(ROOT / "tinyamp" / "ops")]
+        sys.modules[pkg.__name__] = pkg
+        return tuple(importlib.import_module(f"{pkg.__name__}.{n}") for n in names)
 
 
 def bench(fn, n, repeats, min_time):
@@ -81,11 +82,11 @@ def chunked(fn, chunk):
     return run
 
 
-def make_parallel_kernels(ck):
+def make_parallel_kernels(nbk):
     """Experimental parallel=True variants of the shipped numba kernels."""
     from numba import njit, prange  # noqa: PLC0415
 
-    f2h_hw, f2h_int, h2f, f2b = ck._f2h_hw, ck._f2h_int, ck._h2f_hw, ck._f2b_bits
+    f2h_hw, f2h_int, h2f, f2b = nbk._f2h_hw, nbk._f2h_int, nbk._h2f_hw, nbk._f2b_bits
 
     @njit(parallel=True)
     def par_f32_to_f16_hw(src, dst):
@@ -115,7 +116,7 @@ def make_parallel_kernels(ck):
                 v = y[r, c] + bias[c]
                 if not (v > np.float32(0.0) or v != v):
                     v = np.float32(0.0)
-                dst[r, c] = np.uint16(f2h_hw(ck._nb_fbits(v)))
+                dst[r, c] = np.uint16(f2h_hw(nbk._nb_fbits(v)))
 
     return dict(
         f32_to_f16_hw=par_f32_to_f16_hw,
@@ -127,18 +128,18 @@ def make_parallel_kernels(ck):
 
 
 def run(args):
-    ck = load_cast_kernels()
+    ck, nbk, npk = load_cast_kernels()
     have_numba = ck.numba_available() if ck.BACKEND == "numba" else False
     t0 = time.time()
     ck.warmup()
     warm_s = time.time() - t0
     par = None
     if have_numba:
-        ck._select_f16_impl("int")
+        nbk.select_f16_impl("int")
         ck.warmup()
-        ck._select_f16_impl("hw" if ck.F16C else "int")
+        nbk.select_f16_impl("hw" if ck.F16C else "int")
         if not args.no_parallel:
-            par = make_parallel_kernels(ck)
+            par = make_parallel_kernels(nbk)
     rng = np.random.default_rng(0)
     results = []
 
@@ -174,11 +175,11 @@ def run(args):
         add(g, shape, "copyto(out)", lambda: np.copyto(o32, x16), n)
         add(g, shape, "LUT np.take(table, u16, out)", lambda: np.take(table, h16, out=o32f), n)
         add(g, shape, "LUT table[u16]", lambda: table[h16], n)
-        add(g, shape, "numpy-bits (out)", lambda: ck._np_f16_to_f32(h16, o32f), n)
-        add(g, shape, "numpy-bits chunk 65536 (out)", lambda: chunked(ck._np_f16_to_f32, 65536)(h16, o32f), n)
+        add(g, shape, "numpy-bits (out)", lambda: npk.f16_to_f32(h16, o32f), n)
+        add(g, shape, "numpy-bits chunk 65536 (out)", lambda: chunked(npk.f16_to_f32, 65536)(h16, o32f), n)
         add(g, shape, "convert numpy (alloc)", lambda: ck.convert(x16, F32, backend="numpy"), n)
         if have_numba:
-            add(g, shape, "numba serial (out)", lambda: ck._K["f16_to_f32"](h16, o32u), n)
+            add(g, shape, "numba serial (out)", lambda: nbk.KERNELS["f16_to_f32"](h16, o32u), n)
             if par:
                 add(g, shape, "numba parallel (out)", lambda: par["f16_to_f32"](h16, o32u), n)
             add(g, shape, "convert numba (alloc)", lambda: ck.convert(x16, F32, backend="numba"), n)
@@ -188,12 +189,12 @@ def run(args):
         g = "f32->f16"
         add(g, shape, "astype", lambda: x32.astype(F16), n)
         add(g, shape, "copyto(out)", lambda: np.copyto(o16, x32, casting="same_kind"), n)
-        add(g, shape, "numpy-bits (out)", lambda: ck._np_f32_to_f16(f32, o16u), n)
-        add(g, shape, "numpy-bits chunk 65536 (out)", lambda: chunked(ck._np_f32_to_f16, 65536)(f32, o16u), n)
+        add(g, shape, "numpy-bits (out)", lambda: npk.f32_to_f16(f32, o16u), n)
+        add(g, shape, "numpy-bits chunk 65536 (out)", lambda: chunked(npk.f32_to_f16, 65536)(f32, o16u), n)
         add(g, shape, "convert numpy (alloc)", lambda: ck.convert(x32, F16, backend="numpy"), n)
         if have_numba:
-            add(g, shape, "numba serial F16C (out)", lambda: ck._K["f32_to_f16_hw"](u32, o16u), n)
-            add(g, shape, "numba serial int (out)", lambda: ck._K["f32_to_f16_int"](u32, o16u), n)
+            add(g, shape, "numba serial F16C (out)", lambda: nbk.KERNELS["f32_to_f16_hw"](u32, o16u), n)
+            add(g, shape, "numba serial int (out)", lambda: nbk.KERNELS["f32_to_f16_int"](u32, o16u), n)
             if par:
                 add(g, shape, "numba parallel F16C (out)", lambda: par["f32_to_f16_hw"](u32, o16u), n)
                 add(g, shape, "numba parallel int (out)", lambda: par["f32_to_f16_int"](u32, o16u), n)
@@ -215,7 +216,7 @@ def run(args):
         add(g, shape, "copyto(out)", lambda: np.copyto(ob, x32, casting="unsafe"), n)
         add(g, shape, "numpy-bits RNE, no NaN fix (out)", bf_bits, n)
         if have_numba:
-            add(g, shape, "numba serial (out)", lambda: ck._K["f32_to_bf16"](u32, obu), n)
+            add(g, shape, "numba serial (out)", lambda: nbk.KERNELS["f32_to_bf16"](u32, obu), n)
             if par:
                 add(g, shape, "numba parallel (out)", lambda: par["f32_to_bf16"](u32, obu), n)
             add(g, shape, "convert numba (alloc)", lambda: ck.convert(x32, BF16, backend="numba"), n)
@@ -225,7 +226,7 @@ def run(args):
         add(g, shape, "astype (ml_dtypes)", lambda: xb.astype(F32), n)
         add(g, shape, "copyto(out)", lambda: np.copyto(o32, xb), n)
         if have_numba:
-            add(g, shape, "numba serial (out)", lambda: ck._K["bf16_to_f32"](hb, o32u), n)
+            add(g, shape, "numba serial (out)", lambda: nbk.KERNELS["bf16_to_f32"](hb, o32u), n)
             add(g, shape, "convert numba (alloc)", lambda: ck.convert(xb, F32, backend="numba"), n)
 
         # ---- float16 <-> bfloat16

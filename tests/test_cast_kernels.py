@@ -15,6 +15,7 @@ import pytest
 
 from tinyamp.ops import cast_kernels as ck
 from tinyamp.ops.cast_kernels import convert
+from tinyamp.ops.cast_kernels_numba import select_f16_impl
 
 F32 = np.dtype(np.float32)
 F16 = np.dtype(np.float16)
@@ -43,10 +44,10 @@ else:
 def backend(request):
     name, impl = request.param
     if impl is not None:
-        ck._select_f16_impl(impl)
+        select_f16_impl(impl)
     yield name
     if HAVE_NUMBA:
-        ck._select_f16_impl("hw" if ck.F16C else "int")
+        select_f16_impl("hw" if ck.F16C else "int")
 
 
 def bits(a):

@@ -1,0 +1,286 @@
+"""Fused float16/bfloat16 elementwise helpers around a GEMM, bit-exact.
+
+Import these from :mod:`tinyamp.ops.cast_kernels`, which chooses the
+backend; each function also takes ``backend=`` (``"numba"``, ``"numpy"``,
+``"astype"``) to force a path. All are bit-exact against the unfused NumPy
+expression:
+
+:func:`relu_lowp`
+    ``np.maximum(x, 0)`` for float16/bfloat16 on the 16-bit integer view.
+    NaN propagates with its bits, as with ``np.maximum``; -0.0 gives +0.0
+    (NumPy's float16 loop returns -0.0 there, its float32 and bfloat16 loops
+    +0.0; the values are equal).
+:func:`relu_backward_lowp`
+    ``np.where(x > 0, grad, 0)`` for float16/bfloat16 (NaN in ``x`` masks).
+:func:`bias_act_convert`
+    Forward GEMM epilogue: ``convert(np.maximum(y + bias, 0), dtype)`` (or
+    without the ReLU) in one pass over the float32 GEMM output.
+:func:`relu_backward_convert`
+    Backward epilogue: ``convert(np.where(x > 0, grad32, 0), dtype)``.
+:func:`round_to`
+    ``x.astype(dtype).astype(float32)`` in one pass: float16-rounded values
+    kept in float32 for float32 BLAS (the matmul emulation's weights).
+
+The work itself is a numba kernel (cast_kernels_numba) or a NumPy bit
+recipe (cast_kernels_numpy); this file checks the inputs, lays out the
+destination and dispatches.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import cast_kernels_numpy as npb
+from .cast_kernels_numba import KERNELS
+from .cast_kernels_numpy import F16, F32, I16, I32, INF16, U16, U32, flat
+
+# ---------------------------------------------------------------------------
+# ReLU forward / backward on 16-bit float bit patterns
+# ---------------------------------------------------------------------------
+
+
+def relu_lowp(x, out=None, backend=None):
+    """ReLU of a float16/bfloat16 array: ``np.maximum(x, 0)`` on bit patterns.
+
+    Bit-identical to ``np.maximum(x, 0)`` except that -0.0 gives +0.0 (NumPy's
+    float16 loop returns -0.0 there; its float32/bfloat16 loops return +0.0).
+    NaNs propagate unchanged (sign and payload), as with ``np.maximum``.
+    Other dtypes and non-NumPy arrays use ``np.maximum(x, 0)``.
+    """
+    if type(x) is not np.ndarray or x.dtype not in INF16 or x.size == 0:
+        return np.maximum(x, 0, out=out) if out is not None else np.maximum(x, 0)
+    path = _ck._resolve(backend)
+    if path == "astype":
+        return np.maximum(x, 0, out=out) if out is not None else np.maximum(x, 0)
+    inf = INF16[x.dtype]
+    if not (x.flags.c_contiguous or x.flags.f_contiguous):
+        x = np.ascontiguousarray(x)
+    res = _prepare_out(out, x, x.dtype, (x,))
+    xv, rv = flat(x).view(I16), flat(res).view(I16)
+    if path == "numba":
+        KERNELS["relu16"](xv, rv, np.int16(inf))
+    else:
+        npb.relu16(xv, rv, inf)
+    if res is not out and out is not None:
+        np.copyto(out, res)
+        return out
+    return res
+
+
+def relu_backward_lowp(grad, x, out=None, backend=None):
+    """``np.where(x > 0, grad, 0)`` for float16/bfloat16, bit-exact.
+
+    ``x`` is the ReLU input or output (both give the same mask), ``grad`` the
+    incoming gradient, both of the same 16-bit dtype and shape. A NaN or
+    -0.0 in ``x`` masks to +0.0; NaNs in ``grad`` pass where ``x > 0``.
+    Anything else (mixed dtypes, broadcasting, non-NumPy arrays) uses
+    ``np.where(x > 0, grad, 0)``.
+    """
+    if (
+        type(x) is not np.ndarray
+        or type(grad) is not np.ndarray
+        or x.dtype not in INF16
+        or grad.dtype != x.dtype
+        or grad.shape != x.shape
+        or x.size == 0
+    ):
+        return _where_fallback(grad, x, out)
+    path = _ck._resolve(backend)
+    if path == "astype":
+        return _where_fallback(grad, x, out)
+    inf = INF16[x.dtype]
+    # Both must be flattened in the same element order.
+    both_c = x.flags.c_contiguous and grad.flags.c_contiguous
+    if not (both_c or (x.flags.f_contiguous and grad.flags.f_contiguous)):
+        x = np.ascontiguousarray(x)
+        grad = np.ascontiguousarray(grad)
+    res = _prepare_out(out, x, x.dtype, (x, grad))
+    xv, gv, rv = flat(x).view(I16), flat(grad).view(I16), flat(res).view(I16)
+    if path == "numba":
+        KERNELS["relu_bwd16"](gv, xv, rv, np.int16(inf))
+    else:
+        npb.relu_bwd16(gv, xv, rv, inf)
+    if res is not out and out is not None:
+        np.copyto(out, res)
+        return out
+    return res
+
+
+def _where_fallback(grad, x, out):
+    r = np.where(x > 0, grad, 0)
+    if out is None:
+        return r
+    out[...] = r
+    return out
+
+
+def _prepare_out(out, like, dtype, inputs):
+    """A destination with the memory order of ``like``; ``out`` if usable."""
+    if out is not None:
+        if type(out) is not np.ndarray or out.dtype != dtype or out.shape != like.shape:
+            raise ValueError(f"out must be a numpy array of dtype {dtype} and shape {like.shape}")
+        order_ok = (like.flags.c_contiguous and out.flags.c_contiguous) or (
+            like.flags.f_contiguous and out.flags.f_contiguous and not like.flags.c_contiguous
+        )
+        # Elementwise in-place (out is exactly an input) is safe; any other
+        # overlap goes through a temporary.
+        overlap = any(np.may_share_memory(out, a) and not _same_buffer(out, a) for a in inputs)
+        if order_ok and not overlap:
+            return out
+    return np.empty_like(like, dtype=dtype)
+
+
+def _same_buffer(a, b):
+    return (
+        a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
+        and a.strides == b.strides
+        and a.itemsize == b.itemsize
+    )
+
+
+# ---------------------------------------------------------------------------
+# GEMM epilogues (bias add + ReLU + downcast, masked downcast) and round_to
+# ---------------------------------------------------------------------------
+
+
+def bias_act_convert(y, bias=None, dtype=F16, relu=False, out=None, backend=None):
+    """``convert(np.maximum(y + bias, 0) if relu else y + bias, dtype)``, fused.
+
+    ``y``: float32 GEMM output of shape (..., N); ``bias``: float32 of shape
+    (N,) or None; ``dtype``: float16 or bfloat16. Bit-identical to the
+    unfused NumPy expression (float32 add, float32 ``np.maximum``, then
+    ``astype``). With numba this is one pass over ``y``; the NumPy path works
+    in place on a float32 temporary and then converts. ``y`` is not modified.
+    Note ReLU before the downcast equals ReLU after it: rounding is monotone.
+    """
+    dt = np.dtype(dtype)
+    if (
+        type(y) is not np.ndarray
+        or y.dtype != F32
+        or dt not in INF16
+        or y.ndim == 0
+        or (bias is not None and (type(bias) is not np.ndarray or bias.dtype != F32
+                                  or bias.shape != (y.shape[-1],)))
+    ):
+        t = y + bias if bias is not None else y
+        if relu:
+            t = np.maximum(t, 0)
+        return _ck.convert(t, dt, out=out)
+    path = _ck._resolve(backend)
+    if path == "numba" and y.size > 0:
+        y2 = np.ascontiguousarray(y).reshape(-1, y.shape[-1])
+        b = np.zeros(y.shape[-1], F32) if bias is None else np.ascontiguousarray(bias)
+        has_bias = bias is not None  # adding a zero bias would change -0.0 and sNaNs
+        res = out
+        if (
+            res is None
+            or type(res) is not np.ndarray
+            or res.dtype != dt
+            or res.shape != y.shape
+            or not res.flags.c_contiguous
+        ):
+            if res is not None:
+                raise ValueError(f"out must be a C-contiguous {dt} array of shape {y.shape}")
+            res = np.empty(y.shape, dt)
+        name = "epi_f16" if dt == F16 else "epi_bf16"
+        r2 = res.reshape(-1, y.shape[-1])
+        if np.may_share_memory(r2, y2) or np.may_share_memory(r2, b):
+            tmp = np.empty(r2.shape, dt)
+            KERNELS[name](y2, b, tmp.view(U16), bool(relu), has_bias)
+            r2[...] = tmp
+        else:
+            KERNELS[name](y2, b, r2.view(U16), bool(relu), has_bias)
+        return res
+    with np.errstate(all="ignore"):
+        t = np.add(y, bias) if bias is not None else y.copy()
+        if relu:
+            np.maximum(t, np.float32(0), out=t)
+    return _ck.convert(t, dt, out=out, backend=backend)
+
+
+def relu_backward_convert(grad, x, dtype=None, out=None, backend=None):
+    """``convert(np.where(x > 0, grad, 0), dtype)`` in one pass, bit-exact.
+
+    The backward epilogue of a ReLU layer in AMP: ``grad`` is the float32
+    GEMM output (dL/d relu-output), ``x`` the saved float16/bfloat16 ReLU
+    input or output (same shape), ``dtype`` the gradient's low-precision dtype
+    (default ``x.dtype``). Masking before or after the downcast gives the
+    same bits (the masked value is +0.0 either way), so this equals
+    ``relu_backward_lowp(convert(grad, dtype), x)``.
+    """
+    dt = np.dtype(x.dtype if dtype is None else dtype)
+    if (
+        type(grad) is not np.ndarray
+        or type(x) is not np.ndarray
+        or grad.dtype != F32
+        or x.dtype not in INF16
+        or dt not in INF16
+        or grad.shape != x.shape
+        or grad.size == 0
+    ):
+        with np.errstate(all="ignore"):
+            r = np.where(x > 0, grad, 0)
+        return _ck.convert(r, dt, out=out)
+    path = _ck._resolve(backend)
+    inf = INF16[x.dtype]
+    if path == "numba":
+        g = np.ascontiguousarray(grad)
+        xc = np.ascontiguousarray(x)
+        res = out
+        if res is None or type(res) is not np.ndarray or res.dtype != dt or res.shape != x.shape \
+                or not res.flags.c_contiguous or np.may_share_memory(res, g):
+            if res is not None and (type(res) is not np.ndarray or res.dtype != dt or res.shape != x.shape):
+                raise ValueError(f"out must be a numpy array of dtype {dt} and shape {x.shape}")
+            res = np.empty(x.shape, dt)
+        name = "rbc_f16" if dt == F16 else "rbc_bf16"
+        KERNELS[name](g.reshape(-1).view(U32), xc.reshape(-1).view(I16), res.reshape(-1).view(U16), np.int16(inf))
+        if out is not None and res is not out:
+            np.copyto(out, res)
+            return out
+        return res
+    if path == "astype":
+        with np.errstate(all="ignore"):
+            return _ck.convert(np.where(x > 0, grad, 0), dt, out=out, backend="astype")
+    xc = np.ascontiguousarray(x)
+    m = npb.relu_mask16(xc.reshape(-1).view(I16), inf).astype(I32)  # sign-extends -1
+    g = np.ascontiguousarray(grad).reshape(-1).view(I32)
+    np.bitwise_and(g, m, out=m)
+    return _ck.convert(m.view(F32).reshape(x.shape), dt, out=out, backend=backend)
+
+
+def round_to(x, dtype, out=None, backend=None):
+    """``x.astype(dtype).astype(float32)`` for a float32 ``x``, in one pass.
+
+    The values a float16/bfloat16 copy of ``x`` holds, kept in float32 so
+    that float32 BLAS can use them: how the AMP matmul emulation feeds
+    float16-rounded weights (or rounds float32 weight gradients to what a
+    float16 gradient would hold) without a 16-bit intermediate. Bit-exact
+    (overflow gives inf, NaNs follow the two casts' rules). ``out`` may be
+    ``x`` itself (in place).
+    """
+    dt = np.dtype(dtype)
+    if type(x) is not np.ndarray or x.dtype != F32 or dt not in INF16 or x.size == 0:
+        with np.errstate(all="ignore"):
+            r = x.astype(dt).astype(x.dtype)
+        if out is None:
+            return r
+        out[...] = r
+        return out
+    path = _ck._resolve(backend)
+    if path == "numba":
+        xc = x if (x.flags.c_contiguous or x.flags.f_contiguous) else np.ascontiguousarray(x)
+        res = _prepare_out(out, xc, F32, (xc,))
+        name = "rt_f16" if dt == F16 else "rt_bf16"
+        KERNELS[name](flat(xc).view(U32), flat(res).view(U32))
+        if out is not None and res is not out:
+            np.copyto(out, res)
+            return out
+        return res
+    b = "numpy" if path == "numpy-bits" else path
+    return _ck.convert(_ck.convert(x, dt, backend=b), F32, out=out, backend=b)
+
+
+# Last, and as a module: cast_kernels imports the functions above, and they
+# look up its convert() and backend choice (_resolve) at call time, so either
+# module can be imported first.
+from . import cast_kernels as _ck  # noqa: E402

@@ -1,0 +1,349 @@
+"""numba kernels for tinyamp.ops.cast_kernels (the ``"numba"`` backend).
+
+Serial ``nogil`` loops over 1-D contiguous integer views (and the 2-D GEMM
+epilogues), whose scalar conversion is written in LLVM IR on 32-bit
+integers: numba would widen Python-level integer code to 64 bits and run
+3-4x slower. With a hardware float16 conversion (F16C on x86) LLVM emits
+``vcvtps2ph``/``vcvtph2ps`` plus a NaN fix-up, otherwise an integer/float
+recipe; both are bit-identical to NumPy/ml_dtypes and 10-25x faster than
+``astype``.
+
+numba is optional (extra ``tinyamp[jit]``) and costs about a second to
+import, so nothing here imports it until :func:`load` runs; cast_kernels
+calls that on first use of the numba backend and falls back to the NumPy
+recipes if it raises. Kernels then compile lazily on first call (0.1-0.5 s
+each; ``cache=True`` keeps them on disk). :data:`KERNELS` maps a kernel name
+to its compiled function; the names without ``_hw``/``_int`` are the
+float16 implementation :func:`select_f16_impl` chose.
+
+Rejected: numba ``parallel=True`` kernels. At best about 2x faster on 2
+idle cores, but 4-5x slower to compile, and when any other process or
+OpenBLAS's spinning threads hold a core their barrier waits make them
+20-1000x slower (7.6 ns/element at 1M elements, 60-90 ns at 128K, measured
+on the shared development machine; ``benchmarks/bench_casts.py``).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+# name -> compiled numba function, filled by load(); load() also binds the
+# scalar intrinsics (_h2f_hw, _f2h_int, _f2b_bits, _nb_fbits, ...) as module
+# globals, which the benchmark's parallel variants reuse.
+KERNELS = {}
+
+
+def load() -> bool:  # noqa: C901 - one place that defines every kernel
+    """Import numba, define every kernel into KERNELS and pick the float16 ones.
+
+    Returns whether the hardware float16 conversion is used (cast_kernels'
+    ``F16C``). Raises (ImportError, or numba/LLVM errors) when numba is
+    unusable.
+    """
+    # Names are declared global so that the jitted functions below see them as
+    # module globals (not closure cells), which keeps numba's cache=True usable.
+    global _nb_fbits, _h2f_int, _h2f_hw, _f2h_int, _f2h_hw, _f2b_bits, _b2h_int, _b2h_hw
+
+    from llvmlite import ir
+    from numba import njit, types
+    from numba.extending import intrinsic
+
+    jit = njit(cache=True, nogil=True, fastmath=False, boundscheck=False)
+
+    # The scalar conversions are written directly in LLVM IR on i32 values:
+    # numba widens every integer expression to 64 bits, which halves the SIMD
+    # width and made the same code written in Python 3-4x slower.
+    i16, i32, f32t, f16t = ir.IntType(16), ir.IntType(32), ir.FloatType(), ir.HalfType()
+
+    def k(v):
+        return ir.Constant(i32, v)
+
+    def sel_gt(b, x, limit, then, other):  # x > limit (unsigned) ? then : other
+        return b.select(b.icmp_unsigned(">", x, k(limit)), then, other)
+
+    def ir_h2f_hw(b, u):  # float16 bits (in an i32) -> float32 bits
+        f = b.fpext(b.bitcast(b.trunc(u, i16), f16t), f32t)
+        # inf/nan rebuilt by hand: the hardware quiets signalling NaNs, NumPy
+        # keeps the payload as is.
+        spec = b.or_(b.or_(b.shl(b.and_(u, k(0x8000)), k(16)), k(0x7F800000)),
+                     b.shl(b.and_(u, k(0x3FF)), k(13)))
+        return sel_gt(b, b.and_(u, k(0x7FFF)), 0x7BFF, spec, b.bitcast(f, i32))
+
+    def ir_h2f_int(b, u):
+        em = b.and_(u, k(0x7FFF))
+        normal = b.add(b.shl(em, k(13)), k(0x38000000))
+        normal = sel_gt(b, em, 0x7BFF, b.add(normal, k(0x38000000)), normal)
+        # subnormal m * 2**-24 = (0.5 + m * 2**-24) - 0.5: only normal float32
+        # operands and results, so DAZ/FTZ modes cannot change it.
+        half_plus = b.bitcast(b.or_(em, k(0x3F000000)), f32t)
+        sub = b.bitcast(b.fsub(half_plus, ir.Constant(f32t, 0.5)), i32)
+        r = sel_gt(b, em, 0x3FF, normal, sub)
+        return b.or_(r, b.shl(b.and_(u, k(0x8000)), k(16)))
+
+    def ir_f2h_nan(b, u):  # NumPy: sign | 0x7c00 | max(payload >> 13, 1)
+        m = b.and_(b.lshr(u, k(13)), k(0x3FF))
+        m = b.select(b.icmp_unsigned("==", m, k(0)), k(1), m)
+        return b.or_(b.or_(b.and_(b.lshr(u, k(16)), k(0x8000)), k(0x7C00)), m)
+
+    def ir_f2h_hw(b, u):  # float32 bits -> float16 bits (vcvtps2ph, RNE)
+        h = b.zext(b.bitcast(b.fptrunc(b.bitcast(u, f32t), f16t), i16), i32)
+        return sel_gt(b, b.and_(u, k(0x7FFFFFFF)), 0x7F800000, ir_f2h_nan(b, u), h)
+
+    def ir_f2h_int(b, u):
+        a = b.and_(u, k(0x7FFFFFFF))
+        e = b.and_(a, k(0x7F800000))
+        e = sel_gt(b, e, 113 << 23, e, k(113 << 23))
+        e = b.select(b.icmp_unsigned("<", e, k(143 << 23)), e, k(143 << 23))
+        c = b.add(e, k(13 << 23))
+        # Adding c (2**13 float16 ulps above |x|) makes the FPU round |x| to
+        # float16 precision (ties to even); subnormals share the c = 0.5 case.
+        s = b.bitcast(b.fadd(b.bitcast(a, f32t), b.bitcast(c, f32t)), i32)
+        h = b.sub(b.add(b.sub(s, c), b.lshr(c, k(13))), k(126 << 10))
+        h = b.select(b.icmp_unsigned("<", h, k(0x7C00)), h, k(0x7C00))
+        h = b.or_(h, b.and_(b.lshr(u, k(16)), k(0x8000)))
+        return sel_gt(b, a, 0x7F800000, ir_f2h_nan(b, u), h)
+
+    def ir_f2b(b, u):  # float32 bits -> bfloat16 bits (RNE; NaN -> sign | 0x7fc0)
+        r = b.lshr(b.add(b.add(u, k(0x7FFF)), b.and_(b.lshr(u, k(16)), k(1))), k(16))
+        nan = b.or_(b.and_(b.lshr(u, k(16)), k(0x8000)), k(0x7FC0))
+        return sel_gt(b, b.and_(u, k(0x7FFFFFFF)), 0x7F800000, nan, r)
+
+    def ir_b2h(f2h):  # bfloat16 bits -> float16 bits (ml_dtypes: NaN -> sign | 0x7e00)
+        def gen(b, u):
+            nan = b.or_(b.and_(u, k(0x8000)), k(0x7E00))
+            return sel_gt(b, b.and_(u, k(0x7FFF)), 0x7F80, nan, f2h(b, b.shl(u, k(16))))
+
+        return gen
+
+    def u32_intrinsic(gen, doc):
+        def typer(typingctx, u):
+            def codegen(context, builder, signature, args):
+                return gen(builder, args[0])
+
+            return types.uint32(types.uint32), codegen
+
+        typer.__doc__ = doc
+        return intrinsic(typer)
+
+    _h2f_hw = u32_intrinsic(ir_h2f_hw, "float16 -> float32 bits (F16C)")
+    _h2f_int = u32_intrinsic(ir_h2f_int, "float16 -> float32 bits (integer)")
+    _f2h_hw = u32_intrinsic(ir_f2h_hw, "float32 -> float16 bits (F16C)")
+    _f2h_int = u32_intrinsic(ir_f2h_int, "float32 -> float16 bits (integer)")
+    _f2b_bits = u32_intrinsic(ir_f2b, "float32 -> bfloat16 bits")
+    _b2h_hw = u32_intrinsic(ir_b2h(ir_f2h_hw), "bfloat16 -> float16 bits (F16C)")
+    _b2h_int = u32_intrinsic(ir_b2h(ir_f2h_int), "bfloat16 -> float16 bits (integer)")
+
+    @intrinsic
+    def _nb_fbits(typingctx, f):
+        """Reinterpret a float32 as uint32 bits."""
+
+        def codegen(context, builder, signature, args):
+            return builder.bitcast(args[0], i32)
+
+        return types.uint32(types.float32), codegen
+
+    # -- array kernels: 1-D contiguous bit views ----------------------------
+
+    @jit
+    def f16_to_f32_int(src, dst):  # uint16[::1] -> uint32[::1]
+        for i in range(src.size):
+            dst[i] = _h2f_int(np.uint32(src[i]))
+
+    @jit
+    def f16_to_f32_hw(src, dst):
+        for i in range(src.size):
+            dst[i] = _h2f_hw(np.uint32(src[i]))
+
+    @jit
+    def f32_to_f16_int(src, dst):  # uint32 -> uint16
+        for i in range(src.size):
+            dst[i] = np.uint16(_f2h_int(src[i]))
+
+    @jit
+    def f32_to_f16_hw(src, dst):
+        for i in range(src.size):
+            dst[i] = np.uint16(_f2h_hw(src[i]))
+
+    @jit
+    def f32_to_bf16(src, dst):  # uint32 -> uint16
+        for i in range(src.size):
+            dst[i] = np.uint16(_f2b_bits(src[i]))
+
+    @jit
+    def bf16_to_f32(src, dst):  # uint16 -> uint32
+        for i in range(src.size):
+            dst[i] = np.uint32(src[i]) << np.uint32(16)
+
+    @jit
+    def f16_to_bf16_int(src, dst):  # uint16 -> uint16
+        for i in range(src.size):
+            dst[i] = np.uint16(_f2b_bits(_h2f_int(np.uint32(src[i]))))
+
+    @jit
+    def f16_to_bf16_hw(src, dst):
+        for i in range(src.size):
+            dst[i] = np.uint16(_f2b_bits(_h2f_hw(np.uint32(src[i]))))
+
+    @jit
+    def bf16_to_f16_int(src, dst):
+        for i in range(src.size):
+            dst[i] = np.uint16(_b2h_int(np.uint32(src[i])))
+
+    @jit
+    def bf16_to_f16_hw(src, dst):
+        for i in range(src.size):
+            dst[i] = np.uint16(_b2h_hw(np.uint32(src[i])))
+
+    @jit
+    def relu16(src, dst, inf):  # int16 views; inf = +inf bits of the format
+        for i in range(src.size):
+            v = src[i]
+            # zero when the sign is set and the value is not NaN
+            zero = (v < 0) and ((v & np.int16(0x7FFF)) <= inf)
+            dst[i] = np.int16(0) if zero else v
+
+    @jit
+    def relu_bwd16(grad, x, dst, inf):  # int16 views: where(x > 0, grad, 0)
+        for i in range(x.size):
+            v = x[i]
+            dst[i] = grad[i] if (v > 0 and v <= inf) else np.int16(0)
+
+    @jit
+    def epi_f16_int(y, bias, dst, relu, has_bias):
+        rows, cols = y.shape
+        for r in range(rows):
+            for c in range(cols):
+                v = y[r, c] + bias[c] if has_bias else y[r, c]
+                if relu and not (v > np.float32(0.0) or v != v):
+                    v = np.float32(0.0)
+                dst[r, c] = np.uint16(_f2h_int(_nb_fbits(v)))
+
+    @jit
+    def epi_f16_hw(y, bias, dst, relu, has_bias):
+        rows, cols = y.shape
+        for r in range(rows):
+            for c in range(cols):
+                v = y[r, c] + bias[c] if has_bias else y[r, c]
+                if relu and not (v > np.float32(0.0) or v != v):
+                    v = np.float32(0.0)
+                dst[r, c] = np.uint16(_f2h_hw(_nb_fbits(v)))
+
+    @jit
+    def epi_bf16(y, bias, dst, relu, has_bias):
+        rows, cols = y.shape
+        for r in range(rows):
+            for c in range(cols):
+                v = y[r, c] + bias[c] if has_bias else y[r, c]
+                if relu and not (v > np.float32(0.0) or v != v):
+                    v = np.float32(0.0)
+                dst[r, c] = np.uint16(_f2b_bits(_nb_fbits(v)))
+
+    @jit
+    def rt_f16_int(src, dst):  # uint32 -> uint32: float16-rounded float32
+        for i in range(src.size):
+            dst[i] = _h2f_int(_f2h_int(src[i]))
+
+    @jit
+    def rt_f16_hw(src, dst):
+        for i in range(src.size):
+            dst[i] = _h2f_hw(_f2h_hw(src[i]))
+
+    @jit
+    def rt_bf16(src, dst):
+        for i in range(src.size):
+            dst[i] = _f2b_bits(src[i]) << np.uint32(16)
+
+    @jit
+    def rbc_f16_int(grad, x, dst, inf):  # grad uint32 (float32 bits), x int16
+        for i in range(x.size):
+            v = x[i]
+            dst[i] = np.uint16(_f2h_int(grad[i])) if (v > 0 and v <= inf) else np.uint16(0)
+
+    @jit
+    def rbc_f16_hw(grad, x, dst, inf):
+        for i in range(x.size):
+            v = x[i]
+            dst[i] = np.uint16(_f2h_hw(grad[i])) if (v > 0 and v <= inf) else np.uint16(0)
+
+    @jit
+    def rbc_bf16(grad, x, dst, inf):
+        for i in range(x.size):
+            v = x[i]
+            dst[i] = np.uint16(_f2b_bits(grad[i])) if (v > 0 and v <= inf) else np.uint16(0)
+
+    kernels = dict(
+        rt_f16_int=rt_f16_int,
+        rt_f16_hw=rt_f16_hw,
+        rt_bf16=rt_bf16,
+        rbc_f16_int=rbc_f16_int,
+        rbc_f16_hw=rbc_f16_hw,
+        rbc_bf16=rbc_bf16,
+        f16_to_f32_int=f16_to_f32_int,
+        f16_to_f32_hw=f16_to_f32_hw,
+        f32_to_f16_int=f32_to_f16_int,
+        f32_to_f16_hw=f32_to_f16_hw,
+        f32_to_bf16=f32_to_bf16,
+        bf16_to_f32=bf16_to_f32,
+        f16_to_bf16_int=f16_to_bf16_int,
+        f16_to_bf16_hw=f16_to_bf16_hw,
+        bf16_to_f16_int=bf16_to_f16_int,
+        bf16_to_f16_hw=bf16_to_f16_hw,
+        relu16=relu16,
+        relu_bwd16=relu_bwd16,
+        epi_f16_int=epi_f16_int,
+        epi_f16_hw=epi_f16_hw,
+        epi_bf16=epi_bf16,
+    )
+    KERNELS.clear()
+    KERNELS.update(kernels)
+    f16c = _probe_hw()
+    select_f16_impl("hw" if f16c else "int")
+    return f16c
+
+
+def _probe_hw():
+    """Whether the hardware float16 conversion kernels compile and are exact.
+
+    LLVM lowers fptrunc-to-half to F16C's vcvtps2ph (x86) or fcvt (ARM);
+    without hardware support it may emit a runtime-library call that numba
+    cannot link. Compile it once on values that exercise rounding, overflow,
+    subnormals and NaN, and fall back to the integer kernel on any failure.
+    """
+    if os.environ.get("TINYAMP_CAST_NO_F16C"):
+        return False
+    try:
+        probe = np.array(
+            [0, 0x80000000, 0x3F800000, 0x33000000, 0x33000001, 0x387FE000,
+             0x387FF000, 0x477FEFFF, 0x477FF000, 0x7F800000, 0x7F800001,
+             0xFFC00000, 0x3F801000, 0x3F803000, 0x00000001, 0xC77FF000],
+            dtype=np.uint32)
+        got = np.empty(probe.size, np.uint16)
+        KERNELS["f32_to_f16_hw"](probe, got)
+        with np.errstate(all="ignore"):
+            ref = probe.view(np.float32).astype(np.float16).view(np.uint16)
+        h = np.arange(65536, dtype=np.uint16)
+        up = np.empty(h.size, np.uint32)
+        KERNELS["f16_to_f32_hw"](h, up)
+        ref_up = h.view(np.float16).astype(np.float32).view(np.uint32)
+        return bool(np.array_equal(got, ref) and np.array_equal(up, ref_up))
+    except Exception:
+        return False
+
+
+def select_f16_impl(which: str) -> None:
+    """Choose the numba float32/bfloat16 -> float16 kernels: "hw" or "int".
+
+    Internal; the tests and the benchmark use it to check both
+    implementations.
+    """
+    if which not in ("hw", "int"):
+        raise ValueError(which)
+    KERNELS["f16_to_f32"] = KERNELS["f16_to_f32_" + which]
+    KERNELS["f16_to_bf16"] = KERNELS["f16_to_bf16_" + which]
+    KERNELS["f32_to_f16"] = KERNELS["f32_to_f16_" + which]
+    KERNELS["bf16_to_f16"] = KERNELS["bf16_to_f16_" + which]
+    KERNELS["epi_f16"] = KERNELS["epi_f16_" + which]
+    KERNELS["rt_f16"] = KERNELS["rt_f16_" + which]
+    KERNELS["rbc_f16"] = KERNELS["rbc_f16_" + which]
