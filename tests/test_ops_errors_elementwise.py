@@ -194,6 +194,63 @@ def test_pow_gradients_at_zero_are_finite_where_pytorch_defines_them() -> None:
     np.testing.assert_allclose(db.numpy(), [0.0, 8.0 * math.log(2.0)])  # 0 ** b is flat in b for b >= 0
 
 
+def test_pow_tensor_exponent_zero_gives_zero_base_gradient_at_zero() -> None:
+    # x ** 0 is constant: PyTorch's da is 0 there, not 0 * 0 ** -1 = nan; also under double backward.
+    a = _leaf([0.0, 0.0, 2.0])
+    e = ta.tensor([0.0, 2.0, 0.0], dtype=ta.float64)
+    (da,) = ta.autograd.grad((a ** e).sum(), [a], create_graph=True)
+    np.testing.assert_array_equal(da.detach().numpy(), [0.0, 0.0, 0.0])  # 0, 2 * 0 ** 1, 0
+    (dda,) = ta.autograd.grad(da.sum(), [a])
+    np.testing.assert_array_equal(dda.numpy(), [0.0, 2.0, 0.0])  # d(2 a)/da = 2 where e = 2
+
+
+def test_pow_of_integer_tensors_to_negative_powers_names_the_real_problem() -> None:
+    # Not a broadcasting failure: the shapes fit, NumPy refuses the values.
+    with pytest.raises(ValueError, match=r"pow: Integers to negative integer powers.*\[2\] and \[2\].*int64"):
+        ta.tensor([1, 2]) ** ta.tensor([-1, 2])
+
+
+@pytest.mark.parametrize("op, ref", [
+    (lambda t: t / ta.tensor([2, 4, 8]), lambda a: a / np.array([2.0, 4.0, 8.0])),
+    (lambda t: t / 4, lambda a: a / 4.0),
+    (ta.exp, np.exp),
+    (ta.log, np.log),
+    (ta.tanh, np.tanh),
+    (lambda t: ta.logsumexp(t, 0), lambda a: np.log(np.exp(a).sum())),
+])
+def test_integer_inputs_of_float_math_give_float32(op: object, ref: object) -> None:
+    """PyTorch's result type for integer inputs of float-valued ops is float32 (NumPy's: float64)."""
+    values = np.array([1, 2, 3])
+    out = op(ta.tensor(values))
+    assert out.dtype == ta.float32
+    np.testing.assert_allclose(out.numpy(), ref(values.astype(np.float64)), rtol=1e-6)
+
+
+@pytest.mark.parametrize("call", [lambda x: x.sum((0, 0)), lambda x: x.mean((1, -1)),
+                                  lambda x: ta.amax(x, (0, -2)), lambda x: x.var((1, 1)),
+                                  lambda x: ta.logsumexp(x, (0, 0))])
+def test_a_dim_listed_twice_is_an_error(call: object) -> None:
+    # PyTorch refuses too; reducing once would hide the mistake.
+    with pytest.raises(ValueError, match=r"dim \d appears multiple times in the list of dims"):
+        call(ta.ones(2, 3))
+
+
+def test_activations_refuse_inputs_they_would_mangle() -> None:
+    with pytest.raises(TypeError, match=r"relu: boolean inputs are not supported"):
+        ta.relu(ta.tensor([True, False]))  # NumPy would return int64
+    with pytest.raises(TypeError, match=r"leaky_relu: expected a floating input, got int64"):
+        ta.leaky_relu(ta.tensor([-3, 2]))  # the slope would be truncated to 0
+
+
+def test_sign_keeps_nan_and_bool() -> None:
+    # Decision: sign(nan) is nan (NumPy), not PyTorch's 0, so a NaN is never hidden.
+    out = ta.sign(ta.tensor([-2.0, 0.0, math.nan, 3.0]))
+    np.testing.assert_array_equal(out.numpy(), [-1.0, 0.0, math.nan, 1.0])
+    flags = ta.sign(ta.tensor([True, False]))
+    assert flags.dtype == ta.bool
+    np.testing.assert_array_equal(flags.numpy(), [True, False])
+
+
 # --------------------------------------------------------- the scalar dtype rule
 @pytest.mark.parametrize("make, expected", [
     (lambda: ta.ones(3, dtype=ta.float16) * 2.0, ta.float16),

@@ -125,6 +125,16 @@ def test_binary_cross_entropy_clamps_like_pytorch(device: str) -> None:
     np.testing.assert_allclose(_np(x.grad), [-1e12, 1e12, 0.0], rtol=1e-12)
 
 
+def test_binary_cross_entropy_target_gradient_uses_the_forward_clamps(device: str) -> None:
+    # Decision: dt = max(log(1 - x), -100) - max(log x, -100), the derivative of the clamped
+    # forward (PyTorch's -logit(x) is +-inf at x = 0 or 1).
+    x = _t([0.0, 1.0, 0.5], device=device)
+    t = _t([0.3, 0.3, 0.3], device=device, grad=True)
+    with np.errstate(divide="ignore"):  # log(0) = -inf before the clamp
+        ta.binary_cross_entropy(x, t, reduction="sum").backward()
+    np.testing.assert_allclose(_np(t.grad), [100.0, -100.0, 0.0], atol=1e-12)
+
+
 def test_norm_shape_errors() -> None:
     with pytest.raises(ValueError, match=r"layer_norm: input \[2, 3\] .* normalized_shape \[4\]"):
         ta.layer_norm(_t(np.zeros((2, 3))), (4,))
@@ -171,6 +181,33 @@ def test_dropout_probability_range() -> None:
 def test_softmax_dim_is_required() -> None:
     with pytest.raises(TypeError):
         ta.softmax(_t(np.ones((2, 2))))  # type: ignore[call-arg]
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda x: ta.softmax(x, 0), r"softmax: expected a floating input, got int64"),
+    (lambda x: ta.log_softmax(x, 0), r"log_softmax: expected a floating input, got int64"),
+    (lambda x: ta.dropout(x, 0.5), r"dropout: expected a floating input, got int64"),
+])
+def test_integer_inputs_that_would_be_truncated_are_refused(call: object, message: str, device: str) -> None:
+    # Each used to return int64 (softmax all zeros, dropout x * 2); PyTorch refuses too.
+    with pytest.raises(TypeError, match=message):
+        call(ta.tensor([1, 2, 3], device=device))
+
+
+def test_softmax_family_over_an_empty_dim(device: str) -> None:
+    x = _t(np.zeros((2, 0)), device=device)
+    assert ta.softmax(x, 1).shape == (2, 0)
+    assert ta.log_softmax(x, -1).shape == (2, 0)
+    np.testing.assert_array_equal(_np(ta.logsumexp(x, 1)), [-np.inf, -np.inf])  # log of an empty sum
+
+
+def test_a_positive_infinite_logit_gives_nan_as_in_pytorch(device: str) -> None:
+    x = _t([[np.inf, 0.0, 1.0], [0.0, 1.0, 2.0]], device=device)
+    assert np.isnan(_np(ta.softmax(x, 1))[0]).all()  # inf - inf: the whole row, not just one cell
+    assert np.isnan(_np(ta.log_softmax(x, 1))[0]).all()
+    assert np.isfinite(_np(ta.softmax(x, 1))[1]).all()
+    assert _np(ta.logsumexp(x, 1))[0] == np.inf  # logsumexp keeps +inf, as PyTorch
+    assert np.isnan(ta.cross_entropy(x, ta.tensor([1, 2], device=device)).item())
 
 
 # --------------------------------------------------------------- autocast

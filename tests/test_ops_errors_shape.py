@@ -101,6 +101,9 @@ def test_reshape_and_dim_errors(device: str) -> None:
     _raises(ValueError, lambda: ta.split(x, [1, 1], dim=1), "split", "[1, 1]", "[2, 3]")
     _raises(ValueError, lambda: ta.pad(x, (3, 0), mode="reflect"), "pad", "reflect", "[2, 3]")
     _raises(ValueError, lambda: ta.pad(x, (1, 2, 3)), "pad", "even")
+    # -1 in a new leading dim would silently read another dim's size (PyTorch refuses too)
+    _raises(ValueError, lambda: x.expand(-1, 2, 3), "expand", "-1", "[2, 3]")
+    _raises(ValueError, lambda: ta.pad(x, (-2, -1), mode="circular"), "pad", "circular", "crops all 3")
 
 
 def test_getitem_and_pool_errors(device: str) -> None:

@@ -59,6 +59,9 @@ SPECS = [
            lambda x: _pad_ref(x, [(0, 0), (3, 1)], "replicate"), [Arg((2, 3))], id="pad_replicate"),
     OpSpec("pad", lambda x: ta.pad(x, (1, 2, 2, 0), mode="circular"),
            lambda x: _pad_ref(x, [(2, 0), (1, 2)], "circular"), [Arg((3, 4))], id="pad_circular"),
+    # negative circular widths crop first and wrap what is left (as PyTorch)
+    OpSpec("pad", lambda x: ta.pad(x, (-1, 2, 2, -1), mode="circular"),
+           lambda x: np.pad(x[:-1, 1:], [(2, 0), (0, 2)], mode="wrap"), [Arg((3, 4))], id="pad_circular_crop"),
     # getitem (tinyamp/ops/indexing.py)
     OpSpec("getitem", lambda x: x[1], lambda x: x[1], [Arg((3, 4))]),
     OpSpec("getitem", lambda x: x[::-2, 1:-1, ::2], lambda x: x[::-2, 1:-1, ::2], [Arg((5, 4, 3))], id="getitem_slices"),

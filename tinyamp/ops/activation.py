@@ -128,6 +128,8 @@ class Relu(Function):
         if xp is np and dt.is_low_precision(x.dtype):
             # NumPy's float16 ufuncs cost ~6 ns/element; this works on the bits.
             return relu_lowp(x)
+        if x.dtype == dt.bool_:  # NumPy would return int64 (PyTorch refuses too)
+            raise TypeError(f"relu: boolean inputs are not supported (shape {list(x.shape)})")
         return xp.maximum(x, 0)
 
     def backward(self, gy: Tensor) -> Tensor:
@@ -181,6 +183,9 @@ class LeakyRelu(Function):
             self.save_inputs, self.save_outputs = (0,), ()
 
     def forward(self, xp: Any, x: Any) -> Any:
+        if x.dtype not in dt.FLOATING:  # the slope would be truncated to an integer (PyTorch refuses too)
+            raise TypeError(f"leaky_relu: expected a floating input, got {dt.dtype_name(x.dtype)} of shape "
+                            f"{list(x.shape)}")
         # The slope as an array of x's dtype: NumPy turns bfloat16 * float into float32.
         return xp.where(x > 0, x, x * xp.asarray(self.negative_slope, dtype=x.dtype))
 
@@ -247,7 +252,7 @@ class Tanh(Function):
     save_outputs = (0,)
 
     def forward(self, xp: Any, x: Any) -> Any:
-        return xp.tanh(x)
+        return xp.tanh(x if x.dtype in dt.FLOATING else x.astype(xp.float32))  # int: float32, as PyTorch
 
     def backward(self, gy: Tensor) -> Tensor:
         (y,) = self.saved_tensors

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+import numpy as np
+
 from .. import dtypes as dt
 from ..amp.policy import NEUTRAL
 from ..autograd.function import Function
@@ -19,11 +21,16 @@ def broadcasting(op: str, ufunc: Any, *arrays: Any) -> Any:
     """``ufunc(*arrays)`` with NumPy/PyTorch broadcasting; a mismatch names the op, shapes and dtypes."""
     try:
         return ufunc(*arrays)
-    except ValueError:
+    except ValueError as exc:
         shapes = " and ".join(str(list(a.shape)) for a in arrays)
         dtypes = ", ".join(dt.dtype_name(a.dtype) for a in arrays)
-        raise ValueError(f"{op}: operands with shapes {shapes} cannot be broadcast together "
-                         f"(dtypes {dtypes})") from None
+        try:
+            np.broadcast_shapes(*(a.shape for a in arrays))
+        except ValueError:
+            raise ValueError(f"{op}: operands with shapes {shapes} cannot be broadcast together "
+                             f"(dtypes {dtypes})") from None
+        # The shapes fit: the ufunc refused the values (int ** negative int, say).
+        raise ValueError(f"{op}: {exc} (shapes {shapes}, dtypes {dtypes})") from None
 
 
 def _broadcast_error(op: str, target: tuple, source: tuple) -> ValueError:
@@ -89,6 +96,9 @@ def expand(x: Tensor, *sizes: Any) -> Tensor:
     if lead < 0:
         raise ValueError(f"expand: the number of sizes provided ({len(sizes)}) must be greater or equal "
                          f"to the number of dimensions in the tensor ({x.ndim}), shape {list(x.shape)}")
+    if any(s == -1 for s in sizes[:lead]):
+        raise ValueError(f"expand: the expanded size -1 is not allowed in a leading, new dimension "
+                         f"(sizes {list(sizes)} for shape {list(x.shape)})")
     shape = tuple(x.shape[i - lead] if s == -1 else s for i, s in enumerate(sizes))
     return broadcast_to(x, shape)
 

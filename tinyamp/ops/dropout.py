@@ -35,6 +35,9 @@ class Dropout(Function):
         self.scale = 0.0 if p >= 1 else 1.0 / (1.0 - p)
 
     def forward(self, xp: Any, x: Any) -> Any:
+        if x.dtype not in dt.FLOATING:  # x / (1 - p) would be truncated (PyTorch refuses too)
+            raise TypeError(f"dropout: expected a floating input, got {dt.dtype_name(x.dtype)} of shape "
+                            f"{list(x.shape)}")
         rng = default_generator(backend.device_of(x)).rng
         self.keep = rng.random(x.shape, dtype=xp.float32) >= self.p
         wide = x.astype(xp.float32) if dt.is_low_precision(x.dtype) else x

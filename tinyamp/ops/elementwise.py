@@ -74,7 +74,9 @@ class Div(Function):
     save_inputs = (0, 1)
 
     def forward(self, xp: Any, a: Any, b: Any) -> Any:
-        return broadcasting("div", xp.true_divide, a, b)
+        # int / int is float32, as in PyTorch (NumPy's true_divide gives float64);
+        # PROMOTE has already given mixed operands one dtype.
+        return broadcasting("div", xp.true_divide, _float_input(a), _float_input(b))
 
     def backward(self, gy: Tensor) -> tuple:
         a, b = self.saved_tensors
@@ -102,7 +104,7 @@ class Exp(Function):
     save_outputs = (0,)
 
     def forward(self, xp: Any, x: Any) -> Any:
-        return xp.exp(x)
+        return xp.exp(_float_input(x))
 
     def backward(self, gy: Tensor) -> Tensor:
         (y,) = self.saved_tensors
@@ -116,7 +118,7 @@ class Log(Function):
     save_inputs = (0,)
 
     def forward(self, xp: Any, x: Any) -> Any:
-        return xp.log(x)
+        return xp.log(_float_input(x))
 
     def backward(self, gy: Tensor) -> Tensor:
         (x,) = self.saved_tensors
@@ -153,7 +155,11 @@ class Pow(Function):
         a, b, y = self.saved_tensors
         da = db = None
         if self.needs_input_grad[0]:
-            da = sum_to(gy * b * pow(a, b - 1), a.shape)
+            # x ** 0 is constant: PyTorch gives 0 there, where b * a^(b-1) is 0 * inf = nan
+            # at a = 0. The base is swapped for 1 under the mask so no inf enters the graph.
+            constant = Tensor._wrap(b.data == 0)
+            safe_a = where(constant, 1.0, a)
+            da = sum_to(where(constant, 0.0, gy * b * pow(safe_a, b - 1)), a.shape)
         if self.needs_input_grad[1]:
             # log(0) = -inf, but 0 ** b is flat in b for b >= 0: PyTorch masks those to 0.
             flat = Tensor._wrap((a.data == 0) & (b.data >= 0))
@@ -271,12 +277,15 @@ class Abs(Function):
 
 
 class Sign(Function):
-    """y = sign(x); dx = 0 (piecewise constant)"""
+    """y = sign(x); dx = 0 (piecewise constant)
+
+    sign(nan) is nan (NumPy's rule; PyTorch gives 0), so a NaN is never hidden.
+    """
 
     precision = NEUTRAL
 
     def forward(self, xp: Any, x: Any) -> Any:
-        return xp.sign(x)
+        return x.copy() if x.dtype == dt.bool_ else xp.sign(x)  # bool: itself, as in PyTorch
 
     def backward(self, gy: Tensor) -> Tensor:
         return _zeros(gy, self._input_meta[0])

@@ -69,7 +69,11 @@ def _upcast(t: "Tensor | None") -> "Tensor | None":
 
 
 class BinaryCrossEntropy(Function):
-    """y = -w (t max(log x, -100) + (1 - t) max(log(1 - x), -100)); dx = gy w (x - t) / max(x (1 - x), 1e-12)"""
+    """y = -w (t max(log x, -100) + (1 - t) max(log(1 - x), -100)); dx = gy w (x - t) / max(x (1 - x), 1e-12)
+
+    dt = gy w (max(log(1 - x), -100) - max(log x, -100)), the clamps of the forward
+    (PyTorch's dt = -gy w logit(x) is unclamped: +-inf at x = 0 or 1).
+    """
 
     precision = FP32
     name = "binary_cross_entropy"

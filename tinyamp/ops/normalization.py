@@ -139,7 +139,11 @@ class LayerNorm(_Normalization):
 
 
 class BatchNorm(_Normalization):
-    """y = (x - mean_c) rstd_c w_c + b_c per channel; dx as layer_norm over (N, H, W) in training, gy w rstd in eval"""
+    """y = (x - mean_c) rstd_c w_c + b_c per channel; dx as layer_norm over (N, H, W) in training, gy w rstd in eval
+
+    FP32 under autocast, so a float16 input gives a float32 output (PyTorch's CUDA
+    autocast leaves batch_norm off its lists: cuDNN returns float16 there).
+    """
 
     precision = FP32
     name = "batch_norm"

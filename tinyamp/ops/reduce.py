@@ -35,8 +35,11 @@ def normalize_dims(op: str, dim: "int | Sequence[int] | None", ndim: int) -> tup
         if not -bound <= d < bound:
             raise IndexError(f"{op}: dimension {d} out of range for a tensor with {ndim} dimensions")
         if ndim:  # a 0-d tensor accepts dim 0 or -1 and has nothing to reduce
+            if d % ndim in result:  # sum(x, (1, -1)) is a mistake, not one reduction (PyTorch refuses too)
+                raise ValueError(f"{op}: dim {d % ndim} appears multiple times in the list of dims "
+                                 f"{list(dims)}")
             result.append(d % ndim)
-    return tuple(sorted(set(result)))
+    return tuple(sorted(result))
 
 
 def keepdim_shape(shape: tuple, dims: tuple) -> tuple:
@@ -65,7 +68,11 @@ class Sum(Function):
 
 
 class Mean(Function):
-    """y = mean(x, dims); dx = broadcast(gy) / n"""
+    """y = mean(x, dims); dx = broadcast(gy) / n
+
+    FP32 under autocast (DESIGN.md section 4); PyTorch's CUDA autocast leaves mean
+    in the incoming dtype (float16 in, float16 out), tinyamp returns float32.
+    """
 
     precision = FP32
 
@@ -282,7 +289,11 @@ def _centred_gradient(op: Function, g: Tensor, x: Tensor) -> Tensor:
 
 
 class Var(Function):
-    """y = sum((x - mean)^2) / (N - correction); dx = gy * 2 (x - mean) / (N - correction)"""
+    """y = sum((x - mean)^2) / (N - correction); dx = gy * 2 (x - mean) / (N - correction)
+
+    FP32 under autocast, like std (PyTorch's CUDA autocast leaves var/std in the
+    incoming dtype): a float16 variance underflows and loses the small spreads.
+    """
 
     precision = FP32
     save_inputs = (0,)
@@ -299,7 +310,10 @@ class Var(Function):
 
 
 class Std(Function):
-    """y = sqrt(var(x)); dx = gy / y * (x - mean) / (N - correction), 0 where y = 0 (as PyTorch)"""
+    """y = sqrt(var(x)); dx = gy / y * (x - mean) / (N - correction), 0 where y = 0 (as PyTorch)
+
+    FP32 under autocast, as var (PyTorch's CUDA autocast keeps the incoming dtype).
+    """
 
     precision = FP32
     save_inputs = (0,)

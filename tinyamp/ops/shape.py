@@ -297,11 +297,19 @@ def _pad_indices(mode: str, n: int, before: int, after: int, what: str) -> np.nd
         return np.where(position < 0, -position, np.where(position > n - 1, 2 * (n - 1) - position, position))
     if mode == "replicate":
         return np.clip(position, 0, n - 1)
-    return position % n  # circular
+    # circular: negative widths crop first and the wrap comes from what is left (as PyTorch)
+    start, stop = max(-before, 0), n - max(-after, 0)
+    if stop <= start:
+        raise ValueError(f"pad: circular padding ({before}, {after}) crops all {n} elements: {what}")
+    return start + np.arange(-max(before, 0), stop - start + max(after, 0)) % (stop - start)
 
 
 def pad(x: Tensor, pad: Sequence[int], mode: str = "constant", value: "float | None" = None) -> Tensor:
-    """PyTorch's ``F.pad``: ``pad`` lists (before, after) widths from the LAST dim backwards."""
+    """PyTorch's ``F.pad``: ``pad`` lists (before, after) widths from the LAST dim backwards.
+
+    The reflect/replicate/circular modes pad any number of trailing dims of any
+    input (PyTorch only takes 1-3 dims of a 2-D to 5-D input there).
+    """
     pad = tuple(int(p) for p in pad)
     what = f"input {list(x.shape)} {dt.dtype_name(x.dtype)}, pad {list(pad)}"
     if len(pad) % 2 or len(pad) // 2 > x.ndim:

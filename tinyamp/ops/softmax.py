@@ -35,17 +35,31 @@ def _check_dim(op: str, dim: Any, ndim: int) -> Any:
     return axes[0] if ndim else ()
 
 
-def shifted(xp: Any, x: Any, axes: Any) -> tuple[Any, Any]:
+def shifted(xp: Any, x: Any, axes: Any, inf_max_to_zero: bool = False) -> tuple[Any, Any]:
     """``(x - max, max)`` along ``axes`` (keepdims), computed in at least float32.
 
-    A row whose maximum is infinite (all ``-inf``, say) is shifted by 0 rather
-    than by the infinity, which would turn the whole row into NaN.
+    A row whose maximum is ``-inf`` (all ``-inf``) is shifted by 0 rather than by
+    the infinity, which would turn it into NaN; a ``+inf`` maximum is kept (the
+    softmax of a row holding ``+inf`` is NaN, as in PyTorch) unless
+    ``inf_max_to_zero`` (logsumexp: PyTorch gives ``+inf`` there). Empty axes
+    shift by 0 (integer inputs are refused by the callers).
     """
     if dt.is_low_precision(x.dtype):
         x = x.astype(xp.float32)
+    reduced = axes if isinstance(axes, tuple) else (axes,)
+    if any(x.shape[a] == 0 for a in reduced):  # max of nothing: no identity, nothing to shift
+        return x, xp.zeros(tuple(1 if i in reduced else n for i, n in enumerate(x.shape)), dtype=x.dtype)
     m = x.max(axis=axes, keepdims=True)
-    m = xp.where(xp.isfinite(m), m, xp.zeros((), dtype=m.dtype))
-    return x - m, m
+    keep = xp.isfinite(m) if inf_max_to_zero else m != -np.inf
+    m = xp.where(keep, m, xp.zeros((), dtype=m.dtype))
+    with np.errstate(invalid="ignore"):  # +inf - +inf = nan: the documented result
+        return x - m, m
+
+
+def _floating(op: str, x: Any) -> None:
+    if x.dtype not in dt.FLOATING:
+        raise TypeError(f"{op}: expected a floating input, got {dt.dtype_name(x.dtype)} of shape "
+                        f"{list(x.shape)} (pass dtype=ta.float32 or call .float() first)")
 
 
 class Softmax(Function):
@@ -58,6 +72,7 @@ class Softmax(Function):
         self.dim = dim
 
     def forward(self, xp: Any, x: Any) -> Any:
+        _floating("softmax", x)
         self.axis = _check_dim("softmax", self.dim, x.ndim)
         z, _ = shifted(xp, x, self.axis)
         e = xp.exp(z)
@@ -79,6 +94,7 @@ class LogSoftmax(Function):
         self.dim = dim
 
     def forward(self, xp: Any, x: Any) -> Any:
+        _floating("log_softmax", x)
         self.axis = _check_dim("log_softmax", self.dim, x.ndim)
         z, _ = shifted(xp, x, self.axis)
         with np.errstate(divide="ignore"):  # a row of -inf gives log(0) = -inf, as PyTorch
@@ -102,12 +118,13 @@ class LogSumExp(Function):
 
     def forward(self, xp: Any, x: Any) -> Any:
         self.axes = normalize_dims("logsumexp", self.dim, x.ndim)
-        z, m = shifted(xp, x, self.axes)
-        with np.errstate(divide="ignore"):  # all -inf along the axes: log(0) = -inf, as PyTorch
+        out_dtype = x.dtype if x.dtype in dt.FLOATING else dt.float32  # integers: float32, as PyTorch
+        z, m = shifted(xp, x.astype(out_dtype, copy=False), self.axes, inf_max_to_zero=True)
+        with np.errstate(divide="ignore"):  # all -inf (or empty) along the axes: log(0) = -inf, as PyTorch
             y = xp.log(xp.exp(z).sum(axis=self.axes, keepdims=True)) + m
         if not self.keepdim:
             y = y.reshape(tuple(s for i, s in enumerate(y.shape) if i not in self.axes))
-        return y.astype(x.dtype, copy=False)
+        return y.astype(out_dtype, copy=False)
 
     def backward(self, gy: Tensor) -> Tensor:
         x, y = self.saved_tensors
