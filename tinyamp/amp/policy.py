@@ -12,6 +12,8 @@ NEUTRAL   unchanged                        unchanged
 ========  ===============================  ==================
 
 float64 is never lowered and integer inputs of LOWER/FP32 ops pass through.
+PROMOTE has no 0-d exception: float16 * a 0-d float32 tensor is float32 (PyTorch
+keeps float16, rounding the 0-d operand); only Python numbers take the tensor's dtype.
 """
 
 from __future__ import annotations
