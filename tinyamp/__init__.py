@@ -13,16 +13,19 @@ from .dtypes import (bfloat16, bool_ as bool, double, float16, float32, float64,
 from .dtypes import float as float  # noqa: A001,PLC0414 - torch.float
 from .tensor import Tensor
 from . import autograd
-from .autograd import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
+from .autograd import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
 from . import ops
 from .ops import *  # noqa: F401,F403 - ta.add, ta.matmul, ... are the op functions
 from . import amp
+from .amp import autocast, get_autocast_dtype, is_autocast_enabled  # torch.autocast, ...
 from .random import Generator, initial_seed, manual_seed, seed
 from .factories import (arange, as_tensor, empty, empty_like, eye, from_numpy, full, full_like, linspace,
                         ones, ones_like, rand, rand_like, randint, randn, randn_like, randperm, tensor,
                         zeros, zeros_like)
 from . import factories
+ops.TENSOR_METHODS.update(factories.METHODS)  # x.new_zeros(...), x.new_tensor(...)
 from . import data
+from . import utils  # torch.utils.data spellings
 from . import memory
 from . import optim
 from . import nn

@@ -1,7 +1,8 @@
 """Tensor factories: ``tensor``, ``zeros``, ``ones``, ``full``, ``arange``, random ones.
 
 Defaults follow PyTorch: Python floats become float32, ints int64, bools bool;
-NumPy arrays keep their dtype. ``device`` picks the array module.
+NumPy arrays keep their dtype. ``device`` picks the array module. The
+``Tensor.new_*`` methods (``x.new_zeros(2, 3)``) are here too (``METHODS``).
 """
 
 from __future__ import annotations
@@ -212,3 +213,39 @@ def randperm(n: int, device: Any = None, generator: Generator | None = None) -> 
     _, device = _resolve(None, device)
     gen = generator or default_generator(device)
     return Tensor(gen.rng.permutation(n).astype(np.int64))
+
+
+# ------------------------------------------------------------ Tensor.new_* methods
+# ``x.new_zeros(2, 3)``: a new tensor with x's dtype and device unless told otherwise.
+def new_tensor(self: Tensor, data: Any, dtype: Any = None, device: Any = None,
+               requires_grad: bool = False) -> Tensor:
+    dtype, device = _like(self, dtype, device)
+    return tensor(data, dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+def new_zeros(self: Tensor, *size: Any, dtype: Any = None, device: Any = None,
+              requires_grad: bool = False) -> Tensor:
+    dtype, device = _like(self, dtype, device)
+    return zeros(*size, dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+def new_ones(self: Tensor, *size: Any, dtype: Any = None, device: Any = None,
+             requires_grad: bool = False) -> Tensor:
+    dtype, device = _like(self, dtype, device)
+    return ones(*size, dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+def new_empty(self: Tensor, *size: Any, dtype: Any = None, device: Any = None,
+              requires_grad: bool = False) -> Tensor:
+    dtype, device = _like(self, dtype, device)
+    return empty(*size, dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+def new_full(self: Tensor, size: Sequence[int], fill_value: Any, dtype: Any = None, device: Any = None,
+             requires_grad: bool = False) -> Tensor:
+    dtype, device = _like(self, dtype, device)
+    return full(size, fill_value, dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+METHODS = {"new_tensor": new_tensor, "new_zeros": new_zeros, "new_ones": new_ones, "new_empty": new_empty,
+           "new_full": new_full}

@@ -277,6 +277,18 @@ class Tensor(InplaceMixin):
     def __rpow__(self, other: Any) -> "Tensor":
         return tinyamp.ops.pow(other, self)
 
+    def __floordiv__(self, other: Any) -> "Tensor":
+        return tinyamp.ops.floor_divide(self, other)
+
+    def __rfloordiv__(self, other: Any) -> "Tensor":
+        return tinyamp.ops.floor_divide(other, self)
+
+    def __mod__(self, other: Any) -> "Tensor":
+        return tinyamp.ops.remainder(self, other)
+
+    def __rmod__(self, other: Any) -> "Tensor":
+        return tinyamp.ops.remainder(other, self)
+
     def __matmul__(self, other: Any) -> "Tensor":
         return tinyamp.ops.matmul(self, other)
 
@@ -348,6 +360,10 @@ class Tensor(InplaceMixin):
         if self.data.size != 1:
             raise RuntimeError(f"Boolean value of Tensor with {self.data.size} elements is ambiguous")
         return bool(self.item())
+
+    def __format__(self, spec: str) -> str:
+        # f"{loss:.4f}" on a 0-d tensor formats its value, as in PyTorch.
+        return format(self.item(), spec) if self.ndim == 0 else object.__format__(self, spec)
 
     def __float__(self) -> float:
         return float(self.item())

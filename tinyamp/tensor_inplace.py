@@ -1,4 +1,4 @@
-"""In-place writes on tensors: ``add_``, ``mul_``, ``copy_``, ``zero_``, ``x[i] = v``.
+"""In-place writes on tensors: ``add_``, ``mul_``, ``clamp_``, ``copy_``, ``zero_``, ``x[i] = v``.
 
 Every in-place write bumps the tensor's version counter, so a node that saved
 the tensor for backward notices the change and fails loudly (PyTorch's rule).
@@ -87,6 +87,14 @@ class InplaceMixin:
 
     def div_(self, other: Any) -> "Tensor":
         return self._inplace_binary("div_", tinyamp.ops.div, other)
+
+    def clamp_(self, min: Any = None, max: Any = None) -> "Tensor":  # noqa: A002 - torch names
+        return self._inplace_binary("clamp_", lambda x, _: tinyamp.ops.clamp(x, min, max), None)
+
+    clip_ = clamp_
+
+    def masked_fill_(self, mask: Any, value: Any) -> "Tensor":
+        return self._inplace_binary("masked_fill_", lambda x, _: tinyamp.ops.masked_fill(x, mask, value), None)
 
     def zero_(self) -> "Tensor":
         return self.fill_(0)

@@ -7,6 +7,8 @@ import numpy as np
 import tinyamp as ta
 from op_specs import Arg, OpSpec
 
+_NAN, _INF = float("nan"), float("inf")
+
 SPECS = [
     OpSpec("add", lambda a, b: ta.add(a, b), np.add, [Arg((3, 4)), Arg((4,))]),
     OpSpec("sub", lambda a, b: a - b, np.subtract, [Arg((2, 1, 3)), Arg((4, 1))]),
@@ -52,4 +54,21 @@ SPECS = [
            [Arg((2, 1, 4), kind="bool"), Arg((3, 4))], id="where_scalar_broadcast"),
     OpSpec("where", lambda c, x, y: x.where(c, y), np.where,
            [Arg((3, 4), kind="bool"), Arg((3, 4)), Arg((3, 4))], id="where_method"),
+    # division.py: a / b in (2.01, 2.9), so floor(a / b) = 2 away from its jumps
+    OpSpec("remainder", lambda a, b: a % b, np.remainder, [Arg((3, 4), 2.1, 2.9), Arg((4,), 1.0, 1.04)]),
+    OpSpec("remainder", lambda x: ta.remainder(x, -0.75), lambda x: np.remainder(x, -0.75),
+           [Arg((3, 4), 0.1, 0.7)], id="remainder_negative_divisor"),
+    OpSpec("floor_divide", lambda a, b: a // b, np.floor_divide, [Arg((3, 4), 2.1, 2.9), Arg((4,), 1.0, 1.04)],
+           differentiable=False),
+    # logical.py: bool results, no gradient
+    OpSpec("isnan", lambda x: ta.isnan(ta.where(x > 0, x, _NAN)), lambda x: x <= 0, [Arg((3, 4))],
+           out_dtype=lambda d: ta.bool, differentiable=False),
+    OpSpec("isinf", lambda x: ta.where(x > 0, _INF, -x).isinf(), lambda x: x > 0, [Arg((3, 4))],
+           out_dtype=lambda d: ta.bool, differentiable=False),
+    OpSpec("isfinite", lambda x: ta.isfinite(ta.where(x > 0.5, _NAN, ta.where(x < -0.5, -_INF, x))),
+           lambda x: np.abs(x) <= 0.5, [Arg((3, 4), away_from=(-0.5, 0.5))], out_dtype=lambda d: ta.bool,
+           differentiable=False),
+    OpSpec("isclose", lambda a, b: ta.isclose(a, a + b * 1e-3, atol=5e-4, rtol=0.0),
+           lambda a, b: np.abs(b * 1e-3) <= 5e-4, [Arg((3, 4)), Arg((3, 4))], out_dtype=lambda d: ta.bool,
+           differentiable=False, float16=False),
 ]

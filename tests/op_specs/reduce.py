@@ -56,4 +56,19 @@ SPECS = [
            [Arg((3, 4))], id="std_dim_keepdim"),
     OpSpec("std", lambda x: x.std((0, 1), correction=2), lambda x: x.std((0, 1), ddof=2),
            [Arg((2, 3, 4))], id="std_dims_correction2"),
+    # norms.py: the 2-norm op; other orders are compositions of abs/sum/pow/amax
+    OpSpec("norm", lambda x: x.norm(), lambda x: np.sqrt((x * x).sum()), [Arg((3, 4))], id="norm_all"),
+    OpSpec("norm", lambda x: ta.norm(x, 2, dim=1, keepdim=True),
+           lambda x: np.sqrt((x * x).sum(1, keepdims=True)), [Arg((3, 4))], id="norm_dim_keepdim"),
+    OpSpec("norm", lambda x: ta.linalg.vector_norm(x, 3, dim=(0, 2)),
+           lambda x: (np.abs(x) ** 3).sum((0, 2)) ** (1 / 3), [Arg((2, 3, 4), away_from=(0.0,))], id="norm_p3"),
+    OpSpec("normalize", lambda x: ta.nn.functional.normalize(x, dim=1),
+           lambda x: x / np.sqrt((x * x).sum(1, keepdims=True)), [Arg((3, 4))], id="normalize"),
+    # logical.py: bool results, no gradient
+    OpSpec("all", lambda x: (x > -0.5).all(dim=1), lambda x: (x > -0.5).all(1), [Arg((3, 4))],
+           out_dtype=lambda d: ta.bool, differentiable=False, id="all_dim"),
+    OpSpec("any", lambda x: ta.any(x > 0.5, dim=(0,), keepdim=True), lambda x: (x > 0.5).any(0, keepdims=True),
+           [Arg((3, 4))], out_dtype=lambda d: ta.bool, differentiable=False, id="any_dim_keepdim"),
+    OpSpec("nonzero", lambda x: (x > 0).nonzero(), lambda x: np.argwhere(x > 0), [Arg((3, 4))],
+           out_dtype=_int64, differentiable=False, id="nonzero"),
 ]

@@ -77,4 +77,16 @@ SPECS = [
            id="getitem_mask"),
     OpSpec("index_select", lambda x: ta.index_select(x, 1, np.array([2, 2, 0])),
            lambda x: x[:, [2, 2, 0]], [Arg((2, 3))]),
+    # compositions of reshape/broadcast/permute/where
+    OpSpec("repeat", lambda x: x.repeat(2, 1, 3), lambda x: np.tile(x, (2, 1, 3)), [Arg((2, 3))]),
+    OpSpec("t", lambda x: x.t(), lambda x: x.T, [Arg((2, 3))]),
+    OpSpec("masked_fill", lambda x, m: x.masked_fill(m, -0.5), lambda x, m: np.where(m, -0.5, x),
+           [Arg((3, 4)), Arg((4,), kind="bool")]),
+    # sorting.py: draws have no ties; values gathered with getitem
+    OpSpec("argsort", lambda x: ta.argsort(x, dim=0, descending=True), lambda x: np.argsort(-x, axis=0),
+           [Arg((4, 3))], out_dtype=lambda d: ta.int64, differentiable=False),
+    OpSpec("sort", lambda x: ta.sort(x).values, lambda x: np.sort(x, -1), [Arg((3, 5))]),
+    OpSpec("topk", lambda x: x.topk(2, dim=1).values, lambda x: -np.sort(-x, 1)[:, :2], [Arg((3, 5))]),
+    OpSpec("topk", lambda x: ta.topk(x, 3, dim=0, largest=False).indices, lambda x: np.argsort(x, 0)[:3],
+           [Arg((4, 2))], out_dtype=lambda d: ta.int64, differentiable=False, id="topk_smallest_indices"),
 ]

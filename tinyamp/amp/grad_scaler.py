@@ -100,18 +100,20 @@ def _computed_in_bfloat16(outputs: Any) -> bool:
 class GradScaler:
     """Dynamic loss scaling (``torch.amp.GradScaler``) with hysteresis and scale bounds.
 
-    ``GradScaler("cuda")`` (PyTorch's device-first spelling) is accepted: the
-    scale lives on the device of the outputs you scale, so the device argument
-    is only informational; pass the other arguments by keyword then.
+    The signature is ``torch.amp.GradScaler``'s: ``GradScaler("cuda", init_scale=...)``
+    or ``GradScaler("cpu", 2.0 ** 10)``. The scale lives on the device of the
+    outputs you scale, so ``device`` is only informational.
     ``auto_disable_bf16=False`` keeps the scaler on under bfloat16.
     """
 
-    def __init__(self, init_scale: float = 2.0 ** 16, growth_factor: float = 2.0, backoff_factor: float = 0.5,
-                 growth_interval: int = 2000, enabled: bool = True, hysteresis: int = 1,
-                 min_scale: float | None = None, max_scale: float | None = None, *, device: str | None = None,
+    def __init__(self, device: str | None = None, init_scale: float = 2.0 ** 16, growth_factor: float = 2.0,
+                 backoff_factor: float = 0.5, growth_interval: int = 2000, enabled: bool = True,
+                 hysteresis: int = 1, min_scale: float | None = None, max_scale: float | None = None, *,
                  auto_disable_bf16: bool = True) -> None:
-        if isinstance(init_scale, str):
-            device, init_scale = init_scale, 2.0 ** 16
+        if device is not None and not isinstance(device, str):
+            # torch.cuda.amp.GradScaler(65536.0) took init_scale first; torch.amp's takes the device.
+            raise TypeError(f"GradScaler: the first argument is the device ('cuda' or 'cpu'), as in "
+                            f"torch.amp.GradScaler, got {device!r}; pass init_scale={device!r} by keyword")
         self.device = device
         self._enabled = bool(enabled)
         self._init_scale = _check_positive("init_scale", init_scale)

@@ -12,9 +12,9 @@ from typing import Sequence
 from ..tensor import Tensor
 from .engine import run_backward
 from .function import Function
-from .grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
+from .grad_mode import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
 
-__all__ = ["Function", "backward", "grad", "no_grad", "enable_grad", "set_grad_enabled",
+__all__ = ["Function", "backward", "grad", "no_grad", "enable_grad", "set_grad_enabled", "inference_mode",
            "is_grad_enabled", "gradcheck", "gradgradcheck"]
 
 

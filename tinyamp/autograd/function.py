@@ -347,6 +347,12 @@ def _as_tensors(op: Function, args: tuple) -> list[Tensor]:
         elif isinstance(arg, (bool, int, float, np.number, np.bool_)):
             # NumPy scalars are treated like Python numbers (weak), as PyTorch does.
             tensors.append(_scalar_tensor(arg.item() if isinstance(arg, np.generic) else arg, reference))
+        elif hasattr(arg, "__array_interface__") or hasattr(arg, "__cuda_array_interface__"):
+            # Often torch-style `t.data`, which in tinyamp is the raw array, not a Tensor.
+            raise TypeError(f"{op.name}: expected Tensors or Python numbers, got a {type(arg).__name__} "
+                            f"(shape {list(arg.shape)}); tinyamp's `tensor.data` is the raw NumPy/CuPy array: "
+                            f"use `tensor.detach()` for a Tensor without history, or wrap arrays with "
+                            f"ta.from_numpy / ta.tensor")
         else:
             raise TypeError(f"{op.name}: expected Tensors or Python numbers, got {type(arg).__name__}")
     return tensors

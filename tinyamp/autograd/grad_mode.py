@@ -24,6 +24,14 @@ class _GradModeContext:
 
     _mode: bool
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        # ``@ta.no_grad`` without parentheses, as PyTorch allows: decorate at once.
+        if len(args) == 1 and not kwargs and callable(args[0]) and cls._bare_decorator:
+            return cls()(args[0])
+        return super().__new__(cls)
+
+    _bare_decorator = True
+
     def __enter__(self) -> None:
         self._token = _grad_enabled.set(self._mode)
 
@@ -53,8 +61,27 @@ class enable_grad(_GradModeContext):
     _mode = True
 
 
+class inference_mode(_GradModeContext):
+    """``inference_mode(mode=True)``: in tinyamp the same as ``no_grad`` (``mode=False``: no change).
+
+    PyTorch's inference tensors (which refuse later use in autograd) are not
+    modelled; results are ordinary tensors that do not require grad.
+    """
+
+    def __init__(self, mode: bool = True) -> None:
+        self._keep = not mode
+
+    def __enter__(self) -> None:
+        self._token = _grad_enabled.set(self._keep and is_grad_enabled())
+
+    def _args(self) -> tuple:
+        return (not self._keep,)
+
+
 class set_grad_enabled(_GradModeContext):
     """``set_grad_enabled(mode)``: sets the mode now; as a context manager, restores it on exit."""
+
+    _bare_decorator = False
 
     def __init__(self, mode: bool) -> None:
         self._mode = bool(mode)

@@ -6,7 +6,8 @@ sample; ``DataLoader`` cuts a dataset into (optionally shuffled) batches.
 Both accept NumPy arrays and tinyamp Tensors. A NumPy input gives NumPy
 batches; a Tensor input gives Tensor batches on the same device, built from
 the Tensor's raw array, so loading never records anything on the autograd
-tape. tinyamp itself is imported only inside the functions that handle a
+tape. Python numbers in samples (a custom Dataset's integer labels) batch
+into a Tensor, as ``torch``'s default collation does. tinyamp itself is imported only inside the functions that handle a
 Tensor: ``tinyamp/__init__`` imports this package, so a module-level import
 would be a cycle (and NumPy-only use never needs it).
 """
@@ -117,7 +118,12 @@ def _stack(items: Sequence[Any]) -> Any:
 
         xp = backend.array_module(first.data)
         return _as_tensor(xp.stack([item.data for item in items]))
-    # NumPy arrays, NumPy scalars and Python numbers.
+    if isinstance(first, (bool, int, float)) and sys.modules.get("tinyamp.tensor") is not None:
+        # A Dataset returning (image_tensor, label_int): labels batch into an int64
+        # (float: float64) Tensor, as torch's default_collate does, so they go
+        # straight into a loss.
+        return _as_tensor(np.asarray(items))
+    # NumPy arrays and NumPy scalars (and numbers when only NumPy is in use).
     return np.stack([np.asarray(item) for item in items])
 
 

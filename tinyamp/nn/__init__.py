@@ -7,7 +7,7 @@ each ``forward`` calls at call time.
 from __future__ import annotations
 
 from . import functional, init, utils
-from .activation import GELU, LeakyReLU, LogSoftmax, ReLU, Sigmoid, Softmax, Tanh
+from .activation import ELU, GELU, LeakyReLU, LogSoftmax, ReLU, SiLU, Sigmoid, Softmax, Tanh
 from .container import ModuleDict, ModuleList, Sequential
 from .conv import Conv2d
 from .dropout import Dropout
@@ -18,11 +18,12 @@ from .loss import BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, L1Loss, MSELoss,
 from .module import Module
 from .normalization import BatchNorm1d, BatchNorm2d, LayerNorm
 from .parameter import Parameter
-from .pooling import AvgPool2d, MaxPool2d
+from .pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
 
 __all__ = [
     "Module", "Parameter", "Linear", "Identity", "Conv2d", "BatchNorm1d", "BatchNorm2d", "LayerNorm",
-    "Embedding", "Dropout", "ReLU", "LeakyReLU", "GELU", "Tanh", "Sigmoid", "Softmax", "LogSoftmax",
-    "Flatten", "MaxPool2d", "AvgPool2d", "Sequential", "ModuleList", "ModuleDict", "CrossEntropyLoss",
+    "Embedding", "Dropout", "ReLU", "LeakyReLU", "GELU", "SiLU", "ELU", "Tanh", "Sigmoid", "Softmax",
+    "LogSoftmax",
+    "Flatten", "MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d", "Sequential", "ModuleList", "ModuleDict", "CrossEntropyLoss",
     "NLLLoss", "MSELoss", "L1Loss", "BCELoss", "BCEWithLogitsLoss", "functional", "init", "utils",
 ]

@@ -54,6 +54,31 @@ class GELU(Module):
         return f"approximate='{self.approximate}'"
 
 
+class SiLU(Module):
+    """y = x * sigmoid(x)"""
+
+    def __init__(self, inplace: bool = False) -> None:
+        super().__init__()
+        self.inplace = inplace  # accepted for portability; a new tensor is returned
+
+    def forward(self, x: Tensor) -> Tensor:
+        return tinyamp.ops.silu(x)
+
+
+class ELU(Module):
+    """y = x if x > 0 else alpha * (exp(x) - 1)"""
+
+    def __init__(self, alpha: float = 1.0, inplace: bool = False) -> None:
+        super().__init__()
+        self.alpha, self.inplace = alpha, inplace
+
+    def forward(self, x: Tensor) -> Tensor:
+        return tinyamp.ops.elu(x, self.alpha)
+
+    def extra_repr(self) -> str:
+        return f"alpha={self.alpha}"
+
+
 class Tanh(Module):
     """y = tanh(x)"""
 

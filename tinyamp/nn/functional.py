@@ -19,8 +19,8 @@ _FORWARDED = frozenset({
     "cross_entropy", "nll_loss", "mse_loss", "l1_loss", "binary_cross_entropy",
     "binary_cross_entropy_with_logits",
     # layers
-    "linear", "conv2d", "max_pool2d", "avg_pool2d", "dropout", "layer_norm", "batch_norm",
-    "embedding", "pad", "flatten", "one_hot",
+    "linear", "conv2d", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "dropout", "layer_norm", "batch_norm",
+    "embedding", "pad", "flatten", "one_hot", "normalize",
 })
 
 __all__ = sorted(_FORWARDED)

@@ -95,6 +95,23 @@ def normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0, generator: Gene
     return _write(tensor, z * std + mean)
 
 
+def trunc_normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0, a: float = -2.0, b: float = 2.0,
+                  generator: Generator | None = None) -> Tensor:
+    """Fill with N(mean, std^2) samples conditioned on [a, b] (absolute bounds, as PyTorch)."""
+    if not a < b:
+        raise ValueError(f"trunc_normal_: expected a < b, got a={a}, b={b}")
+    z = _draw("normal_", tensor, generator) * std + mean
+    # Rejection: redraw what fell outside. Each round keeps a fraction P(a <= x <= b)
+    # of the rest, so bounds deep in one tail (P tiny) are refused rather than looped on.
+    for _ in range(100):
+        outside = (z < a) | (z > b)
+        if not outside.any():
+            return _write(tensor, z)
+        z[outside] = _draw("normal_", tensor, generator)[outside] * std + mean
+    raise ValueError(f"trunc_normal_: [a, b] = [{a}, {b}] holds almost none of N({mean}, {std}^2); "
+                     f"choose bounds within a few std of the mean")
+
+
 def constant_(tensor: Tensor, val: float) -> Tensor:
     tensor.data[...] = val
     tensor._version[0] += 1

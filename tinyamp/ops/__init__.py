@@ -15,13 +15,18 @@ from .elementwise import (abs, add, div, exp, log, log1p, mul, neg, pow, recipro
                           square, sub)
 from .reduce import amax, amin, argmax, argmin, max, mean, min, std, sum, var  # noqa: A004
 from . import activation, select
-from .activation import erf, gelu, leaky_relu, relu, sigmoid, softplus, tanh
-from .select import clamp, clamp_max, clamp_min, clip, maximum, minimum, where
-from .conv import avg_pool2d, conv2d, max_pool2d
-from .indexing import getitem, index_select
+from . import division, logical, norms, sorting
+from .sorting import argsort, sort, topk
+from .division import floor_divide, remainder
+from .logical import all, allclose, any, equal, isclose, isfinite, isinf, isnan, nonzero  # noqa: A004
+from .norms import norm, normalize, vector_norm
+from .activation import elu, erf, gelu, leaky_relu, relu, sigmoid, silu, softplus, tanh
+from .select import clamp, clamp_max, clamp_min, clip, masked_fill, maximum, minimum, where
+from .conv import adaptive_avg_pool2d, avg_pool2d, conv2d, max_pool2d
+from .indexing import getitem, index_select, one_hot
 from .linalg import bmm, linear, matmul, mm
 from .shape import (cat, chunk, concat, concatenate, contiguous, flatten, narrow, pad, permute, reshape,
-                    split, squeeze, stack, transpose, unbind, unsqueeze, view)
+                    repeat, split, squeeze, stack, t, transpose, unbind, unsqueeze, view)
 # Families whose module shares its name with its op: keep the module under an alias.
 from . import dropout as _dropout_family, embedding as _embedding_family, softmax as _softmax_family
 from . import loss, loss_binary, normalization
@@ -34,6 +39,7 @@ from .softmax import log_softmax, logsumexp, softmax
 
 _FAMILIES = [broadcast, elementwise, select, activation, reduce, shape, indexing, linalg, conv]
 _FAMILIES += [_softmax_family, loss, loss_binary, normalization, _dropout_family, _embedding_family]
+_FAMILIES += [division, logical, norms, sorting]
 
 TENSOR_METHODS: dict = {}
 for _family in _FAMILIES:

@@ -1,4 +1,4 @@
-"""Activation functions (relu, leaky_relu, gelu, tanh, sigmoid, softplus) and erf.
+"""Activation functions (relu, leaky_relu, gelu, tanh, sigmoid, softplus, silu, elu) and erf.
 
 Precision tags follow PyTorch's CUDA autocast: activations are on none of its
 lists, so they run in the dtype that arrives (NEUTRAL), except softplus, which is
@@ -24,7 +24,7 @@ from ..autograd.function import Function
 from ..tensor import Tensor
 from .cast_kernels import relu_backward_lowp, relu_lowp
 from .elementwise import exp
-from .select import where
+from .select import clamp_max, where
 
 _SQRT_PI = math.sqrt(math.pi)
 _INV_SQRT_2 = 1 / math.sqrt(2)
@@ -334,6 +334,21 @@ def sigmoid(input: Tensor) -> Tensor:  # noqa: A002
 
 def softplus(input: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:  # noqa: A002
     return Softplus(beta, threshold)(input)
+
+
+# Compositions of the ops above (their gradients come from the parts).
+def silu(input: Tensor, inplace: bool = False) -> Tensor:  # noqa: A002
+    """y = x * sigmoid(x) (also called swish)."""
+    return input * sigmoid(input)
+
+
+def elu(input: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:  # noqa: A002
+    """y = x if x > 0 else alpha * (exp(x) - 1)."""
+    # exp of min(x, 0): the branch where() drops must stay finite, or its zero
+    # gradient times exp's inf would be nan; the cast keeps the input's dtype
+    # (exp runs in float32 under autocast).
+    negative = (alpha * (exp(clamp_max(input, 0.0)) - 1)).to(input.dtype)
+    return where(input > 0, input, negative)
 
 
 METHODS = {"relu": relu, "tanh": tanh, "sigmoid": sigmoid, "erf": erf}

@@ -108,4 +108,5 @@ def sum_to(x: Tensor, shape: Sequence[int]) -> Tensor:
     return x if x.shape == shape else SumTo(shape)(x)
 
 
-METHODS = {"broadcast_to": broadcast_to, "expand": expand, "sum_to": sum_to}
+METHODS = {"broadcast_to": broadcast_to, "expand": expand, "sum_to": sum_to,
+           "expand_as": lambda x, other: broadcast_to(x, other.shape)}

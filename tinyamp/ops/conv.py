@@ -373,4 +373,17 @@ def avg_pool2d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any
     return y.reshape(y.shape[1:]) if unbatched else y
 
 
+def adaptive_avg_pool2d(input: Tensor, output_size: Any) -> Tensor:  # noqa: A002
+    """Mean over a grid of ``output_size`` cells (None keeps a size): ``avg_pool2d`` with
+    kernel = stride = input / output. Sizes that do not divide the input are not supported."""
+    sizes = (output_size, output_size) if isinstance(output_size, int) or output_size is None else tuple(output_size)
+    h, w = input.shape[-2:]
+    out = tuple(n if o is None else o for n, o in zip((h, w), sizes))
+    if len(out) != 2 or any(o < 1 or n % o for n, o in zip((h, w), out)):
+        raise ValueError(f"adaptive_avg_pool2d: output size {list(sizes)} must divide the input's "
+                         f"{[h, w]} in tinyamp (input shape {list(input.shape)}); use avg_pool2d or pad")
+    kernel = (h // out[0], w // out[1])
+    return avg_pool2d(input, kernel, kernel)
+
+
 METHODS: dict = {}

@@ -10,7 +10,8 @@ The gradient of a gather is a scatter that must *sum* where an index repeats
 (``x[[0, 0]]`` uses ``x[0]`` twice), so advanced keys scatter with ``add.at``
 (``cupyx.scatter_add`` on the GPU), in float32 for float16/bfloat16 gradients.
 ``GetItemGrad`` is itself differentiable: its backward is ``getitem`` with the
-same key, so double backward works. Both are NEUTRAL.
+same key, so double backward works. Both are NEUTRAL. ``one_hot`` (labels to
+int64 indicator vectors) is here too.
 """
 
 from __future__ import annotations
@@ -126,6 +127,33 @@ def index_select(x: Tensor, dim: int, index: Any) -> Tensor:
     if index.ndim != 1:
         raise IndexError(f"index_select: index must be 1-D, got shape {list(index.shape)}")
     return getitem(x, (slice(None),) * (dim % max(x.ndim, 1)) + (index,))
+
+
+class OneHot(Function):
+    """y[..., c] = 1 where x == c else 0 (int64, shape x.shape + (num_classes,)); no gradient"""
+
+    precision = NEUTRAL
+
+    def __init__(self, num_classes: int) -> None:
+        self.num_classes = num_classes
+
+    def forward(self, xp: Any, x: Any) -> Any:
+        if x.dtype.kind not in "iu":
+            raise RuntimeError(f"one_hot is only applicable to index tensor of type LongTensor (an integer "
+                               f"tensor), got {dt.dtype_name(x.dtype)} of shape {list(x.shape)}; use .long()")
+        # The range checks read the data on the host (one synchronisation on a GPU).
+        if x.size and int(x.min()) < 0:
+            raise RuntimeError(f"one_hot: Class values must be non-negative (got {int(x.min())})")
+        n = self.num_classes if self.num_classes >= 0 else (int(x.max()) + 1 if x.size else 0)
+        if x.size and int(x.max()) >= n:
+            raise RuntimeError(f"one_hot: Class values must be smaller than num_classes "
+                               f"(got {int(x.max())} with num_classes={n})")
+        return (x[..., None] == xp.arange(n)).astype(xp.int64)
+
+
+def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
+    """``torch.nn.functional.one_hot``: int64 indicator vectors; ``num_classes=-1`` means max + 1."""
+    return OneHot(num_classes)(tensor)
 
 
 METHODS = {"index_select": index_select}

@@ -22,6 +22,7 @@ from ..tensor import Tensor
 from .broadcast import sum_to
 from .gemm import gemm
 from .reduce import sum as _sum
+from .norms import linalg_norm as norm, vector_norm  # noqa: F401 - ta.linalg.norm / ta.linalg.vector_norm
 
 
 def _operands(a: Any, b: Any, op: str = "@") -> str:

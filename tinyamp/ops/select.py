@@ -1,6 +1,6 @@
 """Elementwise ops that select values instead of computing new ones.
 
-maximum, minimum, clamp and where: each output element is one of the inputs'
+maximum, minimum, clamp, where and masked_fill: each output element is one of the inputs'
 elements, so the gradient is routed (or split, on ties) rather than computed.
 The masks that route it are built from the saved values, never differentiated.
 """
@@ -8,6 +8,8 @@ The masks that route it are built from the saved values, never differentiated.
 from __future__ import annotations
 
 from typing import Any
+
+import tinyamp
 
 from .. import backend
 from .. import dtypes as dt
@@ -155,8 +157,18 @@ def clamp_max(input: Tensor, max: float) -> Tensor:  # noqa: A002
     return clamp(input, max=max)
 
 
-def where(condition: Any, input: Any, other: Any) -> Tensor:  # noqa: A002
-    """``input`` where ``condition`` (a bool Tensor or array) holds, else ``other``."""
+_ONLY_CONDITION = object()
+
+
+def where(condition: Any, input: Any = _ONLY_CONDITION, other: Any = _ONLY_CONDITION) -> Any:  # noqa: A002
+    """``input`` where ``condition`` (a bool Tensor or array) holds, else ``other``.
+
+    ``where(condition)`` alone is ``nonzero(condition, as_tuple=True)``, as in PyTorch.
+    """
+    if input is _ONLY_CONDITION and other is _ONLY_CONDITION:
+        return tinyamp.ops.nonzero(condition, as_tuple=True)
+    if input is _ONLY_CONDITION or other is _ONLY_CONDITION:
+        raise TypeError("where: expected where(condition) or where(condition, input, other)")
     array = _condition_array(condition)
     if not isinstance(input, Tensor) and not isinstance(other, Tensor):
         # Two numbers: the first becomes a tensor on the condition's device (float32/int64 default).
@@ -166,10 +178,22 @@ def where(condition: Any, input: Any, other: Any) -> Tensor:  # noqa: A002
     return Where(array)(input, other)
 
 
+def masked_fill(input: Tensor, mask: Any, value: Any) -> Tensor:  # noqa: A002
+    """``input`` with ``value`` where the bool ``mask`` (broadcast to ``input``) is True."""
+    if isinstance(value, Tensor) and value.ndim != 0:
+        raise ValueError(f"masked_fill only supports a 0-dimensional value tensor, got shape {list(value.shape)}")
+    if isinstance(value, Tensor):
+        value = cast(value, input.dtype) if value.dtype != input.dtype else value
+    elif isinstance(value, float) and input.dtype not in dt.FLOATING:
+        raise TypeError(f"masked_fill: cannot fill a {dt.dtype_name(input.dtype)} tensor with the float "
+                        f"{value!r}; convert the tensor first (.float())")
+    return where(mask, value, input)
+
+
 def _where_method(self: Tensor, condition: Any, y: Any) -> Tensor:
     """``x.where(condition, y)`` is ``where(condition, x, y)``."""
     return where(condition, self, y)
 
 
 METHODS = {"maximum": maximum, "minimum": minimum, "clamp": clamp, "clip": clip,
-           "clamp_min": clamp_min, "clamp_max": clamp_max, "where": _where_method}
+           "clamp_min": clamp_min, "clamp_max": clamp_max, "where": _where_method, "masked_fill": masked_fill}

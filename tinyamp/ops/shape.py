@@ -22,6 +22,7 @@ from .. import dtypes as dt
 from ..amp.policy import NEUTRAL, PROMOTE
 from ..autograd.function import Function
 from ..tensor import Tensor
+from .broadcast import broadcast_to
 from .indexing import getitem
 
 
@@ -200,6 +201,28 @@ def transpose(x: Tensor, dim0: int, dim1: int) -> Tensor:
     return Permute(tuple(dims))(x)
 
 
+def t(x: Tensor) -> Tensor:
+    """The transpose of a matrix; 0-d and 1-D tensors come back as they are (``torch.t``)."""
+    if x.ndim > 2:
+        raise ValueError(f"t: expects a tensor with <= 2 dimensions, got shape {list(x.shape)}; "
+                         f"use transpose(dim0, dim1) or .mT")
+    return x if x.ndim < 2 else transpose(x, 0, 1)
+
+
+def repeat(x: Tensor, *sizes: Any) -> Tensor:
+    """Tile ``x`` ``sizes[i]`` times along dim i (extra leading sizes add dims): ``Tensor.repeat``."""
+    sizes = _shape_arg(sizes)
+    if len(sizes) < x.ndim or any(r < 0 for r in sizes):
+        raise ValueError(f"repeat: needs one non-negative count per dimension (at least {x.ndim}), got "
+                         f"{list(sizes)} for shape {list(x.shape)}")
+    shape = (1,) * (len(sizes) - x.ndim) + x.shape
+    # Broadcast (1, s0, 1, s1, ...) to (r0, s0, r1, s1, ...) and merge each pair: the
+    # broadcast's adjoint sums the copies, so the gradient comes for free.
+    paired = tuple(v for s in shape for v in (1, s))
+    target = tuple(v for r, s in zip(sizes, shape) for v in (r, s))
+    return reshape(broadcast_to(reshape(x, paired), target), tuple(r * s for r, s in zip(sizes, shape)))
+
+
 def flatten(x: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
     """Merge dims ``start_dim..end_dim`` into one (a 0-d tensor becomes 1-D)."""
     if x.ndim == 0:
@@ -351,5 +374,5 @@ def narrow(x: Tensor, dim: int, start: int, length: int) -> Tensor:
 METHODS = {"reshape": reshape, "view": view, "permute": permute, "transpose": transpose,
            "flatten": flatten, "squeeze": squeeze, "unsqueeze": unsqueeze, "split": split,
            "chunk": chunk, "unbind": unbind, "contiguous": contiguous, "narrow": narrow,
-           "view_as": lambda x, other: reshape(x, other.shape),
+           "t": t, "repeat": repeat, "view_as": lambda x, other: reshape(x, other.shape),
            "reshape_as": lambda x, other: reshape(x, other.shape)}

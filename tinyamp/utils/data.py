@@ -1,0 +1,11 @@
+"""``tinyamp.utils.data``: ``torch.utils.data``'s names for what :mod:`tinyamp.data` implements.
+
+``from torch.utils.data import DataLoader, TensorDataset`` ports as
+``from tinyamp.utils.data import DataLoader, TensorDataset``; nothing lives here.
+"""
+
+from __future__ import annotations
+
+from ..data.loader import DataLoader, Dataset, TensorDataset
+
+__all__ = ["DataLoader", "Dataset", "TensorDataset"]
