@@ -18,7 +18,7 @@ import tinyamp.nn as nn
 import tinyamp.nn.functional as F
 from tinyamp.amp import GradScaler, autocast
 from tinyamp.optim import lr_scheduler
-from tinyamp.utils.data import DataLoader, Dataset
+from tinyamp.utils.data import DataLoader, Dataset, Subset, TensorDataset, random_split
 
 
 # ------------------------------------------------------------ autocast, grad modes, scaler
@@ -290,6 +290,48 @@ def test_custom_dataset_labels_batch_into_tensors() -> None:
     assert torch.utils.data.DataLoader is DataLoader
     loss = F.cross_entropy(torch.zeros(4, 3), y)
     np.testing.assert_allclose(loss.item(), math.log(3), rtol=1e-6)
+
+
+def test_random_split_subsets_and_loader_arguments() -> None:
+    ds = TensorDataset(torch.arange(20.0).reshape(10, 2), torch.arange(10))
+    train, val = random_split(ds, [0.75, 0.25], generator=np.random.default_rng(0))
+    assert (len(train), len(val)) == (8, 2)  # floor(7.5), floor(2.5), then one left over to the first
+    assert sorted(train.indices + val.indices) == list(range(10))
+    loader = DataLoader(train, batch_size=3, shuffle=True, num_workers=2, pin_memory=True)
+    labels = [int(v) for _, y in loader for v in y.tolist()]
+    assert sorted(labels) == sorted(train.indices)
+    x, y = next(iter(DataLoader(Subset(ds, [4, 1]), batch_size=2)))
+    np.testing.assert_array_equal(x.numpy(), [[8.0, 9.0], [2.0, 3.0]])
+    assert y.tolist() == [4, 1]
+    pairs = next(iter(DataLoader(ds, batch_size=2, collate_fn=lambda samples: samples)))
+    assert len(pairs) == 2 and pairs[1][1].item() == 1
+    with pytest.raises(ValueError, match="sum of input lengths"):
+        random_split(ds, [5, 6])
+
+
+def test_dtype_limits_optimizer_flags_and_reduction_dtype() -> None:
+    assert torch.finfo(torch.float16).max == 65504.0
+    assert torch.finfo(torch.float16).tiny == 2.0 ** -14
+    assert torch.finfo(torch.bfloat16).eps == 2.0 ** -7
+    assert torch.iinfo(torch.int64).max == 2 ** 63 - 1
+    assert torch.get_default_dtype() == torch.float32
+    params = nn.Linear(2, 2).parameters()
+    torch.optim.AdamW(params, lr=1e-3, foreach=None, fused=False)
+    torch.optim.SGD(nn.Linear(2, 2).parameters(), lr=0.1, foreach=False)
+    big = torch.full((4,), 30000.0, dtype=torch.float16)
+    assert big.sum(dtype=torch.float32).item() == 120000.0  # a float16 sum would overflow to inf
+    assert big.mean(dtype=torch.float32).dtype == torch.float32
+
+
+def test_loading_a_pytorch_file_says_how_to_convert(tmp_path) -> None:
+    import zipfile
+
+    path = tmp_path / "model.pt"
+    with zipfile.ZipFile(path, "w") as archive:  # the layout of torch.save's zip files
+        archive.writestr("model/data.pkl", b"\x80\x02}q\x00.")
+        archive.writestr("model/version", b"3\n")
+    with pytest.raises(RuntimeError, match="PyTorch torch.save file.*np.savez"):
+        torch.load(path)
 
 
 def test_tensor_data_is_the_raw_array_and_the_error_says_so() -> None:

@@ -87,3 +87,25 @@ def widest_float(dtypes: "list[np.dtype]") -> np.dtype:
         raise TypeError("cannot promote float16 with bfloat16: neither holds the other; "
                         "cast one of them explicitly (e.g. .float())")
     return max(floats, key=lambda d: d.itemsize)
+
+
+def finfo(dtype: Any = None) -> Any:
+    """Limits of a floating dtype (``torch.finfo``): ``.max``, ``.min``, ``.eps``, ``.tiny``, ``.bits``.
+
+    ``ml_dtypes.finfo`` answers for bfloat16 as well as NumPy's types; the
+    default is float32, tinyamp's (fixed) default dtype.
+    """
+    resolved = float32 if dtype is None else as_dtype(dtype)
+    if resolved not in FLOATING:
+        raise TypeError(f"finfo: {dtype_name(resolved)} is not a floating point dtype; use iinfo")
+    return ml_dtypes.finfo(resolved)
+
+
+def iinfo(dtype: Any) -> np.iinfo:
+    """Limits of an integer dtype (``torch.iinfo``): ``.max``, ``.min``, ``.bits``."""
+    return np.iinfo(as_dtype(dtype))
+
+
+def get_default_dtype() -> np.dtype:
+    """float32: the dtype of floating tensors made from Python floats (fixed in tinyamp)."""
+    return float32

@@ -140,8 +140,13 @@ def load(f: FileLike, map_location: Any = None, weights_only: bool = True) -> An
         try:
             manifest = json.loads(archive.read(_MANIFEST).decode("utf-8"))
         except KeyError:
+            hint = ""
+            if any(entry.endswith("data.pkl") for entry in archive.namelist()):
+                # PyTorch's zip format: reading it would mean unpickling, which ta.load never does.
+                hint = ("; it looks like a PyTorch torch.save file, which tinyamp cannot read: in PyTorch, "
+                        "save the state_dict as NumPy arrays (np.savez) and load them with ta.tensor")
             raise CheckpointError(f"ta.load: {name} is a zip archive but not a tinyamp checkpoint "
-                                  f"(no {_MANIFEST} manifest)") from None
+                                  f"(no {_MANIFEST} manifest){hint}") from None
         except (ValueError, zipfile.BadZipFile, EOFError) as exc:
             raise CheckpointError(f"ta.load: {name}: the manifest {_MANIFEST} is unreadable ({exc})") from None
         if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or "root" not in manifest:

@@ -6,11 +6,13 @@
   5,000-image subset split 4,000/1,000, or the full data set from a folder
   (``root=`` or the ``TINYAMP_DATA`` environment variable).
 - :class:`TensorDataset` and :class:`DataLoader` batch and shuffle arrays or
-  tinyamp Tensors, with PyTorch's interface and reproducible seeded shuffling.
+  tinyamp Tensors, with PyTorch's interface and reproducible seeded shuffling;
+  :class:`Subset` and :func:`random_split` make train/validation splits.
 """
 
 from .idx import IDXError, read_idx, write_idx
-from .loader import DataLoader, TensorDataset
+from .loader import DataLoader, Subset, TensorDataset, random_split
 from .mnist import load_mnist
 
-__all__ = ["read_idx", "write_idx", "IDXError", "load_mnist", "TensorDataset", "DataLoader"]
+__all__ = ["read_idx", "write_idx", "IDXError", "load_mnist", "TensorDataset", "Subset", "random_split",
+           "DataLoader"]

@@ -19,7 +19,7 @@ from typing import Any, Iterator, Protocol, Sequence
 
 import numpy as np
 
-__all__ = ["TensorDataset", "DataLoader"]
+__all__ = ["TensorDataset", "Subset", "random_split", "DataLoader"]
 
 
 class Dataset(Protocol):
@@ -107,6 +107,42 @@ class TensorDataset:
         return f"TensorDataset({shapes})"
 
 
+class Subset:
+    """The samples of ``dataset`` at ``indices``, in that order (``torch.utils.data.Subset``)."""
+
+    def __init__(self, dataset: Dataset, indices: Sequence[int]) -> None:
+        self.dataset = dataset
+        self.indices = [int(i) for i in indices]
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, index: int) -> Any:
+        return self.dataset[self.indices[index]]
+
+
+def random_split(dataset: Dataset, lengths: Sequence[float], generator: Any = None) -> list[Subset]:
+    """Disjoint random subsets of the given lengths (counts, or fractions summing to 1), as PyTorch.
+
+    Fractions are floored and the samples left over go one each to the first
+    subsets. The permutation comes from ``generator`` (a CPU tinyamp Generator
+    or a NumPy one), else from tinyamp's default generator.
+    """
+    n = len(dataset)
+    if lengths and all(0 <= f <= 1 for f in lengths) and abs(sum(lengths) - 1) < 1e-9 and sum(lengths) != n:
+        counts = [int(np.floor(n * f)) for f in lengths]
+        for i in range(n - sum(counts)):
+            counts[i % len(counts)] += 1
+    else:
+        counts = [int(c) for c in lengths]
+    if sum(counts) != n or any(c < 0 for c in counts):
+        raise ValueError(f"random_split: sum of input lengths {list(lengths)} does not equal the length of "
+                         f"the input dataset ({n})")
+    order = _host_rng(generator).permutation(n)
+    edges = np.cumsum([0] + counts)
+    return [Subset(dataset, order[a:b]) for a, b in zip(edges[:-1], edges[1:])]
+
+
 # ------------------------------------------------------------------ loader
 
 
@@ -148,7 +184,10 @@ class DataLoader:
     - neither: drawn from tinyamp's default CPU generator, so
       ``tinyamp.manual_seed`` makes the run reproducible, as in PyTorch.
 
-    The last, smaller batch is kept unless ``drop_last=True``.
+    The last, smaller batch is kept unless ``drop_last=True``. ``collate_fn``
+    replaces the default batching of a list of samples. ``num_workers`` and
+    ``pin_memory`` are accepted so PyTorch loaders port; batches are always
+    made in the calling process (the gathers are single NumPy/CuPy calls).
     """
 
     def __init__(
@@ -159,6 +198,10 @@ class DataLoader:
         drop_last: bool = False,
         seed: int | None = None,
         generator: Any = None,
+        *,
+        collate_fn: Any = None,
+        num_workers: int = 0,
+        pin_memory: bool = False,
     ) -> None:
         if (
             isinstance(batch_size, bool)
@@ -178,6 +221,8 @@ class DataLoader:
         self.drop_last = bool(drop_last)
         self.seed = seed
         self.generator = generator
+        self.collate_fn = collate_fn
+        self.num_workers, self.pin_memory = num_workers, pin_memory
         self.epoch = 0  # the epoch the next iteration will run
 
     def set_epoch(self, epoch: int) -> None:
@@ -208,19 +253,24 @@ class DataLoader:
         if self.drop_last and n % size:
             bounds.pop()  # the short last batch
 
-        if isinstance(self.dataset, TensorDataset):
-            yield from self._iter_tensor_dataset(order, bounds)
+        dataset = self.dataset
+        if self.collate_fn is None and isinstance(dataset, Subset) and isinstance(dataset.dataset, TensorDataset):
+            # random_split's train/validation subsets keep the fast path.
+            order, dataset = np.asarray(dataset.indices, dtype=np.int64)[order], dataset.dataset
+        if self.collate_fn is None and isinstance(dataset, TensorDataset):
+            yield from self._iter_tensor_dataset(dataset, order, bounds)
         else:
+            collate = self.collate_fn or _collate
             for start, stop in bounds:
-                yield _collate([self.dataset[int(i)] for i in order[start:stop]])
+                yield collate([dataset[int(i)] for i in order[start:stop]])
 
     def _iter_tensor_dataset(
-        self, order: np.ndarray, bounds: list[tuple[int, int]]
+        self, dataset: TensorDataset, order: np.ndarray, bounds: list[tuple[int, int]]
     ) -> Iterator[tuple[Any, ...]]:
         # One fancy-indexing gather per tensor per batch instead of stacking
         # batch_size rows; the epoch's order is copied to each tensor's device
         # once, not once per batch.
-        tensors = self.dataset.tensors
+        tensors = dataset.tensors
         orders = [_index_on_device(order, _raw(t)) for t in tensors]
         for start, stop in bounds:
             batch = []

@@ -332,12 +332,13 @@ class Std(Function):
         return _centred_gradient(self, g, x)
 
 
-def sum(x: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:  # noqa: A001 - torch name
-    return Sum(dim, keepdim)(x)
+# dtype=: the input is cast first (a recorded cast), as PyTorch's x.sum(dtype=torch.float32).
+def sum(x: Tensor, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Tensor:  # noqa: A001
+    return Sum(dim, keepdim)(x if dtype is None else x.to(dtype))
 
 
-def mean(x: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
-    return Mean(dim, keepdim)(x)
+def mean(x: Tensor, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Tensor:
+    return Mean(dim, keepdim)(x if dtype is None else x.to(dtype))
 
 
 def amax(input: Tensor, dim: Any = (), keepdim: bool = False) -> Tensor:  # noqa: A002 - torch names

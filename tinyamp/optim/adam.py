@@ -65,7 +65,9 @@ class Adam(Optimizer):
 
     def __init__(self, params: Iterable[Any], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 0, amsgrad: bool = False, *,
-                 master_weights: bool = False) -> None:
+                 master_weights: bool = False, foreach: bool | None = None, fused: bool | None = None) -> None:
+        # foreach/fused are accepted so PyTorch constructors port: tinyamp picks its
+        # update path itself (fused kernels on a GPU, one vectorised pass per tensor on NumPy).
         if not 0.0 <= lr:
             raise ValueError(f"Invalid learning rate: {lr}")
         if not 0.0 <= eps:
@@ -105,5 +107,5 @@ class AdamW(Adam):
 
     def __init__(self, params: Iterable[Any], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 1e-2, amsgrad: bool = False, *,
-                 master_weights: bool = False) -> None:
+                 master_weights: bool = False, foreach: bool | None = None, fused: bool | None = None) -> None:
         super().__init__(params, lr, betas, eps, weight_decay, amsgrad, master_weights=master_weights)

@@ -54,7 +54,8 @@ class SGD(Optimizer):
 
     def __init__(self, params: Iterable[Any], lr: float = 1e-3, momentum: float = 0, dampening: float = 0,
                  weight_decay: float = 0, nesterov: bool = False, *, maximize: bool = False,
-                 master_weights: bool = False) -> None:
+                 master_weights: bool = False, foreach: bool | None = None, fused: bool | None = None) -> None:
+        # foreach/fused are accepted so PyTorch constructors port; tinyamp picks the update path.
         if lr < 0.0:
             raise ValueError(f"Invalid learning rate: {lr}")
         if momentum < 0.0:
