@@ -242,6 +242,14 @@ def test_activations_refuse_inputs_they_would_mangle() -> None:
         ta.leaky_relu(ta.tensor([-3, 2]))  # the slope would be truncated to 0
 
 
+def test_vector_norm_ord_0_has_a_zero_gradient_like_pytorch() -> None:
+    x = _leaf([0.0, -2.0, 3.0])
+    y = ta.linalg.vector_norm(x, 0)  # counts non-zeros; backward() used to fail (no grad_fn)
+    assert y.item() == 2.0
+    y.backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [0.0, 0.0, 0.0])
+
+
 def test_sign_keeps_nan_and_bool() -> None:
     # Decision: sign(nan) is nan (NumPy), not PyTorch's 0, so a NaN is never hidden.
     out = ta.sign(ta.tensor([-2.0, 0.0, math.nan, 3.0]))
@@ -323,3 +331,17 @@ def test_erf_of_float16_is_computed_in_float32_and_rounded_once() -> None:
     got = ta.erf(ta.tensor(points)).numpy()
     want = np.array([math.erf(float(p)) for p in points]).astype(np.float16)
     np.testing.assert_array_equal(got, want)  # exactly the rounded true value
+
+
+@pytest.mark.parametrize("op, ref", [
+    (ta.nn.functional.silu, lambda v: v / (1 + np.exp(-v))),
+    (ta.nn.functional.elu, np.expm1),  # the points are negative
+])
+def test_silu_and_elu_of_float16_are_rounded_once(op: object, ref: object) -> None:
+    # Composed in float16 they rounded twice (silu 9 ulp) or cancelled (exp(x) - 1: 3072 ulp near 0).
+    points = -np.geomspace(1e-4, 20, 400).astype(np.float16)  # silu(-17) is a float16 subnormal
+    got = op(ta.tensor(points)).numpy().view(np.int16).astype(np.int64)
+    want = ref(points.astype(np.float64)).astype(np.float16).view(np.int16).astype(np.int64)
+    # At most 1 ulp (same-sign bit patterns count ulps): the float32 exp may land a
+    # float32 ulp across a float16 rounding boundary; two roundings are further off.
+    assert np.abs(got - want).max() <= 1

@@ -41,7 +41,7 @@ SPECS = [
     OpSpec("softplus", lambda x: ta.softplus(x, beta=2.0, threshold=1.0),
            lambda x: _softplus(x, 2.0, 1.0), [Arg((3, 4), -2.0, 2.0, away_from=(0.5,))],
            id="softplus_threshold"),
-    # compositions (no op of their own): silu = x sigmoid(x), elu (kink at 0 for alpha != 1)
+    # silu = x sigmoid(x); elu (kink at 0 for alpha != 1)
     OpSpec("silu", ta.nn.functional.silu, lambda x: x / (1 + np.exp(-x)), [Arg((3, 4), -4.0, 4.0)]),
     OpSpec("elu", lambda x: ta.nn.functional.elu(x, alpha=0.5), lambda x: np.where(x > 0, x, 0.5 * np.expm1(x)),
            [Arg((3, 4), -3.0, 3.0, away_from=(0.0,))]),

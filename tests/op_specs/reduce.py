@@ -62,6 +62,9 @@ SPECS = [
            lambda x: np.sqrt((x * x).sum(1, keepdims=True)), [Arg((3, 4))], id="norm_dim_keepdim"),
     OpSpec("norm", lambda x: ta.linalg.vector_norm(x, 3, dim=(0, 2)),
            lambda x: (np.abs(x) ** 3).sum((0, 2)) ** (1 / 3), [Arg((2, 3, 4), away_from=(0.0,))], id="norm_p3"),
+    # ord 0 counts non-zeros (relu makes some): piecewise constant, a zero gradient as in PyTorch
+    OpSpec("norm", lambda x: ta.linalg.vector_norm(ta.relu(x), 0, dim=1), lambda x: (x > 0).sum(1).astype(float),
+           [Arg((3, 4), away_from=(0.0,))], id="norm_p0"),
     OpSpec("normalize", lambda x: ta.nn.functional.normalize(x, dim=1),
            lambda x: x / np.sqrt((x * x).sum(1, keepdims=True)), [Arg((3, 4))], id="normalize"),
     # logical.py: bool results, no gradient

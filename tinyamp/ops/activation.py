@@ -3,8 +3,8 @@
 Precision tags follow PyTorch's CUDA autocast: activations are on none of its
 lists, so they run in the dtype that arrives (NEUTRAL), except softplus, which is
 on its float32 list. A float16 input is still *computed* in float32 and rounded
-once where the formula has several steps (gelu, sigmoid, softplus, erf), as
-PyTorch's half kernels do internally; only the stored result is float16.
+once where the formula has several steps (gelu, sigmoid, softplus, silu, elu,
+erf), as PyTorch's half kernels do internally; only the stored result is float16.
 
 Memory: relu, tanh and sigmoid save their output, not their input. The output
 is usually saved by the next layer anyway, so under AMP the pre-activation can
@@ -77,6 +77,12 @@ def _erf(xp: Any, x: Any) -> Any:
         fraction = large + (k / 2) / fraction
     tail = 1 - xp.exp(-large * large) / (_SQRT_PI * fraction)
     return xp.copysign(xp.where(ax < _ERF_SPLIT, series, tail), x)
+
+
+def _sigmoid(xp: Any, z: Any) -> Any:
+    """1 / (1 + exp(-z)) on arrays, in the form that never overflows exp."""
+    e = xp.exp(-xp.abs(z))  # <= 1: no overflow for large |z|
+    return xp.where(z >= 0, 1 / (1 + e), e / (1 + e))
 
 
 def _gelu_slope(xp: Any, x: Any, approximate: str) -> Any:
@@ -270,10 +276,7 @@ class Sigmoid(Function):
     save_outputs = (0,)
 
     def forward(self, xp: Any, x: Any) -> Any:
-        z = _opmath(xp, x)
-        e = xp.exp(-xp.abs(z))  # <= 1: no overflow for large |x|
-        y = xp.where(z >= 0, 1 / (1 + e), e / (1 + e))
-        return y.astype(_out_dtype(x), copy=False)
+        return _sigmoid(xp, _opmath(xp, x)).astype(_out_dtype(x), copy=False)
 
     def backward(self, gy: Tensor) -> Tensor:
         (y,) = self.saved_tensors
@@ -302,6 +305,51 @@ class Softplus(Function):
         (x,) = self.saved_tensors
         linear = Tensor._wrap(x.data * self.beta > self.threshold)
         return where(linear, gy, gy * sigmoid(x * self.beta))
+
+
+class Silu(Function):
+    """y = x sigmoid(x); dx = gy s (1 + x (1 - s)), s = sigmoid(x)
+
+    NEUTRAL (on none of PyTorch's autocast lists); float16/bfloat16 computed in
+    float32 and rounded once (x * sigmoid(x) in float16 rounds twice: 9 ulp off).
+    """
+
+    precision = NEUTRAL
+    save_inputs = (0,)
+
+    def forward(self, xp: Any, x: Any) -> Any:
+        z = _opmath(xp, x)
+        return (z * _sigmoid(xp, z)).astype(_out_dtype(x), copy=False)
+
+    def backward(self, gy: Tensor) -> Tensor:
+        (x,) = self.saved_tensors
+        s = sigmoid(x)
+        return gy * (s * (1 + x * (1 - s)))
+
+
+class Elu(Function):
+    """y = x if x > 0 else alpha (exp(x) - 1); dx = gy if x > 0 else gy alpha exp(x)
+
+    NEUTRAL (on none of PyTorch's autocast lists); expm1 in float32 for
+    float16/bfloat16, rounded once (exp(x) - 1 in float16 cancels: 3072 ulp off near 0).
+    """
+
+    precision = NEUTRAL
+    save_inputs = (0,)
+
+    def __init__(self, alpha: float) -> None:
+        self.alpha = alpha
+
+    def forward(self, xp: Any, x: Any) -> Any:
+        z = _opmath(xp, x)
+        # expm1 of min(z, 0): the branch where() drops stays finite.
+        y = xp.where(z > 0, z, self.alpha * xp.expm1(xp.minimum(z, 0)))
+        return y.astype(_out_dtype(x), copy=False)
+
+    def backward(self, gy: Tensor) -> Tensor:
+        (x,) = self.saved_tensors
+        # exp of min(x, 0): exp(30) is inf in float16, and 0 * inf in the dropped branch would be nan.
+        return where(x > 0, gy, gy * (exp(clamp_max(x, 0.0)) * self.alpha))
 
 
 def erf(x: Tensor) -> Tensor:
@@ -336,19 +384,14 @@ def softplus(input: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tenso
     return Softplus(beta, threshold)(input)
 
 
-# Compositions of the ops above (their gradients come from the parts).
 def silu(input: Tensor, inplace: bool = False) -> Tensor:  # noqa: A002
     """y = x * sigmoid(x) (also called swish)."""
-    return input * sigmoid(input)
+    return Silu()(input)
 
 
 def elu(input: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:  # noqa: A002
     """y = x if x > 0 else alpha * (exp(x) - 1)."""
-    # exp of min(x, 0): the branch where() drops must stay finite, or its zero
-    # gradient times exp's inf would be nan; the cast keeps the input's dtype
-    # (exp runs in float32 under autocast).
-    negative = (alpha * (exp(clamp_max(input, 0.0)) - 1)).to(input.dtype)
-    return where(input > 0, input, negative)
+    return Elu(float(alpha))(input)
 
 
 METHODS = {"relu": relu, "tanh": tanh, "sigmoid": sigmoid, "erf": erf}

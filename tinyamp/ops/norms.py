@@ -65,8 +65,8 @@ def vector_norm(x: Tensor, ord: float = 2, dim: "int | Sequence[int] | None" = N
     ord = float(ord)
     if ord == 2:
         return Norm(dim, keepdim)(x)
-    if ord == 0:  # counts non-zeros: piecewise constant, so no gradient
-        return _sum((x != 0).to(x.dtype), dim, keepdim)
+    if ord == 0:  # counts non-zeros: piecewise constant, so a zero gradient (PyTorch's, not none)
+        return _sum(where(x != 0, 1.0, x * 0.0), dim, keepdim)  # x * 0 is 0 wherever it is picked
     magnitude = _abs(x)
     if ord == math.inf:
         return amax(magnitude, () if dim is None else dim, keepdim)
