@@ -262,6 +262,28 @@ def test_multistep_exponential_and_linear_schedules() -> None:
                                [0.25, 0.5, 0.75, 1.0, 1.0])
 
 
+def test_one_cycle_schedule_moves_lr_and_momentum() -> None:
+    model = nn.Linear(2, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9)
+    sched = lr_scheduler.OneCycleLR(opt, max_lr=1.0, total_steps=5, pct_start=0.4, anneal_strategy="linear",
+                                    div_factor=10.0, final_div_factor=100.0)
+    lrs, momenta = [], []
+    for _ in range(5):
+        lrs.append(opt.param_groups[0]["lr"])
+        momenta.append(opt.param_groups[0]["momentum"])
+        opt.step()
+        sched.step()
+    # warm-up ends at step 0.4 * 5 - 1 = 1 (0.1 -> 1.0), then 1.0 -> 0.1 / 100 over steps 1..4
+    np.testing.assert_allclose(lrs, [0.1, 1.0, 1 - 0.999 / 3, 1 - 2 * 0.999 / 3, 0.001])
+    np.testing.assert_allclose(momenta, [0.95, 0.85, 0.85 + 0.1 / 3, 0.85 + 0.2 / 3, 0.95])
+    adam = torch.optim.AdamW(nn.Linear(2, 2).parameters())
+    lr_scheduler.OneCycleLR(adam, max_lr=0.01, epochs=2, steps_per_epoch=3)
+    assert adam.param_groups[0]["betas"] == (0.95, 0.999)
+    with pytest.raises(ValueError, match="total_steps"):
+        for _ in range(5):
+            sched.step()
+
+
 def test_reduce_lr_on_plateau() -> None:
     opt = _sgd(0.1)
     scheduler = lr_scheduler.ReduceLROnPlateau(opt, mode="min", factor=0.5, patience=1, cooldown=1)

@@ -1,5 +1,5 @@
-"""Learning-rate schedules: StepLR, MultiStepLR, ExponentialLR, LinearLR, CosineAnnealingLR, LambdaLR
-(PyTorch's closed forms) and ReduceLROnPlateau (driven by a metric).
+"""Learning-rate schedules: StepLR, MultiStepLR, ExponentialLR, LinearLR, CosineAnnealingLR, OneCycleLR,
+LambdaLR (PyTorch's closed forms) and ReduceLROnPlateau (driven by a metric).
 
 A scheduler sets ``group["lr"]`` of each of its optimizer's groups from the
 group's ``initial_lr`` and the epoch counter ``last_epoch``. Construction
@@ -137,6 +137,79 @@ class CosineAnnealingLR(LRScheduler):
     def _closed_form(self, base_lr: float, index: int) -> float:
         cosine = math.cos(math.pi * self.last_epoch / self.T_max)
         return self.eta_min + (base_lr - self.eta_min) * (1 + cosine) / 2
+
+
+class OneCycleLR(LRScheduler):
+    """The 1cycle policy (Smith & Topin): warm up to ``max_lr``, then anneal far below; step per batch.
+
+    PyTorch's phases and arguments: ``initial_lr = max_lr / div_factor``, the
+    warm-up lasts ``pct_start`` of ``total_steps`` (or ``epochs * steps_per_epoch``),
+    the floor is ``initial_lr / final_div_factor``; ``three_phase`` comes back
+    to ``initial_lr`` before the final anneal. With ``cycle_momentum`` the
+    momentum (SGD) or beta1 (Adam) moves inversely, between ``max_momentum``
+    and ``base_momentum``.
+    """
+
+    def __init__(self, optimizer: Optimizer, max_lr: "float | Sequence[float]", total_steps: int | None = None,
+                 epochs: int | None = None, steps_per_epoch: int | None = None, pct_start: float = 0.3,
+                 anneal_strategy: str = "cos", cycle_momentum: bool = True, base_momentum: float = 0.85,
+                 max_momentum: float = 0.95, div_factor: float = 25.0, final_div_factor: float = 1e4,
+                 three_phase: bool = False, last_epoch: int = -1) -> None:
+        if total_steps is None:
+            if not epochs or not steps_per_epoch or epochs <= 0 or steps_per_epoch <= 0:
+                raise ValueError("OneCycleLR: give total_steps, or epochs and steps_per_epoch (positive)")
+            total_steps = epochs * steps_per_epoch
+        if total_steps <= 0 or not 0 <= pct_start <= 1 or anneal_strategy not in ("cos", "linear"):
+            raise ValueError(f"OneCycleLR: expected total_steps > 0, pct_start in [0, 1] and anneal_strategy "
+                             f"'cos' or 'linear', got {total_steps}, {pct_start}, {anneal_strategy!r}")
+        self.total_steps, self.anneal_strategy, self.cycle_momentum = total_steps, anneal_strategy, cycle_momentum
+        groups = optimizer.param_groups
+        max_lrs = list(max_lr) if isinstance(max_lr, (list, tuple)) else [max_lr] * len(groups)
+        warm = float(pct_start * total_steps)
+        if three_phase:  # (end step, lr from -> to, momentum from -> to), lr names looked up per group
+            self._phases = [(warm - 1, "initial_lr", "max_lr", max_momentum, base_momentum),
+                            (2 * warm - 2, "max_lr", "initial_lr", base_momentum, max_momentum),
+                            (total_steps - 1, "initial_lr", "min_lr", max_momentum, max_momentum)]
+        else:
+            self._phases = [(warm - 1, "initial_lr", "max_lr", max_momentum, base_momentum),
+                            (total_steps - 1, "max_lr", "min_lr", base_momentum, max_momentum)]
+        for group, peak in zip(groups, max_lrs):
+            if last_epoch == -1:
+                group["initial_lr"] = peak / div_factor
+                group["max_lr"], group["min_lr"] = peak, peak / div_factor / final_div_factor
+            if cycle_momentum:
+                if "momentum" not in group and "betas" not in group:
+                    raise ValueError("optimizer must support momentum or beta1 with `cycle_momentum` option enabled")
+                self._set_momentum(group, max_momentum)
+        super().__init__(optimizer, last_epoch)
+
+    @staticmethod
+    def _set_momentum(group: dict, momentum: float) -> None:
+        if "betas" in group:
+            group["betas"] = (momentum, *group["betas"][1:])
+        else:
+            group["momentum"] = momentum
+
+    def _anneal(self, start: float, end: float, pct: float) -> float:
+        if self.anneal_strategy == "cos":
+            return end + (start - end) / 2 * (1 + math.cos(math.pi * pct))
+        return start + (end - start) * pct
+
+    def _closed_form(self, base_lr: float, index: int) -> float:
+        step = self.last_epoch
+        if step > self.total_steps:
+            raise ValueError(f"OneCycleLR: tried to step {step} times; the schedule has total_steps="
+                             f"{self.total_steps}")
+        group = self.optimizer.param_groups[index]
+        start = 0.0
+        for i, (end, lr_from, lr_to, m_from, m_to) in enumerate(self._phases):
+            if step <= end or i == len(self._phases) - 1:
+                pct = (step - start) / (end - start)
+                if self.cycle_momentum:  # a side effect, as in PyTorch's get_lr
+                    self._set_momentum(group, self._anneal(m_from, m_to, pct))
+                return self._anneal(group[lr_from], group[lr_to], pct)
+            start = end
+        raise AssertionError("unreachable")
 
 
 class LambdaLR(LRScheduler):
