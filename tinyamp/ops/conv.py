@@ -285,8 +285,9 @@ class MaxPool2d(Function):
         n, c, h, w = self._input_meta[0][0]
         xp = gy.device.xp
         plane = xp.arange(n * c)[:, None]
-        key = (plane, self.indices.reshape(n * c, -1))
-        dx = GetItemGrad(key, (n * c, h * w))(gy.reshape(n * c, -1))
+        cells = gy.shape[2] * gy.shape[3]  # not -1: NumPy cannot infer it for an empty batch
+        key = (plane, self.indices.reshape(n * c, cells))
+        dx = GetItemGrad(key, (n * c, h * w))(gy.reshape(n * c, cells))
         return dx.reshape(n, c, h, w)
 
 
