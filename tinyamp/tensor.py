@@ -172,24 +172,12 @@ class Tensor(InplaceMixin):
 
     def to(self, *args: Any, **kwargs: Any) -> "Tensor":
         """``to(dtype)``, ``to(device)``, ``to(device, dtype)`` or ``to(other_tensor)``."""
-        dtype = kwargs.pop("dtype", None)
-        device = kwargs.pop("device", None)
-        kwargs.pop("non_blocking", None)
-        kwargs.pop("copy", None)
-        if kwargs:
-            raise TypeError(f"Tensor.to: unexpected arguments {sorted(kwargs)}")
-        for arg in args:
-            if isinstance(arg, Tensor):
-                dtype, device = arg.dtype, arg.device
-            elif isinstance(arg, backend.Device) or (isinstance(arg, str) and arg.split(":")[0] in ("cpu", "cuda")):
-                device = arg
-            else:
-                dtype = arg
+        device, dtype = parse_to_args("Tensor.to", args, kwargs)
         result = self
-        if device is not None and backend.Device(device) != self.device:
-            result = tinyamp.ops.to_device(result, backend.Device(device))
-        if dtype is not None and dt.as_dtype(dtype) != result.dtype:
-            result = tinyamp.ops.cast(result, dt.as_dtype(dtype))
+        if device is not None and device != self.device:
+            result = tinyamp.ops.to_device(result, device)
+        if dtype is not None and dtype != result.dtype:
+            result = tinyamp.ops.cast(result, dtype)
         return result
 
     def cpu(self) -> "Tensor":
@@ -410,3 +398,21 @@ class Tensor(InplaceMixin):
         if method is None:
             raise AttributeError(f"'Tensor' object has no attribute '{name}'")
         return method.__get__(self, Tensor)
+
+
+def parse_to_args(caller: str, args: tuple, kwargs: dict) -> tuple["backend.Device | None", "Any"]:
+    """(device, dtype) from PyTorch's ``to(...)`` forms: a device, a dtype, both, or a tensor."""
+    device, dtype = kwargs.pop("device", None), kwargs.pop("dtype", None)
+    for ignored in ("non_blocking", "copy"):  # accepted for portability; copies are explicit here
+        kwargs.pop(ignored, None)
+    if kwargs:
+        raise TypeError(f"{caller}: unexpected arguments {sorted(kwargs)}")
+    for arg in args:
+        if isinstance(arg, Tensor):
+            device, dtype = arg.device, arg.dtype
+        elif isinstance(arg, backend.Device) or (isinstance(arg, str) and arg.split(":")[0] in ("cpu", "cuda")):
+            device = arg
+        else:
+            dtype = arg
+    return (None if device is None else backend.Device(device),
+            None if dtype is None else dt.as_dtype(dtype))

@@ -24,7 +24,7 @@ import tinyamp
 from .. import backend
 from .. import dtypes as dt
 from ..ops.cast import convert_array
-from ..tensor import Tensor
+from ..tensor import Tensor, parse_to_args
 from .parameter import Parameter
 
 
@@ -302,25 +302,12 @@ class Module:
         A dtype applies to floating parameters and buffers only (integer buffers
         such as ``num_batches_tracked`` keep their dtype), as in PyTorch.
         """
-        device, dtype = kwargs.pop("device", None), kwargs.pop("dtype", None)
-        kwargs.pop("non_blocking", None)
-        if kwargs:
-            raise TypeError(f"Module.to: unexpected arguments {sorted(kwargs)}")
-        for arg in args:
-            if isinstance(arg, Tensor):
-                device, dtype = arg.device, arg.dtype
-            elif isinstance(arg, backend.Device) or (isinstance(arg, str) and arg.split(":")[0] in ("cpu", "cuda")):
-                device = arg
-            else:
-                dtype = arg
-        if dtype is not None:
-            dtype = dt.as_dtype(dtype)
-            if dtype not in dt.FLOATING:
-                raise TypeError(f"Module.to only accepts floating point dtypes, but got desired dtype="
-                                f"{dt.dtype_name(dtype)}")
+        device, dtype = parse_to_args("Module.to", args, kwargs)
+        if dtype is not None and dtype not in dt.FLOATING:
+            raise TypeError(f"Module.to only accepts floating point dtypes, but got desired dtype="
+                            f"{dt.dtype_name(dtype)}")
         if device is not None:
-            target = backend.Device(device)
-            self._convert(lambda a: backend.to_device(a, target), floating_only=False)
+            self._convert(lambda a: backend.to_device(a, device), floating_only=False)
         if dtype is not None:
             self._convert(lambda a: _astype(a, dtype), floating_only=True)
         return self
