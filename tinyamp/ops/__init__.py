@@ -13,9 +13,10 @@ from .cast import cast as cast  # noqa: PLC0414 - the function, not the module
 from .cast import clone, to_device
 from .elementwise import (abs, add, div, exp, log, log1p, mul, neg, pow, reciprocal, rsqrt, sign, sqrt,  # noqa: A004
                           square, sub)
-from .reduce import amax, amin, argmax, argmin, max, mean, min, std, sum, var  # noqa: A004
+from .reduce import amax, amin, argmax, argmin, max, mean, min, sum  # noqa: A004
+from .statistics import std, var
 from . import activation, select
-from . import division, logical, norms, sorting
+from . import division, logical, norms, sorting, statistics
 from .sorting import argsort, sort, topk
 from .division import floor_divide, remainder
 from .logical import all, allclose, any, equal, isclose, isfinite, isinf, isnan, nonzero  # noqa: A004
@@ -39,7 +40,7 @@ from .softmax import log_softmax, logsumexp, softmax
 
 _FAMILIES = [broadcast, elementwise, select, activation, reduce, shape, indexing, linalg, conv]
 _FAMILIES += [_softmax_family, loss, loss_binary, normalization, _dropout_family, _embedding_family]
-_FAMILIES += [division, logical, norms, sorting]
+_FAMILIES += [division, logical, norms, sorting, statistics]
 
 TENSOR_METHODS: dict = {}
 for _family in _FAMILIES:

@@ -1,6 +1,6 @@
 """Reductions over dimensions (``dim``/``keepdim`` as in PyTorch).
 
-sum, mean, var, std (FP32: accumulations), max/min/amax/amin (NEUTRAL: they
+sum, mean (FP32: accumulations; var and std live in statistics.py), max/min/amax/amin (NEUTRAL: they
 select an element, nothing is rounded) and argmax/argmin (int64, no gradient).
 Low-precision inputs are accumulated in float32 and rounded once (DESIGN.md
 section 5); FP32-tagged reductions see float32 inputs under autocast anyway.
@@ -9,8 +9,6 @@ section 5); FP32-tagged reductions see float32 inputs under autocast anyway.
 from __future__ import annotations
 
 import builtins
-import math
-import warnings
 from typing import Any, NamedTuple, Sequence
 
 import numpy as np
@@ -20,7 +18,7 @@ from ..amp.policy import FP32, NEUTRAL
 from ..autograd.function import Function
 from ..tensor import Tensor
 from .broadcast import broadcast_to
-from .select import maximum, minimum, where
+from .select import maximum, minimum
 
 
 def normalize_dims(op: str, dim: "int | Sequence[int] | None", ndim: int) -> tuple[int, ...]:
@@ -126,44 +124,39 @@ def _tie_split(gy: Tensor, x: Tensor, y: Tensor, dims: tuple, keepdim: bool) -> 
     return broadcast_to(_keep(gy, shape, dims, keepdim), shape) * Tensor._wrap(weights)
 
 
-class Amax(Function):
+class _Extremum(Function):
+    """Shared by amax/amin: the extreme over dims, its gradient split evenly among ties."""
+
+    precision = NEUTRAL
+    save_inputs = (0,)
+    save_outputs = (0,)
+    reducer: str  # "amax" or "amin", the xp function
+
+    def __init__(self, dim: Any = None, keepdim: bool = False) -> None:
+        self.dim, self.keepdim = dim, keepdim
+
+    def forward(self, xp: Any, x: Any) -> Any:
+        self.dims = normalize_dims(self.name, self.dim, x.ndim)
+        _check_nonempty(self.name, x, self.dims)
+        return getattr(xp, self.reducer)(x, axis=self.dims, keepdims=self.keepdim)
+
+    def backward(self, gy: Tensor) -> Tensor:
+        x, y = self.saved_tensors
+        return _tie_split(gy, x, y, self.dims, self.keepdim)
+
+
+class Amax(_Extremum):
     """y = max of x over dims; dx = gy shared evenly among the maxima (ties split)"""
 
     precision = NEUTRAL
-    save_inputs = (0,)
-    save_outputs = (0,)
-
-    def __init__(self, dim: Any = None, keepdim: bool = False) -> None:
-        self.dim, self.keepdim = dim, keepdim
-
-    def forward(self, xp: Any, x: Any) -> Any:
-        self.dims = normalize_dims(self.name, self.dim, x.ndim)
-        _check_nonempty(self.name, x, self.dims)
-        return xp.amax(x, axis=self.dims, keepdims=self.keepdim)
-
-    def backward(self, gy: Tensor) -> Tensor:
-        x, y = self.saved_tensors
-        return _tie_split(gy, x, y, self.dims, self.keepdim)
+    reducer = "amax"
 
 
-class Amin(Function):
+class Amin(_Extremum):
     """y = min of x over dims; dx = gy shared evenly among the minima (ties split)"""
 
     precision = NEUTRAL
-    save_inputs = (0,)
-    save_outputs = (0,)
-
-    def __init__(self, dim: Any = None, keepdim: bool = False) -> None:
-        self.dim, self.keepdim = dim, keepdim
-
-    def forward(self, xp: Any, x: Any) -> Any:
-        self.dims = normalize_dims(self.name, self.dim, x.ndim)
-        _check_nonempty(self.name, x, self.dims)
-        return xp.amin(x, axis=self.dims, keepdims=self.keepdim)
-
-    def backward(self, gy: Tensor) -> Tensor:
-        x, y = self.saved_tensors
-        return _tie_split(gy, x, y, self.dims, self.keepdim)
+    reducer = "amin"
 
 
 def _select_along(op: Function, xp: Any, x: Any, pick: Any) -> tuple:
@@ -196,140 +189,64 @@ def _scatter_back(op: Function, gy: Tensor) -> Tensor:
     return broadcast_to(_keep(gy, shape, op.dims, op.keepdim), shape) * mask
 
 
-class Max(Function):
+class _ValuesAlongDim(Function):
+    """Shared by max/min along a dim: (values, indices); the gradient goes to the index."""
+
+    precision = NEUTRAL
+    pick: str  # "argmax" or "argmin", the xp function choosing the index
+
+    def __init__(self, dim: int, keepdim: bool = False) -> None:
+        self.dim, self.keepdim = dim, keepdim
+
+    def forward(self, xp: Any, x: Any) -> tuple:
+        return _select_along(self, xp, x, getattr(xp, self.pick))
+
+    def backward(self, gy: Tensor, g_indices: Tensor) -> Tensor:
+        return _scatter_back(self, gy)
+
+
+class Max(_ValuesAlongDim):
     """values, indices = max of x along dim; dx = gy at the index of the maximum"""
 
     precision = NEUTRAL
-
-    def __init__(self, dim: int, keepdim: bool = False) -> None:
-        self.dim, self.keepdim = dim, keepdim
-
-    def forward(self, xp: Any, x: Any) -> tuple:
-        return _select_along(self, xp, x, xp.argmax)
-
-    def backward(self, gy: Tensor, g_indices: Tensor) -> Tensor:
-        return _scatter_back(self, gy)
+    pick = "argmax"
 
 
-class Min(Function):
+class Min(_ValuesAlongDim):
     """values, indices = min of x along dim; dx = gy at the index of the minimum"""
 
     precision = NEUTRAL
+    pick = "argmin"
 
-    def __init__(self, dim: int, keepdim: bool = False) -> None:
+
+class _ArgExtremum(Function):
+    """Shared by argmax/argmin: int64 indices (flattened when dim is None), no gradient."""
+
+    precision = NEUTRAL
+    pick: str
+
+    def __init__(self, dim: "int | None" = None, keepdim: bool = False) -> None:
         self.dim, self.keepdim = dim, keepdim
 
-    def forward(self, xp: Any, x: Any) -> tuple:
-        return _select_along(self, xp, x, xp.argmin)
+    def forward(self, xp: Any, x: Any) -> Any:
+        dims = normalize_dims(self.name, self.dim, x.ndim)
+        _check_nonempty(self.name, x, dims)
+        axis = None if self.dim is None or x.ndim == 0 else dims[0]
+        return getattr(xp, self.pick)(x, axis=axis, keepdims=self.keepdim).astype(xp.int64)
 
-    def backward(self, gy: Tensor, g_indices: Tensor) -> Tensor:
-        return _scatter_back(self, gy)
 
-
-class Argmax(Function):
+class Argmax(_ArgExtremum):
     """i = index of the maximum (flattened when dim is None); int64, no gradient"""
 
     precision = NEUTRAL
-
-    def __init__(self, dim: "int | None" = None, keepdim: bool = False) -> None:
-        self.dim, self.keepdim = dim, keepdim
-
-    def forward(self, xp: Any, x: Any) -> Any:
-        dims = normalize_dims(self.name, self.dim, x.ndim)
-        _check_nonempty(self.name, x, dims)
-        axis = None if self.dim is None or x.ndim == 0 else dims[0]
-        return xp.argmax(x, axis=axis, keepdims=self.keepdim).astype(xp.int64)
+    pick = "argmax"
 
 
-class Argmin(Function):
+class Argmin(_ArgExtremum):
     """i = index of the minimum (flattened when dim is None); int64, no gradient"""
 
     precision = NEUTRAL
-
-    def __init__(self, dim: "int | None" = None, keepdim: bool = False) -> None:
-        self.dim, self.keepdim = dim, keepdim
-
-    def forward(self, xp: Any, x: Any) -> Any:
-        dims = normalize_dims(self.name, self.dim, x.ndim)
-        _check_nonempty(self.name, x, dims)
-        axis = None if self.dim is None or x.ndim == 0 else dims[0]
-        return xp.argmin(x, axis=axis, keepdims=self.keepdim).astype(xp.int64)
-
-
-def _sum_of_squares(op: Function, xp: Any, x: Any) -> Any:
-    """sum((x - mean)^2) over ``op.dims`` in float32 or wider; sets ``op.dof``.
-
-    ``dof = N - correction``; at or below zero the result is inf/nan with a
-    warning, as in PyTorch (a batch of one has no sample variance).
-    """
-    if x.dtype not in dt.FLOATING:
-        raise TypeError(f"{op.name}: std and var only support floating point dtypes, got "
-                        f"{dt.dtype_name(x.dtype)} (shape {list(x.shape)})")
-    op.dims = normalize_dims(op.name, op.dim, x.ndim)
-    count = 1
-    for d in op.dims:
-        count *= x.shape[d]
-    op.dof = count - op.correction
-    if op.dof <= 0:
-        warnings.warn(f"{op.name}(): degrees of freedom is <= 0 (correction {op.correction} for "
-                      f"{count} elements of shape {list(x.shape)}); the result is inf or nan",
-                      RuntimeWarning, stacklevel=4)
-    z = x.astype(xp.float32) if dt.is_low_precision(x.dtype) else x
-    centred = z - z.mean(axis=op.dims, keepdims=True)
-    squares = (centred * centred).sum(axis=op.dims, keepdims=op.keepdim)
-    with np.errstate(divide="ignore", invalid="ignore"):  # dof <= 0: inf/nan, already warned
-        return squares / builtins.max(op.dof, 0)
-
-
-def _centred_gradient(op: Function, g: Tensor, x: Tensor) -> Tensor:
-    """broadcast(g) * (x - mean(x)) / dof, in tinyamp ops (differentiable again)."""
-    scale = 1 / op.dof if op.dof > 0 else math.inf
-    g = broadcast_to(_keep(g, x.shape, op.dims, op.keepdim), x.shape)
-    return g * (x - mean(x, op.dims, keepdim=True)) * scale
-
-
-class Var(Function):
-    """y = sum((x - mean)^2) / (N - correction); dx = gy * 2 (x - mean) / (N - correction)
-
-    FP32 under autocast, like std (PyTorch's CUDA autocast leaves var/std in the
-    incoming dtype): a float16 variance underflows and loses the small spreads.
-    """
-
-    precision = FP32
-    save_inputs = (0,)
-
-    def __init__(self, dim: Any, correction: float, keepdim: bool) -> None:
-        self.dim, self.correction, self.keepdim = dim, correction, keepdim
-
-    def forward(self, xp: Any, x: Any) -> Any:
-        return _sum_of_squares(self, xp, x).astype(x.dtype, copy=False)
-
-    def backward(self, gy: Tensor) -> Tensor:
-        (x,) = self.saved_tensors
-        return _centred_gradient(self, gy * 2, x)
-
-
-class Std(Function):
-    """y = sqrt(var(x)); dx = gy / y * (x - mean) / (N - correction), 0 where y = 0 (as PyTorch)
-
-    FP32 under autocast, as var (PyTorch's CUDA autocast keeps the incoming dtype).
-    """
-
-    precision = FP32
-    save_inputs = (0,)
-    save_outputs = (0,)
-
-    def __init__(self, dim: Any, correction: float, keepdim: bool) -> None:
-        self.dim, self.correction, self.keepdim = dim, correction, keepdim
-
-    def forward(self, xp: Any, x: Any) -> Any:
-        return xp.sqrt(_sum_of_squares(self, xp, x)).astype(x.dtype, copy=False)
-
-    def backward(self, gy: Tensor) -> Tensor:
-        x, y = self.saved_tensors
-        flat = y == 0  # a constant slice: std has no derivative there; PyTorch gives 0
-        g = where(flat, 0.0, gy / where(flat, 1.0, y))
-        return _centred_gradient(self, g, x)
+    pick = "argmin"
 
 
 # dtype=: the input is cast first (a recorded cast), as PyTorch's x.sum(dtype=torch.float32).
@@ -377,30 +294,5 @@ def argmin(input: Tensor, dim: "int | None" = None, keepdim: bool = False) -> Te
     return Argmin(dim, keepdim)(input)
 
 
-def _correction(op: str, dim: Any, unbiased: "bool | None", correction: "float | None") -> tuple:
-    """PyTorch's spellings: var(x, dim, correction=c), var(x, dim, unbiased), var(x, unbiased)."""
-    if isinstance(dim, bool):  # var(x, False): the old positional unbiased
-        dim, unbiased = None, dim
-    if unbiased is not None and correction is not None:
-        raise ValueError(f"{op}: pass either unbiased or correction, not both")
-    if correction is None:
-        correction = 1 if unbiased is None else int(unbiased)
-    return dim, correction
-
-
-def var(input: Tensor, dim: Any = None, unbiased: "bool | None" = None, keepdim: bool = False, *,  # noqa: A002
-        correction: "float | None" = None) -> Tensor:
-    """Variance over ``dim`` with Bessel's ``correction`` (default 1)."""
-    dim, correction = _correction("var", dim, unbiased, correction)
-    return Var(dim, correction, keepdim)(input)
-
-
-def std(input: Tensor, dim: Any = None, unbiased: "bool | None" = None, keepdim: bool = False, *,  # noqa: A002
-        correction: "float | None" = None) -> Tensor:
-    """Standard deviation over ``dim`` with Bessel's ``correction`` (default 1)."""
-    dim, correction = _correction("std", dim, unbiased, correction)
-    return Std(dim, correction, keepdim)(input)
-
-
 METHODS = {"sum": sum, "mean": mean, "max": max, "min": min, "amax": amax, "amin": amin,
-           "argmax": argmax, "argmin": argmin, "var": var, "std": std}
+           "argmax": argmax, "argmin": argmin}
