@@ -2,8 +2,10 @@
 
 A Tensor holds ``data`` (the array), ``grad``, ``requires_grad``, ``grad_fn`` (the
 node that made it, None for leaves) and a version counter bumped by in-place
-writes. Arithmetic dunders and methods call ops through the package at call time
-(``tinyamp.ops.add``), so this module never imports the op library at import time.
+writes. Methods that are ops (``x.exp()``, ``x.sum(1)``) and the operators
+(``tensor_operators.py``) call the op library through the package at call time,
+so this module never imports it at import time; in-place writes live in
+``tensor_inplace.py``.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import tinyamp
 from . import backend
 from . import dtypes as dt
 from .tensor_inplace import InplaceMixin
+from .tensor_operators import OperatorsMixin
 
 
 class _HookHandle:
@@ -30,7 +33,7 @@ class _HookHandle:
             self._hooks.remove(self._hook)
 
 
-class Tensor(InplaceMixin):
+class Tensor(OperatorsMixin, InplaceMixin):
     """A multi-dimensional array that can record operations for autograd."""
 
     __slots__ = ("data", "grad", "_requires_grad", "grad_fn", "_out_index", "_version",
@@ -234,116 +237,7 @@ class Tensor(InplaceMixin):
             hooks.append(hook)
         return _HookHandle(hooks, hook)
 
-    # ------------------------------------------------------------ operators
-    def __add__(self, other: Any) -> "Tensor":
-        return tinyamp.ops.add(self, other)
-
-    def __radd__(self, other: Any) -> "Tensor":
-        return tinyamp.ops.add(other, self)
-
-    def __sub__(self, other: Any) -> "Tensor":
-        return tinyamp.ops.sub(self, other)
-
-    def __rsub__(self, other: Any) -> "Tensor":
-        return tinyamp.ops.sub(other, self)
-
-    def __mul__(self, other: Any) -> "Tensor":
-        return tinyamp.ops.mul(self, other)
-
-    def __rmul__(self, other: Any) -> "Tensor":
-        return tinyamp.ops.mul(other, self)
-
-    def __truediv__(self, other: Any) -> "Tensor":
-        return tinyamp.ops.div(self, other)
-
-    def __rtruediv__(self, other: Any) -> "Tensor":
-        return tinyamp.ops.div(other, self)
-
-    def __pow__(self, other: Any) -> "Tensor":
-        return tinyamp.ops.pow(self, other)
-
-    def __rpow__(self, other: Any) -> "Tensor":
-        return tinyamp.ops.pow(other, self)
-
-    def __floordiv__(self, other: Any) -> "Tensor":
-        return tinyamp.ops.floor_divide(self, other)
-
-    def __rfloordiv__(self, other: Any) -> "Tensor":
-        return tinyamp.ops.floor_divide(other, self)
-
-    def __mod__(self, other: Any) -> "Tensor":
-        return tinyamp.ops.remainder(self, other)
-
-    def __rmod__(self, other: Any) -> "Tensor":
-        return tinyamp.ops.remainder(other, self)
-
-    def __matmul__(self, other: Any) -> "Tensor":
-        return tinyamp.ops.matmul(self, other)
-
-    def __rmatmul__(self, other: Any) -> "Tensor":
-        return tinyamp.ops.matmul(other, self)
-
-    def __neg__(self) -> "Tensor":
-        return tinyamp.ops.neg(self)
-
-    def __pos__(self) -> "Tensor":
-        return self
-
-    def __abs__(self) -> "Tensor":
-        return tinyamp.ops.abs(self)
-
-    def __iadd__(self, other: Any) -> "Tensor":
-        return self.add_(other)
-
-    def __isub__(self, other: Any) -> "Tensor":
-        return self.sub_(other)
-
-    def __imul__(self, other: Any) -> "Tensor":
-        return self.mul_(other)
-
-    def __itruediv__(self, other: Any) -> "Tensor":
-        return self.div_(other)
-
-    def __getitem__(self, key: Any) -> "Tensor":
-        return tinyamp.ops.getitem(self, key)
-
-    # Comparisons give bool tensors and never record (no gradient).
-    def _compare(self, other: Any, ufunc: Callable) -> "Tensor":
-        other_data = other.data if isinstance(other, Tensor) else other
-        return Tensor._wrap(ufunc(self.data, other_data))
-
-    def __eq__(self, other: Any) -> "Tensor":  # type: ignore[override]
-        return self._compare(other, backend.array_module(self.data).equal)
-
-    def __ne__(self, other: Any) -> "Tensor":  # type: ignore[override]
-        return self._compare(other, backend.array_module(self.data).not_equal)
-
-    def __lt__(self, other: Any) -> "Tensor":
-        return self._compare(other, backend.array_module(self.data).less)
-
-    def __le__(self, other: Any) -> "Tensor":
-        return self._compare(other, backend.array_module(self.data).less_equal)
-
-    def __gt__(self, other: Any) -> "Tensor":
-        return self._compare(other, backend.array_module(self.data).greater)
-
-    def __ge__(self, other: Any) -> "Tensor":
-        return self._compare(other, backend.array_module(self.data).greater_equal)
-
-    def __invert__(self) -> "Tensor":
-        if self.dtype != dt.bool_:
-            raise TypeError(f"~ is defined for bool tensors only, got {dt.dtype_name(self.dtype)}")
-        return Tensor._wrap(~self.data)
-
-    def __and__(self, other: Any) -> "Tensor":
-        return self._compare(other, backend.array_module(self.data).logical_and)
-
-    def __or__(self, other: Any) -> "Tensor":
-        return self._compare(other, backend.array_module(self.data).logical_or)
-
-    eq, ne, lt, le, gt, ge = __eq__, __ne__, __lt__, __le__, __gt__, __ge__
-    __hash__ = object.__hash__  # identity, like PyTorch (tensors key optimizer state)
-
+    # ------------------------------------------------------ Python protocols
     def __bool__(self) -> bool:
         if self.data.size != 1:
             raise RuntimeError(f"Boolean value of Tensor with {self.data.size} elements is ambiguous")
