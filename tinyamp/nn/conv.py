@@ -8,9 +8,7 @@ import tinyamp
 
 from .. import dtypes as dt
 from ..tensor import Tensor
-from . import init
-from .module import Module
-from .parameter import Parameter
+from .linear import WeightAndBias
 
 
 def _pair(value: Any, name: str) -> tuple[int, int]:
@@ -23,7 +21,7 @@ def _pair(value: Any, name: str) -> tuple[int, int]:
     return pair  # type: ignore[return-value]
 
 
-class Conv2d(Module):
+class Conv2d(WeightAndBias):
     """Weight (out_channels, in_channels // groups, kH, kW); PyTorch's default init."""
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: Any, stride: Any = 1,
@@ -44,16 +42,7 @@ class Conv2d(Module):
         # 'same' and 'valid' go to the op as they are (it places the odd pixel as PyTorch does).
         self.padding = padding if isinstance(padding, str) else _pair(padding, "padding")
         self.padding_mode = padding_mode
-        self.weight = Parameter(tinyamp.empty(out_channels, in_channels // groups, *self.kernel_size,
-                                              dtype=dtype, device=device))
-        if bias:
-            self.bias = Parameter(tinyamp.empty(out_channels, dtype=dtype, device=device))
-        else:
-            self.register_parameter("bias", None)
-        self.reset_parameters()
-
-    def reset_parameters(self) -> None:
-        init.default_linear_init_(self.weight, self.bias)
+        self._make_parameters((out_channels, in_channels // groups, *self.kernel_size), bias, device, dtype)
 
     def forward(self, x: Tensor) -> Tensor:
         if x.ndim not in (3, 4) or x.shape[-3] != self.in_channels:

@@ -23,22 +23,29 @@ class Identity(Module):
         return x
 
 
-class Linear(Module):
-    """``y = x @ weight.T + bias`` with weight of shape (out_features, in_features)."""
+class WeightAndBias(Module):
+    """A layer with a ``weight`` and an optional ``bias`` (Linear, Conv2d), PyTorch's default init."""
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, device: Any = None,
-                 dtype: Any = None) -> None:
-        super().__init__()
-        self.in_features, self.out_features = int(in_features), int(out_features)
-        self.weight = Parameter(tinyamp.empty(out_features, in_features, dtype=dtype, device=device))
+    def _make_parameters(self, weight_shape: tuple, bias: bool, device: Any, dtype: Any) -> None:
+        self.weight = Parameter(tinyamp.empty(*weight_shape, dtype=dtype, device=device))
         if bias:
-            self.bias = Parameter(tinyamp.empty(out_features, dtype=dtype, device=device))
+            self.bias = Parameter(tinyamp.empty(weight_shape[0], dtype=dtype, device=device))
         else:
             self.register_parameter("bias", None)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
         init.default_linear_init_(self.weight, self.bias)
+
+
+class Linear(WeightAndBias):
+    """``y = x @ weight.T + bias`` with weight of shape (out_features, in_features)."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, device: Any = None,
+                 dtype: Any = None) -> None:
+        super().__init__()
+        self.in_features, self.out_features = int(in_features), int(out_features)
+        self._make_parameters((self.out_features, self.in_features), bias, device, dtype)
 
     def forward(self, x: Tensor) -> Tensor:
         if x.ndim == 0 or x.shape[-1] != self.in_features:
