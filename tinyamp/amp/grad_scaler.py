@@ -42,7 +42,7 @@ import numpy as np
 from .. import backend
 from .. import dtypes as dt
 from ..tensor import Tensor
-from . import state as amp_state
+from .. import precision
 from .scaler_settings import ScalerSettingsMixin, check_int, check_positive
 from .scaler_kernels import FLOOR, ScalerStep, read_host, unscale_group, update_scale
 
@@ -164,7 +164,7 @@ class GradScaler(ScalerSettingsMixin):
     def _maybe_disable_for_bfloat16(self, outputs: Any) -> None:
         if not self._auto_disable_bf16:
             return
-        state = amp_state.current()
+        state = precision.current_autocast()
         reason = None
         if state is not None and state.dtype == dt.bfloat16:
             reason = "scale() was called inside autocast(dtype=bfloat16)"

@@ -15,9 +15,8 @@ import heapq
 from typing import Any, Sequence
 
 from .. import dtypes as dt
-from ..amp import state as amp_state
+from ..precision import current_trace, reset_autocast, set_autocast
 from ..tensor import Tensor
-from . import function as _function
 from .grad_mode import _grad_enabled
 
 
@@ -76,8 +75,8 @@ def run_backward(roots: Sequence[Tensor], root_grads: Sequence[Tensor], retain_g
             push(root.grad_fn)
 
     token_grad = _grad_enabled.set(bool(create_graph))
-    token_amp = amp_state.set_state(None)
-    tracer = _function._trace_hook  # an open precision report (amp.report), else None
+    token_amp = set_autocast(None)
+    tracer = current_trace()  # an open precision report (amp.report), else None
     if tracer is not None:
         tracer.begin_backward()
     try:
@@ -121,7 +120,7 @@ def run_backward(roots: Sequence[Tensor], root_grads: Sequence[Tensor], retain_g
     finally:
         if tracer is not None:
             tracer.end_backward()
-        amp_state.reset_state(token_amp)
+        reset_autocast(token_amp)
         _grad_enabled.reset(token_grad)
 
     # Leaf hooks see the fully summed gradient, then it lands in .grad or is returned.

@@ -33,10 +33,9 @@ from typing import Any, ClassVar
 import numpy as np
 
 from .. import dtypes as dt
-from ..amp import state as amp_state
-from ..amp.autocast import cast_input, global_overrides
-from ..amp.policy import NEUTRAL, PROMOTE, Precision, compute_dtype, needs_cast
 from ..backend import array_module
+from ..precision import (NEUTRAL, PROMOTE, AutocastState, Precision, compute_dtype, current_autocast,
+                         current_trace, global_overrides, insert_cast, needs_cast)
 from ..tensor import Tensor
 from .grad_mode import _grad_enabled, no_grad
 
@@ -103,7 +102,7 @@ class Function:
             raise TypeError(f"{type(self).__name__} is a custom Function: call "
                             f"{type(self).__name__}.apply(...) instead")
         tensors = _as_tensors(self, args)
-        state = amp_state.current()
+        state = current_autocast()
         if state is not None or (self.precision is PROMOTE and _mixed_dtypes(tensors)):
             tensors = self._apply_precision(tensors, state)
         arrays = [t.data for t in tensors]
@@ -116,12 +115,12 @@ class Function:
                 if t._requires_grad:
                     self._record(tensors, out_tensors)
                     break
-        tracer = _trace_hook
+        tracer = current_trace()
         if tracer is not None:
             tracer.record_op(self, tensors, out_tensors)
         return out_tensors[0] if single else tuple(out_tensors)
 
-    def _apply_precision(self, tensors: list[Tensor], state: "amp_state.AutocastState | None") -> list[Tensor]:
+    def _apply_precision(self, tensors: list[Tensor], state: "AutocastState | None") -> list[Tensor]:
         """Insert recorded casts so the inputs reach the op's compute dtype."""
         if state is not None and state.device_type is not None and tensors and \
                 tensors[0].device.type != state.device_type:
@@ -129,17 +128,17 @@ class Function:
         tag = self.effective_precision(state)
         target = compute_dtype(tag, [t.dtype for t in tensors], None if state is None else state.dtype)
         if target is not None:
-            tensors = [cast_input(self, t, target, state, tag) if needs_cast(tag, t.dtype, target) else t
+            tensors = [insert_cast(self, t, target, state, tag) if needs_cast(tag, t.dtype, target) else t
                        for t in tensors]
         if tag is not self.precision and self.precision is PROMOTE:
             # An overridden PROMOTE op still needs equal operand dtypes.
             target = compute_dtype(PROMOTE, [t.dtype for t in tensors], None)
             if target is not None:
-                tensors = [cast_input(self, t, target, state, PROMOTE) if needs_cast(PROMOTE, t.dtype, target)
+                tensors = [insert_cast(self, t, target, state, PROMOTE) if needs_cast(PROMOTE, t.dtype, target)
                            else t for t in tensors]
         return tensors
 
-    def effective_precision(self, state: "amp_state.AutocastState | None") -> Precision:
+    def effective_precision(self, state: "AutocastState | None") -> Precision:
         """The op's tag after any per-region or global override by name (autocast regions only)."""
         if state is None:
             return self.precision  # outside autocast only the class tag counts
@@ -234,7 +233,7 @@ class Function:
             return cls()(*args)
         ctx = cls()
         ctx._saved_user = ()
-        ctx._autocast_at_forward = amp_state.current()
+        ctx._autocast_at_forward = current_autocast()
         cast_to = getattr(cls.forward, "_amp_cast_inputs", None)
         if cast_to is not None:
             # custom_fwd(cast_inputs=...): recorded casts before the node records
@@ -260,7 +259,7 @@ class Function:
             ctx._saved_user = tuple(("out", out_ids[id(t)]) if id(t) in out_ids else ("in", t)
                                     for t in ctx._saved_user)
             ctx._saved_out = [(o.data, o._version, o._version[0]) for o in out_tensors]
-        tracer = _trace_hook
+        tracer = current_trace()
         if tracer is not None:
             tracer.record_op(ctx, tensor_args, out_tensors)
         return out_tensors[0] if single else tuple(out_tensors)
@@ -299,16 +298,12 @@ class Function:
         return tuple(g for g, is_tensor in zip(result, self._arg_is_tensor) if is_tensor)
 
 
-# Set by amp.report while a trace is open; None costs one global read per op.
-_trace_hook: Any = None
-
-
 def _custom_fwd_casts(ctx: Function, args: tuple, dtype: np.dtype, device_type: "str | None") -> tuple:
     """Floating (not float64) Tensor arguments cast to ``dtype`` when autocast is on."""
-    state = amp_state.current()
+    state = current_autocast()
     if state is None or (device_type is not None and state.device_type not in (None, device_type)):
         return args
-    return tuple(cast_input(ctx, a, dtype, state, None)
+    return tuple(insert_cast(ctx, a, dtype, state, None)
                  if isinstance(a, Tensor) and a.dtype in dt.FLOATING and a.dtype != dt.float64
                  and a.dtype != dtype else a for a in args)
 

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from .. import dtypes as dt
-from ..amp.policy import FP32, NEUTRAL
+from ..precision import FP32, NEUTRAL
 from ..autograd.function import Function
 from ..tensor import Tensor
 from .cast_kernels import relu_backward_lowp, relu_lowp

@@ -27,7 +27,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .. import dtypes as dt
-from ..amp.policy import LOWER, NEUTRAL
+from ..precision import LOWER, NEUTRAL
 from ..autograd.function import Function
 from ..tensor import Tensor
 from .broadcast import broadcast_to

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..amp.policy import PROMOTE
+from ..precision import PROMOTE
 from ..autograd.function import Function
 from ..tensor import Tensor
 from .broadcast import broadcasting, sum_to

@@ -17,7 +17,7 @@ import numbers
 from typing import Any
 
 from .. import dtypes as dt
-from ..amp.policy import FP32, NEUTRAL, PROMOTE
+from ..precision import FP32, NEUTRAL, PROMOTE
 from ..autograd.function import Function
 from ..tensor import Tensor
 from .broadcast import broadcasting, sum_to

@@ -16,7 +16,7 @@ from typing import Any
 
 from .. import backend
 from .. import dtypes as dt
-from ..amp.policy import NEUTRAL
+from ..precision import NEUTRAL
 from ..autograd.function import Function
 from ..tensor import Tensor
 

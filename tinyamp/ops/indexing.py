@@ -22,7 +22,7 @@ import numpy as np
 
 from .. import backend
 from .. import dtypes as dt
-from ..amp.policy import NEUTRAL
+from ..precision import NEUTRAL
 from ..autograd.function import Function
 from ..tensor import Tensor
 

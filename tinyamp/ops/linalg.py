@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from .. import dtypes as dt
-from ..amp.policy import LOWER
+from ..precision import LOWER
 from ..autograd.function import Function
 from ..tensor import Tensor
 from .broadcast import sum_to

@@ -20,7 +20,7 @@ import numpy as np
 
 from .. import backend
 from .. import dtypes as dt
-from ..amp.policy import FP32
+from ..precision import FP32
 from ..autograd.function import Function
 from ..autograd.grad_mode import is_grad_enabled
 from ..tensor import Tensor

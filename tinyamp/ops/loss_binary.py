@@ -22,8 +22,7 @@ import numpy as np
 
 from .. import backend
 from .. import dtypes as dt
-from ..amp import state as amp_state
-from ..amp.policy import FP32
+from ..precision import FP32, current_autocast
 from ..autograd.function import Function
 from ..tensor import Tensor
 from .activation import sigmoid, softplus
@@ -83,7 +82,7 @@ class BinaryCrossEntropy(Function):
         self.save_inputs = (0, 1, 2) if weighted else (0, 1)
 
     def __call__(self, *args: Any) -> Any:
-        state = amp_state.current()
+        state = current_autocast()
         if state is not None and state.dtype == dt.float16:
             raise RuntimeError(_UNSAFE_MESSAGE)
         return super().__call__(*args)

@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from .. import dtypes as dt
-from ..amp.policy import FP32
+from ..precision import FP32
 from ..autograd.function import Function
 from ..autograd.grad_mode import is_grad_enabled
 from ..tensor import Tensor

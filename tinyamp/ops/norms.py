@@ -18,7 +18,7 @@ import math
 from typing import Any, Sequence
 
 from .. import dtypes as dt
-from ..amp.policy import FP32
+from ..precision import FP32
 from ..autograd.function import Function
 from ..tensor import Tensor
 from .broadcast import broadcast_to

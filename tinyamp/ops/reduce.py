@@ -14,7 +14,7 @@ from typing import Any, NamedTuple, Sequence
 import numpy as np
 
 from .. import dtypes as dt
-from ..amp.policy import FP32, NEUTRAL
+from ..precision import FP32, NEUTRAL
 from ..autograd.function import Function
 from ..tensor import Tensor
 from .broadcast import broadcast_to

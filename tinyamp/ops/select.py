@@ -13,7 +13,7 @@ import tinyamp
 
 from .. import backend
 from .. import dtypes as dt
-from ..amp.policy import NEUTRAL, PROMOTE
+from ..precision import NEUTRAL, PROMOTE
 from ..autograd.function import Function
 from ..tensor import Tensor
 from .broadcast import broadcasting, sum_to

@@ -19,7 +19,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .. import dtypes as dt
-from ..amp.policy import NEUTRAL, PROMOTE
+from ..precision import NEUTRAL, PROMOTE
 from ..autograd.function import Function
 from ..tensor import Tensor
 from .broadcast import broadcast_to

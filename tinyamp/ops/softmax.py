@@ -18,7 +18,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .. import dtypes as dt
-from ..amp.policy import FP32
+from ..precision import FP32
 from ..autograd.function import Function
 from ..tensor import Tensor
 from .cast import cast
