@@ -25,8 +25,8 @@ host must know whether to call ``optimizer.step``). A step with tinyamp's
 optimizers counts zero.
 
 Getters, setters and state_dict live in ``scaler_settings.py``. The per-device math lives
-in ``scaler_kernels.py`` (``unscale_group``,
-``update_scale``), so fused GPU kernels can replace it one for one.
+in ``tinyamp/kernels/loss_scale.py`` (``unscale_group``, ``update_scale``), so fused GPU
+kernels can replace it one for one.
 """
 
 from __future__ import annotations
@@ -44,7 +44,8 @@ from .. import dtypes as dt
 from ..tensor import Tensor
 from .. import precision
 from .scaler_settings import ScalerSettingsMixin, check_int, check_positive
-from .scaler_kernels import FLOOR, ScalerStep, read_host, unscale_group, update_scale
+from ..kernels.loss_scale import FLOOR, unscale_group, update_scale
+from .scaler_step import ScalerStep, read_host
 
 
 class OptState(enum.Enum):

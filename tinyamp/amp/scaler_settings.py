@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .scaler_kernels import read_host
+from .scaler_step import read_host
 
 
 def check_positive(name: str, value: Any) -> float:

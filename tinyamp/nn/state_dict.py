@@ -17,7 +17,7 @@ import numpy as np
 import tinyamp
 
 from .. import backend
-from ..ops.cast import convert_array
+from ..kernels.convert import convert
 from ..tensor import Tensor
 
 
@@ -97,4 +97,4 @@ class StateDictMixin:
 
 def convert_to(array: Any, dtype: np.dtype) -> Any:
     """``array`` in ``dtype``: the same object when it already is (so nothing is bumped)."""
-    return array if array.dtype == dtype else convert_array(array, dtype)
+    return array if array.dtype == dtype else convert(array, dtype)

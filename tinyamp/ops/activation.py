@@ -19,10 +19,10 @@ from typing import Any
 import numpy as np
 
 from .. import dtypes as dt
-from ..precision import FP32, NEUTRAL
 from ..autograd.function import Function
+from ..kernels.elementwise_cpu import relu_backward_lowp, relu_lowp
+from ..precision import FP32, NEUTRAL
 from ..tensor import Tensor
-from .cast_kernels import relu_backward_lowp, relu_lowp
 from .elementwise import exp
 from .select import clamp_max, where
 

@@ -4,7 +4,7 @@
 a strided *view* of the input (``as_strided``: no loop, no copy until the
 reshape), so a convolution is one batched GEMM of the (groups, out/groups,
 in/groups*kh*kw) weight with those columns, in float32 accumulation for
-float16/bfloat16 (``tinyamp.ops.gemm``). ``col2im`` is its adjoint: it adds
+float16/bfloat16 (``tinyamp.kernels.gemm``). ``col2im`` is its adjoint: it adds
 every column back onto the pixels it came from (overlapping windows sum).
 
 The two are a differentiable pair (``Im2Col``'s backward is ``Col2Im`` and the
@@ -27,11 +27,11 @@ from typing import Any, Sequence
 import numpy as np
 
 from .. import dtypes as dt
-from ..precision import LOWER, NEUTRAL
 from ..autograd.function import Function
+from ..kernels.gemm import gemm
+from ..precision import LOWER, NEUTRAL
 from ..tensor import Tensor
 from .broadcast import broadcast_to
-from .gemm import gemm
 from .indexing import GetItemGrad
 from .linalg import MatMul
 from .reduce import sum as _sum

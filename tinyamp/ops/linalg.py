@@ -1,7 +1,7 @@
 """Contractions: ``matmul``, ``bmm`` and ``linear``, forward and backward through ``gemm``.
 
 Every product here, in the forward pass and in the backward ops, is a call to
-:func:`tinyamp.ops.gemm.gemm`, so float16/bfloat16 operands are always summed in
+:func:`tinyamp.kernels.gemm.gemm`, so float16/bfloat16 operands are always summed in
 float32 and rounded once: AMP's backward pass keeps the same numerics as its
 forward. Transposes in the gradients (``gy @ W``, ``gy^T @ x``) are gemm's
 ``trans_a``/``trans_b`` flags, never materialised copies.
@@ -16,11 +16,11 @@ from typing import Any
 import numpy as np
 
 from .. import dtypes as dt
-from ..precision import LOWER
 from ..autograd.function import Function
+from ..kernels.gemm import gemm
+from ..precision import LOWER
 from ..tensor import Tensor
 from .broadcast import sum_to
-from .gemm import gemm
 from .reduce import sum as _sum
 from .norms import linalg_norm as norm, vector_norm  # noqa: F401 - ta.linalg.norm / ta.linalg.vector_norm
 

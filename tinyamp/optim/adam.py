@@ -15,7 +15,7 @@ corrections are computed on the device (in float64, then rounded to the
 arithmetic dtype), without reading it on the host.
 
 On a GPU, float16/bfloat16/float32 parameters are updated by fused kernels
-(``tinyamp/cuda_kernels.py``: one thread for the step counter and bias
+(``tinyamp/kernels/cuda_optim.py``: one thread for the step counter and bias
 corrections, one pass for the update, the same math), which under O2 also
 write the rounded float16 weights; float64 ones take the array path below.
 """
@@ -26,7 +26,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from .. import cuda_kernels
+from ..kernels import cuda_launch, cuda_optim
 from .optimizer import Optimizer, masked_write, opmath
 
 
@@ -91,9 +91,9 @@ class Adam(Optimizer):
             step = self._step_counter(p, w)
             hyper = dict(lr=group["lr"], beta1=beta1, beta2=beta2, eps=group["eps"],
                          weight_decay=group["weight_decay"], decoupled=self._decoupled)
-            if cuda_kernels.on_gpu(w) and cuda_kernels.fusable(w, g):
+            if cuda_launch.on_gpu(w) and cuda_launch.fusable(w, g):
                 low = None if master is None else p.data
-                cuda_kernels.adam_step(w, g, m, v, v_max, step, keep, low=low, **hyper)
+                cuda_optim.adam_step(w, g, m, v, v_max, step, keep, low=low, **hyper)
                 if low is not None:
                     self._low_written.add(p)
                 continue

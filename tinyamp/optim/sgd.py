@@ -14,7 +14,7 @@ to the momentum buffer, so a skipped first step (AMP, masked) leaves the buffer
 uninitialised instead of seeding it with an inf gradient.
 
 On a GPU, float16/bfloat16/float32 parameters are updated by one fused kernel
-each (``tinyamp/cuda_kernels.py``, the same math), which under O2 also writes
+each (``tinyamp/kernels/cuda_optim.py``, the same math), which under O2 also writes
 the rounded float16 weights; float64 ones take the array path below.
 """
 
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from .. import cuda_kernels
+from ..kernels import cuda_launch, cuda_optim
 from .optimizer import Optimizer, masked_write, opmath
 
 
@@ -79,9 +79,9 @@ class SGD(Optimizer):
             hyper = dict(lr=group["lr"], momentum=momentum, dampening=group["dampening"],
                          weight_decay=group["weight_decay"], nesterov=group["nesterov"],
                          maximize=group["maximize"])
-            if cuda_kernels.on_gpu(w) and cuda_kernels.fusable(w, g):
+            if cuda_launch.on_gpu(w) and cuda_launch.fusable(w, g):
                 low = None if master is None else p.data
-                cuda_kernels.sgd_step(w, g, buf, step, keep, low=low, **hyper)
+                cuda_optim.sgd_step(w, g, buf, step, keep, low=low, **hyper)
                 if low is not None:
                     self._low_written.add(p)
                 continue

@@ -1,7 +1,8 @@
-"""numba kernels for tinyamp.ops.cast_kernels (the ``"numba"`` backend).
+"""numba kernels of the 16-bit CPU paths (the ``"numba"`` path of :mod:`tinyamp.kernels.convert`).
 
-Serial ``nogil`` loops over 1-D contiguous integer views (and the 2-D GEMM
-epilogues), whose scalar conversion is written in LLVM IR on 32-bit
+Conversions, ReLU forward/backward and the GEMM epilogue, for ``convert.py``
+and ``elementwise_cpu.py``. Serial ``nogil`` loops over 1-D contiguous
+integer views (and the 2-D GEMM epilogue), whose scalar conversion is written in LLVM IR on 32-bit
 integers: numba would widen Python-level integer code to 64 bits and run
 3-4x slower. With a hardware float16 conversion (F16C on x86) LLVM emits
 ``vcvtps2ph``/``vcvtph2ps`` plus a NaN fix-up, otherwise an integer/float
@@ -9,18 +10,16 @@ recipe; both are bit-identical to NumPy/ml_dtypes and 10-25x faster than
 ``astype``.
 
 numba is optional (extra ``tinyamp[jit]``) and costs about a second to
-import, so nothing here imports it until :func:`load` runs; cast_kernels
+import, so nothing here imports it until :func:`load` runs; ``convert.py``
 calls that on first use of the numba backend and falls back to the NumPy
 recipes if it raises. Kernels then compile lazily on first call (0.1-0.5 s
 each; ``cache=True`` keeps them on disk). :data:`KERNELS` maps a kernel name
 to its compiled function; the names without ``_hw``/``_int`` are the
 float16 implementation :func:`select_f16_impl` chose.
 
-Rejected: numba ``parallel=True`` kernels. At best about 2x faster on 2
-idle cores, but 4-5x slower to compile, and when any other process or
-OpenBLAS's spinning threads hold a core their barrier waits make them
-20-1000x slower (7.6 ns/element at 1M elements, 60-90 ns at 128K, measured
-on the shared development machine; ``benchmarks/bench_casts.py``).
+The loops are serial on purpose: ``parallel=True`` kernels are at best 2x
+faster and far slower whenever another process holds a core (figures in
+benchmarks/RESULTS.md, "bench_casts.py").
 """
 
 from __future__ import annotations
@@ -38,8 +37,8 @@ KERNELS = {}
 def load() -> bool:  # noqa: C901 - one place that defines every kernel
     """Import numba, define every kernel into KERNELS and pick the float16 ones.
 
-    Returns whether the hardware float16 conversion is used (cast_kernels'
-    ``F16C``). Raises (ImportError, or numba/LLVM errors) when numba is
+    Returns whether the hardware float16 conversion is used (``convert.F16C``).
+    Raises (ImportError, or numba/LLVM errors) when numba is
     unusable.
     """
     # Names are declared global so that the jitted functions below see them as

@@ -31,8 +31,8 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from tinyamp import backend
-from tinyamp.ops.cast_kernels import convert
+from .. import backend
+from .convert import convert
 
 Array = Any  # numpy.ndarray or cupy.ndarray
 DTypeLike = Any  # anything numpy.dtype() accepts
@@ -161,7 +161,7 @@ def _gemm_cpu(a: np.ndarray, b: np.ndarray, out: np.dtype,
     # The float16 -> float32 cast is a scalar loop in NumPy (~2.5 ns/element),
     # so each operand is converted exactly once (and only once when a is b,
     # as in x @ x.T), and transposes stay views that BLAS reads directly.
-    # convert() is astype, bit for bit, through the fast kernels of cast_kernels.
+    # convert() is astype, bit for bit, through the fast CPU kernels (convert.py).
     acc = _accumulate_dtype(a.dtype)
     a_acc = a if a.dtype == acc else convert(a, acc)
     b_acc = a_acc if b is a else (b if b.dtype == acc else convert(b, acc))

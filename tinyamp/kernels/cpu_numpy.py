@@ -1,6 +1,7 @@
 """NumPy bit recipes for float16/bfloat16/float32 conversion and 16-bit ReLU.
 
-The ``"numpy-bits"`` backend of :mod:`tinyamp.ops.cast_kernels`, used when
+The ``"numpy-bits"`` path of :mod:`tinyamp.kernels.convert` and
+:mod:`tinyamp.kernels.elementwise_cpu`, used when
 numba is missing or unusable: whole-array integer/float NumPy passes on the
 bit patterns, bit-identical to ``astype`` / ``np.maximum`` / ``np.where``.
 float16 -> float32 is 4 passes (5x faster than ``astype``); float32 ->
@@ -8,9 +9,9 @@ float16 is a 13-pass integer/float recipe (1.9x); ml_dtypes' bfloat16 casts
 are already vectorised and are kept. ReLU and its backward work on int16
 views (25-45x faster than NumPy's float16 ufuncs).
 
-Every function here takes 1-D contiguous views that ``cast_kernels``
-prepares (:func:`flat`). The module also holds the dtype constants the cast
-modules share. It imports only NumPy and ml_dtypes.
+Every function here takes 1-D contiguous views that its callers prepare
+(:func:`flat`). The module also holds the integer-view dtypes and the bit
+patterns of +inf that the CPU kernels share.
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ def f32_to_f16(src: np.ndarray, dst: np.ndarray) -> None:
     """float32 (1-D) -> float16 bits (1-D), NumPy's exact rule.
 
     The same recipe as the numba integer kernel (``ir_f2h_int`` in
-    cast_kernels_numba): adding c = 2**13 float16 ulps above |x| makes the
+    cpu_numba): adding c = 2**13 float16 ulps above |x| makes the
     FPU round |x| to float16 precision (ties to even).
     """
     u = src.view(U32)

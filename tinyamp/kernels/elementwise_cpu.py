@@ -1,8 +1,10 @@
-"""Fused float16/bfloat16 elementwise helpers around a GEMM, bit-exact.
+"""CPU elementwise kernels for float16/bfloat16 around a GEMM, bit-exact.
 
-Import these from :mod:`tinyamp.ops.cast_kernels`, which chooses the
-backend; each function also takes ``backend=`` (``"numba"``, ``"numpy"``,
-``"astype"``) to force a path. All are bit-exact against the unfused NumPy
+NumPy's float16 ufuncs run a scalar loop (6-20 ns/element); these work on the
+16-bit patterns or fuse the GEMM's float32 epilogue with the downcast. The path
+(numba, NumPy bit recipes, plain NumPy) is :func:`tinyamp.kernels.convert.resolve`'s
+choice; each function also takes ``backend=`` (``"numba"``, ``"numpy"``,
+``"astype"``) to force one. All are bit-exact against the unfused NumPy
 expression:
 
 :func:`relu_lowp`
@@ -21,18 +23,19 @@ expression:
     ``x.astype(dtype).astype(float32)`` in one pass: float16-rounded values
     kept in float32 for float32 BLAS (the matmul emulation's weights).
 
-The work itself is a numba kernel (cast_kernels_numba) or a NumPy bit
-recipe (cast_kernels_numpy); this file checks the inputs, lays out the
-destination and dispatches.
+The work itself is a numba kernel (``cpu_numba``) or a NumPy bit recipe
+(``cpu_numpy``); this file checks the inputs, lays out the destination and
+dispatches.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from . import cast_kernels_numpy as npb
-from .cast_kernels_numba import KERNELS
-from .cast_kernels_numpy import F16, F32, I16, I32, INF16, U16, U32, flat
+from . import cpu_numpy as npb
+from .convert import convert, resolve
+from .cpu_numba import KERNELS
+from .cpu_numpy import F16, F32, I16, I32, INF16, U16, U32, flat
 
 # ---------------------------------------------------------------------------
 # ReLU forward / backward on 16-bit float bit patterns
@@ -49,7 +52,7 @@ def relu_lowp(x, out=None, backend=None):
     """
     if type(x) is not np.ndarray or x.dtype not in INF16 or x.size == 0:
         return np.maximum(x, 0, out=out) if out is not None else np.maximum(x, 0)
-    path = _ck._resolve(backend)
+    path = resolve(backend)
     if path == "astype":
         return np.maximum(x, 0, out=out) if out is not None else np.maximum(x, 0)
     inf = INF16[x.dtype]
@@ -85,7 +88,7 @@ def relu_backward_lowp(grad, x, out=None, backend=None):
         or x.size == 0
     ):
         return _where_fallback(grad, x, out)
-    path = _ck._resolve(backend)
+    path = resolve(backend)
     if path == "astype":
         return _where_fallback(grad, x, out)
     inf = INF16[x.dtype]
@@ -165,8 +168,8 @@ def bias_act_convert(y, bias=None, dtype=F16, relu=False, out=None, backend=None
         t = y + bias if bias is not None else y
         if relu:
             t = np.maximum(t, 0)
-        return _ck.convert(t, dt, out=out)
-    path = _ck._resolve(backend)
+        return convert(t, dt, out=out)
+    path = resolve(backend)
     if path == "numba" and y.size > 0:
         y2 = np.ascontiguousarray(y).reshape(-1, y.shape[-1])
         b = np.zeros(y.shape[-1], F32) if bias is None else np.ascontiguousarray(bias)
@@ -195,7 +198,7 @@ def bias_act_convert(y, bias=None, dtype=F16, relu=False, out=None, backend=None
         t = np.add(y, bias) if bias is not None else y.copy()
         if relu:
             np.maximum(t, np.float32(0), out=t)
-    return _ck.convert(t, dt, out=out, backend=backend)
+    return convert(t, dt, out=out, backend=backend)
 
 
 def relu_backward_convert(grad, x, dtype=None, out=None, backend=None):
@@ -220,8 +223,8 @@ def relu_backward_convert(grad, x, dtype=None, out=None, backend=None):
     ):
         with np.errstate(all="ignore"):
             r = np.where(x > 0, grad, 0)
-        return _ck.convert(r, dt, out=out)
-    path = _ck._resolve(backend)
+        return convert(r, dt, out=out)
+    path = resolve(backend)
     inf = INF16[x.dtype]
     if path == "numba":
         g = np.ascontiguousarray(grad)
@@ -240,12 +243,12 @@ def relu_backward_convert(grad, x, dtype=None, out=None, backend=None):
         return res
     if path == "astype":
         with np.errstate(all="ignore"):
-            return _ck.convert(np.where(x > 0, grad, 0), dt, out=out, backend="astype")
+            return convert(np.where(x > 0, grad, 0), dt, out=out, backend="astype")
     xc = np.ascontiguousarray(x)
     m = npb.relu_mask16(xc.reshape(-1).view(I16), inf).astype(I32)  # sign-extends -1
     g = np.ascontiguousarray(grad).reshape(-1).view(I32)
     np.bitwise_and(g, m, out=m)
-    return _ck.convert(m.view(F32).reshape(x.shape), dt, out=out, backend=backend)
+    return convert(m.view(F32).reshape(x.shape), dt, out=out, backend=backend)
 
 
 def round_to(x, dtype, out=None, backend=None):
@@ -266,7 +269,7 @@ def round_to(x, dtype, out=None, backend=None):
             return r
         out[...] = r
         return out
-    path = _ck._resolve(backend)
+    path = resolve(backend)
     if path == "numba":
         xc = x if (x.flags.c_contiguous or x.flags.f_contiguous) else np.ascontiguousarray(x)
         res = _prepare_out(out, xc, F32, (xc,))
@@ -277,10 +280,4 @@ def round_to(x, dtype, out=None, backend=None):
             return out
         return res
     b = "numpy" if path == "numpy-bits" else path
-    return _ck.convert(_ck.convert(x, dt, backend=b), F32, out=out, backend=b)
-
-
-# Last, and as a module: cast_kernels imports the functions above, and they
-# look up its convert() and backend choice (_resolve) at call time, so either
-# module can be imported first.
-from . import cast_kernels as _ck  # noqa: E402
+    return convert(convert(x, dt, backend=b), F32, out=out, backend=b)
