@@ -25,6 +25,7 @@ from typing import Any, Iterator
 
 import tinyamp
 
+from ..autograd.custom_function import CustomFunction
 from ..autograd.function import Function
 from ..precision import FP32, LOWER, NEUTRAL, PROMOTE, Precision, as_precision, global_overrides
 
@@ -78,7 +79,7 @@ def op_classes() -> dict[str, list[type]]:
     public = _public_names()
     result: dict[str, list[type]] = {}
     for cls in _all_subclasses(Function):
-        if cls._custom or not cls.__module__.startswith("tinyamp."):
+        if issubclass(cls, CustomFunction) or not cls.__module__.startswith("tinyamp."):
             continue
         if "precision" not in vars(cls) and not hasattr(cls, "precision"):
             continue

@@ -31,6 +31,7 @@ from typing import Any
 
 from .. import dtypes as dt
 from .. import precision
+from ..autograd.custom_function import CustomFunction
 from ..ops.cast import Cast
 
 
@@ -172,7 +173,7 @@ class Trace:
                     record.op_index = index
                     arrived[position] = record.source
                     casts.append(cast_index)
-        tag = "custom" if op._custom else op.effective_precision(precision.current_autocast()).name
+        tag = "custom" if isinstance(op, CustomFunction) else op.effective_precision(precision.current_autocast()).name
         during = ""
         if self._depth and self._node is not None:
             during = self._node.name

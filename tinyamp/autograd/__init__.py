@@ -10,9 +10,13 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..tensor import Tensor
+from .custom_function import CustomFunction
 from .engine import run_backward
-from .function import Function
 from .grad_mode import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
+
+# PyTorch's name for the base of user-defined Functions (built-in ops subclass
+# autograd.function.Function, which has no apply).
+Function = CustomFunction
 
 __all__ = ["Function", "backward", "grad", "no_grad", "enable_grad", "set_grad_enabled", "inference_mode",
            "is_grad_enabled", "gradcheck", "gradgradcheck"]
