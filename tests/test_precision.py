@@ -1,7 +1,7 @@
 """The pure precision rule (tinyamp/precision.py): tag + input dtypes + autocast dtype -> compute dtype.
 
-The expected values are written out by hand from DESIGN.md section 4, one
-table row per case, so a change to the rule shows up as a named row.
+The expected values are written out by hand from the tag table in the module's
+docstring, one table row per case, so a change to the rule shows up as a named row.
 """
 
 from __future__ import annotations

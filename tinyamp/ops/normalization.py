@@ -1,7 +1,7 @@
 """Normalisation: layer_norm and batch_norm (statistics in float32, backward differentiable).
 
-Both are FP32-tagged (DESIGN.md section 4: layer_norm and batch-norm statistics
-run in float32 under autocast). Outside autocast, a float16/bfloat16 input is
+Both are FP32-tagged (layer_norm and batch-norm statistics run in float32 under
+autocast; the tags: tinyamp/precision.py). Outside autocast, a float16/bfloat16 input is
 normalised with float32 statistics and the output rounded once to the input's
 dtype; its affine ``weight``/``bias`` (and batch_norm's running statistics) may
 then be float32, as O2 training keeps them.

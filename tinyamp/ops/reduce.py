@@ -2,8 +2,8 @@
 
 sum, mean (FP32: accumulations; var and std live in statistics.py), max/min/amax/amin (NEUTRAL: they
 select an element, nothing is rounded) and argmax/argmin (int64, no gradient).
-Low-precision inputs are accumulated in float32 and rounded once (DESIGN.md
-section 5); FP32-tagged reductions see float32 inputs under autocast anyway.
+Low-precision inputs are accumulated in float32 and rounded once
+(docs/ARCHITECTURE.md, "Where each AMP decision is made"); FP32-tagged reductions see float32 inputs under autocast anyway.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ class Sum(Function):
 class Mean(Function):
     """y = mean(x, dims); dx = broadcast(gy) / n
 
-    FP32 under autocast (DESIGN.md section 4); PyTorch's CUDA autocast leaves mean
+    FP32 under autocast (the tags: tinyamp/precision.py); PyTorch's CUDA autocast leaves mean
     in the incoming dtype (float16 in, float16 out), tinyamp returns float32.
     """
 
