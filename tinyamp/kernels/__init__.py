@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import convert as _convert
-from .elementwise_cpu import bias_act_convert, relu_backward_convert, relu_backward_lowp, relu_lowp, round_to
+from .elementwise_cpu import bias_act_convert, relu_backward_lowp, relu_lowp
 
 __all__ = ["warmup"]
 
@@ -50,7 +50,4 @@ def warmup() -> str:
         b = np.zeros(2, F32)
         bias_act_convert(y, b, F16, relu=True, backend="numba")
         bias_act_convert(y, b, BF16, relu=True, backend="numba")
-        for dt in (F16, BF16):
-            round_to(a32, dt, backend="numba")
-            relu_backward_convert(a32, a16, dt, backend="numba")
     return _convert.BACKEND

@@ -222,9 +222,12 @@ def convert(array, dtype, out=None, backend=None):
     pair = _NB_PAIRS.get(key)
     if pair is None:
         return _astype_into(array, dt, out)
-    path = resolve(backend)
-    if backend is None and array.size < (SMALL if path == "numba" else SMALL_NUMPY.get(key, 1 << 62)):
-        path = "astype"
+    if backend is None and array.size < SMALL:
+        path = "astype"  # below every fast path's break-even (SMALL <= SMALL_NUMPY)
+    else:
+        path = resolve(backend)
+        if backend is None and array.size < (SMALL if path == "numba" else SMALL_NUMPY.get(key, 1 << 62)):
+            path = "astype"
     if path == "astype" or array.size == 0:
         with np.errstate(all="ignore"):  # never warn, whichever path runs
             return _astype_into(array, dt, out)

@@ -16,12 +16,9 @@ expression:
     ``np.where(x > 0, grad, 0)`` for float16/bfloat16 (NaN in ``x`` masks).
 :func:`bias_act_convert`
     Forward GEMM epilogue: ``convert(np.maximum(y + bias, 0), dtype)`` (or
-    without the ReLU) in one pass over the float32 GEMM output.
-:func:`relu_backward_convert`
-    Backward epilogue: ``convert(np.where(x > 0, grad32, 0), dtype)``.
-:func:`round_to`
-    ``x.astype(dtype).astype(float32)`` in one pass: float16-rounded values
-    kept in float32 for float32 BLAS (the matmul emulation's weights).
+    without the ReLU) in one pass over the float32 GEMM output. ``linear``
+    uses it for its bias under autocast; the ReLU is for a fused
+    linear + ReLU layer.
 
 The work itself is a numba kernel (``cpu_numba``) or a NumPy bit recipe
 (``cpu_numpy``); this file checks the inputs, lays out the destination and
@@ -33,9 +30,9 @@ from __future__ import annotations
 import numpy as np
 
 from . import cpu_numpy as npb
-from .convert import convert, resolve
+from .convert import SMALL, convert, resolve
 from .cpu_numba import KERNELS
-from .cpu_numpy import F16, F32, I16, I32, INF16, U16, U32, flat
+from .cpu_numpy import F16, F32, I16, INF16, U16, flat
 
 # ---------------------------------------------------------------------------
 # ReLU forward / backward on 16-bit float bit patterns
@@ -142,19 +139,22 @@ def _same_buffer(a, b):
 
 
 # ---------------------------------------------------------------------------
-# GEMM epilogues (bias add + ReLU + downcast, masked downcast) and round_to
+# The GEMM epilogue: bias add + ReLU + downcast
 # ---------------------------------------------------------------------------
 
 
-def bias_act_convert(y, bias=None, dtype=F16, relu=False, out=None, backend=None):
+def bias_act_convert(y, bias=None, dtype=F16, relu=False, out=None, backend=None, overwrite_y=False):
     """``convert(np.maximum(y + bias, 0) if relu else y + bias, dtype)``, fused.
 
     ``y``: float32 GEMM output of shape (..., N); ``bias``: float32 of shape
     (N,) or None; ``dtype``: float16 or bfloat16. Bit-identical to the
     unfused NumPy expression (float32 add, float32 ``np.maximum``, then
-    ``astype``). With numba this is one pass over ``y``; the NumPy path works
-    in place on a float32 temporary and then converts. ``y`` is not modified.
-    Note ReLU before the downcast equals ReLU after it: rounding is monotone.
+    ``astype``). With numba this is one pass over ``y``; the other paths
+    (NumPy recipes, CuPy and other arrays) add and clamp in float32 and then
+    convert. ``y`` is not modified unless ``overwrite_y``: a caller that owns
+    ``y`` (a fresh GEMM result) lets those paths work in it instead of a
+    temporary. Note ReLU before the downcast equals ReLU after it: rounding is
+    monotone.
     """
     dt = np.dtype(dtype)
     if (
@@ -164,8 +164,13 @@ def bias_act_convert(y, bias=None, dtype=F16, relu=False, out=None, backend=None
         or y.ndim == 0
         or (bias is not None and (type(bias) is not np.ndarray or bias.dtype != F32
                                   or bias.shape != (y.shape[-1],)))
+        or (backend is None and y.size < SMALL)  # a fast path's fixed cost exceeds a small epilogue's
     ):
-        t = y + bias if bias is not None else y
+        if overwrite_y and bias is not None and bias.dtype == y.dtype:
+            y += bias  # the caller's own buffer: no temporary (one allocation fewer on a GPU)
+            t = y
+        else:
+            t = y + bias if bias is not None else y
         if relu:
             t = np.maximum(t, 0)
         return convert(t, dt, out=out)
@@ -185,7 +190,7 @@ def bias_act_convert(y, bias=None, dtype=F16, relu=False, out=None, backend=None
             if res is not None:
                 raise ValueError(f"out must be a C-contiguous {dt} array of shape {y.shape}")
             res = np.empty(y.shape, dt)
-        name = "epi_f16" if dt == F16 else "epi_bf16"
+        name = "bias_act_f16" if dt == F16 else "bias_act_bf16"
         r2 = res.reshape(-1, y.shape[-1])
         if np.may_share_memory(r2, y2) or np.may_share_memory(r2, b):
             tmp = np.empty(r2.shape, dt)
@@ -195,89 +200,10 @@ def bias_act_convert(y, bias=None, dtype=F16, relu=False, out=None, backend=None
             KERNELS[name](y2, b, r2.view(U16), bool(relu), has_bias)
         return res
     with np.errstate(all="ignore"):
-        t = np.add(y, bias) if bias is not None else y.copy()
+        if bias is None:
+            t = y if overwrite_y else y.copy()
+        else:
+            t = np.add(y, bias, out=y if overwrite_y else None)
         if relu:
             np.maximum(t, np.float32(0), out=t)
     return convert(t, dt, out=out, backend=backend)
-
-
-def relu_backward_convert(grad, x, dtype=None, out=None, backend=None):
-    """``convert(np.where(x > 0, grad, 0), dtype)`` in one pass, bit-exact.
-
-    The backward epilogue of a ReLU layer in AMP: ``grad`` is the float32
-    GEMM output (dL/d relu-output), ``x`` the saved float16/bfloat16 ReLU
-    input or output (same shape), ``dtype`` the gradient's low-precision dtype
-    (default ``x.dtype``). Masking before or after the downcast gives the
-    same bits (the masked value is +0.0 either way), so this equals
-    ``relu_backward_lowp(convert(grad, dtype), x)``.
-    """
-    dt = np.dtype(x.dtype if dtype is None else dtype)
-    if (
-        type(grad) is not np.ndarray
-        or type(x) is not np.ndarray
-        or grad.dtype != F32
-        or x.dtype not in INF16
-        or dt not in INF16
-        or grad.shape != x.shape
-        or grad.size == 0
-    ):
-        with np.errstate(all="ignore"):
-            r = np.where(x > 0, grad, 0)
-        return convert(r, dt, out=out)
-    path = resolve(backend)
-    inf = INF16[x.dtype]
-    if path == "numba":
-        g = np.ascontiguousarray(grad)
-        xc = np.ascontiguousarray(x)
-        res = out
-        if res is None or type(res) is not np.ndarray or res.dtype != dt or res.shape != x.shape \
-                or not res.flags.c_contiguous or np.may_share_memory(res, g):
-            if res is not None and (type(res) is not np.ndarray or res.dtype != dt or res.shape != x.shape):
-                raise ValueError(f"out must be a numpy array of dtype {dt} and shape {x.shape}")
-            res = np.empty(x.shape, dt)
-        name = "rbc_f16" if dt == F16 else "rbc_bf16"
-        KERNELS[name](g.reshape(-1).view(U32), xc.reshape(-1).view(I16), res.reshape(-1).view(U16), np.int16(inf))
-        if out is not None and res is not out:
-            np.copyto(out, res)
-            return out
-        return res
-    if path == "astype":
-        with np.errstate(all="ignore"):
-            return convert(np.where(x > 0, grad, 0), dt, out=out, backend="astype")
-    xc = np.ascontiguousarray(x)
-    m = npb.relu_mask16(xc.reshape(-1).view(I16), inf).astype(I32)  # sign-extends -1
-    g = np.ascontiguousarray(grad).reshape(-1).view(I32)
-    np.bitwise_and(g, m, out=m)
-    return convert(m.view(F32).reshape(x.shape), dt, out=out, backend=backend)
-
-
-def round_to(x, dtype, out=None, backend=None):
-    """``x.astype(dtype).astype(float32)`` for a float32 ``x``, in one pass.
-
-    The values a float16/bfloat16 copy of ``x`` holds, kept in float32 so
-    that float32 BLAS can use them: how the AMP matmul emulation feeds
-    float16-rounded weights (or rounds float32 weight gradients to what a
-    float16 gradient would hold) without a 16-bit intermediate. Bit-exact
-    (overflow gives inf, NaNs follow the two casts' rules). ``out`` may be
-    ``x`` itself (in place).
-    """
-    dt = np.dtype(dtype)
-    if type(x) is not np.ndarray or x.dtype != F32 or dt not in INF16 or x.size == 0:
-        with np.errstate(all="ignore"):
-            r = x.astype(dt).astype(x.dtype)
-        if out is None:
-            return r
-        out[...] = r
-        return out
-    path = resolve(backend)
-    if path == "numba":
-        xc = x if (x.flags.c_contiguous or x.flags.f_contiguous) else np.ascontiguousarray(x)
-        res = _prepare_out(out, xc, F32, (xc,))
-        name = "rt_f16" if dt == F16 else "rt_bf16"
-        KERNELS[name](flat(xc).view(U32), flat(res).view(U32))
-        if out is not None and res is not out:
-            np.copyto(out, res)
-            return out
-        return res
-    b = "numpy" if path == "numpy-bits" else path
-    return convert(convert(x, dt, backend=b), F32, out=out, backend=b)

@@ -17,6 +17,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..autograd.function import Function
+from ..kernels.elementwise_cpu import bias_act_convert
 from ..kernels.gemm import gemm
 from ..precision import LOWER
 from ..tensor import Tensor
@@ -144,10 +145,9 @@ class Linear(Function):
             y = gemm(rows, w, trans_b=True)
         elif dt.is_low_precision(x.dtype):
             # The bias is added to the float32 accumulator and the sum rounded
-            # once, as a cuBLAS epilogue would.
-            y = gemm(rows, w, xp.float32, trans_b=True)
-            y += b.astype(xp.float32)
-            y = y.astype(x.dtype)
+            # once, as a cuBLAS epilogue would (one fused pass on the CPU).
+            y = bias_act_convert(gemm(rows, w, xp.float32, trans_b=True), b.astype(xp.float32), x.dtype,
+                                 overwrite_y=True)
         else:
             y = gemm(rows, w, trans_b=True)
             y += b  # in place on gemm's fresh result: no second output buffer
