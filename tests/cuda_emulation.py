@@ -36,7 +36,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from tinyamp.kernels import cuda_launch, cuda_optim
+from tinyamp.kernels import cuda_launch, cuda_loss, cuda_optim
 
 CXX = shutil.which("g++")
 CACHE = os.path.join(tempfile.gettempdir(), f"tinyamp-cuda-emulation-{os.getuid()}")
@@ -55,12 +55,18 @@ static tinyamp_dim3 blockIdx, blockDim, threadIdx, gridDim;
 static inline unsigned int __float_as_uint(float f) { unsigned int u; std::memcpy(&u, &f, 4); return u; }
 static inline float __uint_as_float(unsigned int u) { float f; std::memcpy(&f, &u, 4); return f; }
 typedef _Float16 float16;
+// Threads run one after another here, so a fence is nothing and an atomic is a plain update.
+#define __threadfence()
+static inline int atomicAdd(int* address, int value) { int old = *address; *address += value; return old; }
 """
 
 F16_CPU = r"""
 static inline float tinyamp_f16_to_f32(unsigned short h) { float16 x; std::memcpy(&x, &h, 2); return (float)x; }
 static inline unsigned short tinyamp_f32_to_f16(float f) {
     float16 x = (float16)f; unsigned short h; std::memcpy(&h, &x, 2); return h;
+}
+static inline unsigned short tinyamp_f64_to_f16(double d) {  // GCC rounds double -> _Float16 once
+    float16 x = (float16)d; unsigned short h; std::memcpy(&h, &x, 2); return h;
 }
 """
 
@@ -78,6 +84,7 @@ _CTYPE = {np.dtype(np.float32): "float", np.dtype(np.float64): "double", np.dtyp
           np.dtype(np.int64): "long long", np.dtype(np.uint64): "unsigned long long"}
 _CTYPES_SCALAR = {"float": ctypes.c_float, "double": ctypes.c_double, "bool": ctypes.c_bool,
                   "int": ctypes.c_int, "long long": ctypes.c_longlong}
+_STORAGE_OF_16_BIT = (np.dtype(np.uint16), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
 _NUMPY_OF_C = {"float": np.float32, "double": np.float64, "int": np.int32, "long long": np.int64,
                "unsigned long long": np.uint64, "unsigned short": np.uint16, "bool": np.bool_}
 
@@ -231,7 +238,10 @@ class RawKernel:
                 if isinstance(a, np.generic):  # NumPy makes 0-d results scalars where CuPy keeps arrays
                     a = np.asarray(a)
                 want = np.dtype(_NUMPY_OF_C[ctype[:-1]])
-                if not isinstance(a, np.ndarray) or a.dtype != want or not a.flags.c_contiguous:
+                # 16-bit floats are passed as their storage (CuPy passes any array's pointer).
+                storage = want in _STORAGE_OF_16_BIT and isinstance(a, np.ndarray) and a.dtype in _STORAGE_OF_16_BIT
+                if (not isinstance(a, np.ndarray) or (a.dtype != want and not storage)
+                        or not a.flags.c_contiguous):
                     raise TypeError(f"{self.name}: {pname} wants a contiguous {want} array, got {a!r:.60}")
                 call_args.append(ctypes.c_void_p(a.ctypes.data))
             else:
@@ -299,4 +309,29 @@ def install(monkeypatch: Any, execute: bool = True) -> types.SimpleNamespace:
     for name in ("_kernels", "_chunk_tables", "_pointer_tables", "launches"):
         monkeypatch.setattr(cuda_launch, name, {})
     monkeypatch.setattr(cuda_optim, "_true_flags", {})
+    monkeypatch.setattr(cuda_loss, "_tickets", {})
+    monkeypatch.setattr(cuda_loss, "_placeholders", {})
     return fake
+
+
+def device_math() -> tuple:
+    """(exp, log) of float32 arrays computed by the C library the emulated kernels call (``expf``/``logf``).
+
+    NumPy's vectorised float32 ``exp``/``log`` round differently in the last
+    bit for some inputs; a NumPy path given these computes what an emulated
+    kernel computes, so the two can be compared bit for bit.
+    """
+    lib = compile_library(PRELUDE + r"""
+extern "C" void tinyamp_expf(const float* a, float* o, long long n) { for (long long i = 0; i < n; ++i) o[i] = expf(a[i]); }
+extern "C" void tinyamp_logf(const float* a, float* o, long long n) { for (long long i = 0; i < n; ++i) o[i] = logf(a[i]); }
+""")
+
+    def vectorised(function: Any) -> Any:
+        def apply(a: np.ndarray) -> np.ndarray:
+            a = np.ascontiguousarray(a, dtype=np.float32)
+            out = np.empty_like(a)
+            function(ctypes.c_void_p(a.ctypes.data), ctypes.c_void_p(out.ctypes.data), ctypes.c_longlong(a.size))
+            return out
+        return apply
+
+    return vectorised(lib.tinyamp_expf), vectorised(lib.tinyamp_logf)

@@ -11,6 +11,8 @@ CPU and CUDA side by side, one responsibility per file:
   reaches (float32 BLAS on the CPU, cuBLAS ``gemmEx`` on a GPU).
 - ``loss_scale.py``: the loss-scale math (unscale with inf/nan detection, the
   dynamic scale rule) on NumPy or CuPy arrays.
+- ``cross_entropy.py``: cross-entropy of 2-D logits, forward and backward in
+  one pass each (NumPy; ``cuda_loss.py`` holds the CUDA kernels).
 - ``cuda_launch.py``: compiling, launching and counting CUDA kernels;
   ``cuda_scaler.py`` and ``cuda_optim.py`` are the fused loss-scale and
   optimizer kernels.

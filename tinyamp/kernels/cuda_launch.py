@@ -84,6 +84,11 @@ __device__ __forceinline__ unsigned short tinyamp_f32_to_f16(float f) {
     asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
     return h;
 }
+__device__ __forceinline__ unsigned short tinyamp_f64_to_f16(double d) {  // one rounding, as NumPy's astype
+    unsigned short h;
+    asm("cvt.rn.f16.f64 %0, %1;" : "=h"(h) : "d"(d));
+    return h;
+}
 """
 
 BF16_CONVERSIONS = r"""
