@@ -305,10 +305,13 @@ def install(monkeypatch: Any, execute: bool = True) -> types.SimpleNamespace:
     monkeypatch.setattr(cuda_launch, "on_gpu", lambda a: isinstance(a, np.ndarray))
     monkeypatch.setattr(cuda_launch, "_pointer", lambda a: a.ctypes.data)
     monkeypatch.setattr(cuda_launch, "_device", lambda a: FakeDevice())
+    monkeypatch.setattr(cuda_launch, "_upload_into", lambda array, host: array.__setitem__(..., host))
     # Fresh caches, restored afterwards: emulated kernels must never reach a real GPU run.
     for name in ("_kernels", "_chunk_tables", "_pointer_tables", "launches"):
         monkeypatch.setattr(cuda_launch, name, {})
     monkeypatch.setattr(cuda_optim, "_true_flags", {})
+    monkeypatch.setattr(cuda_optim, "_coefs", {})
+    monkeypatch.setattr(cuda_launch, "_zero_flags", {})
     monkeypatch.setattr(cuda_loss, "_tickets", {})
     monkeypatch.setattr(cuda_loss, "_placeholders", {})
     return fake

@@ -15,9 +15,9 @@ import numpy as np
 _f32 = np.float32
 
 
-def unscale_reference(grads: list, outs: list, inv_scale: Any, found_inf: Any) -> None:
+def unscale_reference(grads: list, outs: list, scale: Any, found_inf: Any) -> None:
     """What ``unscale_group``'s kernel does, on NumPy arrays."""
-    s = _f32(inv_scale)
+    s = _f32(1.0 / np.float64(scale))
     for g, o in zip(grads, outs):
         v = g.astype(np.float32) * s
         if not np.isfinite(v).all():

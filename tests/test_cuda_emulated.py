@@ -35,7 +35,7 @@ def test_unscale_group_matches_the_numpy_path(emulated, monkeypatch, chunk, bloc
     monkeypatch.setattr(cuda_scaler, "UNSCALE_BLOCK", block)
     rng = np.random.default_rng(3)
     for bad_pair in [None, *range(len(UNSCALE_PAIRS))]:
-        for inv in (2.0 ** -16, 1 / 3):
+        for scale in (2.0 ** 16, 3.0):
             results = []
             for fused in (False, True):
                 rng = np.random.default_rng(5)
@@ -53,7 +53,7 @@ def test_unscale_group_matches_the_numpy_path(emulated, monkeypatch, chunk, bloc
                 # The scaler's function, taking the fused path or not (the float64 pair stays in its loop).
                 monkeypatch.setattr(cuda_launch, "on_gpu", lambda a, fused=fused: fused)
                 with np.errstate(all="ignore"):
-                    loss_scale.unscale_group(np, grads, outs, np.full((), inv, np.float32), found)
+                    loss_scale.unscale_group(np, grads, outs, np.full((), scale, np.float32), found)
                 results.append(outs + [found])
             fd.assert_same_bits(results[1], results[0], f"unscale bad={bad_pair}")
             assert (results[1][-1] == 1) == (bad_pair is not None)
@@ -162,3 +162,83 @@ def test_training_steps_with_fused_kernels_match_the_numpy_path(monkeypatch, nam
     assert {"tinyamp_update_scale", "tinyamp_unscale_f32_f32" if not o2 else "tinyamp_unscale_f16_f32"} <= kernels
     family = "tinyamp_sgd_momentum" if name.startswith("sgd") else "tinyamp_adam" + ("_amsgrad" * ("ams" in name))
     assert family + ("_low" if o2 else "") in kernels
+
+
+# ------------------------------------------------------ multi-tensor kernels
+@pytest.mark.parametrize("dtypes", fd.DTYPE_CASES, ids=lambda d: "-".join(str(x) for x in d))
+@pytest.mark.parametrize("case", fd.SGD_CASES, ids=fd.case_id)
+def test_sgd_group_kernel_matches_the_numpy_path(emulated, case, dtypes) -> None:
+    want = fd.sgd_run(fd.numpy_sgd, case, dtypes)
+    got = fd.sgd_run(fd.sgd_as_group(cuda_optim.sgd_group), case, dtypes)
+    for step, (a, b) in enumerate(zip(got, want)):
+        fd.assert_same_bits(a, b, f"sgd group step {step}")
+
+
+@pytest.mark.parametrize("dtypes", fd.DTYPE_CASES, ids=lambda d: "-".join(str(x) for x in d))
+@pytest.mark.parametrize("case", fd.ADAM_CASES, ids=fd.case_id)
+def test_adam_group_kernel_matches_the_numpy_path(emulated, case, dtypes) -> None:
+    want = fd.adam_run(fd.numpy_adam, case, dtypes)
+    got = fd.adam_run(fd.adam_as_group(cuda_optim.adam_group), case, dtypes)
+    for step, (a, b) in enumerate(zip(got, want)):
+        fd.assert_same_bits(a, b, f"adam group step {step}")
+
+
+# A group mixing sizes (empty, chunk edges) and dtype triples: (weight, gradient, low copy or None).
+GROUP_TENSORS = [((0,), fd.F32, fd.F32, None), ((1,), fd.F32, fd.F16, None), ((7, 9), fd.F32, fd.F32, fd.F16),
+                 ((64,), fd.F32, fd.F32, fd.BF16), ((65,), fd.F32, fd.F32, None), ((130,), fd.F16, fd.F16, None),
+                 ((3, 50), fd.BF16, fd.BF16, None), ((200,), fd.F32, fd.F16, None)]
+
+
+def group_arrays(rng) -> dict:
+    arrays = {"w": [], "low": [], "buf": [], "m": [], "v": [], "v_max": [], "step": []}
+    for shape, w_dt, _, low_dt in GROUP_TENSORS:
+        w = rng.standard_normal(shape).astype(w_dt)
+        arrays["w"].append(w)
+        arrays["low"].append(None if low_dt is None else w.astype(low_dt))
+        for name in ("buf", "m", "v", "v_max"):
+            arrays[name].append(np.zeros(shape, w_dt))
+        arrays["step"].append(np.zeros((), np.float32))
+    return arrays
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_one_launch_updates_a_mixed_group_as_the_numpy_path_does_per_tensor(emulated, monkeypatch, optimizer) -> None:
+    """Small chunks so that tensors span several blocks; one update launch per dtype triple and step."""
+    monkeypatch.setattr(cuda_optim, "GROUP_CHUNK", 64)
+    monkeypatch.setattr(cuda_optim, "GROUP_BLOCK", 16)
+    sgd_case = dict(lr=0.03, momentum=0.9, dampening=0.1, weight_decay=1e-4, nesterov=False, maximize=True)
+    adam_case = dict(lr=2e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1, decoupled=True)
+    results = []
+    for fused in (False, True):
+        rng = np.random.default_rng(4)
+        a = group_arrays(rng)
+        snapshots = []
+        for keep in fd.KEEPS:
+            grads = [(rng.standard_normal(shape) * 0.5).astype(g_dt) for shape, _, g_dt, _ in GROUP_TENSORS]
+            if keep is not True and not bool(keep):
+                grads[4][17] = np.inf  # what a skipped step sees
+            with np.errstate(all="ignore"):
+                if fused and optimizer == "sgd":
+                    cuda_optim.sgd_group(a["w"], grads, a["buf"], a["step"], a["low"], fd.found_of(keep),
+                                         np.array([0.03, 0.9, 0.1, 1e-4]), nesterov=False, maximize=True)
+                elif fused:
+                    cuda_optim.adam_group(a["w"], grads, a["m"], a["v"], a["v_max"], a["step"], a["low"],
+                                          fd.found_of(keep), np.array([2e-3, 0.9, 0.95, 1e-8, 0.1]), decoupled=True)
+                else:
+                    for i in range(len(GROUP_TENSORS)):
+                        if optimizer == "sgd":
+                            fd.numpy_sgd(a["w"][i], grads[i], a["buf"][i], a["step"][i], keep, low=a["low"][i],
+                                         **sgd_case)
+                        else:
+                            fd.numpy_adam(a["w"][i], grads[i], a["m"][i], a["v"][i], a["v_max"][i], a["step"][i],
+                                          keep, low=a["low"][i], **adam_case)
+            snapshots.append([x.copy() for name in ("w", "low", "buf", "m", "v", "v_max", "step")
+                              for x in a[name] if x is not None])
+        results.append(snapshots)
+    for step, (got, want) in enumerate(zip(results[1], results[0])):
+        fd.assert_same_bits(got, want, f"{optimizer} group step {step}")
+    per_step = {"sgd": {"tinyamp_advance_steps": 1}, "adam": {"tinyamp_adam_prepare_group": 1}}[optimizer]
+    updates = {k: v for k, v in cuda_launch.launches.items() if k not in per_step}
+    triples = {(w, g, fd.F16 if lo is None else lo) for _, w, g, lo in GROUP_TENSORS}
+    assert sum(updates.values()) == len(triples) * len(fd.KEEPS) == 5 * 6, updates
+    assert {k: cuda_launch.launches[k] for k in per_step} == {k: len(fd.KEEPS) for k in per_step}

@@ -152,17 +152,17 @@ def unscale_inputs(g_dt: np.dtype, o_dt: np.dtype, bad: float | None, sizes=(1, 
 
 @pytest.mark.parametrize("pair", UNSCALE_PAIRS, ids=lambda p: f"{p[0]}->{p[1]}")
 @pytest.mark.parametrize("bad", [None, np.inf, -np.inf, np.nan])
-@pytest.mark.parametrize("inv", [2.0 ** -16, 1 / 3, 2.0 ** 120])  # exact, rounded, overflowing to inf
-def test_unscale_reference_matches_the_numpy_path(pair, bad, inv) -> None:
+@pytest.mark.parametrize("scale", [2.0 ** 16, 3.0, 2.0 ** -120])  # 1/scale exact, rounded; results overflow
+def test_unscale_reference_matches_the_numpy_path(pair, bad, scale) -> None:
     results = []
     for run in (lambda *a: loss_scale.unscale_group(np, *a), cuda_kernels_reference.unscale_reference):
         grads, outs = unscale_inputs(*pair, bad)
         found = np.zeros((), np.float32)
         with np.errstate(all="ignore"):
-            run(grads, outs, np.full((), inv, np.float32), found)
+            run(grads, outs, np.full((), scale, np.float32), found)
         results.append(outs + [found])
     fd.assert_same_bits(results[0], results[1], "unscale")
-    assert (results[0][-1] == 1.0) == (bad is not None or inv > 1e30)
+    assert (results[0][-1] == 1.0) == (bad is not None or scale < 1e-30)
 
 
 HYPERS = [
@@ -387,3 +387,27 @@ def test_gpu_range_behaviour_of_losses_and_embedding_on_numpy(monkeypatch) -> No
     assert np.isnan(out[[1, 2]]).all() and np.isfinite(out[[0, 3]]).all()
     rows.sum().backward()
     assert np.isnan(weight.grad.numpy()[0]).all()  # the out-of-range positions read row 0 and poison its gradient
+
+
+# ----------------------------------------------------- multi-tensor kernels
+def test_group_kernel_sources_are_well_formed() -> None:
+    sources = cuda_optim.group_raw_sources()
+    assert len({name for name, _ in sources}) == len(sources) == 27 + 27 + 2
+    for name, source in sources:
+        params = emu.parse_signature(source, name)
+        assert params[0] == ("unsigned long long*", "ptrs" if "group" in name and "prepare" not in name else "steps")
+        assert source.count("{") == source.count("}")
+        # The hyper-parameters come from a device array, never from host scalars a captured graph would freeze.
+        assert not any(t in ("float", "double") for t, _ in params), params
+
+
+def test_device_values_upload_only_when_they_change(monkeypatch) -> None:
+    emu.install(monkeypatch, execute=False)
+    uploads = []
+    monkeypatch.setattr(cuda_launch, "_upload_into", lambda a, h: (uploads.append(h.tolist()), a.__setitem__(..., h)))
+    mirror, dev = cuda_launch.DeviceValues(), emu.FakeDevice()
+    first = mirror.get(dev, (0.1, 0.9))
+    assert mirror.get(dev, (0.1, 0.9)) is first and uploads == []  # a steady step copies nothing
+    again = mirror.get(dev, (0.05, 0.9))  # a scheduler moved the learning rate: same array, new contents
+    assert again is first and uploads == [[0.05, 0.9]] and first.tolist() == [0.05, 0.9]
+    assert first.dtype == np.float64

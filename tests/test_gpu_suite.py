@@ -62,12 +62,12 @@ def test_fused_unscale_matches_the_numpy_path(cp, pair, bad) -> None:
     d_grads = [cp.asarray(g) for g in grads]
     d_outs = [g if o_dt == g_dt else cp.empty(g.shape, o_dt) for g in d_grads]
     host_grads = [o if o_dt == g_dt else g for g, o in zip(grads, outs)]
-    inv = np.full((), 1 / 3, np.float32)
+    scale = np.full((), 3.0, np.float32)
     found, d_found = np.zeros((), np.float32), cp.zeros((), cp.float32)
     before = dict(cuda_launch.launches)
     with np.errstate(all="ignore"):
-        loss_scale.unscale_group(np, host_grads, outs, inv, found)
-    loss_scale.unscale_group(cp, d_grads, d_outs, cp.asarray(inv), d_found)
+        loss_scale.unscale_group(np, host_grads, outs, scale, found)
+    loss_scale.unscale_group(cp, d_grads, d_outs, cp.asarray(scale), d_found)
     assert sum(cuda_launch.launches.values()) == sum(before.values()) + 1  # one launch for the group
     fd.assert_same_bits([o.get() for o in d_outs] + [d_found.get()], outs + [found], "unscale")
 

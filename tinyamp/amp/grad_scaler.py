@@ -195,12 +195,10 @@ class GradScaler(ScalerSettingsMixin):
             raise RuntimeError("unscale_() has already been called on this optimizer since the last update().")
         if state["stage"] is OptState.STEPPED:
             raise RuntimeError("unscale_() is being called after step().")
-        xp = backend.array_module(self._scale)
-        inv_scale = xp.reciprocal(self._scale.astype(np.float64)).astype(np.float32)
-        state["found_inf_per_device"] = self._unscale_grads_(optimizer, inv_scale)
+        state["found_inf_per_device"] = self._unscale_grads_(optimizer)
         state["stage"] = OptState.UNSCALED
 
-    def _unscale_grads_(self, optimizer: Any, inv_scale: Any) -> dict:
+    def _unscale_grads_(self, optimizer: Any) -> dict:
         """One ``_unscale_group`` call per (device, dtype); returns {device: found_inf array}."""
         master_of = getattr(optimizer, "_master", None)
         groups: dict = defaultdict(lambda: ([], [], []))
@@ -231,13 +229,13 @@ class GradScaler(ScalerSettingsMixin):
                 f"ta.optim.Adam(model.parameters(), master_weights=True)) to keep float32 master weights, or keep "
                 f"the parameters in float32 and use autocast (O1).")
         found_per_device: dict = {}
-        inv_per_device: dict = {}
+        scale_per_device: dict = {}
         for (dev, _), (grads, outs, tensors) in groups.items():
             if dev not in found_per_device:
                 found_per_device[dev] = dev.xp.zeros((), dtype=np.float32)
-                inv_per_device[dev] = backend.to_device(inv_scale, dev)
+                scale_per_device[dev] = backend.to_device(self._scale, dev)
             with np.errstate(over="ignore", invalid="ignore"):  # inf/nan is what we look for
-                unscale_group(dev.xp, grads, outs, inv_per_device[dev], found_per_device[dev])
+                unscale_group(dev.xp, grads, outs, scale_per_device[dev], found_per_device[dev])
             for t in tensors:
                 t._version[0] += 1
         return found_per_device

@@ -55,6 +55,11 @@ def _device(array: Any) -> Any:
     return array.device
 
 
+def _upload_into(array: Any, host: np.ndarray) -> None:
+    """Copy ``host`` into the existing device ``array`` (same address: a captured graph still reads it)."""
+    array.set(host)
+
+
 def fusable(*arrays: Any) -> bool:
     """Whether the fused kernels take these dtypes (float64 stays on the CuPy ufunc path)."""
     return all(a.dtype in FUSED_DTYPES for a in arrays)
@@ -170,3 +175,44 @@ def pointer_table(dev: Any, pointers: list[int]) -> Any:
             del _pointer_tables[next(iter(_pointer_tables))]  # the least recently used
     _pointer_tables[key] = table
     return table
+
+
+class DeviceValues:
+    """A few host numbers mirrored in one small device array, uploaded again only when they change.
+
+    Kernels read hyper-parameters (a learning rate a scheduler moves) from here
+    rather than as launch arguments, so a steady training step copies nothing
+    to the device and a captured CUDA graph sees a new value. The array keeps
+    its address; only its contents are rewritten.
+    """
+
+    def __init__(self, dtype: Any = np.float64) -> None:
+        self.dtype = np.dtype(dtype)
+        self._mirrors: dict[int, tuple] = {}  # device id -> (host values, device array)
+
+    def get(self, dev: Any, values: tuple) -> Any:
+        """The device array holding ``values`` on ``dev``."""
+        mirror = self._mirrors.get(dev.id)
+        if mirror is not None and mirror[0] == values:
+            return mirror[1]
+        host = np.array(values, dtype=self.dtype)
+        if mirror is None or mirror[1].shape != host.shape:
+            with dev:
+                array = _cp().asarray(host)
+        else:
+            array = mirror[1]
+            _upload_into(array, host)
+        self._mirrors[dev.id] = (values, array)
+        return array
+
+
+_zero_flags: dict[int, Any] = {}
+
+
+def no_inf_found(dev: Any) -> Any:
+    """A persistent one-element float32 zero on ``dev``: the ``found_inf`` of a step without AMP."""
+    flag = _zero_flags.get(dev.id)
+    if flag is None:
+        with dev:
+            flag = _zero_flags[dev.id] = _cp().zeros((1,), dtype=np.float32)
+    return flag

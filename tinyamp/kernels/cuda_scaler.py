@@ -5,8 +5,10 @@ over to these (NumPy twins, statement by statement: tests/cuda_kernels_reference
 
 - :func:`unscale_group`: one pass over a group of gradients (a ``RawKernel``
   fed a table of pointers and 8192-element chunks): ``out = grad * inv_scale``
-  and ``found_inf = 1`` if any result is inf/nan. Every thread that sees one
-  writes 1.0, so the race between them is benign.
+  with ``inv_scale = float32(1 / float64(scale))`` computed by each block from
+  the scale itself (no launch for the reciprocal), and ``found_inf = 1`` if any
+  result is inf/nan. Every thread that sees one writes 1.0, so the race
+  between them is benign.
 - :func:`update_scale`: the dynamic scale rule of ``loss_scale.update_scale``
   as one thread on the device arrays.
 
@@ -28,12 +30,12 @@ UNSCALE_BLOCK = 256  # threads per block
 
 UNSCALE_BODY = r"""
 extern "C" __global__ void {name}(const unsigned long long* ptrs, const int ntensors,
-                                  const long long* chunks, const float* inv_scale, float* found_inf) {{
+                                  const long long* chunks, const float* scale, float* found_inf) {{
     const long long* chunk = chunks + 3 * (long long)blockIdx.x;  // (tensor, start, end)
     const int t = (int)chunk[0];
     const {g}* grad = reinterpret_cast<const {g}*>(ptrs[t]);
     {o}* out = reinterpret_cast<{o}*>(ptrs[ntensors + t]);
-    const float s = inv_scale[0];
+    const float s = (float)(1.0 / (double)scale[0]);  // = reciprocal(float64(scale)).astype(float32)
     bool bad = false;
     for (long long j = chunk[1] + threadIdx.x; j < chunk[2]; j += blockDim.x) {{
         const float v = tinyamp_{gc}_to_f32(grad[j]) * s;
@@ -91,7 +93,7 @@ def raw_sources() -> list[tuple[str, str]]:
     return [unscale_source(g, o) for g in FUSED_DTYPES for o in FUSED_DTYPES]
 
 
-def unscale_group(grads: list, outs: list, inv_scale: Any, found_inf: Any) -> list[tuple]:
+def unscale_group(grads: list, outs: list, scale: Any, found_inf: Any) -> list[tuple]:
     """Fused ``loss_scale.unscale_group``; returns the (grad, out) pairs it did not take.
 
     Pairs of contiguous float16/bfloat16/float32 arrays go through one launch per
@@ -118,7 +120,7 @@ def unscale_group(grads: list, outs: list, inv_scale: Any, found_inf: Any) -> li
                                         + [launch._pointer(o) for _, o in pairs])
             launch.count(name)
             kernel((chunks.shape[0],), (UNSCALE_BLOCK,),
-                   (ptrs, np.int32(len(pairs)), chunks, inv_scale, found_inf))
+                   (ptrs, np.int32(len(pairs)), chunks, scale, found_inf))
     return rest
 
 

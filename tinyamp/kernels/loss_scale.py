@@ -22,8 +22,13 @@ from . import cuda_launch, cuda_scaler
 FLOOR = float(np.finfo(np.float32).tiny)
 
 
-def unscale_group(xp: Any, grads: list, outs: list, inv_scale: Any, found_inf: Any) -> None:
-    """``out = grad * inv_scale`` for each pair; ``found_inf = 1`` if any result is inf/nan.
+def inverse_scale(xp: Any, scale: Any) -> Any:
+    """``1 / scale`` as the unscale pass multiplies by it: divided in float64, rounded once to float32."""
+    return xp.reciprocal(scale.astype(np.float64)).astype(np.float32)
+
+
+def unscale_group(xp: Any, grads: list, outs: list, scale: Any, found_inf: Any) -> None:
+    """``out = grad * inverse_scale(scale)`` for each pair; ``found_inf = 1`` if any result is inf/nan.
 
     Checking the *result* also catches a finite scaled gradient that overflows
     when the scale is below 1. ``out`` is the gradient itself, or a float32
@@ -32,8 +37,11 @@ def unscale_group(xp: Any, grads: list, outs: list, inv_scale: Any, found_inf: A
     """
     if cuda_launch.on_gpu(found_inf):
         # One fused pass; pairs it does not take (float64, non-contiguous) stay for the loop.
-        pairs = cuda_scaler.unscale_group(grads, outs, inv_scale, found_inf)
+        pairs = cuda_scaler.unscale_group(grads, outs, scale, found_inf)
         grads, outs = [g for g, _ in pairs], [o for _, o in pairs]
+    if not grads:
+        return
+    inv_scale = inverse_scale(xp, scale)
     for grad, out in zip(grads, outs):
         if out.dtype in dt.LOW_PRECISION:
             result = grad.astype(np.float32) * inv_scale
