@@ -1,4 +1,4 @@
-"""Bit-exactness of tinyamp/kernels/convert.py and elementwise_cpu.py against astype / np.maximum / np.where.
+"""Bit-exactness of tinyamp/kernels/convert.py, elementwise_cpu.py and round_through.py against astype / np.maximum / np.where.
 
 Every fast path is compared bit for bit with the NumPy/ml_dtypes reference:
 exhaustively over all 65536 16-bit patterns, and for float32 sources over
@@ -18,6 +18,7 @@ from tinyamp.kernels import convert as cv
 from tinyamp.kernels import elementwise_cpu as ew
 from tinyamp.kernels.convert import convert
 from tinyamp.kernels.cpu_numba import select_f16_impl
+from tinyamp.kernels.round_through import round_through
 
 F32 = np.dtype(np.float32)
 F16 = np.dtype(np.float16)
@@ -342,3 +343,26 @@ def test_broken_numba_falls_back(monkeypatch):
     assert_same_bits(got, reference(x, F16))
     with pytest.raises(RuntimeError):
         convert(x, F16, backend="numba")
+
+
+# ---------------------------------------------------------------------------
+# round_through: the 16-bit gradient of a float32 weight, widened (dW, db under autocast)
+
+
+@pytest.mark.parametrize("dt", LOWP, ids=str)
+def test_round_through_boundaries_and_random_patterns(backend, dt):
+    x = np.concatenate([f32_boundary_cases(), f32_random_bits(200_000)]).view(np.float32)
+    y = x.copy()
+    assert round_through(y, dt, backend=backend) is y
+    assert_same_bits(y, reference(reference(x, dt), F32))
+
+
+def test_round_through_layouts_and_errors():
+    x = (np.random.default_rng(0).standard_normal((40, 60)) * 1e3).astype(F32)
+    for y in (x.copy().T, x.copy()[:, ::2], x[:0].copy()):
+        want = reference(reference(y, F16), F32)
+        assert_same_bits(round_through(y, F16), want)  # strided and empty arrays take the conversions
+    with pytest.raises(ValueError, match="round_through: expected a float32 array"):
+        round_through(x.astype(np.float64), F16)
+    with pytest.raises(ValueError, match="through float32"):
+        round_through(x, F32)

@@ -18,6 +18,7 @@ import cuda_emulation as emu
 import fused_drivers as fd
 import tinyamp as ta
 from tinyamp.kernels import cuda_launch, cuda_optim, cuda_scaler, loss_scale
+from tinyamp.kernels.round_through import round_through
 
 pytestmark = pytest.mark.skipif(emu.CXX is None, reason="the kernel emulation needs g++")
 
@@ -242,3 +243,17 @@ def test_one_launch_updates_a_mixed_group_as_the_numpy_path_does_per_tensor(emul
     triples = {(w, g, fd.F16 if lo is None else lo) for _, w, g, lo in GROUP_TENSORS}
     assert sum(updates.values()) == len(triples) * len(fd.KEEPS) == 5 * 6, updates
     assert {k: cuda_launch.launches[k] for k in per_step} == {k: len(fd.KEEPS) for k in per_step}
+
+
+@pytest.mark.parametrize("dtype", [fd.F16, fd.BF16], ids=str)
+def test_round_through_kernel_matches_astype(emulated, dtype) -> None:
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.integers(0, 2 ** 32, 100_000, dtype=np.uint64).astype(np.uint32),
+                        np.arange(0x477fe000, 0x47800100, dtype=np.uint32)]).view(np.float32)
+    x = np.concatenate([x, -x, np.float32([np.inf, -np.inf, 0.0, -0.0, 1e-45, 65520.0])])
+    with np.errstate(all="ignore"):
+        want = x.astype(dtype).astype(np.float32)
+    got = round_through(x.copy(), dtype)
+    with np.errstate(invalid="ignore"):  # signalling NaNs among the patterns
+        fd.assert_same_bits([got], [want], "round through")
+    assert cuda_launch.launches == {f"tinyamp_round_through_{'f16' if dtype == fd.F16 else 'bf16'}": 1}

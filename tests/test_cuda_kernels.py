@@ -30,9 +30,10 @@ import tinyamp as ta
 import cuda_kernels_reference
 from tinyamp import backend
 from tinyamp.kernels import cuda_launch, cuda_optim, cuda_scaler, loss_scale
+from tinyamp.kernels.round_through import ROUND_THROUGH, round_through
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SPECS = cuda_scaler.elementwise_specs() + cuda_optim.elementwise_specs()
+SPECS = cuda_scaler.elementwise_specs() + cuda_optim.elementwise_specs() + list(ROUND_THROUGH.values())
 
 
 def test_importing_tinyamp_never_imports_cupy(tmp_path) -> None:
@@ -102,6 +103,8 @@ def test_every_launch_matches_its_parameter_list(monkeypatch) -> None:
             cuda_optim.adam_step(w, w, w.copy(), w.copy(), w.copy() if amsgrad else None,
                                    np.zeros((), np.float32), True, low=lo, lr=1e-3, beta1=0.9, beta2=0.999,
                                    eps=1e-8, weight_decay=0.0, decoupled=True)
+    for dtype in ROUND_THROUGH:
+        round_through(np.ones(3, np.float32), dtype)
     expected = {s.name for s in SPECS} | {name for name, _ in cuda_scaler.raw_sources()}
     assert set(cuda_launch.launches) == expected
 

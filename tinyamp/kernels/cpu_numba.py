@@ -1,7 +1,7 @@
 """numba kernels of the 16-bit CPU paths (the ``"numba"`` path of :mod:`tinyamp.kernels.convert`).
 
-Conversions, ReLU forward/backward and the GEMM epilogue, for ``convert.py``
-and ``elementwise_cpu.py``. Serial ``nogil`` loops over 1-D contiguous
+Conversions, ReLU forward/backward and the GEMM epilogues, for ``convert.py``,
+``elementwise_cpu.py`` and ``round_through.py``. Serial ``nogil`` loops over 1-D contiguous
 integer views (and the 2-D GEMM epilogue), whose scalar conversion is
 written in LLVM IR on 32-bit integers: numba would widen Python-level integer code to 64 bits and run
 3-4x slower. With a hardware float16 conversion (F16C on x86) LLVM emits
@@ -239,7 +239,25 @@ def load() -> bool:  # noqa: C901 - one place that defines every kernel
                     v = np.float32(0.0)
                 dst[r, c] = np.uint16(_f2b_bits(_nb_fbits(v)))
 
+    @jit
+    def round_f16_int(buf):  # uint32 view, in place: float32 -> float16 -> float32
+        for i in range(buf.size):
+            buf[i] = _h2f_int(_f2h_int(buf[i]))
+
+    @jit
+    def round_f16_hw(buf):
+        for i in range(buf.size):
+            buf[i] = _h2f_hw(_f2h_hw(buf[i]))
+
+    @jit
+    def round_bf16(buf):  # uint32 view, in place: float32 -> bfloat16 -> float32
+        for i in range(buf.size):
+            buf[i] = _f2b_bits(buf[i]) << np.uint32(16)
+
     kernels = dict(
+        round_f16_int=round_f16_int,
+        round_f16_hw=round_f16_hw,
+        round_bf16=round_bf16,
         f16_to_f32_int=f16_to_f32_int,
         f16_to_f32_hw=f16_to_f32_hw,
         f32_to_f16_int=f32_to_f16_int,
@@ -305,3 +323,4 @@ def select_f16_impl(which: str) -> None:
     KERNELS["f32_to_f16"] = KERNELS["f32_to_f16_" + which]
     KERNELS["bf16_to_f16"] = KERNELS["bf16_to_f16_" + which]
     KERNELS["bias_act_f16"] = KERNELS["bias_act_f16_" + which]
+    KERNELS["round_f16"] = KERNELS["round_f16_" + which]

@@ -1,0 +1,58 @@
+"""Round float32 values through float16 or bfloat16 and back, in place: one pass, CPU or CUDA.
+
+Under autocast a float32 weight enters a LOWER op as its 16-bit copy, so its
+gradient is the 16-bit gradient widened to float32: ``float32(round16(acc))``
+where ``acc`` is the float32 accumulator of the GEMM (dW) or the float32 sum
+over the batch (db). When the op computes ``acc`` in float32 itself, this
+epilogue turns it into that gradient without a 16-bit temporary and a second
+conversion: ``y[...] = y.astype(dtype).astype(float32)``, bit for bit.
+
+- CPU: one numba pass on the float32 bit patterns (``cpu_numba``), else the
+  NumPy conversions of ``convert.py`` (two passes).
+- CUDA: one ``ElementwiseKernel`` launch (CuPy's float16/bfloat16 rounding, as
+  ``astype``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import cuda_launch
+from .convert import SMALL, convert, resolve
+from .cpu_numba import KERNELS
+from .cpu_numpy import BF16, F16, F32, U32, flat
+
+ROUND_THROUGH = {
+    F16: cuda_launch.KernelSpec("tinyamp_round_through_f16", "float32 x", "float32 y",
+                                "y = static_cast<float>(static_cast<float16>(x));"),
+    BF16: cuda_launch.KernelSpec("tinyamp_round_through_bf16", "float32 x", "float32 y",
+                                 "y = static_cast<float>(static_cast<bfloat16>(x));"),
+}
+
+
+def round_through(y: Any, dtype: Any, backend: "str | None" = None) -> Any:
+    """``y[...] = y.astype(dtype).astype(float32)`` in place for a float32 ``y``; returns ``y``.
+
+    ``dtype`` is float16 or bfloat16; ``backend`` forces a CPU path as in
+    ``convert.convert`` (``"numba"``, ``"numpy"``, ``"astype"``).
+    """
+    dt = np.dtype(dtype)
+    if y.dtype != F32 or dt not in ROUND_THROUGH:
+        raise ValueError(f"round_through: expected a float32 array and float16 or bfloat16, got "
+                         f"{y.dtype} {list(y.shape)} through {dt}")
+    if y.size == 0:
+        return y
+    if cuda_launch.on_gpu(y):
+        with cuda_launch._device(y):
+            cuda_launch.elementwise(ROUND_THROUGH[dt], y, y)
+        return y
+    path = resolve(backend) if backend is not None or y.size >= SMALL else "astype"
+    if path == "numba" and y.flags.c_contiguous:
+        KERNELS["round_f16" if dt == F16 else "round_bf16"](flat(y).view(U32))
+        return y
+    with np.errstate(all="ignore"):
+        y[...] = convert(convert(y, dt, backend=None if path == "astype" else path), F32,
+                         backend=None if path == "astype" else path)
+    return y
