@@ -36,3 +36,4 @@ def device(request: pytest.FixtureRequest) -> str:
 @pytest.fixture(autouse=True)
 def _seed() -> None:
     ta.manual_seed(0)
+    ta.amp.clear_autocast_cache()  # the weight-cast cache outlives regions: each test starts empty

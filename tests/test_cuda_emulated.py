@@ -17,7 +17,7 @@ import pytest
 import cuda_emulation as emu
 import fused_drivers as fd
 import tinyamp as ta
-from tinyamp.kernels import cuda_launch, cuda_optim, cuda_scaler, loss_scale
+from tinyamp.kernels import cross_entropy, cuda_launch, cuda_optim, cuda_scaler, loss_scale
 from tinyamp.kernels.round_through import round_through
 
 pytestmark = pytest.mark.skipif(emu.CXX is None, reason="the kernel emulation needs g++")
@@ -154,6 +154,10 @@ def train(make_optimizer, o2: bool, steps: int = 5) -> list:
 @pytest.mark.parametrize("o2", [False, True], ids=["O1", "O2"])
 @pytest.mark.parametrize("name", sorted(OPTIMIZERS))
 def test_training_steps_with_fused_kernels_match_the_numpy_path(monkeypatch, name, o2) -> None:
+    # cross_entropy's kernels call the C library's expf/logf where NumPy has its own (they differ in
+    # the last bit for some inputs; test_cross_entropy_kernels.py compares them with the same ones):
+    # here the loss takes its general path in both runs, so the scaler and optimizer kernels are compared.
+    monkeypatch.setattr(cross_entropy, "fusable", lambda *args: False)
     want = train(OPTIMIZERS[name], o2)
     emu.install(monkeypatch)
     got = train(OPTIMIZERS[name], o2)

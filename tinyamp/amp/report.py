@@ -65,7 +65,10 @@ class CastRecord:
     kind: str                       # "autocast", "cache hit", "backward", "explicit"
     shape: list[int]
     op_index: int = -1              # the OpRecord it fed, when known
-    row: int = -1                   # the OpRecord of the Cast op itself
+    row: int = -1                   # the OpRecord of the Cast op itself (-1: fused into an op)
+    fused: bool = False             # done inside the op (no Cast node): an FP32 op widening its
+                                    # input, a LOWER op reading a weight's cached copy, or their
+                                    # backward rounding the gradient back
 
     @property
     def converted(self) -> bool:
@@ -139,6 +142,29 @@ class Trace:
         if self._parent is not None:
             self._parent.expect_cast(op, cause, cache)
 
+    def fused_cast(self, op: Any, tensor: Any, target: Any, cause: str, cache: "str | None") -> None:
+        """``op`` converts its input ``tensor`` to ``target`` itself (no Cast node)."""
+        if cache == "miss":
+            self.cache_misses += 1
+        elif cache == "hit":
+            self.cache_hits += 1
+        record = self._add_cast(dt.dtype_name(tensor.dtype), dt.dtype_name(target), op.name, cause,
+                                "cache hit" if cache == "hit" else "autocast", tensor.shape)
+        record.fused = True
+        self._awaiting.append((op, record.index, id(tensor)))
+        if self._parent is not None:
+            self._parent.fused_cast(op, tensor, target, cause, cache)
+
+    def fused_backward_cast(self, op: Any, source: Any, target: Any, shape: tuple, cause: str) -> None:
+        """The backward op ``op`` rounds a gradient from ``source`` back to ``target`` itself."""
+        record = self._add_cast(dt.dtype_name(source), dt.dtype_name(target), _cause_op(cause),
+                                f"gradient back to {dt.dtype_name(target)} (backward of {cause})", "backward",
+                                shape)
+        record.fused = True
+        self._awaiting.append((op, record.index, None))
+        if self._parent is not None:
+            self._parent.fused_backward_cast(op, source, target, shape, cause)
+
     def record_op(self, op: Any, inputs: list, outputs: list) -> None:
         self._record_op(op, inputs, outputs)
         if self._parent is not None:
@@ -155,6 +181,7 @@ class Trace:
         if isinstance(op, Cast):
             self._record_cast_op(op, inputs, outputs, index)
         arrived = [dt.dtype_name(t.dtype) for t in inputs]
+        computed = list(arrived)
         casts = []
         if self._awaiting:
             by_output: dict[int, list[int]] = {}  # a cast output may feed two positions (x @ x)
@@ -172,13 +199,18 @@ class Trace:
                     record = self.casts[cast_index]
                     record.op_index = index
                     arrived[position] = record.source
+                    if record.fused:  # the op computed in the cast's dtype from the input as it arrived
+                        computed[position] = record.target
                     casts.append(cast_index)
+            for cast_index in by_output.get(None, ()):  # a gradient the op rounded back itself
+                self.casts[cast_index].op_index = index
+                casts.append(cast_index)
         tag = "custom" if isinstance(op, CustomFunction) else op.effective_precision(precision.current_autocast()).name
         during = ""
         if self._depth and self._node is not None:
             during = self._node.name
         record = OpRecord(index, self.phase, op.name, tag, arrived,
-                          [dt.dtype_name(t.dtype) for t in inputs], [list(t.shape) for t in inputs],
+                          computed, [list(t.shape) for t in inputs],
                           [dt.dtype_name(t.dtype) for t in outputs], sorted(casts), 0, during)
         record.saved_bytes = self._count_saved(op)
         self.ops.append(record)
@@ -196,8 +228,10 @@ class Trace:
             record = self._add_cast(source, target, owner.name, cause,
                                     "cache hit" if cache == "hit" else "autocast", shape)
             self._awaiting.append((owner, record.index, id(outputs[0])))
-        elif self._depth and isinstance(self._node, Cast):
-            cause = getattr(self._node, "_amp_cause", None) or "a cast"
+        elif self._depth and (isinstance(self._node, Cast) or getattr(op, "_amp_backward_of", None)):
+            # A Cast node's backward, or an op's backward rounding a gradient it
+            # got from a cast it did itself (a weight a LOWER op lowered).
+            cause = getattr(op, "_amp_backward_of", None) or getattr(self._node, "_amp_cause", None) or "a cast"
             record = self._add_cast(source, target, _cause_op(cause),
                                     f"gradient back to {target} (backward of {cause})", "backward", shape)
         else:

@@ -34,8 +34,8 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..backend import array_module
-from ..precision import (PROMOTE, AutocastState, Precision, compute_dtype, current_autocast, current_trace,
-                         global_overrides, insert_cast, needs_cast)
+from ..precision import (FP32, LOWER, PROMOTE, AutocastState, Precision, compute_dtype, current_autocast,
+                         current_trace, global_overrides, insert_cast, low_copy, needs_cast, note_fused_cast)
 from ..tensor import Tensor
 from .grad_mode import _grad_enabled
 
@@ -67,6 +67,23 @@ class Function:
     # whose readers all need no gradient is not kept (saved_tensors gives None):
     # x @ W with a constant x keeps x only, not the (float16 copy of the) weight.
     saved_input_readers: ClassVar["dict[int, tuple[int, ...]] | None"] = None
+    # An FP32 op that widens float16/bfloat16 inputs itself (exactly, inside its
+    # kernel) sets this: autocast then passes those inputs unchanged and sets
+    # ``upcast`` on the call instead of recording Cast nodes. The op returns
+    # float32 (what it would return for float32 inputs) and hands each input's
+    # gradient back in the input's own dtype, rounded once from float32: bit for
+    # bit what the Cast nodes and their backward gave.
+    upcasts_inputs: ClassVar[bool] = False
+    # A LOWER op lists here the input positions of weights it lowers itself: a
+    # float32 leaf that requires grad arrives unchanged (the node's edge goes to
+    # the weight), ``forward`` gets its low-precision copy from the weight-cast
+    # cache (``lowered``), and backward returns the weight's gradient in float32
+    # as float32(round(gradient)), which is what a Cast node's backward gave.
+    lowers_weights: ClassVar[tuple[int, ...]] = ()
+
+    # Per-call state set by autocast (see upcasts_inputs / lowers_weights).
+    upcast: bool = False
+    lowered: "dict[int, Any] | None" = None  # input position -> the low-precision array forward got
 
     # Per-node state, filled in by _record().
     seq: int = -1
@@ -95,6 +112,9 @@ class Function:
         if state is not None or (self.precision is PROMOTE and _mixed_dtypes(tensors)):
             tensors = self._apply_precision(tensors, state)
         arrays = [t.data for t in tensors]
+        if self.lowered is not None:
+            for position, array in self.lowered.items():
+                arrays[position] = array
         xp = array_module(arrays[0]) if arrays else np
         outputs = self.forward(xp, *arrays)
         single = not isinstance(outputs, tuple)
@@ -121,8 +141,14 @@ class Function:
         tag = self.effective_precision(state)
         target = compute_dtype(tag, [t.dtype for t in tensors], None if state is None else state.dtype)
         if target is not None:
-            tensors = [insert_cast(self, t, target, state, tag) if needs_cast(tag, t.dtype, target) else t
-                       for t in tensors]
+            if tag is FP32 and self.upcasts_inputs:
+                self.upcast = True  # the op widens its 16-bit inputs itself
+                if current_trace() is not None:
+                    for position, t in enumerate(tensors):
+                        if needs_cast(tag, t.dtype, target):
+                            note_fused_cast(self, position, t, target, state, tag)
+            else:
+                tensors = self._cast_inputs(tensors, target, state, tag)
         if tag is not self.precision and self.precision is PROMOTE:
             # An overridden PROMOTE op still needs equal operand dtypes.
             target = compute_dtype(PROMOTE, [t.dtype for t in tensors], None)
@@ -130,6 +156,24 @@ class Function:
                 tensors = [insert_cast(self, t, target, state, PROMOTE) if needs_cast(PROMOTE, t.dtype, target)
                            else t for t in tensors]
         return tensors
+
+    def _cast_inputs(self, tensors: list[Tensor], target: np.dtype, state: "AutocastState | None",
+                     tag: Precision) -> list[Tensor]:
+        """Recorded casts of the inputs that must move; weights a LOWER op lowers itself stay."""
+        out = []
+        for position, t in enumerate(tensors):
+            if needs_cast(tag, t.dtype, target):
+                if tag is LOWER and position in self.lowers_weights and state is not None:
+                    array = low_copy(self, position, t, target, state, tag)
+                    if array is not None:
+                        if self.lowered is None:
+                            self.lowered = {}
+                        self.lowered[position] = array
+                        out.append(t)
+                        continue
+                t = insert_cast(self, t, target, state, tag)
+            out.append(t)
+        return out
 
     def effective_precision(self, state: "AutocastState | None") -> Precision:
         """The op's tag after any per-region or global override by name (autocast regions only)."""

@@ -37,6 +37,14 @@ F32 = np.dtype(np.float32)
 FUSED_DTYPES = cuda_launch.FUSED_DTYPES
 
 
+class TargetOutOfRange(Exception):
+    """A target outside [0, C) that is not ignore_index (the NumPy path's host check)."""
+
+    def __init__(self, value: int) -> None:
+        super().__init__(value)
+        self.value = value
+
+
 class Saved(NamedTuple):
     """What the NumPy backward reads: per-row log-sum-exp (N, 1), divisor, weights, validity, targets."""
 
@@ -55,11 +63,14 @@ def fusable(x: Any, target: Any, weight: Any) -> bool:
 
 
 def forward(x: Any, target: Any, weight: Any, *, ignore_index: int, reduction: str, label_smoothing: float,
-            out_dtype: Any, exp: Callable = np.exp, log: Callable = np.log) -> tuple[Any, Any]:
+            out_dtype: Any, check_range: bool = True, exp: Callable = np.exp,
+            log: Callable = np.log) -> tuple[Any, Any]:
     """(loss in ``out_dtype``, saved state for :func:`backward`).
 
-    ``exp``/``log`` replace NumPy's float32 ``exp``/``log`` on the NumPy path
-    (the tests pass the C library's, to compare with the kernel run on a CPU).
+    On the NumPy path an out-of-range target raises :class:`TargetOutOfRange`
+    unless ``check_range`` is False (then it gives NaN, as on a GPU).
+    ``exp``/``log`` replace NumPy's float32 ``exp``/``log`` there (the tests
+    pass the C library's, to compare with the kernel run on a CPU).
     """
     eps = label_smoothing
     if cuda_launch.on_gpu(x):
@@ -70,6 +81,8 @@ def forward(x: Any, target: Any, weight: Any, *, ignore_index: int, reduction: s
     valid = target != ignore_index
     bad = valid & ((target < 0) | (target >= classes))
     has_bad = bool(bad.any())
+    if has_bad and check_range:
+        raise TargetOutOfRange(int(target[bad][0]))
     safe = np.where(valid & ~bad if has_bad else valid, target, 0)
     row_weight = (weight.astype(F32)[safe] * valid if weight is not None else valid.astype(F32))
     if has_bad:
@@ -94,6 +107,13 @@ def forward(x: Any, target: Any, weight: Any, *, ignore_index: int, reduction: s
         with np.errstate(invalid="ignore", divide="ignore"):  # every target ignored: 0/0 = nan
             total = total / count
     return np.asarray(total, dtype=out_dtype), saved
+
+
+def saved_lse(saved: Any, n: int) -> Any:
+    """Each row's log-sum-exp, shape (N, 1) float32, from either path's saved state."""
+    if isinstance(saved, Saved):
+        return saved.lse
+    return saved[:n].reshape(n, 1)
 
 
 def backward(x: Any, target: Any, weight: Any, gy: Any, saved: Any, *, ignore_index: int, reduction: str,

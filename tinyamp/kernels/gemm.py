@@ -33,6 +33,7 @@ import numpy as np
 
 from .. import backend
 from .convert import convert
+from .round_through import round_through
 
 Array = Any  # numpy.ndarray or cupy.ndarray
 DTypeLike = Any  # anything numpy.dtype() accepts
@@ -153,6 +154,20 @@ def gemm(a: Array, b: Array, out_dtype: DTypeLike = None, *,
     if backend.is_cupy_array(a):
         return _gemm_gpu(a, b, out, trans_a, trans_b, batch, m, k, n)
     return _gemm_cpu(a, b, out, trans_a, trans_b)
+
+
+def gemm_widened(a: Array, b: Array, *, trans_a: bool = False, trans_b: bool = False) -> Array:
+    """``float32(gemm(a, b))`` for 16-bit operands: the 16-bit product, widened to float32.
+
+    The gradient of a float32 weight that a LOWER op used as its 16-bit copy.
+    On the CPU the float32 accumulator is rounded through the 16-bit dtype in
+    place (one pass, no 16-bit temporary); on a GPU cuBLAS writes the 16-bit
+    result itself (so its rounding is the one a 16-bit GEMM gives, bit for bit)
+    and one conversion widens it.
+    """
+    if backend.is_cupy_array(a):
+        return gemm(a, b, trans_a=trans_a, trans_b=trans_b).astype(FLOAT32)
+    return round_through(gemm(a, b, FLOAT32, trans_a=trans_a, trans_b=trans_b), a.dtype)
 
 
 def _gemm_cpu(a: np.ndarray, b: np.ndarray, out: np.dtype,
