@@ -4,7 +4,8 @@ Written from the published update rules, in float64, independently of
 tinyamp's implementation. Each was checked against torch 2.13's own
 optimizers (float64 parameters, 20 steps, every option combination the tests
 use) in a scratch script, never imported here: the largest relative
-difference was 4e-16 (RMSprop, Adagrad, Adadelta, RAdam) and 6e-16 (NAdam).
+difference was 7e-16 (Adagrad, Adadelta, NAdam, RAdam) and 7e-15 (centered
+RMSprop, whose sqrt(square_avg - grad_avg**2) cancels).
 
 One detail is PyTorch's and not the papers': NAdam's ``mu_product`` is a
 float32 scalar tensor (the default dtype), so it is rounded to float32 after

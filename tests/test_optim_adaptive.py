@@ -22,10 +22,10 @@ from tinyamp.optim import Adadelta, Adagrad, NAdam, RAdam, RMSprop
 
 STEPS = 12  # RAdam switches to its rectified branch at step 6 with beta2 = 0.999: both are covered
 SHAPES = ((3, 4), (5,))
-# float64 against float64 in the same operation order, except for groupings
-# such as (1 - a) * d * d vs PyTorch's addcmul: a few ulps per step. Centered
-# RMSprop subtracts grad_avg**2 from square_avg, which cancels and can amplify
-# those ulps by ~100 (measured 9e-14 against torch itself), hence 1e-12.
+# float64 against float64: the references group a few products differently
+# (lr * d / avg against lr * (d / avg)), a few ulps per step. The worst
+# |tinyamp - reference| / (ATOL + RTOL |w|) measured over these cases is 0.003,
+# while a wrong rule is off by about lr * |g| (1e-3 or more).
 RTOL, ATOL = 1e-12, 1e-14
 
 CONFIGS = {
