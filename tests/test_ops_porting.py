@@ -231,6 +231,16 @@ def test_attention_shape_errors_name_the_operands() -> None:
         F.scaled_dot_product_attention(q, ta.ones(2, 2, 5, 8), ta.ones(2, 2, 5, 6), enable_gqa=True)
     with pytest.raises(RuntimeError, match=r"expected query, key and value to have the same floating dtype"):
         F.scaled_dot_product_attention(*(t.to(ta.int64) for t in (q, k, v)))
+    with pytest.raises(TypeError, match="attn_mask must be a Tensor or None, got ndarray"):
+        F.scaled_dot_product_attention(q, k, v, attn_mask=np.ones((4, 5), bool))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not ta.cuda.is_available(), reason="needs CuPy and a CUDA GPU")
+def test_attention_operands_on_two_devices_are_refused() -> None:
+    q, k, v = _qkv(device="cuda")
+    with pytest.raises(RuntimeError, match=r"query is on cuda:0 but attn_mask \[4, 5\] is on cpu"):
+        F.scaled_dot_product_attention(q, k, v, attn_mask=ta.ones(4, 5, dtype=ta.bool))
 
 
 def test_attention_is_lower_and_keeps_float32_scores_inside() -> None:

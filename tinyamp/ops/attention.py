@@ -194,6 +194,9 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
         raise RuntimeError(f"{OP}: dropout probability has to be between 0 and 1, but got {dropout_p}")
     if attn_mask is not None and not isinstance(attn_mask, Tensor):
         raise TypeError(f"{OP}: attn_mask must be a Tensor or None, got {type(attn_mask).__name__}")
+    for name, t in (("key", key), ("value", value), ("attn_mask", attn_mask)):
+        if t is not None and t.device != query.device:
+            raise RuntimeError(f"{OP}: query is on {query.device} but {name} {list(t.shape)} is on {t.device}")
     if enable_gqa:
         if min(query.ndim, key.ndim, value.ndim) < 3:
             raise RuntimeError(f"{OP}: enable_gqa=True needs a heads dimension (dim -3) in query "
