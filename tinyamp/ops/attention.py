@@ -148,8 +148,9 @@ class ScaledDotProductAttention(Function):
         qc, kc, vc, gc = (cast(t, compute) for t in (q, k, v, gy))
         p = self._probabilities(qc, kc, None if mask is None else cast(mask, compute))
         dropped = p
-        if self.keep is not None:
-            drop = Tensor._wrap(xp_where(self.keep, self._dropout_scale(), 0.0, compute))
+        if self.keep is not None:  # dropout's factor per element: 1 / (1 - dropout_p) where kept, else 0
+            xp = backend.array_module(self.keep)
+            drop = Tensor._wrap(xp.where(self.keep, compute.type(self._dropout_scale()), compute.type(0)))
             dropped = p * drop
         needs = self.needs_input_grad
         grads: list = [None] * len(needs)
@@ -168,12 +169,6 @@ class ScaledDotProductAttention(Function):
             if mask is not None and needs[3]:
                 grads[3] = cast(sum_to(ds, shapes[3]), mask.dtype)
         return tuple(grads)
-
-
-def xp_where(condition: Any, yes: float, no: float, dtype: Any) -> Any:
-    """``where(condition, yes, no)`` as an array of ``dtype`` on the condition's device."""
-    xp = backend.array_module(condition)
-    return xp.where(condition, dtype.type(yes), dtype.type(no)).astype(dtype, copy=False)
 
 
 def _repeat_heads(x: Tensor, groups: int) -> Tensor:

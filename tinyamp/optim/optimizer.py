@@ -1,6 +1,6 @@
 """The Optimizer base: parameter groups, per-parameter state, master weights, state_dict.
 
-Subclasses (``SGD``, ``Adam``, ``AdamW``) write one ``_update_group`` that works on
+Subclasses (``SGD``, ``Adam``, ``RMSprop``, ...) write one ``_update_group`` that works on
 raw arrays; everything they share lives here:
 
 - ``param_groups`` (list of dicts) and ``state`` (a ``defaultdict(dict)`` keyed
