@@ -14,7 +14,7 @@ import pytest
 
 import tinyamp as ta
 from tinyamp.amp import GradScaler
-from tinyamp.optim import SGD, Adam, AdamW
+from tinyamp.optim import SGD, Adadelta, Adagrad, Adam, AdamW, NAdam, RAdam, RMSprop
 
 F = ta.nn.functional
 F16, F32 = np.float16, np.float32
@@ -23,6 +23,11 @@ OPTIMIZERS = {
     "sgd": lambda ps, **kw: SGD(ps, lr=0.05, momentum=0.9, **kw),
     "adam": lambda ps, **kw: Adam(ps, lr=0.01, **kw),
     "adamw": lambda ps, **kw: AdamW(ps, lr=0.01, weight_decay=0.1, **kw),
+    "rmsprop": lambda ps, **kw: RMSprop(ps, lr=0.01, momentum=0.5, centered=True, **kw),
+    "adagrad": lambda ps, **kw: Adagrad(ps, lr=0.05, lr_decay=0.01, **kw),
+    "adadelta": lambda ps, **kw: Adadelta(ps, weight_decay=0.01, **kw),
+    "nadam": lambda ps, **kw: NAdam(ps, lr=0.01, weight_decay=0.1, **kw),
+    "radam": lambda ps, **kw: RAdam(ps, lr=0.01, weight_decay=0.1, decoupled_weight_decay=True, **kw),
 }
 
 

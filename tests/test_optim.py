@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import tinyamp as ta
-from tinyamp.optim import SGD, Adam, AdamW
+from tinyamp.optim import SGD, Adadelta, Adagrad, Adam, AdamW, NAdam, RAdam, RMSprop
 from tinyamp.optim.lr_scheduler import CosineAnnealingLR, LambdaLR, StepLR
 
 STEPS = 5
@@ -237,9 +237,20 @@ def test_closure_is_called_under_grad_and_its_loss_returned() -> None:
     np.testing.assert_allclose(p.data, before - 0.1 * 2 * before)
 
 
-@pytest.mark.parametrize("make", [lambda ps: SGD(ps, lr=0.1, momentum=0.9, dampening=0.2),
-                                  lambda ps: Adam(ps, lr=0.01, amsgrad=True),
-                                  lambda ps: AdamW(ps, lr=0.01)], ids=["sgd", "adam", "adamw"])
+# Every optimizer with the AMP contract, each with all of its state in use.
+CONTRACT_OPTIMIZERS = {
+    "sgd": lambda ps: SGD(ps, lr=0.1, momentum=0.9, dampening=0.2),
+    "adam": lambda ps: Adam(ps, lr=0.01, amsgrad=True),
+    "adamw": lambda ps: AdamW(ps, lr=0.01),
+    "rmsprop": lambda ps: RMSprop(ps, lr=0.01, momentum=0.9, centered=True),
+    "adagrad": lambda ps: Adagrad(ps, lr=0.1, lr_decay=0.1),
+    "adadelta": lambda ps: Adadelta(ps, weight_decay=0.1),
+    "nadam": lambda ps: NAdam(ps, lr=0.01),
+    "radam": lambda ps: RAdam(ps, lr=0.01),
+}
+
+
+@pytest.mark.parametrize("make", list(CONTRACT_OPTIMIZERS.values()), ids=list(CONTRACT_OPTIMIZERS))
 def test_masked_step_is_bit_for_bit_identity_and_unmasked_step_is_plain(make) -> None:
     a, b = _params(5), _params(5)
     opt_a, opt_b = make(a), make(b)
@@ -300,8 +311,9 @@ def test_low_precision_params_compute_in_float32_and_round_once() -> None:
 
 
 @pytest.mark.parametrize("make", [lambda ps: SGD(ps, lr=0.1, momentum=0.9, nesterov=True),
-                                  lambda ps: Adam(ps, lr=0.01, amsgrad=True),
-                                  lambda ps: AdamW(ps, lr=0.01, weight_decay=0.1)], ids=["sgd", "adam", "adamw"])
+                                  lambda ps: AdamW(ps, lr=0.01, weight_decay=0.1),
+                                  *list(CONTRACT_OPTIMIZERS.values())[1:]],
+                         ids=["sgd", "adamw_decay", *list(CONTRACT_OPTIMIZERS)[1:]])
 def test_state_dict_round_trip_continues_identically(make) -> None:
     params = _params(8)
     opt = make(params)
@@ -322,6 +334,55 @@ def test_state_dict_round_trip_continues_identically(make) -> None:
     for x, y in zip(tail, tail2):
         for u, v in zip(x, y):
             np.testing.assert_array_equal(u, v)
+
+
+class PyTorchStyleMomentum(ta.optim.Optimizer):
+    """Momentum SGD written as PyTorch's tutorials write an optimizer: ``state = self.state[p]``."""
+
+    def __init__(self, params, lr=0.1, momentum=0.9):
+        super().__init__(params, dict(lr=lr, momentum=momentum))
+
+    @ta.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]  # a defaultdict(dict): the first access makes the entry
+                if len(state) == 0:
+                    state["step"] = 0
+                    state["momentum_buffer"] = p.grad.clone()
+                else:
+                    state["momentum_buffer"].mul_(group["momentum"]).add_(p.grad)
+                state["step"] += 1
+                p.add_(state["momentum_buffer"], alpha=-group["lr"])
+
+
+def test_optimizer_state_is_a_defaultdict_for_user_written_optimizers() -> None:
+    params = _params(9)
+    start = [p.data.copy() for p in params]
+    opt = PyTorchStyleMomentum(params, lr=0.05, momentum=0.9)
+    assert opt.state[params[0]] == {} and len(opt.state) == 1  # as collections.defaultdict(dict)
+    grads = _grads(9, steps=6)
+    history = _run(opt, params, grads[:3])
+    for i, w0 in enumerate(start):
+        expected = _ref_sgd(w0, [g[i] for g in grads[:3]], lr=0.05, momentum=0.9)
+        np.testing.assert_allclose(history[-1][i], expected[-1], rtol=RTOL, atol=1e-14)
+    saved = copy.deepcopy(opt.state_dict())
+    assert [entry["step"] for entry in saved["state"].values()] == [3, 3]
+    tail = _run(opt, params, grads[3:])
+    fresh = [ta.tensor(w, requires_grad=True) for w in history[-1]]
+    opt2 = PyTorchStyleMomentum(fresh)
+    opt2.load_state_dict(saved)
+    assert opt2.state[fresh[0]]["step"] == 3 and opt2.param_groups[0]["lr"] == 0.05
+    for a, b in zip(tail[-1], _run(opt2, fresh, grads[3:])[-1]):
+        np.testing.assert_array_equal(a, b)
+    # tinyamp's own optimizers keep working on the same defaultdict after a load.
+    sgd = SGD(params, lr=0.1, momentum=0.9)
+    sgd.load_state_dict(copy.deepcopy(sgd.state_dict()))
+    assert params[1] not in sgd.state and sgd.state[params[1]] == {}
+    _run(sgd, params, grads[:1])
+    assert set(sgd.state[params[1]]) == {"momentum_buffer", "step"}
 
 
 def test_load_state_dict_rejects_mismatched_groups() -> None:

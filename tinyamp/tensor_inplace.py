@@ -1,4 +1,4 @@
-"""In-place writes on tensors: ``add_``, ``mul_``, ``clamp_``, ``copy_``, ``zero_``, ``x[i] = v``.
+"""In-place writes on tensors: ``add_``, ``mul_``, ``lerp_``, ``clamp_``, ``copy_``, ``zero_``, ``x[i] = v``.
 
 Every in-place write bumps the tensor's version counter, so a node that saved
 the tensor for backward notices the change and fails loudly (PyTorch's rule).
@@ -87,6 +87,12 @@ class InplaceMixin:
 
     def div_(self, other: Any) -> "Tensor":
         return self._inplace_binary("div_", tinyamp.ops.div, other)
+
+    def lerp_(self, end: Any, weight: Any) -> "Tensor":
+        """self += weight * (end - self) (``ta.lerp``), in place; recorded when end or weight needs grad."""
+        weight_grad = isinstance(weight, InplaceMixin) and weight._requires_grad
+        return self._inplace_binary("lerp_", lambda x, _: tinyamp.ops.lerp(x, end, weight),
+                                    weight if weight_grad else end)
 
     def clamp_(self, min: Any = None, max: Any = None) -> "Tensor":  # noqa: A002 - torch names
         return self._inplace_binary("clamp_", lambda x, _: tinyamp.ops.clamp(x, min, max), None)

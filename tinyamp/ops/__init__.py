@@ -38,9 +38,18 @@ from .loss_binary import binary_cross_entropy, binary_cross_entropy_with_logits
 from .normalization import batch_norm, layer_norm
 from .softmax import log_softmax, logsumexp, softmax
 
+# Added for porting (issue 12): triangles, lerp, multinomial, attention.
+from . import attention, sampling, triangular
+from . import lerp as _lerp_family
+from .attention import scaled_dot_product_attention
+from .lerp import lerp
+from .sampling import multinomial
+from .triangular import tril, triu
+
 _FAMILIES = [broadcast, elementwise, select, activation, reduce, shape, indexing, linalg, conv]
 _FAMILIES += [_softmax_family, loss, loss_binary, normalization, _dropout_family, _embedding_family]
 _FAMILIES += [division, logical, norms, sorting, statistics]
+_FAMILIES += [attention, _lerp_family, sampling, triangular]
 
 TENSOR_METHODS: dict = {}
 for _family in _FAMILIES:

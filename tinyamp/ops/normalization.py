@@ -18,6 +18,7 @@ tinyamp ops, so the gradient is itself differentiable (double backward).
 
 from __future__ import annotations
 
+import numbers
 from typing import Any, Sequence
 
 from .. import dtypes as dt
@@ -203,7 +204,8 @@ class BatchNorm(_Normalization):
 def layer_norm(input: Tensor, normalized_shape: "int | Sequence[int]",  # noqa: A002 - torch name
                weight: "Tensor | None" = None, bias: "Tensor | None" = None, eps: float = 1e-5) -> Tensor:
     """Normalise over the trailing ``normalized_shape`` dims, then scale by weight and shift by bias."""
-    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    integral = isinstance(normalized_shape, numbers.Integral)  # an int or a NumPy integer, as PyTorch
+    shape = (int(normalized_shape),) if integral else tuple(normalized_shape)
     params = [p for p in (weight, bias) if p is not None]
     return LayerNorm(shape, weight is not None, bias is not None, float(eps))(input, *params)
 

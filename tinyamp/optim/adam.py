@@ -27,25 +27,34 @@ from typing import Any, Iterable
 import numpy as np
 
 from .. import cuda_kernels
-from .optimizer import Optimizer, masked_write, opmath
+from .optimizer import Optimizer, decayed_gradient, masked_write, opmath
+
+
+def adam_moments(w32: Any, g: Any, m: Any, v: Any, *, lr: float, beta1: float, beta2: float,
+                 weight_decay: float, decoupled: bool, maximize: bool = False) -> tuple:
+    """The Adam family's shared start: (decayed weights, gradient, new m, new v), nothing written yet.
+
+    Shared by Adam/AdamW, NAdam and RAdam (their weight decay and moments are one rule).
+    """
+    g32 = decayed_gradient(w32, g, maximize=maximize, weight_decay=0 if decoupled else weight_decay)
+    if decoupled and weight_decay != 0:
+        w32 = w32 * (1 - lr * weight_decay)
+    m32 = opmath(m)
+    new_m = m32 + (1 - beta1) * (g32 - m32)
+    new_v = beta2 * opmath(v) + (1 - beta2) * (g32 * g32)
+    return w32, g32, new_m, new_v
 
 
 def _adam_param(xp: Any, w: Any, g: Any, m: Any, v: Any, v_max: Any, step: Any, keep: Any, *, lr: float,
                 beta1: float, beta2: float, eps: float, weight_decay: float, decoupled: bool) -> None:
     """Update one parameter and its moments in place, masked by ``keep`` (``v_max`` None without amsgrad)."""
-    w32, g32 = opmath(w), opmath(g)
+    w32 = opmath(w)
     compute = w32.dtype
     t = (step + 1).astype(np.float64)
     step_size = (lr / (1 - beta1 ** t)).astype(compute)
     bias2_sqrt = xp.sqrt(1 - beta2 ** t).astype(compute)
-    if weight_decay != 0:
-        if decoupled:
-            w32 = w32 * (1 - lr * weight_decay)
-        else:
-            g32 = g32 + weight_decay * w32
-    m32 = opmath(m)
-    new_m = m32 + (1 - beta1) * (g32 - m32)
-    new_v = beta2 * opmath(v) + (1 - beta2) * (g32 * g32)
+    w32, _, new_m, new_v = adam_moments(w32, g, m, v, lr=lr, beta1=beta1, beta2=beta2,
+                                        weight_decay=weight_decay, decoupled=decoupled)
     second = new_v
     if v_max is not None:
         second = xp.maximum(opmath(v_max), new_v)

@@ -1,10 +1,12 @@
 """The Optimizer base: parameter groups, per-parameter state, master weights, state_dict.
 
-Subclasses (``SGD``, ``Adam``, ``AdamW``) write one ``_update_group`` that works on
+Subclasses (``SGD``, ``Adam``, ``RMSprop``, ...) write one ``_update_group`` that works on
 raw arrays; everything they share lives here:
 
-- ``param_groups`` (list of dicts) and ``state`` (dict keyed by the parameter
-  Tensor, which hashes by identity), with PyTorch's construction rules and errors.
+- ``param_groups`` (list of dicts) and ``state`` (a ``defaultdict(dict)`` keyed
+  by the parameter Tensor, which hashes by identity, as PyTorch's: a
+  user-written optimizer's ``state = self.state[p]`` creates the entry), with
+  PyTorch's construction rules and errors.
 - **Master weights (O2).** With ``master_weights=True`` every float16/bfloat16
   parameter gets a float32 copy in ``state[p]["master_param"]``. The step updates
   the master and writes the rounded value back into the parameter, so updates
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+from collections import defaultdict
 from typing import Any, Callable, Iterable
 
 import numpy as np
@@ -74,6 +77,21 @@ def masked_write(xp: Any, dst: Any, src: Any, keep: Any) -> None:
         xp.copyto(dst, src, casting="unsafe", where=keep)
 
 
+def decayed_gradient(w32: Any, g: Any, *, maximize: bool, weight_decay: float) -> Any:
+    """The gradient an update sees, in the arithmetic dtype: ``-g`` to maximize, plus ``weight_decay * w`` (L2)."""
+    d = opmath(g)
+    if maximize:
+        d = -d
+    return d + weight_decay * w32 if weight_decay != 0 else d
+
+
+def refuse_differentiable(name: str, differentiable: bool) -> None:
+    """PyTorch's ``differentiable=True`` (autograd through the update) has no tinyamp counterpart."""
+    if differentiable:
+        raise NotImplementedError(f"{name}: differentiable=True is not supported: tinyamp's optimizers update "
+                                  f"parameters in place, outside autograd")
+
+
 class Optimizer:
     """Base class of tinyamp's optimizers (PyTorch's ``torch.optim.Optimizer``)."""
 
@@ -82,7 +100,7 @@ class Optimizer:
 
     def __init__(self, params: Iterable[Any], defaults: dict) -> None:
         self.defaults = dict(defaults)
-        self.state: dict[Tensor, dict] = {}
+        self.state: defaultdict[Tensor, dict] = defaultdict(dict)
         self.param_groups: list[dict] = []
         # The parameter version right after we last wrote it from its master: a
         # different version means someone else wrote the parameter (a model load),
@@ -319,7 +337,7 @@ class Optimizer:
         by_id = {}
         for mine, saved in zip(self.param_groups, saved_groups):
             by_id.update(zip(saved["params"], mine["params"]))
-        self.state = {}
+        self.state = defaultdict(dict)
         self._master_versions = {}
         for key, entry in state_dict["state"].items():
             p = by_id.get(key)
