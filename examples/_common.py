@@ -180,14 +180,19 @@ def load_data(args: argparse.Namespace, flatten: bool) -> tuple[np.ndarray, ...]
         x_train, y_train = ta.data.load_mnist(args.data, "train", flatten=flatten, normalize=True)
         x_test, y_test = ta.data.load_mnist(args.data, "test", flatten=flatten, normalize=True)
     except (OSError, ValueError) as exc:  # missing or empty folder, IDXError, not MNIST
-        source = f"--data {args.data}" if args.data else f"{ta.data.mnist.ENV_VAR}={os.environ.get('TINYAMP_DATA')}"
-        fail(args, f"{source}: {exc}")
+        fail(args, f"{_data_flag(args)}: {exc}")
     if len(x_train) == 0 or len(x_test) == 0:
-        fail(args, f"--data {args.data}: the MNIST files hold {len(x_train)} training and {len(x_test)} test "
+        fail(args, f"{_data_flag(args)}: the MNIST files hold {len(x_train)} training and {len(x_test)} test "
                    f"images; both must hold some")
     if not flatten:  # (N, 28, 28) -> (N, 1, 28, 28): one input channel for Conv2d
         x_train, x_test = x_train[:, None], x_test[:, None]
     return x_train, y_train, x_test, y_test
+
+
+def _data_flag(args: argparse.Namespace) -> str:
+    """Where the data came from, as the user gave it: ``--data DIR`` or ``TINYAMP_DATA=DIR``."""
+    env = ta.data.mnist.ENV_VAR
+    return f"--data {args.data}" if args.data else f"{env}={os.environ.get(env)}"
 
 
 # ------------------------------------------------------------------ precision

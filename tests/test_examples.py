@@ -364,7 +364,7 @@ def _fails_before_training(name: str, argv: list[str], capsys: pytest.CaptureFix
         _load(name).main(argv)
     captured = capsys.readouterr()
     assert info.value.code == 2
-    assert "tinyamp MLP" not in captured.out and "step " not in captured.out and "Traceback" not in captured.err
+    assert "tinyamp " not in captured.out and "step " not in captured.out and "Traceback" not in captured.err
     lines = captured.err.splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"{name}.py: error: "), captured.err
     return lines[0]
@@ -470,3 +470,11 @@ def test_command_line_error_is_one_line_without_traceback(argv: list[str], messa
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.count("\n") == 1 and result.stderr.startswith(message), result.stderr
+
+
+def test_broken_tinyamp_data_folder_is_named_as_the_variable(tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture) -> None:
+    _broken_mnist(tmp_path / "mnist")
+    monkeypatch.setenv("TINYAMP_DATA", str(tmp_path / "mnist"))
+    line = _fails_before_training("mnist_cnn", ["--steps", "1"], capsys)
+    assert line.startswith(f"mnist_cnn.py: error: TINYAMP_DATA={tmp_path / 'mnist'}: ") and "not an IDX file" in line

@@ -17,13 +17,13 @@ from .random import Generator, default_generator
 from .tensor import Tensor
 
 
-def _default_dtype(data: Any, array: np.ndarray) -> np.dtype:
-    """PyTorch's inference for Python data (``array`` is NumPy's reading of it): any float -> float32, else int64 / bool."""
-    if array.dtype.kind == "f":
+def _default_dtype(read: np.ndarray) -> np.dtype:
+    """PyTorch's inference for Python data, from NumPy's reading of it: any float -> float32, else int64 / bool."""
+    if read.dtype.kind == "f":
         return dt.float32
-    if array.dtype.kind in "iu":
+    if read.dtype.kind in "iu":
         return dt.int64
-    return array.dtype
+    return read.dtype
 
 
 def _to_array(data: Any, dtype: "np.dtype | None", device: backend.Device) -> Any:
@@ -40,7 +40,7 @@ def _to_array(data: Any, dtype: "np.dtype | None", device: backend.Device) -> An
         # Python numbers, nested lists, NumPy scalars: read them once to check what
         # they hold, before NumPy would parse "1.5" as a float or keep a None.
         read = _read_python_data(data)
-        dtype = _default_dtype(data, read) if dtype is None else dtype
+        dtype = _default_dtype(read) if dtype is None else dtype
     if isinstance(data, np.ndarray) or not backend.is_cupy_array(data):
         array = np.array(data, dtype=dtype)  # a copy, as torch.tensor copies
     else:

@@ -233,6 +233,7 @@ def load(f: FileLike, map_location: Any = None, weights_only: bool = True) -> An
     cannot be opened.
     """
     name = _describe(f)
+    map_location = _check_map_location(map_location)  # a user error, reported before reading anything
     with _open_for_reading(f) as handle:
         try:
             size = handle.seek(0, io.SEEK_END)
@@ -270,7 +271,7 @@ def _reason(exc: BaseException) -> str:
 class _Reader:
     def __init__(self, archive: zipfile.ZipFile, size: int, name: str, map_location: Any) -> None:
         self.archive, self.size, self.name = archive, size, name
-        self.map_location = _check_map_location(map_location)
+        self.map_location = map_location
         self.loaded: dict[str, tuple[str, str, tuple, Any]] = {}  # file -> (kind, dtype, shape, object)
 
     def fail(self, path: str, problem: str) -> CheckpointError:
@@ -305,7 +306,7 @@ class _Reader:
             raise self.fail(path, f"{info.filename} is damaged ({_reason(exc)})") from None
 
     def manifest(self) -> dict:
-        if _MANIFEST not in self.archive.NameToInfo:
+        if _MANIFEST not in self.archive.namelist():
             hint = ""
             if any(entry.endswith("data.pkl") for entry in self.archive.namelist()):
                 # PyTorch's zip format: reading it would mean unpickling, which ta.load never does.
@@ -482,7 +483,7 @@ class _Reader:
 
 
 def _check_map_location(map_location: Any) -> Any:
-    """Refuse a bad ``map_location`` before reading anything (a user error, not a damaged file)."""
+    """``map_location`` with its devices checked: a bad one is the caller's error, not a damaged file."""
     if map_location is None:
         return None
     if isinstance(map_location, dict):
