@@ -127,6 +127,36 @@ def test_adam_matches_reference(cls: type, config: dict) -> None:
             np.testing.assert_allclose(history[step][i], expected[step], rtol=RTOL, atol=1e-14)
 
 
+@pytest.mark.parametrize("cls", [Adam, AdamW])
+def test_amsgrad_divides_by_the_running_max_of_v(cls: type) -> None:
+    # The reference must be able to tell max over all steps from the last v (or
+    # from max(previous v, v)): that takes v falling for several steps in a row.
+    # beta2 = 0.9 lets v follow g^2 within a few steps; the gradients are large for
+    # 8 steps, then shrink by 0.6 per step, so v falls for the remaining 22 steps.
+    steps, config = 30, dict(lr=0.01, betas=(0.9, 0.9), amsgrad=True, weight_decay=0.01)
+    params = _params(4)
+    start = [p.data.copy() for p in params]
+    grads = [[g * 0.6 ** max(0, k - 8) for g in step] for k, step in enumerate(_grads(4, steps=steps))]
+    opt = cls(params, **config)
+    history = _run(opt, params, grads)
+    for i, w0 in enumerate(start):
+        g_i = [g[i] for g in grads]
+        expected = _ref_adam(w0, g_i, decoupled=cls is AdamW, **config)
+        without_max = _ref_adam(w0, g_i, decoupled=cls is AdamW, **dict(config, amsgrad=False))
+        # The test can tell: dividing by the last v instead moves the weights by far more than RTOL.
+        assert np.max(np.abs(without_max[-1] - expected[-1])) > 1e-3 * np.max(np.abs(expected[-1] - w0))
+        for step in range(steps):
+            np.testing.assert_allclose(history[step][i], expected[step], rtol=RTOL, atol=1e-14)
+        # The running max itself, under PyTorch's state name.
+        v, v_max = np.zeros_like(w0), np.zeros_like(w0)
+        for g, w_before in zip(g_i, [w0] + expected):
+            g = g if cls is AdamW else g + 0.01 * w_before  # Adam's L2 penalty enters the gradient
+            v = 0.9 * v + 0.1 * g * g
+            v_max = np.maximum(v_max, v)
+        assert np.all(v_max > 2 * v)  # the last v is far below the max: the two cannot be confused
+        np.testing.assert_allclose(opt.state[params[i]]["max_exp_avg_sq"].numpy(), v_max, rtol=1e-12)
+
+
 def test_adamw_decay_differs_from_adam_l2() -> None:
     # Same hyper-parameters, different algorithms: decoupled decay is not an L2 penalty.
     a, b = _params(2), _params(2)

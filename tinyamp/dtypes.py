@@ -33,6 +33,12 @@ long = int64
 FLOATING = (float16, bfloat16, float32, float64)
 LOW_PRECISION = (float16, bfloat16)
 
+# Every dtype a tensor may hold: PyTorch's real dtypes that NumPy and CuPy share,
+# plus bfloat16. Complex, extended precision (np.longdouble), strings, objects,
+# dates and records are refused where a tensor or a dtype is made.
+SUPPORTED = (float64, float32, float16, bfloat16, int64, int32, int16, int8,
+             np.dtype(np.uint64), np.dtype(np.uint32), np.dtype(np.uint16), uint8, bool_)
+
 _BY_NAME = {
     "float16": float16, "half": float16, "bfloat16": bfloat16,
     "float32": float32, "float": float32, "float64": float64, "double": float64,
@@ -44,7 +50,7 @@ _BY_NAME = {
 def as_dtype(spec: Any) -> np.dtype:
     """Turn ``ta.float16``, ``"float16"``, ``np.float16`` or ``float`` into a dtype."""
     if isinstance(spec, np.dtype):
-        return spec
+        return _supported(spec)
     if isinstance(spec, str):
         try:
             return _BY_NAME[spec]
@@ -57,9 +63,17 @@ def as_dtype(spec: Any) -> np.dtype:
     if spec is builtins.float:
         return float32
     try:
-        return np.dtype(spec)
+        resolved = np.dtype(spec)
     except TypeError:
         raise TypeError(f"not a dtype: {spec!r}") from None
+    return _supported(resolved)
+
+
+def _supported(dtype: np.dtype) -> np.dtype:
+    if dtype not in SUPPORTED:
+        raise TypeError(f"dtype {dtype} is not supported: tinyamp tensors are "
+                        f"{', '.join(dtype_name(d) for d in SUPPORTED)}")
+    return dtype
 
 
 def is_floating(dtype: np.dtype) -> bool:

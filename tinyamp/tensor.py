@@ -46,6 +46,8 @@ class Tensor(OperatorsMixin, InplaceMixin):
             data = data.data
         elif not (isinstance(data, np.ndarray) or backend.is_cupy_array(data)):
             data = tinyamp.factories._to_array(data, None, backend.CPU)
+        else:
+            data = tinyamp.factories.native_array(data)  # no complex, object, string arrays
         self.data = data
         self.grad: Tensor | None = None
         self._requires_grad = False

@@ -208,7 +208,7 @@ class Function:
         """
         if self._custom:
             return [(item.data, item) if kind == "in" else (self._saved_out[item][0], None)
-                    for kind, item in self._saved_user]
+                    for kind, item, _version in self._saved_user]
         items = [(t.data, t) for t, _version in self._saved_in if t is not None]
         return items + [(array, None) for array, _counter, _version in self._saved_out]
 
@@ -257,8 +257,10 @@ class Function:
             ctx.needs_input_grad = needs  # _record set tensor-only flags; PyTorch's are per argument
             # Outputs the user saved are re-linked to this node at backward time.
             out_ids = {id(o): i for i, o in enumerate(returned)}
-            ctx._saved_user = tuple(("out", out_ids[id(t)]) if id(t) in out_ids else ("in", t)
-                                    for t in ctx._saved_user)
+            # Saved inputs keep the version they had here, so backward can refuse one
+            # modified in place since (outputs carry theirs in _saved_out), as PyTorch does.
+            ctx._saved_user = tuple(("out", out_ids[id(t)], None) if id(t) in out_ids
+                                    else ("in", t, t._version[0]) for t in ctx._saved_user)
             ctx._saved_out = [(o.data, o._version, o._version[0]) for o in out_tensors]
         tracer = _trace_hook
         if tracer is not None:
@@ -276,11 +278,15 @@ class Function:
         if self._freed:
             raise RuntimeError(_FREED_MESSAGE)
         result = []
-        for kind, item in self._saved_user:
+        for kind, item, saved_version in self._saved_user:
             if kind == "in":
+                if item._version[0] != saved_version:
+                    raise _modified_error(self, item.shape, item.dtype, saved_version, item._version[0])
                 result.append(item)
             else:
-                array, _counter, _version = self._saved_out[item]
+                array, counter, version = self._saved_out[item]
+                if counter[0] != version:
+                    raise _modified_error(self, array.shape, array.dtype, version, counter[0])
                 out = Tensor._wrap(array)
                 out.grad_fn, out._out_index, out.requires_grad = self, item, True
                 result.append(out)

@@ -11,6 +11,7 @@ All three are LOWER: under autocast they run in float16 (or bfloat16).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -71,7 +72,7 @@ class MatMul(Function):
         if a2.ndim > 2 and b2.ndim == 2 and not self.trans_a:
             # A shared right matrix: fold the batch into M, one large GEMM
             # instead of a loop of small ones (a view when a is contiguous).
-            y = gemm(a2.reshape(-1, a2.shape[-1]), b2, trans_b=self.trans_b)
+            y = gemm(_rows(a2), b2, trans_b=self.trans_b)
             y = y.reshape(a2.shape[:-1] + y.shape[-1:])
         else:
             y = gemm(a2, b2, trans_a=self.trans_a, trans_b=self.trans_b)
@@ -100,13 +101,22 @@ class MatMul(Function):
             if len(b2_shape) == 2 and len(a2_shape) > 2 and not ta:
                 # The batch-broadcast weight of x @ W: one GEMM over all rows
                 # (sum_k x_k^T gy_k) rather than per-batch products summed after.
-                a_rows, g_rows = a2.reshape(-1, a2.shape[-1]), gy.reshape(-1, gy.shape[-1])
+                a_rows, g_rows = _rows(a2), _rows(gy)
                 db = MatMul(True, False)(a_rows, g_rows) if not tb else MatMul(True, False)(g_rows, a_rows)
             else:
                 # d op(b) = op(a)^T @ gy; when b is transposed, db = gy^T @ op(a).
                 db = MatMul(not ta, False)(a2, gy) if not tb else MatMul(True, ta)(gy, a2)
             db = sum_to(db, b2_shape).reshape(b_shape)
         return da, db
+
+
+def _rows(a: Any) -> Any:
+    """``a`` (array or Tensor) as a matrix over its last dim, leading dims folded into rows.
+
+    The row count is spelled out: ``reshape(-1, 0)`` is ambiguous for NumPy, and an
+    empty last dim is legal (``nn.Linear(0, n)`` maps it to the bias alone).
+    """
+    return a.reshape(math.prod(a.shape[:-1]), a.shape[-1])
 
 
 class Bmm(MatMul):
@@ -139,7 +149,7 @@ class Linear(Function):
         if b is not None and b.shape != (out_features,):
             raise ValueError(f"linear: bias of shape {list(b.shape)} does not match weight "
                              f"{list(w.shape)} (expected [{out_features}])")
-        rows = x.reshape(-1, x.shape[-1])  # batch dims folded into M: one GEMM
+        rows = _rows(x)  # batch dims folded into M: one GEMM
         if b is None:
             y = gemm(rows, w, trans_b=True)
         elif dt.is_low_precision(x.dtype):
@@ -155,12 +165,12 @@ class Linear(Function):
 
     def backward(self, gy: Tensor) -> tuple:
         x, w = self.saved_tensors
-        g_rows = gy.reshape(-1, gy.shape[-1]) if gy.ndim != 2 else gy
+        g_rows = _rows(gy) if gy.ndim != 2 else gy
         dx = dw = None
         if self.needs_input_grad[0]:
             dx = MatMul()(g_rows, w).reshape(self._input_meta[0][0])
         if self.needs_input_grad[1]:
-            x_rows = x.reshape(-1, x.shape[-1]) if x.ndim != 2 else x
+            x_rows = _rows(x) if x.ndim != 2 else x
             dw = MatMul(trans_a=True)(g_rows, x_rows)
         if len(self.needs_input_grad) == 2:
             return dx, dw
