@@ -36,7 +36,7 @@ def unscale_group(xp: Any, grads: list, outs: list, inv_scale: Any, found_inf: A
         grads, outs = [g for g, _ in pairs], [o for _, o in pairs]
     for grad, out in zip(grads, outs):
         if out.dtype in dt.LOW_PRECISION:
-            result = grad.astype(np.float32) * inv_scale
+            result = dt.opmath(grad) * inv_scale  # computed in float32, rounded once
             out[...] = result.astype(out.dtype)
         else:
             result = xp.multiply(grad, inv_scale, out=out)

@@ -99,7 +99,7 @@ def col2im(xp: Any, cols: Any, win: Window, x_shape: tuple, batch_last: bool = F
     else:
         c6 = cols.reshape(n, c, kh, kw, ho, wo)
     # Overlapping windows add up: float16/bfloat16 sums accumulate in float32.
-    acc = np.float32 if dt.is_low_precision(cols.dtype) else cols.dtype
+    acc = dt.opmath_dtype(cols.dtype)
     c6 = c6.astype(acc, copy=False)
     out = xp.zeros((n, c, h + pt + pb, w + pl + pr), dtype=acc)
     for i in range(kh):  # kh*kw strided adds, each over the whole batch
@@ -316,7 +316,7 @@ class AvgPool2d(Function):
 
     def forward(self, xp: Any, x: Any) -> Any:
         v = _windows(xp, x, self.win)
-        acc = np.float32 if dt.is_low_precision(x.dtype) else x.dtype
+        acc = dt.opmath_dtype(x.dtype)
         total = v.sum(axis=(2, 3), dtype=acc)
         self.divisor = self._divisor(xp, x.shape[2], x.shape[3], *total.shape[2:])
         return (total / self.divisor.astype(acc)).astype(x.dtype, copy=False)

@@ -189,7 +189,7 @@ class PowScalar(Function):
         if dt.is_low_precision(x.dtype):
             # float32 and one rounding, as PyTorch's half kernels (NumPy would also
             # promote bfloat16 ** float to float32 and leave it there).
-            return xp.power(x.astype(xp.float32), self.exponent).astype(x.dtype)
+            return xp.power(dt.opmath(x), self.exponent).astype(x.dtype)
         return xp.power(x, self.exponent)
 
     def backward(self, gy: Tensor) -> Tensor:
@@ -240,7 +240,7 @@ class Rsqrt(Function):
     def forward(self, xp: Any, x: Any) -> Any:
         x = _float_input(x)
         if dt.is_low_precision(x.dtype):  # round once, not after sqrt and again after 1/.
-            return xp.reciprocal(xp.sqrt(x.astype(xp.float32))).astype(x.dtype)
+            return xp.reciprocal(xp.sqrt(dt.opmath(x))).astype(x.dtype)
         return xp.reciprocal(xp.sqrt(x))
 
     def backward(self, gy: Tensor) -> Tensor:

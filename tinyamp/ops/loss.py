@@ -43,11 +43,6 @@ def check_constant(op: str, name: str, t: "Tensor | None") -> None:
                            f"of the loss); pass {name}.detach()")
 
 
-def compute_dtype(x: Any) -> Any:
-    """float32 for float16/bfloat16 arrays (the accumulation dtype), else the array's own."""
-    return dt.float32 if dt.is_low_precision(x.dtype) else x.dtype
-
-
 def reduce_loss(xp: Any, loss: Any, reduction: str, out_dtype: Any) -> Any:
     """Apply ``reduction`` to an elementwise loss array; the result in ``out_dtype``."""
     if reduction == "none":
@@ -114,7 +109,7 @@ class ClassIndexLoss(Function):
             raise IndexError(f"{op}: target value {value} is out of range for {classes} classes "
                              f"(input {describe(x)}, target shape {list(target.shape)}); expected "
                              f"values in [0, {classes}) or ignore_index={self.ignore_index}")
-        cdt = compute_dtype(x)
+        cdt = dt.opmath_dtype(x.dtype)
         self.valid = valid
         self.safe = xp.where(valid & ~bad if on_gpu else valid, target, 0)
         self.w_t = (weight.astype(cdt)[self.safe] if weight is not None
@@ -244,7 +239,7 @@ class CrossEntropyGrad(Function):
         # One fused pass: softmax from the saved log-sum-exp, scaled, minus the
         # target's weight at each sample's target (and the smoothing mass).
         loss = self.loss
-        cdt = compute_dtype(x)
+        cdt = dt.opmath_dtype(x.dtype)
         u = gy.astype(cdt, copy=False)
         if loss.reduction == "none":
             u = xp.expand_dims(u, loss.axis)
@@ -309,7 +304,7 @@ class PairLoss(Function):
             raise TypeError(f"{self.name}: input and target must share one floating dtype, got "
                             f"{describe(x)} and {describe(t)}")
         self.size = x.size
-        cdt = compute_dtype(x)
+        cdt = dt.opmath_dtype(x.dtype)
         return x.astype(cdt, copy=False) - t.astype(cdt, copy=False)
 
 

@@ -35,13 +35,9 @@ def _describe(a: Any) -> str:
     return f"{list(a.shape)} ({dt.dtype_name(a.dtype)})"
 
 
-def _compute_dtype(dtype: Any) -> Any:
-    return dt.float32 if dt.is_low_precision(dtype) else dtype
-
-
 def _check_param(op: str, name: str, p: Any, shape: tuple, x: Any) -> None:
     """A parameter of ``shape`` in the input's dtype (or float32 beside a float16/bfloat16 input)."""
-    if p.shape != shape or not (p.dtype == x.dtype or p.dtype == _compute_dtype(x.dtype)):
+    if p.shape != shape or not (p.dtype == x.dtype or p.dtype == dt.opmath_dtype(x.dtype)):
         raise ValueError(f"{op}: {name} must have shape {list(shape)} and dtype {dt.dtype_name(x.dtype)}"
                          f" (or float32 for a float16/bfloat16 input), got {_describe(p)} for input "
                          f"{_describe(x)}")
@@ -79,7 +75,7 @@ class _Normalization(Function):
     def backward(self, gy: Tensor) -> tuple:
         saved = self.saved_tensors
         x, weight = saved[0], (saved[1] if self.has_weight else None)
-        cdt = _compute_dtype(x.dtype)
+        cdt = dt.opmath_dtype(x.dtype)
         xc, gyc = cast(x, cdt), cast(gy, cdt)
         axes = self.axes
         if self.stats_from_input and is_grad_enabled():
@@ -132,7 +128,7 @@ class LayerNorm(_Normalization):
                 _check_param("layer_norm", name, p, shape, x)
         self.axes = tuple(range(x.ndim - k, x.ndim))
         self.pshape = (1,) * (x.ndim - k) + shape
-        xf = x.astype(_compute_dtype(x.dtype), copy=False)
+        xf = x.astype(dt.opmath_dtype(x.dtype), copy=False)
         self.mean = xf.mean(axis=self.axes, keepdims=True)
         self.rstd = 1 / xp.sqrt(xf.var(axis=self.axes, keepdims=True) + self.eps)
         return _normalize(xp, x, self.mean, self.rstd, (weight, bias), self.pshape)
@@ -172,7 +168,7 @@ class BatchNorm(_Normalization):
                                  f"got {_describe(stat)} for input {_describe(x)}")
         self.axes = (0,) + tuple(range(2, x.ndim))
         self.pshape = (1, channels) + (1,) * (x.ndim - 2)
-        cdt = _compute_dtype(x.dtype)
+        cdt = dt.opmath_dtype(x.dtype)
         if self.training:
             count = x.size // max(channels, 1)
             if count <= 1:

@@ -2,8 +2,8 @@
 
 sum, mean (FP32: accumulations; var and std live in statistics.py), max/min/amax/amin (NEUTRAL: they
 select an element, nothing is rounded) and argmax/argmin (int64, no gradient).
-Low-precision inputs are accumulated in float32 and rounded once
-(docs/ARCHITECTURE.md, "Where each AMP decision is made"); FP32-tagged reductions see float32 inputs under autocast anyway.
+Low-precision inputs are accumulated in float32 and rounded once; FP32-tagged
+reductions see float32 inputs under autocast anyway.
 """
 
 from __future__ import annotations

@@ -26,14 +26,15 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from .. import dtypes as dt
 from ..kernels import cuda_launch, cuda_optim
-from .optimizer import Optimizer, masked_write, opmath
+from .optimizer import Optimizer, masked_write
 
 
 def _adam_param(xp: Any, w: Any, g: Any, m: Any, v: Any, v_max: Any, step: Any, keep: Any, *, lr: float,
                 beta1: float, beta2: float, eps: float, weight_decay: float, decoupled: bool) -> None:
     """Update one parameter and its moments in place, masked by ``keep`` (``v_max`` None without amsgrad)."""
-    w32, g32 = opmath(w), opmath(g)
+    w32, g32 = dt.opmath(w), dt.opmath(g)
     compute = w32.dtype
     t = (step + 1).astype(np.float64)
     step_size = (lr / (1 - beta1 ** t)).astype(compute)
@@ -43,12 +44,12 @@ def _adam_param(xp: Any, w: Any, g: Any, m: Any, v: Any, v_max: Any, step: Any, 
             w32 = w32 * (1 - lr * weight_decay)
         else:
             g32 = g32 + weight_decay * w32
-    m32 = opmath(m)
+    m32 = dt.opmath(m)
     new_m = m32 + (1 - beta1) * (g32 - m32)
-    new_v = beta2 * opmath(v) + (1 - beta2) * (g32 * g32)
+    new_v = beta2 * dt.opmath(v) + (1 - beta2) * (g32 * g32)
     second = new_v
     if v_max is not None:
-        second = xp.maximum(opmath(v_max), new_v)
+        second = xp.maximum(dt.opmath(v_max), new_v)
         masked_write(xp, v_max, second, keep)
     denom = xp.sqrt(second) / bias2_sqrt + eps
     masked_write(xp, w, w32 - step_size * (new_m / denom), keep)

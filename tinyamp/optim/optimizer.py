@@ -57,15 +57,6 @@ def as_array(value: Any) -> Any:
     return value.data if isinstance(value, Tensor) else value
 
 
-def opmath(array: Any) -> Any:
-    """The array in the dtype arithmetic runs in: float32 for float16/bfloat16.
-
-    Like PyTorch's kernels ("opmath"), low-precision values are computed in
-    float32 and rounded once when written back.
-    """
-    return array.astype(np.float32) if array.dtype in dt.LOW_PRECISION else array
-
-
 def masked_write(xp: Any, dst: Any, src: Any, keep: Any) -> None:
     """``dst[...] = src`` where ``keep`` is true (a 0-d device bool or True), rounding to dst's dtype."""
     if keep is True:  # no AMP mask (CuPy's copyto wants an array for ``where``)
@@ -247,7 +238,7 @@ class Optimizer:
             if grad_scale is not None:
                 scale = backend.to_device(as_array(grad_scale), dev)
                 inv = xp.reciprocal(scale.astype(np.float64)).astype(np.float32)
-                grad = opmath(grad) * inv.reshape(())
+                grad = dt.opmath(grad) * inv.reshape(())
         weight = p.data if master is None else master.data
         return p, weight, grad, keeps[dev], master
 
