@@ -41,6 +41,7 @@ import numpy as np
 
 from .. import backend
 from .. import dtypes as dt
+from ..autograd.graph import reachable_nodes
 from ..tensor import Tensor
 from .. import precision
 from .scaler_settings import ScalerSettingsMixin, check_int, check_positive
@@ -73,19 +74,9 @@ def _computed_in_bfloat16(outputs: Any) -> bool:
     """True when any output, or any tensor an op on the way to them read, is bfloat16."""
     tensors: list = []
     _flatten(outputs, tensors)
-    stack = [t.grad_fn for t in tensors if t.grad_fn is not None]
     if any(t.dtype == dt.bfloat16 for t in tensors):
         return True
-    seen: set = set()
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        if any(meta[1] == dt.bfloat16 for meta in getattr(node, "_input_meta", ())):
-            return True
-        stack.extend(edge[0] for edge in getattr(node, "_edges", ()) if edge is not None and edge[0] is not None)
-    return False
+    return any(dt.bfloat16 in node.input_dtypes for node in reachable_nodes(tensors))
 
 
 class GradScaler(ScalerSettingsMixin):

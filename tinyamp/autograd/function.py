@@ -71,6 +71,9 @@ class Function:
     # Per-node state, filled in by _record().
     seq: int = -1
     needs_input_grad: tuple[bool, ...] = ()
+    _edges: "list | tuple" = ()          # per input: None, (node, output index) or (None, leaf)
+    _input_meta: "list | tuple" = ()     # per input: (shape, dtype) as recorded
+    _output_meta: "list | tuple" = ()    # per output: (shape, dtype)
     _freed: bool = False
     _saved_in: "list | tuple" = ()
     _saved_out: "list | tuple" = ()
@@ -170,6 +173,16 @@ class Function:
                 out.grad_fn = self
                 out._out_index = index
                 out._requires_grad = True
+
+    @property
+    def input_shapes(self) -> tuple[tuple[int, ...], ...]:
+        """The shapes of the inputs as recorded (after autocast's casts), one per input."""
+        return tuple(shape for shape, _dtype in self._input_meta)
+
+    @property
+    def input_dtypes(self) -> tuple[np.dtype, ...]:
+        """The dtypes of the inputs as recorded (after autocast's casts), one per input."""
+        return tuple(dtype for _shape, dtype in self._input_meta)
 
     @property
     def saved_tensors(self) -> tuple[Tensor, ...]:

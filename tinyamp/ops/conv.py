@@ -121,7 +121,7 @@ class Im2Col(Function):
         return im2col(xp, x, self.win, self.batch_last)
 
     def backward(self, gcols: Tensor) -> Tensor:
-        return Col2Im(self.win, self._input_meta[0][0], self.batch_last)(gcols)
+        return Col2Im(self.win, self.input_shapes[0], self.batch_last)(gcols)
 
 
 class Col2Im(Function):
@@ -282,7 +282,7 @@ class MaxPool2d(Function):
         return y
 
     def backward(self, gy: Tensor) -> Tensor:
-        n, c, h, w = self._input_meta[0][0]
+        n, c, h, w = self.input_shapes[0]
         xp = gy.device.xp
         plane = xp.arange(n * c)[:, None]
         cells = gy.shape[2] * gy.shape[3]  # not -1: NumPy cannot infer it for an empty batch
@@ -322,7 +322,7 @@ class AvgPool2d(Function):
         return (total / self.divisor.astype(acc)).astype(x.dtype, copy=False)
 
     def backward(self, gy: Tensor) -> Tensor:
-        shape = self._input_meta[0][0]
+        shape = self.input_shapes[0]
         n, c, ho, wo = gy.shape
         kh, kw = self.win.kernel
         g = gy / Tensor._wrap(self.divisor.astype(gy.dtype))

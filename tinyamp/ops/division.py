@@ -43,7 +43,7 @@ class Remainder(Function):
         return broadcasting("remainder", xp.remainder, a, b)
 
     def backward(self, gy: Tensor) -> tuple:
-        a_shape, b_shape = (m[0] for m in self._input_meta)
+        a_shape, b_shape = self.input_shapes
         da = sum_to(gy, a_shape) if self.needs_input_grad[0] else None
         db = None
         if self.needs_input_grad[1]:

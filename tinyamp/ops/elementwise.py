@@ -34,7 +34,7 @@ class Add(Function):
         return broadcasting("add", xp.add, a, b)
 
     def backward(self, gy: Tensor) -> tuple:
-        a_shape, b_shape = (m[0] for m in self._input_meta)
+        a_shape, b_shape = self.input_shapes
         return sum_to(gy, a_shape), sum_to(gy, b_shape)
 
 
@@ -47,7 +47,7 @@ class Sub(Function):
         return broadcasting("sub", xp.subtract, a, b)
 
     def backward(self, gy: Tensor) -> tuple:
-        a_shape, b_shape = (m[0] for m in self._input_meta)
+        a_shape, b_shape = self.input_shapes
         return sum_to(gy, a_shape), sum_to(-gy, b_shape)
 
 
@@ -130,9 +130,8 @@ def _float_input(x: Any) -> Any:
     return x if x.dtype in dt.FLOATING else x.astype("float32")
 
 
-def _zeros(like: Tensor, meta: tuple) -> Tensor:
-    """A constant zero gradient of an input's (shape, dtype), on ``like``'s device."""
-    shape, dtype = meta
+def _zeros(like: Tensor, shape: tuple, dtype: Any) -> Tensor:
+    """A constant zero gradient of an input's shape and dtype, on ``like``'s device."""
     return Tensor._wrap(like.device.xp.zeros(shape, dtype=dtype))
 
 
@@ -195,7 +194,7 @@ class PowScalar(Function):
     def backward(self, gy: Tensor) -> Tensor:
         (x,) = self.saved_tensors
         if self.exponent == 0:
-            return _zeros(gy, self._input_meta[0])  # x ** 0 is constant (and 0 * inf would be nan)
+            return _zeros(gy, self.input_shapes[0], self.input_dtypes[0])  # x ** 0 is constant (and 0 * inf would be nan)
         return gy * (pow(x, self.exponent - 1) * self.exponent)
 
 
@@ -288,7 +287,7 @@ class Sign(Function):
         return x.copy() if x.dtype == dt.bool_ else xp.sign(x)  # bool: itself, as in PyTorch
 
     def backward(self, gy: Tensor) -> Tensor:
-        return _zeros(gy, self._input_meta[0])
+        return _zeros(gy, self.input_shapes[0], self.input_dtypes[0])
 
 
 def add(a: Any, b: Any, alpha: float = 1) -> Tensor:

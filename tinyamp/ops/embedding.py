@@ -67,7 +67,7 @@ class Embedding(Function):
     def backward(self, gy: Tensor) -> tuple:
         if not self.needs_input_grad[1]:
             return None, None
-        rows = self._input_meta[1][0][0]
+        rows = self.input_shapes[1][0]
         return None, EmbeddingGrad(self.idx, rows, self.padding_idx, self.poison)(gy)
 
 

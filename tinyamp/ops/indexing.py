@@ -81,7 +81,7 @@ class GetItem(Function):
             raise _index_error(exc, x.shape, x.dtype) from None
 
     def backward(self, gy: Tensor) -> Tensor:
-        return GetItemGrad(self.key, self._input_meta[0][0])(gy)
+        return GetItemGrad(self.key, self.input_shapes[0])(gy)
 
 
 class GetItemGrad(Function):

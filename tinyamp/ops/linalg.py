@@ -85,7 +85,7 @@ class MatMul(Function):
 
     def backward(self, gy: Tensor) -> tuple:
         a, b = self.saved_tensors  # None when the other operand needs no gradient
-        (a_shape, _), (b_shape, _) = self._input_meta
+        a_shape, b_shape = self.input_shapes
         a2_shape = (1,) + a_shape if len(a_shape) == 1 else a_shape
         b2_shape = b_shape + (1,) if len(b_shape) == 1 else b_shape
         gy = gy.reshape(self.shape2)
@@ -158,7 +158,7 @@ class Linear(Function):
         g_rows = gy.reshape(-1, gy.shape[-1]) if gy.ndim != 2 else gy
         dx = dw = None
         if self.needs_input_grad[0]:
-            dx = MatMul()(g_rows, w).reshape(self._input_meta[0][0])
+            dx = MatMul()(g_rows, w).reshape(self.input_shapes[0])
         if self.needs_input_grad[1]:
             x_rows = x.reshape(-1, x.shape[-1]) if x.ndim != 2 else x
             dw = MatMul(trans_a=True)(g_rows, x_rows)

@@ -279,7 +279,7 @@ class NllLoss(ClassIndexLoss):
         return self.finish(xp, loss, x.dtype)
 
     def backward(self, gy: Tensor) -> tuple:
-        shape, dtype = self._input_meta[0]
+        shape, dtype = self.input_shapes[0], self.input_dtypes[0]
         q, _ = self.target_distribution(gy.device.xp, shape, dtype)
         gx = -q * self.upstream(gy)
         return (gx, None) + ((None,) if self.weighted else ())

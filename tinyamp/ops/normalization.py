@@ -95,11 +95,11 @@ class _Normalization(Function):
                 gx = g * rstd
             grads[0] = cast(gx, x.dtype)
         if self.has_weight:
-            shape, dtype = self._input_meta[1]
+            shape, dtype = self.input_shapes[1], self.input_dtypes[1]
             grads.append(cast(sum_to(gyc * xhat, self.pshape).reshape(shape), dtype)
                          if self.needs_input_grad[1] else None)
         if self.has_bias:
-            shape, dtype = self._input_meta[-1]
+            shape, dtype = self.input_shapes[-1], self.input_dtypes[-1]
             grads.append(cast(sum_to(gyc, self.pshape).reshape(shape), dtype)
                          if self.needs_input_grad[-1] else None)
         return tuple(grads)

@@ -59,7 +59,7 @@ class Sum(Function):
         return x.sum(axis=self.dims, keepdims=self.keepdim)
 
     def backward(self, gy: Tensor) -> Tensor:
-        shape = self._input_meta[0][0]
+        shape = self.input_shapes[0]
         if not self.keepdim:
             gy = gy.reshape(keepdim_shape(shape, self.dims))
         return broadcast_to(gy, shape)
@@ -90,7 +90,7 @@ class Mean(Function):
         return x.mean(axis=self.dims, keepdims=self.keepdim)
 
     def backward(self, gy: Tensor) -> Tensor:
-        shape = self._input_meta[0][0]
+        shape = self.input_shapes[0]
         if not self.keepdim:
             gy = gy.reshape(keepdim_shape(shape, self.dims))
         return broadcast_to(gy / self.count, shape)
@@ -179,7 +179,7 @@ def _select_along(op: Function, xp: Any, x: Any, pick: Any) -> tuple:
 
 def _scatter_back(op: Function, gy: Tensor) -> Tensor:
     """dx for max/min along a dim: gy at the selected index, 0 elsewhere."""
-    shape = op._input_meta[0][0]
+    shape = op.input_shapes[0]
     if op.index is None:
         return gy
     axis = op.dims[0]
