@@ -24,7 +24,7 @@ from ..kernels.elementwise_cpu import relu_backward_lowp, relu_lowp
 from ..precision import FP32, NEUTRAL
 from ..tensor import Tensor
 from .elementwise import exp
-from .select import clamp_max, where
+from .clamp_where import clamp_max, where
 
 _SQRT_PI = math.sqrt(math.pi)
 _INV_SQRT_2 = 1 / math.sqrt(2)

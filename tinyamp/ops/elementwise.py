@@ -2,7 +2,7 @@
 
 Here: add, sub, mul, div, neg, exp, log, pow, log1p, sqrt, rsqrt, reciprocal,
 abs, sign (and square, built on pow). Ops that select rather than compute
-(maximum, minimum, clamp, where) live in ``select.py``.
+(maximum, minimum, clamp, where) live in ``clamp_where.py``.
 
 Binary ops broadcast with PyTorch's rules and reduce gradients back with
 ``sum_to``; operands that cannot broadcast are an error naming the op and shapes.
@@ -22,7 +22,7 @@ from ..autograd.function import Function
 from ..tensor import Tensor
 from .broadcast import broadcasting, sum_to
 from .cast import cast
-from .select import where
+from .clamp_where import where
 
 
 class Add(Function):

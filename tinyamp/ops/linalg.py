@@ -23,7 +23,7 @@ from ..precision import LOWER
 from ..tensor import Tensor
 from .broadcast import sum_to
 from .reduce import sum as _sum
-from .norms import linalg_norm as norm, vector_norm  # noqa: F401 - ta.linalg.norm / ta.linalg.vector_norm
+from .vector_norms import linalg_norm as norm, vector_norm  # noqa: F401 - ta.linalg.norm / ta.linalg.vector_norm
 
 
 def _operands(a: Any, b: Any, op: str = "@") -> str:

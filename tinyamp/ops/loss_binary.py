@@ -29,7 +29,7 @@ from .activation import sigmoid, softplus
 from .cast import cast
 from .elementwise import log
 from .loss import check_constant, check_reduction, describe, reduce_loss, scale_grad
-from .select import clamp_min
+from .clamp_where import clamp_min
 
 _UNSAFE_MESSAGE = (
     "binary_cross_entropy is unsafe under float16 autocast: its gradient (x - t) / (x * (1 - x)) "

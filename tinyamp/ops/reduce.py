@@ -18,7 +18,7 @@ from ..precision import FP32, NEUTRAL
 from ..autograd.function import Function
 from ..tensor import Tensor
 from .broadcast import broadcast_to
-from .select import maximum, minimum
+from .clamp_where import maximum, minimum
 
 
 def normalize_dims(op: str, dim: "int | Sequence[int] | None", ndim: int) -> tuple[int, ...]:

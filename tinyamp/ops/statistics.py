@@ -19,7 +19,7 @@ from ..autograd.function import Function
 from ..tensor import Tensor
 from .broadcast import broadcast_to
 from .reduce import _keep, mean, normalize_dims
-from .select import where
+from .clamp_where import where
 
 
 def _sum_of_squares(op: Function, xp: Any, x: Any) -> Any:

@@ -26,7 +26,7 @@ from .elementwise import abs as _abs
 from .elementwise import pow as _pow
 from .reduce import _keep, amax, amin, normalize_dims
 from .reduce import sum as _sum
-from .select import clamp_min, where
+from .clamp_where import clamp_min, where
 
 
 class Norm(Function):
