@@ -63,10 +63,10 @@ class Function:
     # Which inputs / outputs backward reads (kept alive, version-checked).
     save_inputs: ClassVar[tuple[int, ...]] = ()
     save_outputs: ClassVar[tuple[int, ...]] = ()
-    # Optional {saved input: the input gradients that read it}. A saved input
-    # whose readers all need no gradient is not kept (saved_tensors gives None):
+    # Optional {saved input: the input gradients that need it}. A saved input
+    # none of whose gradients is needed is not kept (saved_tensors gives None):
     # x @ W with a constant x keeps x only, not the (float16 copy of the) weight.
-    saved_input_readers: ClassVar["dict[int, tuple[int, ...]] | None"] = None
+    saved_input_needed_by: ClassVar["dict[int, tuple[int, ...]] | None"] = None
 
     # Per-node state, filled in by _record().
     seq: int = -1
@@ -162,9 +162,9 @@ class Function:
         self._edges = edges
         self._input_meta = meta
         self._output_meta = [(o.data.shape, o.data.dtype) for o in outputs]
-        readers = self.saved_input_readers
+        needed_by = self.saved_input_needed_by
         self._saved_in = [(inputs[i], inputs[i]._version[0])
-                          if readers is None or any(needs[j] for j in readers[i]) else (None, 0)
+                          if needed_by is None or any(needs[j] for j in needed_by[i]) else (None, 0)
                           for i in self.save_inputs]
         self._saved_out = [(outputs[i].data, outputs[i]._version, outputs[i]._version[0])
                            for i in self.save_outputs]

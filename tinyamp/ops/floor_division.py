@@ -37,7 +37,7 @@ class Remainder(Function):
 
     precision = PROMOTE
     save_inputs = (0, 1)
-    saved_input_readers = {0: (1,), 1: (1,)}  # da = gy needs neither operand
+    saved_input_needed_by = {0: (1,), 1: (1,)}  # da = gy needs neither operand
 
     def forward(self, xp: Any, a: Any, b: Any) -> Any:
         return broadcasting("remainder", xp.remainder, a, b)

@@ -44,7 +44,7 @@ class MatMul(Function):
 
     precision = LOWER
     save_inputs = (0, 1)
-    saved_input_readers = {0: (1,), 1: (0,)}  # a is read by db only, b by da only
+    saved_input_needed_by = {0: (1,), 1: (0,)}  # a is needed by db only, b by da only
 
     def __init__(self, trans_a: bool = False, trans_b: bool = False) -> None:
         # The flags are for the backward pass (gy @ W^T without a copy); the
@@ -129,7 +129,7 @@ class Linear(Function):
 
     precision = LOWER
     save_inputs = (0, 1)  # x and W only: the output is not needed
-    saved_input_readers = {0: (1,), 1: (0,)}  # x is read by dW only, W by dx only
+    saved_input_needed_by = {0: (1,), 1: (0,)}  # x is needed by dW only, W by dx only
 
     def forward(self, xp: Any, x: Any, w: Any, b: Any = None) -> Any:
         _check_dtypes("linear", x, w, *(() if b is None else (b,)))

@@ -96,7 +96,7 @@ class Adam(Optimizer):
                 low = None if master is None else p.data
                 cuda_optim.adam_step(w, g, m, v, v_max, step, keep, low=low, **hyper)
                 if low is not None:
-                    self._low_written.add(p)
+                    self._written_back_by_kernel.add(p)
                 continue
             _adam_param(p.device.xp, w, g, m, v, v_max, step, keep, **hyper)
 

@@ -80,7 +80,7 @@ class Optimizer:
         # and the master is refreshed from it. Host metadata, so no sync.
         self._master_versions: dict[Tensor, int] = {}
         # Parameters whose low-precision copy a fused GPU kernel already wrote this step.
-        self._low_written: set = set()
+        self._written_back_by_kernel: set = set()
         if isinstance(params, Tensor):
             raise TypeError("params argument given to the optimizer should be an iterable of Tensors "
                             f"or dicts, but got {type(params).__name__}")
@@ -244,9 +244,9 @@ class Optimizer:
 
     def _finish(self, p: Tensor, master: "Tensor | None") -> None:
         """After the update: round masters back into the parameter, bump the version."""
-        if master is not None and p in self._low_written:
+        if master is not None and p in self._written_back_by_kernel:
             # The fused kernel wrote the rounded weights itself (on a kept step only).
-            self._low_written.discard(p)
+            self._written_back_by_kernel.discard(p)
         elif master is not None:
             # Rounded write-back; a skipped step left the master unchanged, so the
             # rounding reproduces the parameter's current value bit for bit.

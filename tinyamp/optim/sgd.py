@@ -84,6 +84,6 @@ class SGD(Optimizer):
                 low = None if master is None else p.data
                 cuda_optim.sgd_step(w, g, buf, step, keep, low=low, **hyper)
                 if low is not None:
-                    self._low_written.add(p)
+                    self._written_back_by_kernel.add(p)
                 continue
             _sgd_param(xp, w, g, buf, step, keep, **hyper)
