@@ -254,6 +254,13 @@ def _as_tensors(op: Function, args: tuple) -> list[Tensor]:
     NumPy 2 would treat a 0-d float64 array as a strong type and silently
     promote float16/float32 to float64 off the tape.
     """
+    for arg in args:
+        if not isinstance(arg, Tensor):
+            return _with_scalars(op, args)
+    return list(args)  # the common case, on every op: Tensors only
+
+
+def _with_scalars(op: Function, args: tuple) -> list[Tensor]:
     reference = None
     for arg in args:
         if isinstance(arg, Tensor):
