@@ -1,7 +1,7 @@
 """tinyamp's dtypes and the small rules about them.
 
 A tinyamp dtype *is* a ``numpy.dtype`` (bfloat16 comes from ``ml_dtypes``), so
-arrays, tensors and the precision policy all speak the same language and
+arrays, tensors and the precision rules all speak the same language and
 ``tensor.dtype == ta.float16`` just works. CuPy accepts the same objects.
 """
 
