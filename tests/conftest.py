@@ -1,7 +1,7 @@
 """Shared test fixtures: the device parameter and Hypothesis profiles.
 
 Every device-parametrised test runs on ``cpu``; the ``cuda`` entries carry the
-``gpu`` marker and are skipped when no GPU is present (DESIGN.md section 8).
+``gpu`` marker and are skipped when no GPU is present.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A CPU stand-in for the parts of CuPy that tinyamp/cuda_kernels.py uses, built on g++.
+"""A CPU stand-in for the parts of CuPy that tinyamp/kernels/cuda_*.py use, built on g++.
 
 ``FakeCupy`` offers ``ElementwiseKernel`` and ``RawKernel`` with CuPy's calling
 conventions and checks (argument count, the dtype of every typed parameter,
@@ -36,7 +36,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from tinyamp import cuda_kernels
+from tinyamp.kernels import cuda_launch, cuda_optim
 
 CXX = shutil.which("g++")
 CACHE = os.path.join(tempfile.gettempdir(), f"tinyamp-cuda-emulation-{os.getuid()}")
@@ -202,7 +202,7 @@ class ElementwiseKernel:
             else:
                 sig.append(f"const {ctype} {pname}")
         typedefs = "".join(f"typedef {_CTYPE[d]} {k};\n" for k, d in sorted(types_.items()))
-        return (PRELUDE + cuda_kernels.BF16_CONVERSIONS + BF16_STRUCT + typedefs
+        return (PRELUDE + cuda_launch.BF16_CONVERSIONS + BF16_STRUCT + typedefs
                 + f'extern "C" void tinyamp_run({", ".join(sig)}) {{\n'
                 + "  for (long long i = 0; i < tinyamp_size; ++i) {\n    "
                 + "\n    ".join(decls) + "\n    {\n" + self.operation + "\n    }\n  }\n}\n")
@@ -216,7 +216,7 @@ class RawKernel:
     def __init__(self, code: str, name: str, options: tuple = (), **kwargs: Any) -> None:
         if kwargs:
             raise TypeError(f"unexpected RawKernel arguments {sorted(kwargs)}")
-        if cuda_kernels.F16_CONVERSIONS not in code:
+        if cuda_launch.F16_CONVERSIONS not in code:
             raise ValueError(f"{name}: expected the float16 conversions to swap for C++ ones")
         self.code, self.name, self.options = code, name, tuple(options)
         self.params = parse_signature(code, name)
@@ -257,7 +257,7 @@ class RawKernel:
                  " for (unsigned tx = 0; tx < dx; ++tx) {\n"
                  "    blockIdx = {bx, by, bz}; threadIdx = {tx, ty, tz};\n"
                  f"    {self.name}({names});\n  }}\n")
-        return (PRELUDE + self.code.replace(cuda_kernels.F16_CONVERSIONS, F16_CPU)
+        return (PRELUDE + self.code.replace(cuda_launch.F16_CONVERSIONS, F16_CPU)
                 + f'extern "C" void tinyamp_run(unsigned gx, unsigned gy, unsigned gz, unsigned dx, unsigned dy, '
                   f'unsigned dz, {sig}) {{\n  gridDim = {{gx, gy, gz}}; blockDim = {{dx, dy, dz}};\n'
                 + loops + "}\n")
@@ -276,14 +276,14 @@ class FakeDevice:
 
 
 def fake_cupy() -> types.SimpleNamespace:
-    """The module object ``cuda_kernels`` gets from ``backend.cupy()`` under emulation."""
+    """The module object ``cuda_launch`` gets from ``backend.cupy()`` under emulation."""
     return types.SimpleNamespace(ElementwiseKernel=ElementwiseKernel, RawKernel=RawKernel,
                                  asarray=lambda a: np.ascontiguousarray(np.asarray(a)),
                                  empty=np.empty, ones=np.ones, zeros=np.zeros)
 
 
 def install(monkeypatch: Any, execute: bool = True) -> types.SimpleNamespace:
-    """Route ``tinyamp.cuda_kernels`` to the emulation (NumPy arrays count as device arrays).
+    """Route ``tinyamp.kernels.cuda_launch`` to the emulation (NumPy arrays count as device arrays).
 
     ``execute=False`` only checks each launch (arguments against the parameter
     lists, dtypes, sizes) and leaves the arrays alone.
@@ -291,11 +291,12 @@ def install(monkeypatch: Any, execute: bool = True) -> types.SimpleNamespace:
     fake = fake_cupy()
     monkeypatch.setattr(ElementwiseKernel, "execute", execute)
     monkeypatch.setattr(RawKernel, "execute", execute)
-    monkeypatch.setattr(cuda_kernels, "_cp", lambda: fake)
-    monkeypatch.setattr(cuda_kernels, "on_gpu", lambda a: isinstance(a, np.ndarray))
-    monkeypatch.setattr(cuda_kernels, "_pointer", lambda a: a.ctypes.data)
-    monkeypatch.setattr(cuda_kernels, "_device", lambda a: FakeDevice())
+    monkeypatch.setattr(cuda_launch, "_cp", lambda: fake)
+    monkeypatch.setattr(cuda_launch, "on_gpu", lambda a: isinstance(a, np.ndarray))
+    monkeypatch.setattr(cuda_launch, "_pointer", lambda a: a.ctypes.data)
+    monkeypatch.setattr(cuda_launch, "_device", lambda a: FakeDevice())
     # Fresh caches, restored afterwards: emulated kernels must never reach a real GPU run.
-    for name in ("_kernels", "_chunk_tables", "_pointer_tables", "_true_flags", "launches"):
-        monkeypatch.setattr(cuda_kernels, name, {})
+    for name in ("_kernels", "_chunk_tables", "_pointer_tables", "launches"):
+        monkeypatch.setattr(cuda_launch, name, {})
+    monkeypatch.setattr(cuda_optim, "_true_flags", {})
     return fake

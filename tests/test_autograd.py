@@ -400,3 +400,26 @@ def test_leaf_gradients_never_alias_each_other_or_the_seed() -> None:
     m.mean().backward()           # the gradient is a broadcast view of one value
     m.grad.data[0] = 5.0          # owned and writable
     np.testing.assert_allclose(m.grad.numpy(), [5.0, 1 / 3, 1 / 3])
+
+
+def test_reachable_nodes_visits_each_node_once_without_recursion() -> None:
+    from tinyamp.autograd.graph import reachable_nodes
+
+    x = ta.tensor([1.0, 2.0], requires_grad=True)
+    shared = x.exp()
+    y = shared * shared + shared  # exp feeds mul (twice) and add: a diamond
+    assert sorted(node.name for node in reachable_nodes([y])) == ["add", "exp", "mul"]
+    assert list(reachable_nodes([x, ta.tensor([1.0])])) == []  # leaves and constants have no node
+    h = x
+    for _ in range(10_000):
+        h = h * 1.0
+    assert sum(1 for _ in reachable_nodes([h])) == 10_000
+
+
+def test_a_node_reports_its_inputs_as_recorded_after_autocast() -> None:
+    x = ta.ones(4, 3, requires_grad=True)
+    w = ta.ones(2, 3, requires_grad=True)
+    with ta.amp.autocast():
+        y = ta.nn.functional.linear(x, w)
+    assert y.grad_fn.input_shapes == ((4, 3), (2, 3))
+    assert y.grad_fn.input_dtypes == (ta.float16, ta.float16)  # the casts' outputs, not the float32 leaves

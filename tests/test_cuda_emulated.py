@@ -17,8 +17,7 @@ import pytest
 import cuda_emulation as emu
 import fused_drivers as fd
 import tinyamp as ta
-from tinyamp import cuda_kernels
-from tinyamp.amp import scaler_kernels
+from tinyamp.kernels import cuda_launch, cuda_optim, cuda_scaler, loss_scale
 
 pytestmark = pytest.mark.skipif(emu.CXX is None, reason="the kernel emulation needs g++")
 
@@ -32,8 +31,8 @@ def emulated(monkeypatch):
 
 @pytest.mark.parametrize("chunk, block", [(64, 16), (8192, 256)])
 def test_unscale_group_matches_the_numpy_path(emulated, monkeypatch, chunk, block) -> None:
-    monkeypatch.setattr(cuda_kernels, "UNSCALE_CHUNK", chunk)
-    monkeypatch.setattr(cuda_kernels, "UNSCALE_BLOCK", block)
+    monkeypatch.setattr(cuda_scaler, "UNSCALE_CHUNK", chunk)
+    monkeypatch.setattr(cuda_scaler, "UNSCALE_BLOCK", block)
     rng = np.random.default_rng(3)
     for bad_pair in [None, *range(len(UNSCALE_PAIRS))]:
         for inv in (2.0 ** -16, 1 / 3):
@@ -52,14 +51,14 @@ def test_unscale_group_matches_the_numpy_path(emulated, monkeypatch, chunk, bloc
                 outs.append(grads[-1])
                 found = np.zeros((), np.float32)
                 # The scaler's function, taking the fused path or not (the float64 pair stays in its loop).
-                monkeypatch.setattr(cuda_kernels, "on_gpu", lambda a, fused=fused: fused)
+                monkeypatch.setattr(cuda_launch, "on_gpu", lambda a, fused=fused: fused)
                 with np.errstate(all="ignore"):
-                    scaler_kernels.unscale_group(np, grads, outs, np.full((), inv, np.float32), found)
+                    loss_scale.unscale_group(np, grads, outs, np.full((), inv, np.float32), found)
                 results.append(outs + [found])
             fd.assert_same_bits(results[1], results[0], f"unscale bad={bad_pair}")
             assert (results[1][-1] == 1) == (bad_pair is not None)
-    assert cuda_kernels.launches["tinyamp_unscale_f16_f32"] == 2 * (len(UNSCALE_PAIRS) + 1)
-    rest = cuda_kernels.unscale_group([np.ones(3), np.ones(6, np.float32)[::2]], [np.ones(3), np.ones(3, np.float32)],
+    assert cuda_launch.launches["tinyamp_unscale_f16_f32"] == 2 * (len(UNSCALE_PAIRS) + 1)
+    rest = cuda_scaler.unscale_group([np.ones(3), np.ones(6, np.float32)[::2]], [np.ones(3), np.ones(3, np.float32)],
                                       np.ones((), np.float32), np.zeros((), np.float32))
     assert [g.dtype for g, _ in rest] == [np.float64, np.float32]  # float64 and a strided view are not taken
 
@@ -73,7 +72,7 @@ def test_bfloat16_rounding_of_the_unscale_kernel(emulated) -> None:
     x = patterns.view(np.float32)
     x = np.concatenate([x, -x])
     out = np.empty(x.shape, ml_dtypes.bfloat16)
-    cuda_kernels.unscale_group([x], [out], np.ones((), np.float32), np.zeros((), np.float32))
+    cuda_scaler.unscale_group([x], [out], np.ones((), np.float32), np.zeros((), np.float32))
     with np.errstate(invalid="ignore"):
         want = x.astype(ml_dtypes.bfloat16)
     fd.assert_same_bits([out], [want], "bfloat16 rounding")
@@ -85,7 +84,7 @@ def test_update_scale_kernel_matches_the_numpy_path(emulated, hyper) -> None:
         want = [a.copy() for a in state]
         numpy_update_scale(*want, **hyper)
         got = [a.copy() for a in state]
-        cuda_kernels.update_scale(*got, **hyper, floor=scaler_kernels.FLOOR)
+        cuda_scaler.update_scale(*got, **hyper, floor=loss_scale.DEFAULT_MIN_SCALE)
         fd.assert_same_bits(got, want, f"update_scale {[a.item() for a in state]}")
 
 
@@ -93,7 +92,7 @@ def test_update_scale_kernel_matches_the_numpy_path(emulated, hyper) -> None:
 @pytest.mark.parametrize("case", fd.SGD_CASES, ids=fd.case_id)
 def test_sgd_kernel_matches_the_numpy_path(emulated, case, dtypes) -> None:
     want = fd.sgd_run(fd.numpy_sgd, case, dtypes)
-    got = fd.sgd_run(cuda_kernels.sgd_step, case, dtypes)
+    got = fd.sgd_run(cuda_optim.sgd_step, case, dtypes)
     for step, (a, b) in enumerate(zip(got, want)):
         fd.assert_same_bits(a, b, f"sgd step {step}")
 
@@ -102,7 +101,7 @@ def test_sgd_kernel_matches_the_numpy_path(emulated, case, dtypes) -> None:
 @pytest.mark.parametrize("case", fd.ADAM_CASES, ids=fd.case_id)
 def test_adam_kernel_matches_the_numpy_path(emulated, case, dtypes) -> None:
     def fused(w, g, m, v, v_max, step, keep, *, low=None, **hyper):
-        cuda_kernels.adam_step(w, g, m, v, v_max, step, keep, low=low, **hyper)
+        cuda_optim.adam_step(w, g, m, v, v_max, step, keep, low=low, **hyper)
 
     want = fd.adam_run(fd.numpy_adam, case, dtypes)
     got = fd.adam_run(fused, case, dtypes)
@@ -159,7 +158,7 @@ def test_training_steps_with_fused_kernels_match_the_numpy_path(monkeypatch, nam
     got = train(OPTIMIZERS[name], o2)
     for step, (a, b) in enumerate(zip(got, want)):
         fd.assert_same_bits(a, b, f"{name} step {step}")
-    kernels = set(cuda_kernels.launches)
+    kernels = set(cuda_launch.launches)
     assert {"tinyamp_update_scale", "tinyamp_unscale_f32_f32" if not o2 else "tinyamp_unscale_f16_f32"} <= kernels
     family = "tinyamp_sgd_momentum" if name.startswith("sgd") else "tinyamp_adam" + ("_amsgrad" * ("ams" in name))
     assert family + ("_low" if o2 else "") in kernels

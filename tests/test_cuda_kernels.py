@@ -1,6 +1,6 @@
 """The fused CUDA kernels, checked on the CPU: sources, launch plumbing, NumPy references, memory API.
 
-- importing tinyamp (and tinyamp.cuda_kernels) never imports CuPy;
+- importing tinyamp (and its CUDA kernel modules) never imports CuPy;
 - every kernel's parameter list is well formed for CuPy (names, types, no
   write to a ``raw`` input, which CuPy declares ``const``), and every launch
   passes exactly its parameters with the right dtypes (checked by the CuPy
@@ -27,11 +27,12 @@ import pytest
 import cuda_emulation as emu
 import fused_drivers as fd
 import tinyamp as ta
-from tinyamp import backend, cuda_kernels, cuda_kernels_reference
-from tinyamp.amp import scaler_kernels
+import cuda_kernels_reference
+from tinyamp import backend
+from tinyamp.kernels import cuda_launch, cuda_optim, cuda_scaler, loss_scale
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SPECS = cuda_kernels.elementwise_specs()
+SPECS = cuda_scaler.elementwise_specs() + cuda_optim.elementwise_specs()
 
 
 def test_importing_tinyamp_never_imports_cupy(tmp_path) -> None:
@@ -39,8 +40,9 @@ def test_importing_tinyamp_never_imports_cupy(tmp_path) -> None:
     fake = tmp_path / "cupy"
     fake.mkdir()
     (fake / "__init__.py").write_text(f"open({str(marker)!r}, 'w').close()\nraise ImportError('stand-in')\n")
-    code = ("import tinyamp, tinyamp.cuda_kernels, tinyamp.cuda_kernels_reference, tinyamp.optim\n"
-            "from tinyamp import cuda_kernels\ncuda_kernels.elementwise_specs(); cuda_kernels.raw_sources()\n")
+    code = ("import tinyamp, tinyamp.optim\n"
+            "from tinyamp.kernels import cuda_launch, cuda_optim, cuda_scaler, loss_scale\n"
+            "cuda_scaler.elementwise_specs(), cuda_optim.elementwise_specs(), cuda_scaler.raw_sources()\n")
     env = dict(os.environ, PYTHONPATH=f"{tmp_path}{os.pathsep}{REPO}")
     subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=tmp_path)
     assert not marker.exists(), "importing tinyamp imported cupy"
@@ -52,7 +54,7 @@ def test_importing_tinyamp_never_imports_cupy(tmp_path) -> None:
 
 # ---------------------------------------------------------------- sources
 @pytest.mark.parametrize("spec", SPECS, ids=[s.name for s in SPECS])
-def test_elementwise_parameter_lists_are_valid_cupy(spec: cuda_kernels.KernelSpec) -> None:
+def test_elementwise_parameter_lists_are_valid_cupy(spec: cuda_launch.KernelSpec) -> None:
     ins, outs = emu.parse_params(spec.in_params), emu.parse_params(spec.out_params)
     names = [name for _, _, name in ins + outs]
     assert len(set(names)) == len(names)
@@ -68,7 +70,7 @@ def test_elementwise_parameter_lists_are_valid_cupy(spec: cuda_kernels.KernelSpe
 
 
 def test_raw_kernel_signatures() -> None:
-    sources = cuda_kernels.raw_sources()
+    sources = cuda_scaler.raw_sources()
     assert len({name for name, _ in sources}) == 9
     for name, source in sources:
         params = emu.parse_signature(source, name)
@@ -81,54 +83,54 @@ def test_every_launch_matches_its_parameter_list(monkeypatch) -> None:
     emu.install(monkeypatch, execute=False)
     for g_dt in (fd.F32, fd.F16, fd.BF16):
         for o_dt in (fd.F32, fd.F16, fd.BF16):
-            rest = cuda_kernels.unscale_group([np.ones(3, g_dt)], [np.ones(3, o_dt)],
+            rest = cuda_scaler.unscale_group([np.ones(3, g_dt)], [np.ones(3, o_dt)],
                                               np.ones((), np.float32), np.zeros((), np.float32))
             assert rest == []
     scalars = [np.ones((), np.float32), np.zeros((), np.int32), np.ones((), np.int32), np.zeros((), np.float32)]
     for max_scale in (None, 2.0 ** 24):
-        cuda_kernels.update_scale(*scalars, growth_factor=2.0, backoff_factor=0.5, growth_interval=10,
+        cuda_scaler.update_scale(*scalars, growth_factor=2.0, backoff_factor=0.5, growth_interval=10,
                                   hysteresis=1, min_scale=None, max_scale=max_scale, floor=1e-38)
     w, low = np.ones(4, np.float32), np.ones(4, np.float16)
     for momentum in (0.0, 0.9):
         for keep in (True, np.array(False)):
             for lo in (None, low):
-                cuda_kernels.sgd_step(w, w.astype(np.float16), w.copy(), np.zeros((), np.float32), keep, low=lo,
+                cuda_optim.sgd_step(w, w.astype(np.float16), w.copy(), np.zeros((), np.float32), keep, low=lo,
                                       lr=0.1, momentum=momentum, dampening=0.0, weight_decay=0.0,
                                       nesterov=False, maximize=False)
     for amsgrad in (False, True):
         for lo in (None, low):
-            cuda_kernels.adam_step(w, w, w.copy(), w.copy(), w.copy() if amsgrad else None,
+            cuda_optim.adam_step(w, w, w.copy(), w.copy(), w.copy() if amsgrad else None,
                                    np.zeros((), np.float32), True, low=lo, lr=1e-3, beta1=0.9, beta2=0.999,
                                    eps=1e-8, weight_decay=0.0, decoupled=True)
-    expected = {s.name for s in SPECS} | {name for name, _ in cuda_kernels.raw_sources()}
-    assert set(cuda_kernels.launches) == expected
+    expected = {s.name for s in SPECS} | {name for name, _ in cuda_scaler.raw_sources()}
+    assert set(cuda_launch.launches) == expected
 
 
 def test_pointer_tables_are_uploaded_once_while_the_pointers_repeat(monkeypatch) -> None:
     emu.install(monkeypatch, execute=False)
-    monkeypatch.setattr(cuda_kernels, "POINTER_TABLES_KEPT", 2)
+    monkeypatch.setattr(cuda_launch, "POINTER_TABLES_KEPT", 2)
     grads = [np.ones(5, np.float32) for _ in range(3)]
     inv, found = np.ones((), np.float32), np.zeros((), np.float32)
-    cuda_kernels.unscale_group(grads[:2], grads[:2], inv, found)
-    (first,) = cuda_kernels._pointer_tables.values()
-    cuda_kernels.unscale_group(grads[:2], grads[:2], inv, found)
-    assert list(cuda_kernels._pointer_tables.values()) == [first]  # found again, not uploaded again
+    cuda_scaler.unscale_group(grads[:2], grads[:2], inv, found)
+    (first,) = cuda_launch._pointer_tables.values()
+    cuda_scaler.unscale_group(grads[:2], grads[:2], inv, found)
+    assert list(cuda_launch._pointer_tables.values()) == [first]  # found again, not uploaded again
     assert first.tolist() == [g.ctypes.data for g in grads[:2]] * 2
-    cuda_kernels.unscale_group(grads[1:], grads[1:], inv, found)
-    cuda_kernels.unscale_group(grads[:1], grads[:1], inv, found)
-    assert len(cuda_kernels._pointer_tables) == 2  # the least recently used went
-    assert all(t is not first for t in cuda_kernels._pointer_tables.values())
+    cuda_scaler.unscale_group(grads[1:], grads[1:], inv, found)
+    cuda_scaler.unscale_group(grads[:1], grads[:1], inv, found)
+    assert len(cuda_launch._pointer_tables) == 2  # the least recently used went
+    assert all(t is not first for t in cuda_launch._pointer_tables.values())
 
 
 def test_the_stand_in_rejects_what_cupy_rejects(monkeypatch) -> None:
     fake = emu.install(monkeypatch, execute=False)
-    spec = cuda_kernels.ADVANCE_STEP
+    spec = cuda_optim.ADVANCE_STEP
     kernel = fake.ElementwiseKernel(spec.in_params, spec.out_params, spec.body, spec.name)
     with pytest.raises(TypeError, match="mismatched"):
         kernel(np.ones(1, bool), np.zeros(1, np.float64), size=1)  # float64 step for a float32 parameter
     with pytest.raises(ValueError, match="undecided"):
         kernel(np.ones(1, bool), np.zeros(1, np.float32))
-    name, source = cuda_kernels.unscale_source(fd.F32, fd.F32)
+    name, source = cuda_scaler.unscale_source(fd.F32, fd.F32)
     raw = fake.RawKernel(source, name)
     with pytest.raises(TypeError, match="numpy.int32"):  # CuPy would pass a Python int as long long
         raw((1,), (1,), (np.zeros(2, np.uint64), 1, np.zeros((1, 3), np.int64), np.ones((), np.float32),
@@ -153,7 +155,7 @@ def unscale_inputs(g_dt: np.dtype, o_dt: np.dtype, bad: float | None, sizes=(1, 
 @pytest.mark.parametrize("inv", [2.0 ** -16, 1 / 3, 2.0 ** 120])  # exact, rounded, overflowing to inf
 def test_unscale_reference_matches_the_numpy_path(pair, bad, inv) -> None:
     results = []
-    for run in (lambda *a: scaler_kernels.unscale_group(np, *a), cuda_kernels_reference.unscale_reference):
+    for run in (lambda *a: loss_scale.unscale_group(np, *a), cuda_kernels_reference.unscale_reference):
         grads, outs = unscale_inputs(*pair, bad)
         found = np.zeros((), np.float32)
         with np.errstate(all="ignore"):
@@ -169,7 +171,7 @@ HYPERS = [
          max_scale=2.0 ** 20),
     dict(growth_factor=1e30, backoff_factor=1e-30, growth_interval=2, hysteresis=2, min_scale=None, max_scale=None),
 ]
-SCALES = [scaler_kernels.FLOOR, 0.125, 1.0, 3.0, 65536.0, 2.0 ** 20, 2.0 ** 127, 3.4e38]
+SCALES = [loss_scale.DEFAULT_MIN_SCALE, 0.125, 1.0, 3.0, 65536.0, 2.0 ** 20, 2.0 ** 127, 3.4e38]
 
 
 def scale_states(hyper: dict):
@@ -185,7 +187,7 @@ def scale_states(hyper: dict):
 
 def numpy_update_scale(*arrays, **hyper) -> None:
     with np.errstate(over="ignore"):
-        scaler_kernels.update_scale(np, *arrays, **hyper)
+        loss_scale.update_scale(np, *arrays, **hyper)
 
 
 @pytest.mark.parametrize("hyper", HYPERS)
@@ -194,7 +196,7 @@ def test_update_scale_reference_matches_the_numpy_path(hyper) -> None:
         want = [a.copy() for a in state]
         numpy_update_scale(*want, **hyper)
         got = [a.copy() for a in state]
-        cuda_kernels_reference.update_scale_reference(*got, **hyper, floor=scaler_kernels.FLOOR)
+        cuda_kernels_reference.update_scale_reference(*got, **hyper, floor=loss_scale.DEFAULT_MIN_SCALE)
         fd.assert_same_bits(got, want, f"update_scale {[a.item() for a in state]}")
 
 
@@ -218,13 +220,13 @@ def test_adam_reference_matches_the_numpy_path(case, dtypes) -> None:
 
 def test_chunk_table_covers_every_element_once() -> None:
     sizes = [1, 8, 9, 0, 100]
-    table = cuda_kernels.chunk_table(sizes, 8)
+    table = cuda_launch.chunk_table(sizes, 8)
     seen = [np.zeros(n, int) for n in sizes]
     for t, start, end in table:
         assert 0 < end - start <= 8
         seen[t][start:end] += 1
     assert all((s == 1).all() for s in seen)
-    assert table.dtype == np.int64 and cuda_kernels.chunk_table([], 8).shape == (0, 3)
+    assert table.dtype == np.int64 and cuda_launch.chunk_table([], 8).shape == (0, 3)
 
 
 # ------------------------------------------------------------------ memory

@@ -1,6 +1,6 @@
 """End-to-end checks that need a CUDA GPU (all marked ``gpu``; run with ``pytest -m gpu``).
 
-- the fused kernels of tinyamp/cuda_kernels.py against the NumPy paths, bit for bit
+- the fused kernels of tinyamp/kernels/cuda_*.py against the NumPy paths, bit for bit
   (the same drivers as the CPU tests; Adam's bias corrections checked first,
   because CUDA's double ``pow`` is not the C library's);
 - an AMP training step with tinyamp's optimizers and GradScaler never makes the
@@ -22,12 +22,12 @@ import pytest
 
 import fused_drivers as fd
 import tinyamp as ta
-from tinyamp import backend, cuda_kernels
-from tinyamp.amp import scaler_kernels
+from tinyamp import backend
+from tinyamp.kernels import cuda_launch, cuda_optim, loss_scale
 
 HAS_GPU = backend.cuda.is_available()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not HAS_GPU, reason="needs CuPy and a CUDA GPU")]
-gemm_module = importlib.import_module("tinyamp.ops.gemm")
+gemm_module = importlib.import_module("tinyamp.kernels.gemm")
 
 
 @pytest.fixture
@@ -64,11 +64,11 @@ def test_fused_unscale_matches_the_numpy_path(cp, pair, bad) -> None:
     host_grads = [o if o_dt == g_dt else g for g, o in zip(grads, outs)]
     inv = np.full((), 1 / 3, np.float32)
     found, d_found = np.zeros((), np.float32), cp.zeros((), cp.float32)
-    before = dict(cuda_kernels.launches)
+    before = dict(cuda_launch.launches)
     with np.errstate(all="ignore"):
-        scaler_kernels.unscale_group(np, host_grads, outs, inv, found)
-    scaler_kernels.unscale_group(cp, d_grads, d_outs, cp.asarray(inv), d_found)
-    assert sum(cuda_kernels.launches.values()) == sum(before.values()) + 1  # one launch for the group
+        loss_scale.unscale_group(np, host_grads, outs, inv, found)
+    loss_scale.unscale_group(cp, d_grads, d_outs, cp.asarray(inv), d_found)
+    assert sum(cuda_launch.launches.values()) == sum(before.values()) + 1  # one launch for the group
     fd.assert_same_bits([o.get() for o in d_outs] + [d_found.get()], outs + [found], "unscale")
 
 
@@ -82,9 +82,9 @@ def test_fused_update_scale_matches_the_numpy_path(cp, hyper) -> None:
     for state in scale_states(hyper):
         want = [a.copy() for a in state]
         with np.errstate(over="ignore"):
-            scaler_kernels.update_scale(np, *want, **hyper)
+            loss_scale.update_scale(np, *want, **hyper)
         got = [cp.asarray(a) for a in state]
-        scaler_kernels.update_scale(cp, *got, **hyper)
+        loss_scale.update_scale(cp, *got, **hyper)
         fd.assert_same_bits([a.get() for a in got], want, f"update_scale {[a.item() for a in state]}")
 
 
@@ -92,7 +92,7 @@ def test_fused_update_scale_matches_the_numpy_path(cp, hyper) -> None:
 @pytest.mark.parametrize("case", fd.SGD_CASES, ids=fd.case_id)
 def test_fused_sgd_matches_the_numpy_path(cp, case, dtypes) -> None:
     want = fd.sgd_run(fd.numpy_sgd, case, dtypes)
-    got = fd.sgd_run(on_device(cuda_kernels.sgd_step), case, dtypes)
+    got = fd.sgd_run(on_device(cuda_optim.sgd_step), case, dtypes)
     for step, (a, b) in enumerate(zip(got, want)):
         fd.assert_same_bits(a, b, f"sgd step {step}")
 
@@ -105,7 +105,7 @@ def test_adam_bias_corrections_match_numpy(cp) -> None:
         for t in range(1000):
             step = cp.full((1,), t, cp.float32)
             coef = cp.empty((2,), cp.float32)
-            cuda_kernels._elementwise(cuda_kernels.ADAM_PREPARE, cp.zeros((1,), bool), 1e-3, beta1, beta2,
+            cuda_launch.elementwise(cuda_optim.ADAM_PREPARE, cp.zeros((1,), bool), 1e-3, beta1, beta2,
                                       step, coef, size=1)
             tt = np.float64(np.float32(t) + np.float32(1))
             want = [np.float32(1e-3 / (1 - beta1 ** tt)), np.float32(np.sqrt(1 - beta2 ** tt))]
@@ -119,7 +119,7 @@ def test_adam_bias_corrections_match_numpy(cp) -> None:
 def test_fused_adam_matches_the_numpy_path(cp, case, dtypes) -> None:
     # Bit for bit given equal bias corrections (test_adam_bias_corrections_match_numpy).
     want = fd.adam_run(fd.numpy_adam, case, dtypes)
-    got = fd.adam_run(on_device(cuda_kernels.adam_step), case, dtypes)
+    got = fd.adam_run(on_device(cuda_optim.adam_step), case, dtypes)
     for step, (a, b) in enumerate(zip(got, want)):
         fd.assert_same_bits(a, b, f"adam step {step}")
 
@@ -199,11 +199,11 @@ def test_amp_training_step_makes_no_host_sync(cp, o2, opt_name) -> None:
         step()
     cp.cuda.Device().synchronize()
     syncs = ta.cuda.sync_count()
-    launches = sum(cuda_kernels.launches.values())
+    launches = sum(cuda_launch.launches.values())
     assert host_never_waits(cp, lambda: [step() for _ in range(3)]), "the host waited for the GPU in a step"
     assert ta.cuda.sync_count() == syncs
     if opt_name in ("sgd", "adam"):
-        assert sum(cuda_kernels.launches.values()) > launches  # the fused kernels did the work
+        assert sum(cuda_launch.launches.values()) > launches  # the fused kernels did the work
 
 
 @pytest.mark.parametrize("o2", [False, True], ids=["O1", "O2"])

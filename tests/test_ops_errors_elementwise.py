@@ -55,7 +55,7 @@ def test_where_accepts_an_array_condition_and_never_casts_it() -> None:
     with ta.amp.autocast():
         y = ta.where(mask, x, _leaf([10.0, 20.0, 30.0], ta.float32))
     assert y.dtype == ta.float32  # PROMOTE on a and b only
-    assert len(y.grad_fn._input_meta) == 2  # the condition is not an input of the node
+    assert len(y.grad_fn.input_shapes) == 2  # the condition is not an input of the node
     np.testing.assert_array_equal(y.detach().numpy(), [1.0, 20.0, 3.0])
     (gx,) = ta.autograd.grad(y.sum(), [x])
     assert gx.dtype == ta.float16

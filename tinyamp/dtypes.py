@@ -1,7 +1,7 @@
 """tinyamp's dtypes and the small rules about them.
 
 A tinyamp dtype *is* a ``numpy.dtype`` (bfloat16 comes from ``ml_dtypes``), so
-arrays, tensors and the precision policy all speak the same language and
+arrays, tensors and the precision rules all speak the same language and
 ``tensor.dtype == ta.float16`` just works. CuPy accepts the same objects.
 """
 
@@ -83,6 +83,21 @@ def is_floating(dtype: np.dtype) -> bool:
 
 def is_low_precision(dtype: np.dtype) -> bool:
     return dtype == float16 or dtype == bfloat16
+
+
+def opmath_dtype(dtype: np.dtype) -> np.dtype:
+    """The dtype arithmetic on ``dtype`` runs in: float32 for float16/bfloat16, else ``dtype`` itself.
+
+    Low-precision values are computed in float32 and rounded once when the
+    result is stored (PyTorch's "opmath" type; tensor cores do the same).
+    """
+    return float32 if dtype == float16 or dtype == bfloat16 else dtype
+
+
+def opmath(array: Any) -> Any:
+    """``array`` in its :func:`opmath_dtype`: a float32 copy of a float16/bfloat16 array, else ``array``."""
+    dtype = array.dtype
+    return array.astype(float32) if dtype == float16 or dtype == bfloat16 else array
 
 
 def dtype_name(dtype: np.dtype) -> str:

@@ -35,16 +35,16 @@ import numpy as np
 
 from .. import backend
 from .. import dtypes as dt
-from ..amp.policy import LOWER
+from ..precision import LOWER
 from ..autograd.function import Function
 from ..random import default_generator
 from ..tensor import Tensor
 from .broadcast import expand, sum_to
 from .cast import cast
-from .gemm import gemm
+from ..kernels.gemm import gemm
 from .linalg import matmul
 from .reduce import sum as _sum
-from .select import masked_fill, where
+from .clamp_where import masked_fill, where
 from .shape import reshape, unsqueeze
 from .softmax import shifted, softmax
 
@@ -154,7 +154,7 @@ class ScaledDotProductAttention(Function):
             dropped = p * drop
         needs = self.needs_input_grad
         grads: list = [None] * len(needs)
-        shapes = [shape for shape, _ in self._input_meta]
+        shapes = list(self.input_shapes)
         if needs[2]:
             grads[2] = cast(sum_to(matmul(dropped.transpose(-2, -1), gc), shapes[2]), v.dtype)
         if any(needs[:2]) or (mask is not None and needs[3]):

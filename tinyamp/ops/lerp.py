@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from .. import dtypes as dt
-from ..amp.policy import PROMOTE
+from ..precision import PROMOTE
 from ..autograd.function import Function
 from ..tensor import Tensor
 from .broadcast import broadcasting, sum_to
@@ -52,7 +52,7 @@ class Lerp(Function):
         return broadcasting("lerp", interpolate, *operands).astype(start.dtype, copy=False)
 
     def backward(self, gy: Tensor) -> tuple:
-        shapes = [shape for shape, _ in self._input_meta]
+        shapes = list(self.input_shapes)
         if self.weight is not None:
             w = self.weight
             return (sum_to(gy * (1 - w), shapes[0]) if self.needs_input_grad[0] else None,

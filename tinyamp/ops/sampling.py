@@ -30,7 +30,7 @@ import numpy as np
 
 from .. import backend
 from .. import dtypes as dt
-from ..amp.policy import NEUTRAL
+from ..precision import NEUTRAL
 from ..autograd.function import Function
 from ..random import Generator, default_generator
 from ..tensor import Tensor

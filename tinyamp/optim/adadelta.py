@@ -21,16 +21,17 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from .optimizer import Optimizer, decayed_gradient, masked_write, opmath, refuse_differentiable
+from .. import dtypes as dt
+from .optimizer import Optimizer, decayed_gradient, masked_write, refuse_differentiable
 
 
 def _adadelta_param(xp: Any, w: Any, g: Any, square_avg: Any, acc_delta: Any, step: Any, keep: Any, *,
                     lr: float, rho: float, eps: float, weight_decay: float, maximize: bool) -> None:
     """Update one parameter and its two running averages in place, masked by ``keep``."""
-    w32 = opmath(w)
+    w32 = dt.opmath(w)
     d = decayed_gradient(w32, g, maximize=maximize, weight_decay=weight_decay)
-    new_square = rho * opmath(square_avg) + (1 - rho) * d * d
-    acc = opmath(acc_delta)
+    new_square = rho * dt.opmath(square_avg) + (1 - rho) * d * d
+    acc = dt.opmath(acc_delta)
     delta = xp.sqrt(acc + eps) / xp.sqrt(new_square + eps) * d
     masked_write(xp, w, w32 - lr * delta, keep)
     masked_write(xp, square_avg, new_square, keep)

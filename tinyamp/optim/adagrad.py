@@ -24,19 +24,20 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from .optimizer import Optimizer, decayed_gradient, masked_write, opmath, refuse_differentiable
+from .. import dtypes as dt
+from .optimizer import Optimizer, decayed_gradient, masked_write, refuse_differentiable
 
 
 def _adagrad_param(xp: Any, w: Any, g: Any, total: Any, step: Any, keep: Any, *, lr: float, lr_decay: float,
                    weight_decay: float, eps: float, maximize: bool) -> None:
     """Update one parameter and its accumulated squares in place, masked by ``keep``."""
-    w32 = opmath(w)
+    w32 = dt.opmath(w)
     d = decayed_gradient(w32, g, maximize=maximize, weight_decay=weight_decay)
     clr: Any = lr
     if lr_decay != 0:
         # t - 1 is the counter before this step.
         clr = (lr / (1 + step.astype(np.float64) * lr_decay)).astype(w32.dtype)
-    new_total = opmath(total) + d * d
+    new_total = dt.opmath(total) + d * d
     masked_write(xp, w, w32 - clr * (d / (xp.sqrt(new_total) + eps)), keep)
     masked_write(xp, total, new_total, keep)
     xp.add(step, keep, out=step, casting="unsafe")

@@ -27,7 +27,8 @@ from typing import Any, Iterable
 import numpy as np
 
 from .adam import adam_moments
-from .optimizer import Optimizer, masked_write, opmath, refuse_differentiable
+from .. import dtypes as dt
+from .optimizer import Optimizer, masked_write, refuse_differentiable
 
 
 def _momentum_coefficient(t: Any, beta1: float, momentum_decay: float) -> Any:
@@ -39,7 +40,7 @@ def _nadam_param(xp: Any, w: Any, g: Any, m: Any, v: Any, mu_product: Any, step:
                  beta1: float, beta2: float, eps: float, weight_decay: float, momentum_decay: float,
                  decoupled: bool, maximize: bool) -> None:
     """Update one parameter, its moments, ``mu_product`` and ``step`` in place, masked by ``keep``."""
-    w32 = opmath(w)
+    w32 = dt.opmath(w)
     compute = w32.dtype
     t = (step + 1).astype(np.float64)
     mu = _momentum_coefficient(t, beta1, momentum_decay)

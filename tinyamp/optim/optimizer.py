@@ -60,15 +60,6 @@ def as_array(value: Any) -> Any:
     return value.data if isinstance(value, Tensor) else value
 
 
-def opmath(array: Any) -> Any:
-    """The array in the dtype arithmetic runs in: float32 for float16/bfloat16.
-
-    Like PyTorch's kernels ("opmath"), low-precision values are computed in
-    float32 and rounded once when written back.
-    """
-    return array.astype(np.float32) if array.dtype in dt.LOW_PRECISION else array
-
-
 def masked_write(xp: Any, dst: Any, src: Any, keep: Any) -> None:
     """``dst[...] = src`` where ``keep`` is true (a 0-d device bool or True), rounding to dst's dtype."""
     if keep is True:  # no AMP mask (CuPy's copyto wants an array for ``where``)
@@ -79,7 +70,7 @@ def masked_write(xp: Any, dst: Any, src: Any, keep: Any) -> None:
 
 def decayed_gradient(w32: Any, g: Any, *, maximize: bool, weight_decay: float) -> Any:
     """The gradient an update sees, in the arithmetic dtype: ``-g`` to maximize, plus ``weight_decay * w`` (L2)."""
-    d = opmath(g)
+    d = dt.opmath(g)
     if maximize:
         d = -d
     return d + weight_decay * w32 if weight_decay != 0 else d
@@ -107,7 +98,7 @@ class Optimizer:
         # and the master is refreshed from it. Host metadata, so no sync.
         self._master_versions: dict[Tensor, int] = {}
         # Parameters whose low-precision copy a fused GPU kernel already wrote this step.
-        self._low_written: set = set()
+        self._written_back_by_kernel: set = set()
         if isinstance(params, Tensor):
             raise TypeError("params argument given to the optimizer should be an iterable of Tensors "
                             f"or dicts, but got {type(params).__name__}")
@@ -265,15 +256,15 @@ class Optimizer:
             if grad_scale is not None:
                 scale = backend.to_device(as_array(grad_scale), dev)
                 inv = xp.reciprocal(scale.astype(np.float64)).astype(np.float32)
-                grad = opmath(grad) * inv.reshape(())
+                grad = dt.opmath(grad) * inv.reshape(())
         weight = p.data if master is None else master.data
         return p, weight, grad, keeps[dev], master
 
     def _finish(self, p: Tensor, master: "Tensor | None") -> None:
         """After the update: round masters back into the parameter, bump the version."""
-        if master is not None and p in self._low_written:
+        if master is not None and p in self._written_back_by_kernel:
             # The fused kernel wrote the rounded weights itself (on a kept step only).
-            self._low_written.discard(p)
+            self._written_back_by_kernel.discard(p)
         elif master is not None:
             # Rounded write-back; a skipped step left the master unchanged, so the
             # rounding reproduces the parameter's current value bit for bit.

@@ -27,7 +27,8 @@ from typing import Any, Iterable
 import numpy as np
 
 from .adam import adam_moments
-from .optimizer import Optimizer, masked_write, opmath, refuse_differentiable
+from .. import dtypes as dt
+from .optimizer import Optimizer, masked_write, refuse_differentiable
 
 
 def _rectification(xp: Any, t: Any, beta2: float) -> tuple:
@@ -46,7 +47,7 @@ def _rectification(xp: Any, t: Any, beta2: float) -> tuple:
 def _radam_param(xp: Any, w: Any, g: Any, m: Any, v: Any, step: Any, keep: Any, *, lr: float, beta1: float,
                  beta2: float, eps: float, weight_decay: float, decoupled: bool, maximize: bool) -> None:
     """Update one parameter, its moments and ``step`` in place, masked by ``keep``."""
-    w32 = opmath(w)
+    w32 = dt.opmath(w)
     compute = w32.dtype
     t = (step + 1).astype(np.float64)
     bias1 = (1 - beta1 ** t).astype(compute)

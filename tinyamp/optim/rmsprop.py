@@ -23,25 +23,26 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from .optimizer import Optimizer, decayed_gradient, masked_write, opmath, refuse_differentiable
+from .. import dtypes as dt
+from .optimizer import Optimizer, decayed_gradient, masked_write, refuse_differentiable
 
 
 def _rmsprop_param(xp: Any, w: Any, g: Any, square_avg: Any, grad_avg: Any, buf: Any, step: Any, keep: Any, *,
                    lr: float, alpha: float, eps: float, weight_decay: float, momentum: float,
                    maximize: bool) -> None:
     """Update one parameter and its state in place, masked by ``keep`` (``grad_avg``/``buf`` None when unused)."""
-    w32 = opmath(w)
+    w32 = dt.opmath(w)
     d = decayed_gradient(w32, g, maximize=maximize, weight_decay=weight_decay)
-    new_square = alpha * opmath(square_avg) + (1 - alpha) * d * d
+    new_square = alpha * dt.opmath(square_avg) + (1 - alpha) * d * d
     if grad_avg is not None:
-        ga = opmath(grad_avg)
+        ga = dt.opmath(grad_avg)
         new_grad_avg = ga + (1 - alpha) * (d - ga)  # PyTorch's lerp form
         avg = xp.sqrt(new_square - new_grad_avg * new_grad_avg) + eps
         masked_write(xp, grad_avg, new_grad_avg, keep)
     else:
         avg = xp.sqrt(new_square) + eps
     if buf is not None:
-        new_buf = momentum * opmath(buf) + d / avg
+        new_buf = momentum * dt.opmath(buf) + d / avg
         masked_write(xp, w, w32 - lr * new_buf, keep)
         masked_write(xp, buf, new_buf, keep)
     else:

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from .. import dtypes as dt
-from ..amp.policy import PROMOTE
+from ..precision import PROMOTE
 from ..autograd.function import Function
 from ..tensor import Tensor
 from .broadcast import broadcasting, sum_to
@@ -60,14 +60,14 @@ class Remainder(Function):
 
     precision = PROMOTE
     save_inputs = (0, 1)
-    saved_input_readers = {0: (1,), 1: (1,)}  # da = gy needs neither operand
+    saved_input_needed_by = {0: (1,), 1: (1,)}  # da = gy needs neither operand
 
     def forward(self, xp: Any, a: Any, b: Any) -> Any:
         _refuse_integer_zero("remainder", xp, a, b)
         return broadcasting("remainder", xp.remainder, a, b)
 
     def backward(self, gy: Tensor) -> tuple:
-        a_shape, b_shape = (m[0] for m in self._input_meta)
+        a_shape, b_shape = self.input_shapes
         da = sum_to(gy, a_shape) if self.needs_input_grad[0] else None
         db = None
         if self.needs_input_grad[1]:
