@@ -19,11 +19,10 @@ time (``tinyamp.ops.add(...)`` in a Tensor operator), the documented way up.
 from __future__ import annotations
 
 import ast
-import os
 import re
 from pathlib import Path
 
-REPO = Path(os.environ.get("TINYAMP_ARCH_ROOT", Path(__file__).resolve().parents[1]))
+REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "tinyamp"
 DOC = REPO / "docs" / "ARCHITECTURE.md"
 

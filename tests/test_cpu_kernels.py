@@ -366,3 +366,58 @@ def test_round_through_layouts_and_errors():
         round_through(x.astype(np.float64), F16)
     with pytest.raises(ValueError, match="through float32"):
         round_through(x, F32)
+
+
+# ---------------------------------------------------------------------------
+# each special value alone
+#
+# The random and boundary inputs above always hold +inf, -inf and NaNs of both
+# signs together, so a path that detects "some special value is present" from
+# one sign only (a max over the int16 view, say) still gets the others right by
+# accident. Here each special value is converted alone (the only special in the
+# array, with and without finite neighbours), on every path including astype,
+# against bit patterns written out by hand (IEEE 754: +-inf keep their sign;
+# the canonical quiet NaN keeps its sign and stays the canonical quiet NaN).
+
+SPECIAL_BITS = {  # dtype -> {name: bits}
+    F32: {"+inf": 0x7F800000, "-inf": 0xFF800000, "+nan": 0x7FC00000, "-nan": 0xFFC00000},
+    F16: {"+inf": 0x7C00, "-inf": 0xFC00, "+nan": 0x7E00, "-nan": 0xFE00},
+    BF16: {"+inf": 0x7F80, "-inf": 0xFF80, "+nan": 0x7FC0, "-nan": 0xFFC0},
+}
+FINITE = [1.5, -2.0, 0.0, 0.25]  # exact in all three formats
+
+
+@pytest.fixture(params=[pytest.param(("astype", None), id="astype")] + _backend_params)
+def any_backend(request):
+    name, impl = request.param
+    if impl is not None:
+        select_f16_impl(impl)
+    yield name
+    if HAVE_NUMBA:
+        select_f16_impl("hw" if cv.F16C else "int")
+
+
+def _with_special(dtype, special_bits, n, finite):
+    """n elements: every one the special value, or finite values with it at a few places."""
+    uint = {2: np.uint16, 4: np.uint32}[dtype.itemsize]
+    if finite:
+        x = np.resize(np.array(FINITE, np.float32), n).astype(dtype)
+        x.view(uint)[[0, n // 2, n - 1]] = special_bits
+        return x
+    return np.full(n, special_bits, uint).view(dtype)
+
+
+@pytest.mark.parametrize("special", ["+inf", "-inf", "+nan", "-nan"])
+@pytest.mark.parametrize("src,dst", PAIRS, ids=lambda p: str(p))
+@pytest.mark.parametrize("finite", [False, True], ids=["alone", "among-finite"])
+def test_each_special_value_alone(any_backend, src, dst, special, finite):
+    n = 4096  # above every size threshold, so backend=None would take the fast path too
+    x = _with_special(src, SPECIAL_BITS[src][special], n, finite)
+    got = bits(convert(x, dst, backend=any_backend))
+    expected = bits(np.resize(np.array(FINITE, np.float32), n).astype(dst)) if finite \
+        else np.empty(n, {2: np.uint16, 4: np.uint32}[dst.itemsize])
+    where = [0, n // 2, n - 1] if finite else slice(None)
+    expected[where] = SPECIAL_BITS[dst][special]
+    bad = np.flatnonzero(got != expected)
+    assert bad.size == 0, (f"{special} {src}->{dst} on {any_backend}: {bad.size} wrong, first at {bad[0]}: "
+                           f"{hex(got[bad[0]])}, expected {hex(expected[bad[0]])}")

@@ -85,7 +85,7 @@ def test_update_scale_kernel_matches_the_numpy_path(emulated, hyper) -> None:
         want = [a.copy() for a in state]
         numpy_update_scale(*want, **hyper)
         got = [a.copy() for a in state]
-        cuda_scaler.update_scale(*got, **hyper, floor=loss_scale.FLOOR)
+        cuda_scaler.update_scale(*got, **hyper, floor=loss_scale.DEFAULT_MIN_SCALE)
         fd.assert_same_bits(got, want, f"update_scale {[a.item() for a in state]}")
 
 

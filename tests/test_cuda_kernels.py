@@ -174,7 +174,7 @@ HYPERS = [
          max_scale=2.0 ** 20),
     dict(growth_factor=1e30, backoff_factor=1e-30, growth_interval=2, hysteresis=2, min_scale=None, max_scale=None),
 ]
-SCALES = [loss_scale.FLOOR, 0.125, 1.0, 3.0, 65536.0, 2.0 ** 20, 2.0 ** 127, 3.4e38]
+SCALES = [loss_scale.DEFAULT_MIN_SCALE, 0.125, 1.0, 3.0, 65536.0, 2.0 ** 20, 2.0 ** 127, 3.4e38]
 
 
 def scale_states(hyper: dict):
@@ -199,7 +199,7 @@ def test_update_scale_reference_matches_the_numpy_path(hyper) -> None:
         want = [a.copy() for a in state]
         numpy_update_scale(*want, **hyper)
         got = [a.copy() for a in state]
-        cuda_kernels_reference.update_scale_reference(*got, **hyper, floor=loss_scale.FLOOR)
+        cuda_kernels_reference.update_scale_reference(*got, **hyper, floor=loss_scale.DEFAULT_MIN_SCALE)
         fd.assert_same_bits(got, want, f"update_scale {[a.item() for a in state]}")
 
 

@@ -172,6 +172,32 @@ def get_autocast_dtype(device_type: "str | None" = None) -> np.dtype:
     return state.dtype if _state_applies(state, _check_device_type(device_type)) else dt.float16
 
 
+# The other device types PyTorch's device strings name: tinyamp has no autocast for them.
+_OTHER_TORCH_DEVICE_TYPES = ("ipu", "xpu", "mkldnn", "opengl", "opencl", "ideep", "hip", "ve", "fpga", "maia",
+                             "xla", "lazy", "vulkan", "mps", "meta", "hpu", "mtia", "privateuseone")
+
+
+def is_autocast_available(device_type: str) -> bool:
+    """Whether autocast can run on ``device_type`` (PyTorch's): True for "cpu" and "cuda".
+
+    As in PyTorch the answer is about the device type, not about this machine:
+    "cuda" is True without a GPU (an autocast region for it then warns and
+    disables itself). PyTorch's other device types are False here.
+    """
+    if not isinstance(device_type, str):
+        raise TypeError(f"is_autocast_available(): argument 'device_type' must be str, not "
+                        f"{type(device_type).__name__}")
+    kind = device_type.split(":", 1)[0]
+    if kind in _DEVICE_TYPES:
+        return True
+    if kind in _OTHER_TORCH_DEVICE_TYPES:
+        return False
+    if not device_type:
+        raise RuntimeError("is_autocast_available(): Device string must not be empty")
+    raise RuntimeError(f"is_autocast_available(): expected one of cpu, cuda, {', '.join(_OTHER_TORCH_DEVICE_TYPES)} "
+                       f"device type at start of device string: {device_type}")
+
+
 def is_autocast_cache_enabled() -> bool:
     scope = precision.current_scope()
     return True if scope is None else scope.cache_enabled

@@ -23,18 +23,18 @@ from typing import Any, Callable
 
 import numpy as np
 
-import tinyamp
-
 from .. import dtypes as dt
 from .. import precision
+from ..ops.cast import cast
+from ..tensor import Tensor
 from .autocast import _check_device_type, autocast, get_autocast_dtype, is_autocast_enabled
 
 
 def _cast_floats(value: Any, dtype: np.dtype) -> Any:
     """Floating (not float64) Tensors inside ``value`` cast to ``dtype``; the rest untouched."""
-    if isinstance(value, tinyamp.Tensor):
+    if isinstance(value, Tensor):
         if value.dtype in dt.FLOATING and value.dtype != dt.float64 and value.dtype != dtype:
-            return tinyamp.ops.cast(value, dtype)
+            return cast(value, dtype)
         return value
     if isinstance(value, (list, tuple)):
         return type(value)(_cast_floats(v, dtype) for v in value)

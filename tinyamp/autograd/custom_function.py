@@ -33,7 +33,7 @@ import numpy as np
 from .. import dtypes as dt
 from ..precision import NEUTRAL, current_autocast, insert_cast
 from ..tensor import Tensor
-from .function import FREED_MESSAGE, Function
+from .function import FREED_MESSAGE, Function, modified_error
 from .grad_mode import no_grad
 
 
@@ -48,7 +48,7 @@ class CustomFunction(Function):
     # otherwise (PyTorch's meaning).
     precision = NEUTRAL
 
-    _saved_user: tuple = ()              # what save_for_backward got, then ("in", t) / ("out", index)
+    _saved_user: tuple = ()              # what save_for_backward got, then ("in", t, version) / ("out", index, None)
     _arg_is_tensor: "list[bool] | tuple" = ()  # per forward argument: is it a Tensor (has a recorded edge)?
     _returned: tuple = ()                # forward's outputs while apply records the node
     _autocast_at_forward: Any = None     # the region forward ran in (custom_bwd replays it)
@@ -89,8 +89,10 @@ class CustomFunction(Function):
         self.needs_input_grad = needs  # _record set tensor-only flags; PyTorch's are per argument
         # Outputs the user saved are re-linked to this node at backward time.
         out_ids = {id(o): i for i, o in enumerate(self._returned)}
-        self._saved_user = tuple(("out", out_ids[id(t)]) if id(t) in out_ids else ("in", t)
-                                 for t in self._saved_user)
+        # Saved inputs keep the version they had here, so backward can refuse one
+        # modified in place since (outputs carry theirs in _saved_out), as PyTorch does.
+        self._saved_user = tuple(("out", out_ids[id(t)], None) if id(t) in out_ids
+                                 else ("in", t, t._version[0]) for t in self._saved_user)
         self._saved_out = [(o.data, o._version, o._version[0]) for o in outputs]
 
     def save_for_backward(self, *tensors: Tensor) -> None:
@@ -106,11 +108,15 @@ class CustomFunction(Function):
         if self._freed:
             raise RuntimeError(FREED_MESSAGE)
         result = []
-        for kind, item in self._saved_user:
+        for kind, item, saved_version in self._saved_user:
             if kind == "in":
+                if item._version[0] != saved_version:
+                    raise modified_error(self, item.shape, item.dtype, saved_version, item._version[0])
                 result.append(item)
             else:
-                array, _counter, _version = self._saved_out[item]
+                array, counter, version = self._saved_out[item]
+                if counter[0] != version:
+                    raise modified_error(self, array.shape, array.dtype, version, counter[0])
                 out = Tensor._wrap(array)
                 out.grad_fn, out._out_index, out.requires_grad = self, item, True
                 result.append(out)
@@ -118,7 +124,7 @@ class CustomFunction(Function):
 
     def saved_items(self) -> list[tuple[Any, "Tensor | None"]]:
         return [(item.data, item) if kind == "in" else (self._saved_out[item][0], None)
-                for kind, item in self._saved_user]
+                for kind, item, _version in self._saved_user]
 
     def release(self) -> None:
         self._saved_in, self._saved_out = [], []

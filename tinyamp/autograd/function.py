@@ -63,10 +63,10 @@ class Function:
     # Which inputs / outputs backward reads (kept alive, version-checked).
     save_inputs: ClassVar[tuple[int, ...]] = ()
     save_outputs: ClassVar[tuple[int, ...]] = ()
-    # Optional {saved input: the input gradients that read it}. A saved input
-    # whose readers all need no gradient is not kept (saved_tensors gives None):
+    # Optional {saved input: the input gradients that need it}. A saved input
+    # none of whose gradients is needed is not kept (saved_tensors gives None):
     # x @ W with a constant x keeps x only, not the (float16 copy of the) weight.
-    saved_input_readers: ClassVar["dict[int, tuple[int, ...]] | None"] = None
+    saved_input_needed_by: ClassVar["dict[int, tuple[int, ...]] | None"] = None
     # An FP32 op that widens float16/bfloat16 inputs itself (exactly, inside its
     # kernel) sets this: autocast then passes those inputs unchanged and sets
     # ``upcast`` on the call instead of recording Cast nodes. The op returns
@@ -88,6 +88,9 @@ class Function:
     # Per-node state, filled in by _record().
     seq: int = -1
     needs_input_grad: tuple[bool, ...] = ()
+    _edges: "list | tuple" = ()          # per input: None, (node, output index) or (None, leaf)
+    _input_meta: "list | tuple" = ()     # per input: (shape, dtype) as recorded
+    _output_meta: "list | tuple" = ()    # per output: (shape, dtype)
     _freed: bool = False
     _saved_in: "list | tuple" = ()
     _saved_out: "list | tuple" = ()
@@ -203,9 +206,9 @@ class Function:
         self._edges = edges
         self._input_meta = meta
         self._output_meta = [(o.data.shape, o.data.dtype) for o in outputs]
-        readers = self.saved_input_readers
+        needed_by = self.saved_input_needed_by
         self._saved_in = [(inputs[i], inputs[i]._version[0])
-                          if readers is None or any(needs[j] for j in readers[i]) else (None, 0)
+                          if needed_by is None or any(needs[j] for j in needed_by[i]) else (None, 0)
                           for i in self.save_inputs]
         self._saved_out = [(outputs[i].data, outputs[i]._version, outputs[i]._version[0])
                            for i in self.save_outputs]
@@ -216,6 +219,16 @@ class Function:
                 out._requires_grad = True
 
     @property
+    def input_shapes(self) -> tuple[tuple[int, ...], ...]:
+        """The shapes of the inputs as recorded (after autocast's casts), one per input."""
+        return tuple(shape for shape, _dtype in self._input_meta)
+
+    @property
+    def input_dtypes(self) -> tuple[np.dtype, ...]:
+        """The dtypes of the inputs as recorded (after autocast's casts), one per input."""
+        return tuple(dtype for _shape, dtype in self._input_meta)
+
+    @property
     def saved_tensors(self) -> tuple[Tensor, ...]:
         """The saved inputs, then the saved outputs, as graph-connected Tensors."""
         if self._freed:
@@ -223,11 +236,11 @@ class Function:
         result = []
         for tensor, version in self._saved_in:
             if tensor is not None and tensor._version[0] != version:
-                raise _modified_error(self, tensor.shape, tensor.dtype, version, tensor._version[0])
+                raise modified_error(self, tensor.shape, tensor.dtype, version, tensor._version[0])
             result.append(tensor)
         for (array, counter, version), index in zip(self._saved_out, self.save_outputs):
             if counter[0] != version:
-                raise _modified_error(self, array.shape, array.dtype, version, counter[0])
+                raise modified_error(self, array.shape, array.dtype, version, counter[0])
             # A fresh Tensor over the same array, linked to this node, so a
             # backward that uses the output is itself differentiable.
             out = Tensor._wrap(array)
@@ -263,7 +276,7 @@ class Function:
         return result if isinstance(result, tuple) else (result,)
 
 
-def _modified_error(node: Function, shape: tuple, dtype: np.dtype, saved: int, now: int) -> RuntimeError:
+def modified_error(node: Function, shape: tuple, dtype: np.dtype, saved: int, now: int) -> RuntimeError:
     return RuntimeError(
         f"one of the variables needed for gradient computation has been modified by an "
         f"inplace operation: [{dt.dtype_name(dtype)} {list(shape)}] saved by "
@@ -285,6 +298,13 @@ def _as_tensors(op: Function, args: tuple) -> list[Tensor]:
     NumPy 2 would treat a 0-d float64 array as a strong type and silently
     promote float16/float32 to float64 off the tape.
     """
+    for arg in args:
+        if not isinstance(arg, Tensor):
+            return _with_scalars(op, args)
+    return list(args)  # the common case, on every op: Tensors only
+
+
+def _with_scalars(op: Function, args: tuple) -> list[Tensor]:
     reference = None
     for arg in args:
         if isinstance(arg, Tensor):

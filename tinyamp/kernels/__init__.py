@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import dtypes as dt
 from . import convert as _convert
 from .elementwise_cpu import bias_act_convert, relu_backward_lowp, relu_lowp
 from .round_through import round_through
@@ -41,20 +42,19 @@ def warmup() -> str:
     0.3-0.5 s, or a few ms from numba's on-disk cache).
     """
     if _convert.BACKEND == "numba" and _convert.numba_available():
-        F32, F16, BF16 = _convert.F32, _convert.F16, _convert.BF16
-        a32 = np.zeros(4, F32)
-        a16 = np.zeros(4, F16)
-        ab = np.zeros(4, BF16)
+        a32 = np.zeros(4, dt.float32)
+        a16 = np.zeros(4, dt.float16)
+        ab = np.zeros(4, dt.bfloat16)
         for src in (a32, a16, ab):
-            for dt in (F32, F16, BF16):
-                if src.dtype != dt:
-                    _convert.convert(src, dt, backend="numba")
+            for target in (dt.float32, dt.float16, dt.bfloat16):
+                if src.dtype != target:
+                    _convert.convert(src, target, backend="numba")
         relu_lowp(a16, backend="numba")
         relu_backward_lowp(a16, a16, backend="numba")
-        y = np.zeros((2, 2), F32)
-        b = np.zeros(2, F32)
-        bias_act_convert(y, b, F16, relu=True, backend="numba")
-        bias_act_convert(y, b, BF16, relu=True, backend="numba")
-        round_through(np.zeros(4, F32), F16, backend="numba")
-        round_through(np.zeros(4, F32), BF16, backend="numba")
+        y = np.zeros((2, 2), dt.float32)
+        b = np.zeros(2, dt.float32)
+        bias_act_convert(y, b, dt.float16, relu=True, backend="numba")
+        bias_act_convert(y, b, dt.bfloat16, relu=True, backend="numba")
+        round_through(np.zeros(4, dt.float32), dt.float16, backend="numba")
+        round_through(np.zeros(4, dt.float32), dt.bfloat16, backend="numba")
     return _convert.BACKEND

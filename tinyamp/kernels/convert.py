@@ -75,9 +75,10 @@ import warnings
 
 import numpy as np
 
+from .. import dtypes as dt
 from . import cpu_numba
 from . import cpu_numpy
-from .cpu_numpy import BF16, F16, F32, U16, U32, flat
+from .cpu_numpy import U16, U32, flat
 
 __all__ = ["BACKEND", "F16C", "convert", "numba_available", "resolve"]
 
@@ -88,7 +89,7 @@ __all__ = ["BACKEND", "F16C", "convert", "numba_available", "resolve"]
 # (break-even ~4-8K elements up, ~32-64K down). See the "small" groups of
 # benchmarks/bench_casts.py.
 SMALL = 1024
-SMALL_NUMPY = {(F16, F32): 8192, (F16, BF16): 8192, (F32, F16): 65536}
+SMALL_NUMPY = {(dt.float16, dt.float32): 8192, (dt.float16, dt.bfloat16): 8192, (dt.float32, dt.float16): 65536}
 
 
 def _numba_installed():
@@ -162,12 +163,12 @@ def _load_numba():
 
 # name of the numba kernel and the (input, output) integer views it takes
 _NB_PAIRS = {
-    (F16, F32): ("f16_to_f32", U16, U32),
-    (F32, F16): ("f32_to_f16", U32, U16),
-    (F32, BF16): ("f32_to_bf16", U32, U16),
-    (BF16, F32): ("bf16_to_f32", U16, U32),
-    (F16, BF16): ("f16_to_bf16", U16, U16),
-    (BF16, F16): ("bf16_to_f16", U16, U16),
+    (dt.float16, dt.float32): ("f16_to_f32", U16, U32),
+    (dt.float32, dt.float16): ("f32_to_f16", U32, U16),
+    (dt.float32, dt.bfloat16): ("f32_to_bf16", U32, U16),
+    (dt.bfloat16, dt.float32): ("bf16_to_f32", U16, U32),
+    (dt.float16, dt.bfloat16): ("f16_to_bf16", U16, U16),
+    (dt.bfloat16, dt.float16): ("bf16_to_f16", U16, U16),
 }
 
 
@@ -215,13 +216,13 @@ def convert(array, dtype, out=None, backend=None):
     ``backend``: ``None`` (use ``BACKEND``), ``"numba"``, ``"numpy"`` or
     ``"astype"``.
     """
-    dt = np.dtype(dtype)
+    target = np.dtype(dtype)
     if type(array) is not np.ndarray:
-        return _astype_into(array, dt, out)
-    key = (array.dtype, dt)
+        return _astype_into(array, target, out)
+    key = (array.dtype, target)
     pair = _NB_PAIRS.get(key)
     if pair is None:
-        return _astype_into(array, dt, out)
+        return _astype_into(array, target, out)
     if backend is None and array.size < SMALL:
         path = "astype"  # below every fast path's break-even (SMALL <= SMALL_NUMPY)
     else:
@@ -230,12 +231,12 @@ def convert(array, dtype, out=None, backend=None):
             path = "astype"
     if path == "astype" or array.size == 0:
         with np.errstate(all="ignore"):  # never warn, whichever path runs
-            return _astype_into(array, dt, out)
+            return _astype_into(array, target, out)
 
     if out is not None:
-        if type(out) is not np.ndarray or out.dtype != dt or out.shape != array.shape:
+        if type(out) is not np.ndarray or out.dtype != target or out.shape != array.shape:
             raise ValueError(
-                f"out must be a numpy array of dtype {dt} and shape {array.shape}, "
+                f"out must be a numpy array of dtype {target} and shape {array.shape}, "
                 f"got {type(out).__name__} {getattr(out, 'dtype', None)} "
                 f"{getattr(out, 'shape', None)}"
             )
@@ -243,13 +244,13 @@ def convert(array, dtype, out=None, backend=None):
             array.flags.f_contiguous and out.flags.f_contiguous
         )
         if not same_order or np.may_share_memory(array, out):
-            np.copyto(out, convert(array, dt, backend=path if backend else None))
+            np.copyto(out, convert(array, target, backend=path if backend else None))
             return out
         res = out
     else:
         if not (array.flags.c_contiguous or array.flags.f_contiguous):
             array = np.ascontiguousarray(array)
-        res = np.empty_like(array, dtype=dt)
+        res = np.empty_like(array, dtype=target)
 
     x = flat(array)
     y = flat(res)
@@ -257,5 +258,5 @@ def convert(array, dtype, out=None, backend=None):
         name, vin, vout = pair
         cpu_numba.KERNELS[name](x.view(vin), y.view(vout))
     else:
-        cpu_numpy.convert_into(key[0], dt, x, y)
+        cpu_numpy.convert_into(key[0], target, x, y)
     return res

@@ -16,12 +16,10 @@ patterns of +inf that the CPU kernels share.
 
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 
-F32 = np.dtype(np.float32)
-F16 = np.dtype(np.float16)
-BF16 = np.dtype(ml_dtypes.bfloat16)
+from .. import dtypes as dt
+
 U16 = np.dtype(np.uint16)
 U32 = np.dtype(np.uint32)
 I16 = np.dtype(np.int16)
@@ -29,7 +27,7 @@ I32 = np.dtype(np.int32)
 
 # Bits of +inf for the 16-bit formats; a 16-bit pattern p is NaN when
 # (p & 0x7fff) > INF16[dtype].
-INF16 = {F16: 0x7C00, BF16: 0x7F80}
+INF16 = {dt.float16: 0x7C00, dt.bfloat16: 0x7F80}
 
 _TWO112 = np.float32(2.0**112)
 _SIGN_EM_MASK = np.int32(-0x70002000)  # 0x8fffe000: sign + 15 exponent/mantissa bits << 13
@@ -63,13 +61,13 @@ def f16_to_f32(src: np.ndarray, dst: np.ndarray) -> None:
     subnormals on the way, which is why DAZ/FTZ mode falls back to astype).
     """
     if _denormals_flushed():
-        np.copyto(dst, src.view(F16))
+        np.copyto(dst, src.view(dt.float16))
         return
     h = src.view(I16)
     t = h.astype(I32)
     np.left_shift(t, 13, out=t)
     np.bitwise_and(t, _SIGN_EM_MASK, out=t)
-    np.multiply(t.view(F32), _TWO112, out=dst)
+    np.multiply(t.view(dt.float32), _TWO112, out=dst)
     # inf/nan: positive ones are >= 0x7c00 as int16, negative ones >= 0xfc00
     # as uint16.
     if h.max() >= 0x7C00 or src.max() >= 0xFC00:
@@ -92,7 +90,7 @@ def f32_to_f16(src: np.ndarray, dst: np.ndarray) -> None:
     np.add(c, _U(13 << 23), out=c)
     s = np.empty_like(a)
     with np.errstate(all="ignore"):
-        np.add(a.view(F32), c.view(F32), out=s.view(F32))
+        np.add(a.view(dt.float32), c.view(dt.float32), out=s.view(dt.float32))
     np.subtract(s, c, out=s)
     np.right_shift(c, _U(13), out=c)
     np.add(s, c, out=s)
@@ -112,13 +110,13 @@ def f32_to_f16(src: np.ndarray, dst: np.ndarray) -> None:
 
 def convert_into(src_dt: np.dtype, dst_dt: np.dtype, x: np.ndarray, y: np.ndarray) -> None:
     """NumPy path on 1-D contiguous x (src_dt) into y (dst_dt)."""
-    if src_dt == F16 and dst_dt == F32:
+    if src_dt == dt.float16 and dst_dt == dt.float32:
         f16_to_f32(x.view(U16), y)
-    elif src_dt == F32 and dst_dt == F16:
+    elif src_dt == dt.float32 and dst_dt == dt.float16:
         f32_to_f16(x, y.view(U16))
-    elif src_dt == F16 and dst_dt == BF16:
+    elif src_dt == dt.float16 and dst_dt == dt.bfloat16:
         # exact upcast, then ml_dtypes' vectorised float32 -> bfloat16
-        t = np.empty(x.size, F32)
+        t = np.empty(x.size, dt.float32)
         f16_to_f32(x.view(U16), t)
         with np.errstate(all="ignore"):
             np.copyto(y, t, casting="unsafe")

@@ -33,7 +33,6 @@ import numpy as np
 from .. import dtypes as dt
 from . import cuda_launch, cuda_loss
 
-F32 = np.dtype(np.float32)
 FUSED_DTYPES = cuda_launch.FUSED_DTYPES
 
 
@@ -84,18 +83,18 @@ def forward(x: Any, target: Any, weight: Any, *, ignore_index: int, reduction: s
     if has_bad and check_range:
         raise TargetOutOfRange(int(target[bad][0]))
     safe = np.where(valid & ~bad if has_bad else valid, target, 0)
-    row_weight = (weight.astype(F32)[safe] * valid if weight is not None else valid.astype(F32))
+    row_weight = (weight.astype(dt.float32)[safe] * valid if weight is not None else valid.astype(dt.float32))
     if has_bad:
         row_weight[bad] = np.nan
-    xf = x if x.dtype == F32 else x.astype(F32)
+    xf = x if x.dtype == dt.float32 else x.astype(dt.float32)
     m = xf.max(axis=1, keepdims=True)
-    m = np.where(m != -np.inf, m, F32.type(0))  # an all -inf row shifts by 0, not by the infinity
+    m = np.where(m != -np.inf, m, np.float32(0))  # an all -inf row shifts by 0, not by the infinity
     with np.errstate(invalid="ignore"):  # +inf - +inf = nan: the documented result
         z = xf - m
     lse = log(exp(z).sum(axis=1, keepdims=True))
     loss = -row_weight * (z[np.arange(n), safe] - lse[:, 0])
     if eps:
-        w = 1 if weight is None else weight.astype(F32)
+        w = 1 if weight is None else weight.astype(dt.float32)
         smooth = -((z - lse) * w).sum(axis=1) * valid
         loss = (1.0 - eps) * loss + (eps / classes) * smooth
     count = row_weight.sum()
@@ -132,24 +131,24 @@ def backward(x: Any, target: Any, weight: Any, gy: Any, saved: Any, *, ignore_in
         return cuda_loss.backward(x, target, weight, gy, saved, ignore_index=ignore_index, reduction=reduction,
                                   hot_c=np.float32(1.0 - eps), smooth_d=eps / classes, smoothing=bool(eps),
                                   out_dtype=out_dtype, via_float32=via_float32)
-    u = gy.astype(F32, copy=False)
+    u = gy.astype(dt.float32, copy=False)
     if reduction == "none":
         u = u[:, None]
     elif reduction == "mean":
-        u = u / np.where(saved.count == 0, np.ones((), F32), saved.count)
+        u = u / np.where(saved.count == 0, np.ones((), dt.float32), saved.count)
     hot = (1.0 - eps) * saved.row_weight[:, None]
     total, smooth = hot, None
     if eps:
         # NumPy's dtypes, kept: (eps / C) * a bool array is float64, so these terms are float64.
-        w = weight.astype(F32) if weight is not None else np.ones(classes, F32)
+        w = weight.astype(dt.float32) if weight is not None else np.ones(classes, dt.float32)
         valid = saved.valid[:, None]
         smooth = (eps / classes) * valid * w.reshape(1, classes)
         total = total + (eps / classes) * valid * w.sum()
-    xf = x if x.dtype == F32 else x.astype(F32)
+    xf = x if x.dtype == dt.float32 else x.astype(dt.float32)
     g = exp(xf - saved.lse) * (total * u)
     g[np.arange(n), saved.safe] -= (hot * u)[:, 0]
     if smooth is not None:
         g -= smooth * u
     if via_float32:
-        g = g.astype(F32, copy=False)
+        g = g.astype(dt.float32, copy=False)
     return g.astype(out_dtype, copy=False)

@@ -29,10 +29,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import dtypes as dt
 from . import cpu_numpy as npb
 from .convert import SMALL, convert, resolve
 from .cpu_numba import KERNELS
-from .cpu_numpy import F16, F32, I16, INF16, U16, flat
+from .cpu_numpy import I16, INF16, U16, flat
 
 # ---------------------------------------------------------------------------
 # ReLU forward / backward on 16-bit float bit patterns
@@ -143,7 +144,7 @@ def _same_buffer(a, b):
 # ---------------------------------------------------------------------------
 
 
-def bias_act_convert(y, bias=None, dtype=F16, relu=False, out=None, backend=None, overwrite_y=False):
+def bias_act_convert(y, bias=None, dtype=dt.float16, relu=False, out=None, backend=None, overwrite_y=False):
     """``convert(np.maximum(y + bias, 0) if relu else y + bias, dtype)``, fused.
 
     ``y``: float32 GEMM output of shape (..., N); ``bias``: float32 of shape
@@ -156,13 +157,13 @@ def bias_act_convert(y, bias=None, dtype=F16, relu=False, out=None, backend=None
     temporary. Note ReLU before the downcast equals ReLU after it: rounding is
     monotone.
     """
-    dt = np.dtype(dtype)
+    target = np.dtype(dtype)
     if (
         type(y) is not np.ndarray
-        or y.dtype != F32
-        or dt not in INF16
+        or y.dtype != dt.float32
+        or target not in INF16
         or y.ndim == 0
-        or (bias is not None and (type(bias) is not np.ndarray or bias.dtype != F32
+        or (bias is not None and (type(bias) is not np.ndarray or bias.dtype != dt.float32
                                   or bias.shape != (y.shape[-1],)))
         or (backend is None and y.size < SMALL)  # a fast path's fixed cost exceeds a small epilogue's
     ):
@@ -173,27 +174,27 @@ def bias_act_convert(y, bias=None, dtype=F16, relu=False, out=None, backend=None
             t = y + bias if bias is not None else y
         if relu:
             t = np.maximum(t, 0)
-        return convert(t, dt, out=out)
+        return convert(t, target, out=out)
     path = resolve(backend)
     if path == "numba" and y.size > 0:
         y2 = np.ascontiguousarray(y).reshape(-1, y.shape[-1])
-        b = np.zeros(y.shape[-1], F32) if bias is None else np.ascontiguousarray(bias)
+        b = np.zeros(y.shape[-1], dt.float32) if bias is None else np.ascontiguousarray(bias)
         has_bias = bias is not None  # adding a zero bias would change -0.0 and sNaNs
         res = out
         if (
             res is None
             or type(res) is not np.ndarray
-            or res.dtype != dt
+            or res.dtype != target
             or res.shape != y.shape
             or not res.flags.c_contiguous
         ):
             if res is not None:
-                raise ValueError(f"out must be a C-contiguous {dt} array of shape {y.shape}")
-            res = np.empty(y.shape, dt)
-        name = "bias_act_f16" if dt == F16 else "bias_act_bf16"
+                raise ValueError(f"out must be a C-contiguous {target} array of shape {y.shape}")
+            res = np.empty(y.shape, target)
+        name = "bias_act_f16" if target == dt.float16 else "bias_act_bf16"
         r2 = res.reshape(-1, y.shape[-1])
         if np.may_share_memory(r2, y2) or np.may_share_memory(r2, b):
-            tmp = np.empty(r2.shape, dt)
+            tmp = np.empty(r2.shape, target)
             KERNELS[name](y2, b, tmp.view(U16), bool(relu), has_bias)
             r2[...] = tmp
         else:
@@ -206,4 +207,4 @@ def bias_act_convert(y, bias=None, dtype=F16, relu=False, out=None, backend=None
             t = np.add(y, bias, out=y if overwrite_y else None)
         if relu:
             np.maximum(t, np.float32(0), out=t)
-    return convert(t, dt, out=out, backend=backend)
+    return convert(t, target, out=out, backend=backend)

@@ -19,7 +19,7 @@ from . import cuda_launch, cuda_scaler
 
 # Without a min_scale the scale still never drops below the smallest normal
 # float32, so it stays positive and 1/scale stays finite.
-FLOOR = float(np.finfo(np.float32).tiny)
+DEFAULT_MIN_SCALE = float(np.finfo(np.float32).tiny)
 
 
 def inverse_scale(xp: Any, scale: Any) -> Any:
@@ -44,7 +44,7 @@ def unscale_group(xp: Any, grads: list, outs: list, scale: Any, found_inf: Any) 
     inv_scale = inverse_scale(xp, scale)
     for grad, out in zip(grads, outs):
         if out.dtype in dt.LOW_PRECISION:
-            result = grad.astype(np.float32) * inv_scale
+            result = dt.opmath(grad) * inv_scale  # computed in float32, rounded once
             out[...] = result.astype(out.dtype)
         else:
             result = xp.multiply(grad, inv_scale, out=out)
@@ -66,14 +66,14 @@ def update_scale(xp: Any, scale: Any, growth_tracker: Any, hysteresis_tracker: A
         cuda_scaler.update_scale(scale, growth_tracker, hysteresis_tracker, found_inf,
                                  growth_factor=growth_factor, backoff_factor=backoff_factor,
                                  growth_interval=growth_interval, hysteresis=hysteresis,
-                                 min_scale=min_scale, max_scale=max_scale, floor=FLOOR)
+                                 min_scale=min_scale, max_scale=max_scale, floor=DEFAULT_MIN_SCALE)
         return
     found = found_inf > 0
     current = scale.astype(np.float64)
     hyst_left = xp.maximum(hysteresis_tracker - 1, 0)
     backoff = xp.logical_and(found, hyst_left <= 0)
     backed = xp.maximum((current * backoff_factor).astype(np.float32),
-                        np.float32(FLOOR if min_scale is None else min_scale))
+                        np.float32(DEFAULT_MIN_SCALE if min_scale is None else min_scale))
     successful = growth_tracker + 1
     grow = xp.logical_and(xp.logical_not(found), successful >= growth_interval)
     grown = current * growth_factor

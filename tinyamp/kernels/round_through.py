@@ -19,15 +19,16 @@ from typing import Any
 
 import numpy as np
 
+from .. import dtypes as dt
 from . import cuda_launch
 from .convert import SMALL, convert, resolve
 from .cpu_numba import KERNELS
-from .cpu_numpy import BF16, F16, F32, U32, flat
+from .cpu_numpy import U32, flat
 
 ROUND_THROUGH = {
-    F16: cuda_launch.KernelSpec("tinyamp_round_through_f16", "float32 x", "float32 y",
+    dt.float16: cuda_launch.KernelSpec("tinyamp_round_through_f16", "float32 x", "float32 y",
                                 "y = static_cast<float>(static_cast<float16>(x));"),
-    BF16: cuda_launch.KernelSpec("tinyamp_round_through_bf16", "float32 x", "float32 y",
+    dt.bfloat16: cuda_launch.KernelSpec("tinyamp_round_through_bf16", "float32 x", "float32 y",
                                  "y = static_cast<float>(static_cast<bfloat16>(x));"),
 }
 
@@ -38,21 +39,21 @@ def round_through(y: Any, dtype: Any, backend: "str | None" = None) -> Any:
     ``dtype`` is float16 or bfloat16; ``backend`` forces a CPU path as in
     ``convert.convert`` (``"numba"``, ``"numpy"``, ``"astype"``).
     """
-    dt = np.dtype(dtype)
-    if y.dtype != F32 or dt not in ROUND_THROUGH:
+    low = np.dtype(dtype)
+    if y.dtype != dt.float32 or low not in ROUND_THROUGH:
         raise ValueError(f"round_through: expected a float32 array and float16 or bfloat16, got "
-                         f"{y.dtype} {list(y.shape)} through {dt}")
+                         f"{y.dtype} {list(y.shape)} through {low}")
     if y.size == 0:
         return y
     if cuda_launch.on_gpu(y):
         with cuda_launch._device(y):
-            cuda_launch.elementwise(ROUND_THROUGH[dt], y, y)
+            cuda_launch.elementwise(ROUND_THROUGH[low], y, y)
         return y
     path = resolve(backend) if backend is not None or y.size >= SMALL else "astype"
     if path == "numba" and y.flags.c_contiguous:
-        KERNELS["round_f16" if dt == F16 else "round_bf16"](flat(y).view(U32))
+        KERNELS["round_f16" if low == dt.float16 else "round_bf16"](flat(y).view(U32))
         return y
     with np.errstate(all="ignore"):
-        y[...] = convert(convert(y, dt, backend=None if path == "astype" else path), F32,
+        y[...] = convert(convert(y, low, backend=None if path == "astype" else path), dt.float32,
                          backend=None if path == "astype" else path)
     return y

@@ -67,7 +67,7 @@ class Embedding(Function):
     def backward(self, gy: Tensor) -> tuple:
         if not self.needs_input_grad[1]:
             return None, None
-        rows = self._input_meta[1][0][0]
+        rows = self.input_shapes[1][0]
         return None, EmbeddingGrad(self.idx, rows, self.padding_idx, self.poison)(gy)
 
 
@@ -82,7 +82,7 @@ class EmbeddingGrad(Function):
 
     def forward(self, xp: Any, gy: Any) -> Any:
         dim = gy.shape[-1]
-        acc = dt.float32 if dt.is_low_precision(gy.dtype) else gy.dtype
+        acc = dt.opmath_dtype(gy.dtype)
         out = xp.zeros((self.rows, dim), dtype=acc)
         values = gy.reshape(-1, dim).astype(acc, copy=False)
         if self.poison is not None:  # out-of-range indices on a GPU (see Embedding.forward)

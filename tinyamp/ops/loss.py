@@ -46,11 +46,6 @@ def check_constant(op: str, name: str, t: "Tensor | None") -> None:
                            f"of the loss); pass {name}.detach()")
 
 
-def compute_dtype(x: Any) -> Any:
-    """float32 for float16/bfloat16 arrays (the accumulation dtype), else the array's own."""
-    return dt.float32 if dt.is_low_precision(x.dtype) else x.dtype
-
-
 def reduce_loss(xp: Any, loss: Any, reduction: str, out_dtype: Any) -> Any:
     """Apply ``reduction`` to an elementwise loss array; the result in ``out_dtype``."""
     if reduction == "none":
@@ -131,7 +126,7 @@ class ClassIndexLoss(Function):
         on_gpu = backend.is_cupy_array(bad)
         if not on_gpu and bad.any():
             raise self.out_of_range(x, target, int(target[bad].reshape(-1)[0]))
-        cdt = compute_dtype(x)
+        cdt = dt.opmath_dtype(x.dtype)
         self.valid = valid
         self.safe = xp.where(valid & ~bad if on_gpu else valid, target, 0)
         self.w_t = (weight.astype(cdt)[self.safe] if weight is not None
@@ -313,7 +308,7 @@ class CrossEntropyGrad(Function):
             _note_rounded_back(self, x)
         if loss.fused is not None:
             return loss.fused_backward(x, gy)
-        cdt = compute_dtype(x)
+        cdt = dt.opmath_dtype(x.dtype)
         u = gy.astype(cdt, copy=False)
         if loss.reduction == "none":
             u = xp.expand_dims(u, loss.axis)
@@ -363,7 +358,7 @@ class NllLoss(ClassIndexLoss):
         return self.finish(xp, loss, x.dtype)
 
     def backward(self, gy: Tensor) -> tuple:
-        shape, dtype = self._input_meta[0]
+        shape, dtype = self.input_shapes[0], self.input_dtypes[0]
         q, _ = self.target_distribution(gy.device.xp, shape, dtype)
         gx = -q * self.upstream(gy)
         return (gx, None) + ((None,) if self.weighted else ())
@@ -396,7 +391,7 @@ class PairLoss(Function):
             raise TypeError(f"{self.name}: input and target must share one floating dtype, got "
                             f"{describe(x)} and {describe(t)}")
         self.size = x.size
-        cdt = compute_dtype(x)
+        cdt = dt.opmath_dtype(x.dtype)
         return x.astype(cdt, copy=False) - t.astype(cdt, copy=False)
 
 

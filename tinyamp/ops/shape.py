@@ -62,7 +62,7 @@ class Reshape(Function):
                              f"{list(x.shape)} ({x.size} elements)") from None
 
     def backward(self, gy: Tensor) -> Tensor:
-        return reshape(gy, self._input_meta[0][0])
+        return reshape(gy, self.input_shapes[0])
 
 
 class Permute(Function):
@@ -127,7 +127,7 @@ class Stack(Function):
         return xp.stack(xs, axis=self.axis)
 
     def backward(self, gy: Tensor) -> tuple:
-        shape = self._input_meta[0][0]
+        shape = self.input_shapes[0]
         pieces = split(gy, 1, self.axis)
         return tuple(reshape(p, shape) if need else None for p, need in zip(pieces, self.needs_input_grad))
 

@@ -101,7 +101,7 @@ class Where(Function):
         return broadcasting("where", xp.where, self.condition, a, b)
 
     def backward(self, gy: Tensor) -> tuple:
-        a_shape, b_shape = (m[0] for m in self._input_meta)
+        a_shape, b_shape = self.input_shapes
         da = sum_to(where(self.condition, gy, 0.0), a_shape) if self.needs_input_grad[0] else None
         db = sum_to(where(self.condition, 0.0, gy), b_shape) if self.needs_input_grad[1] else None
         return da, db
