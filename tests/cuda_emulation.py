@@ -309,7 +309,6 @@ def install(monkeypatch: Any, execute: bool = True) -> types.SimpleNamespace:
     # Fresh caches, restored afterwards: emulated kernels must never reach a real GPU run.
     for name in ("_kernels", "_chunk_tables", "_pointer_tables", "launches"):
         monkeypatch.setattr(cuda_launch, name, {})
-    monkeypatch.setattr(cuda_optim, "_true_flags", {})
     monkeypatch.setattr(cuda_optim, "_coefs", {})
     monkeypatch.setattr(cuda_launch, "_zero_flags", {})
     monkeypatch.setattr(cuda_loss, "_tickets", {})

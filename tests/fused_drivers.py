@@ -1,7 +1,8 @@
 """Shared drivers for the fused-kernel tests: one optimizer run, three implementations.
 
-``sgd_run`` and ``adam_run`` take an ``update`` function with the signature of
-``cuda_optim.sgd_step`` / ``adam_step`` and run a few steps on fresh arrays
+``sgd_run`` and ``adam_run`` take an ``update`` function for one parameter
+(``numpy_sgd``/``numpy_adam``, or the group kernels through ``sgd_as_group``/
+``adam_as_group``) and run a few steps on fresh arrays
 (some steps skipped with inf gradients), returning a snapshot of every array
 after every step. The tests hand them the NumPy path of the optimizers, the
 NumPy reference of the kernels, the emulated kernels (CPU) and the real ones

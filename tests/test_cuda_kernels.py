@@ -33,7 +33,7 @@ from tinyamp.kernels import cuda_launch, cuda_optim, cuda_scaler, loss_scale
 from tinyamp.kernels.round_through import ROUND_THROUGH, round_through
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SPECS = cuda_scaler.elementwise_specs() + cuda_optim.elementwise_specs() + list(ROUND_THROUGH.values())
+SPECS = cuda_scaler.elementwise_specs() + list(ROUND_THROUGH.values())
 
 
 def test_importing_tinyamp_never_imports_cupy(tmp_path) -> None:
@@ -43,7 +43,7 @@ def test_importing_tinyamp_never_imports_cupy(tmp_path) -> None:
     (fake / "__init__.py").write_text(f"open({str(marker)!r}, 'w').close()\nraise ImportError('stand-in')\n")
     code = ("import tinyamp, tinyamp.optim\n"
             "from tinyamp.kernels import cuda_launch, cuda_optim, cuda_scaler, loss_scale\n"
-            "cuda_scaler.elementwise_specs(), cuda_optim.elementwise_specs(), cuda_scaler.raw_sources()\n")
+            "cuda_scaler.elementwise_specs(), cuda_optim.group_raw_sources(), cuda_scaler.raw_sources()\n")
     env = dict(os.environ, PYTHONPATH=f"{tmp_path}{os.pathsep}{REPO}")
     subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=tmp_path)
     assert not marker.exists(), "importing tinyamp imported cupy"
@@ -92,20 +92,22 @@ def test_every_launch_matches_its_parameter_list(monkeypatch) -> None:
         cuda_scaler.update_scale(*scalars, growth_factor=2.0, backoff_factor=0.5, growth_interval=10,
                                   hysteresis=1, min_scale=None, max_scale=max_scale, floor=1e-38)
     w, low = np.ones(4, np.float32), np.ones(4, np.float16)
-    for momentum in (0.0, 0.9):
-        for keep in (True, np.array(False)):
+    hyper = np.zeros(5, np.float64)
+    for momentum in (False, True):
+        for found in (None, np.zeros(1, np.float32)):
             for lo in (None, low):
-                cuda_optim.sgd_step(w, w.astype(np.float16), w.copy(), np.zeros((), np.float32), keep, low=lo,
-                                      lr=0.1, momentum=momentum, dampening=0.0, weight_decay=0.0,
-                                      nesterov=False, maximize=False)
+                state = [[w.copy()], [np.zeros((), np.float32)]] if momentum else [None, None]
+                cuda_optim.sgd_group([w], [w.astype(np.float16)], *state, [lo], found, hyper, nesterov=False,
+                                     maximize=False)
     for amsgrad in (False, True):
         for lo in (None, low):
-            cuda_optim.adam_step(w, w, w.copy(), w.copy(), w.copy() if amsgrad else None,
-                                   np.zeros((), np.float32), True, low=lo, lr=1e-3, beta1=0.9, beta2=0.999,
-                                   eps=1e-8, weight_decay=0.0, decoupled=True)
+            cuda_optim.adam_group([w], [w], [w.copy()], [w.copy()], [w.copy()] if amsgrad else None,
+                                  [np.zeros((), np.float32)], [lo], None, hyper, decoupled=True)
     for dtype in ROUND_THROUGH:
         round_through(np.ones(3, np.float32), dtype)
-    expected = {s.name for s in SPECS} | {name for name, _ in cuda_scaler.raw_sources()}
+    expected = ({s.name for s in SPECS} | {name for name, _ in cuda_scaler.raw_sources()}
+                | {"tinyamp_sgd_group_f32_f16_f16", "tinyamp_advance_steps",
+                   "tinyamp_adam_group_f32_f32_f16", "tinyamp_adam_prepare_group"})
     assert set(cuda_launch.launches) == expected
 
 
@@ -127,12 +129,15 @@ def test_pointer_tables_are_uploaded_once_while_the_pointers_repeat(monkeypatch)
 
 def test_the_stand_in_rejects_what_cupy_rejects(monkeypatch) -> None:
     fake = emu.install(monkeypatch, execute=False)
-    spec = cuda_optim.ADVANCE_STEP
+    spec = ROUND_THROUGH[fd.F16]
     kernel = fake.ElementwiseKernel(spec.in_params, spec.out_params, spec.body, spec.name)
     with pytest.raises(TypeError, match="mismatched"):
-        kernel(np.ones(1, bool), np.zeros(1, np.float64), size=1)  # float64 step for a float32 parameter
-    with pytest.raises(ValueError, match="undecided"):
-        kernel(np.ones(1, bool), np.zeros(1, np.float32))
+        kernel(np.zeros(1, np.float64), np.zeros(1, np.float64))  # float64 for a float32 parameter
+    spec = cuda_scaler.UPDATE_SCALE
+    kernel = fake.ElementwiseKernel(spec.in_params, spec.out_params, spec.body, spec.name)
+    with pytest.raises(ValueError, match="undecided"):  # every array is raw: size= is needed
+        kernel(np.zeros(1, np.float32), 2.0, 0.5, 10, 1, np.float32(1.0), False, 0.0, np.ones(1, np.float32),
+               np.zeros(1, np.int32), np.zeros(1, np.int32))
     name, source = cuda_scaler.unscale_source(fd.F32, fd.F32)
     raw = fake.RawKernel(source, name)
     with pytest.raises(TypeError, match="numpy.int32"):  # CuPy would pass a Python int as long long

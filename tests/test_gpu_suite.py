@@ -92,7 +92,7 @@ def test_fused_update_scale_matches_the_numpy_path(cp, hyper) -> None:
 @pytest.mark.parametrize("case", fd.SGD_CASES, ids=fd.case_id)
 def test_fused_sgd_matches_the_numpy_path(cp, case, dtypes) -> None:
     want = fd.sgd_run(fd.numpy_sgd, case, dtypes)
-    got = fd.sgd_run(on_device(cuda_optim.sgd_step), case, dtypes)
+    got = fd.sgd_run(on_device(fd.sgd_as_group(cuda_optim.sgd_group, cp.asarray)), case, dtypes)
     for step, (a, b) in enumerate(zip(got, want)):
         fd.assert_same_bits(a, b, f"sgd step {step}")
 
@@ -103,10 +103,10 @@ def test_adam_bias_corrections_match_numpy(cp) -> None:
     mismatches = []
     for beta1, beta2 in [(0.9, 0.999), (0.8, 0.99), (0.9, 0.95)]:
         for t in range(1000):
-            step = cp.full((1,), t, cp.float32)
+            step = cp.full((), t, cp.float32)
             coef = cp.empty((2,), cp.float32)
-            cuda_launch.elementwise(cuda_optim.ADAM_PREPARE, cp.zeros((1,), bool), 1e-3, beta1, beta2,
-                                      step, coef, size=1)
+            cuda_optim.adam_bias_corrections([step], cp.zeros((1,), cp.float32),
+                                             cp.asarray([1e-3, beta1, beta2, 0.0, 0.0]), coef)
             tt = np.float64(np.float32(t) + np.float32(1))
             want = [np.float32(1e-3 / (1 - beta1 ** tt)), np.float32(np.sqrt(1 - beta2 ** tt))]
             if coef.get().tolist() != [float(w) for w in want]:
@@ -119,7 +119,7 @@ def test_adam_bias_corrections_match_numpy(cp) -> None:
 def test_fused_adam_matches_the_numpy_path(cp, case, dtypes) -> None:
     # Bit for bit given equal bias corrections (test_adam_bias_corrections_match_numpy).
     want = fd.adam_run(fd.numpy_adam, case, dtypes)
-    got = fd.adam_run(on_device(cuda_optim.adam_step), case, dtypes)
+    got = fd.adam_run(on_device(fd.adam_as_group(cuda_optim.adam_group, cp.asarray)), case, dtypes)
     for step, (a, b) in enumerate(zip(got, want)):
         fd.assert_same_bits(a, b, f"adam step {step}")
 
