@@ -76,6 +76,13 @@ def forward(x: Any, target: Any, weight: Any, *, ignore_index: int, reduction: s
         return cuda_loss.forward(x, target, weight, ignore_index=ignore_index, reduction=reduction,
                                  hot_c=np.float32(1.0 - eps), smooth_c=np.float32(eps / x.shape[1]),
                                  smoothing=bool(eps), out_dtype=out_dtype)
+    # inf/nan logits give inf/nan losses and gradients (as on a GPU and in PyTorch), silently.
+    with np.errstate(all="ignore"):
+        return _forward_numpy(x, target, weight, ignore_index, reduction, eps, out_dtype, check_range, exp, log)
+
+
+def _forward_numpy(x: Any, target: Any, weight: Any, ignore_index: int, reduction: str, eps: float,
+                   out_dtype: Any, check_range: bool, exp: Callable, log: Callable) -> tuple[Any, Any]:
     n, classes = x.shape
     valid = target != ignore_index
     bad = valid & ((target < 0) | (target >= classes))
@@ -89,8 +96,7 @@ def forward(x: Any, target: Any, weight: Any, *, ignore_index: int, reduction: s
     xf = x if x.dtype == dt.float32 else x.astype(dt.float32)
     m = xf.max(axis=1, keepdims=True)
     m = np.where(m != -np.inf, m, np.float32(0))  # an all -inf row shifts by 0, not by the infinity
-    with np.errstate(invalid="ignore"):  # +inf - +inf = nan: the documented result
-        z = xf - m
+    z = xf - m  # +inf - +inf = nan: the documented result
     lse = log(exp(z).sum(axis=1, keepdims=True))
     loss = -row_weight * (z[np.arange(n), safe] - lse[:, 0])
     if eps:
@@ -103,8 +109,7 @@ def forward(x: Any, target: Any, weight: Any, *, ignore_index: int, reduction: s
         return np.asarray(loss, dtype=out_dtype), saved
     total = loss.sum()
     if reduction == "mean":
-        with np.errstate(invalid="ignore", divide="ignore"):  # every target ignored: 0/0 = nan
-            total = total / count
+        total = total / count  # every target ignored: 0/0 = nan
     return np.asarray(total, dtype=out_dtype), saved
 
 
@@ -131,6 +136,13 @@ def backward(x: Any, target: Any, weight: Any, gy: Any, saved: Any, *, ignore_in
         return cuda_loss.backward(x, target, weight, gy, saved, ignore_index=ignore_index, reduction=reduction,
                                   hot_c=np.float32(1.0 - eps), smooth_d=eps / classes, smoothing=bool(eps),
                                   out_dtype=out_dtype, via_float32=via_float32)
+    with np.errstate(all="ignore"):
+        return _backward_numpy(x, weight, gy, saved, reduction, eps, out_dtype, via_float32, exp)
+
+
+def _backward_numpy(x: Any, weight: Any, gy: Any, saved: Saved, reduction: str, eps: float, out_dtype: Any,
+                    via_float32: bool, exp: Callable) -> Any:
+    n, classes = x.shape
     u = gy.astype(dt.float32, copy=False)
     if reduction == "none":
         u = u[:, None]

@@ -101,6 +101,8 @@ def _check(name: str, a: Array, b: Array, out_dtype: DTypeLike,
     if k != k_b:
         raise ValueError(f"{name}: inner dimensions differ ({k} vs {k_b}); op(a) is "
                          f"{m}x{k} and op(b) is {k_b}x{n}: {_describe(a, b, trans_a, trans_b)}")
+    if a.ndim == 2 and b.ndim == 2:
+        return (), int(m), int(k), int(n), out  # plain matrices (every linear layer): no batch to broadcast
     try:
         batch = tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
     except ValueError:

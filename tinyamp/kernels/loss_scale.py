@@ -54,13 +54,15 @@ def unscale_group(xp: Any, grads: list, outs: list, scale: Any, found_inf: Any) 
 def update_scale(xp: Any, scale: Any, growth_tracker: Any, hysteresis_tracker: Any, found_inf: Any, *,
                   growth_factor: float, backoff_factor: float, growth_interval: int, hysteresis: int,
                   min_scale: float | None, max_scale: float | None) -> None:
-    """The dynamic rule, in place on the device, without a branch on the data.
+    """The dynamic rule, in place: on a GPU one kernel thread (no host sync), on the CPU a few host reads.
 
     inf/nan found: the growth tracker resets and the hysteresis tracker counts
     down; once it reaches 0 the scale backs off (to no less than ``min_scale``).
     Clean: the growth tracker counts up; at ``growth_interval`` the scale grows
     (to no more than ``max_scale``, never to inf) and both trackers reset.
     With ``hysteresis=1`` this is exactly PyTorch's ``_amp_update_scale_``.
+    The arithmetic is the kernel's: the scale times a factor in float64, rounded
+    once to float32.
     """
     if cuda_launch.on_gpu(scale):
         cuda_scaler.update_scale(scale, growth_tracker, hysteresis_tracker, found_inf,
@@ -68,24 +70,25 @@ def update_scale(xp: Any, scale: Any, growth_tracker: Any, hysteresis_tracker: A
                                  growth_interval=growth_interval, hysteresis=hysteresis,
                                  min_scale=min_scale, max_scale=max_scale, floor=DEFAULT_MIN_SCALE)
         return
-    found = found_inf > 0
-    current = scale.astype(np.float64)
-    hyst_left = xp.maximum(hysteresis_tracker - 1, 0)
-    backoff = xp.logical_and(found, hyst_left <= 0)
-    backed = xp.maximum((current * backoff_factor).astype(np.float32),
-                        np.float32(DEFAULT_MIN_SCALE if min_scale is None else min_scale))
-    successful = growth_tracker + 1
-    grow = xp.logical_and(xp.logical_not(found), successful >= growth_interval)
-    grown = current * growth_factor
-    if max_scale is not None:
-        grown = xp.minimum(grown, max_scale)
-    grown = grown.astype(np.float32)
-    grown = xp.where(xp.isfinite(grown), grown, scale)
-    zero = xp.zeros((), dtype=np.int32)
-    full_budget = xp.full((), hysteresis, dtype=np.int32)
-    new_scale = xp.where(backoff, backed, xp.where(grow, grown, scale))
-    new_growth = xp.where(xp.logical_or(found, grow), zero, successful)
-    new_hyst = xp.where(found, hyst_left, xp.where(grow, full_budget, hysteresis_tracker))
-    scale[...] = new_scale
-    growth_tracker[...] = new_growth
-    hysteresis_tracker[...] = new_hyst
+    # NumPy arrays: reading them on the host costs nothing, so decide in Python.
+    current = float(scale)  # a float32 value, exactly
+    hyst_left = max(int(hysteresis_tracker) - 1, 0)
+    successful = int(growth_tracker) + 1
+    if float(found_inf) > 0:
+        growth_tracker[...] = 0
+        hysteresis_tracker[...] = hyst_left
+        if hyst_left <= 0:
+            floor = np.float32(DEFAULT_MIN_SCALE if min_scale is None else min_scale)
+            scale[...] = max(np.float32(current * backoff_factor), floor)
+    elif successful >= growth_interval:
+        grown = current * growth_factor
+        if max_scale is not None and max_scale < grown:
+            grown = max_scale
+        with np.errstate(over="ignore"):  # past float32's range: inf, refused below
+            grown32 = np.float32(grown)
+        if np.isfinite(grown32):  # never grow to inf
+            scale[...] = grown32
+        growth_tracker[...] = 0
+        hysteresis_tracker[...] = hysteresis
+    else:
+        growth_tracker[...] = successful

@@ -21,7 +21,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from . import cuda_launch
-from .convert import SMALL, convert, resolve
+from .convert import convert, resolve
 from .cpu_numba import KERNELS
 from .cpu_numpy import U32, flat
 
@@ -49,7 +49,7 @@ def round_through(y: Any, dtype: Any, backend: "str | None" = None) -> Any:
         with cuda_launch._device(y):
             cuda_launch.elementwise(ROUND_THROUGH[low], y, y)
         return y
-    path = resolve(backend) if backend is not None or y.size >= SMALL else "astype"
+    path = resolve(backend)  # one numba pass at any size: cheaper than two conversions and an errstate
     if path == "numba" and y.flags.c_contiguous:
         KERNELS["round_f16" if low == dt.float16 else "round_bf16"](flat(y).view(U32))
         return y
