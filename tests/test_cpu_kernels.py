@@ -421,3 +421,47 @@ def test_each_special_value_alone(any_backend, src, dst, special, finite):
     bad = np.flatnonzero(got != expected)
     assert bad.size == 0, (f"{special} {src}->{dst} on {any_backend}: {bad.size} wrong, first at {bad[0]}: "
                            f"{hex(got[bad[0]])}, expected {hex(expected[bad[0]])}")
+
+
+# ---------------------------------------------------------------------------
+# cpu_optim: SGD and Adam in one numba pass, bit for bit the NumPy path
+
+import fused_drivers as fd  # noqa: E402
+from tinyamp.kernels import cpu_optim  # noqa: E402
+
+
+def _fused_or_numpy(fused, numpy_path):
+    """A driver update: the numba pass on kept float32 steps, the NumPy path otherwise."""
+    def update(*args, low=None, **case):
+        keep = args[-1]
+        if (keep is True or bool(keep)) and fused(*args[:-1], **case):
+            if low is not None:
+                low[...] = args[0].astype(low.dtype)
+            return
+        numpy_path(*args, low=low, **case)
+    return update
+
+
+@pytest.mark.skipif(not HAVE_NUMBA, reason="numba not installed or not selected")
+@pytest.mark.parametrize("dtypes", fd.DTYPE_CASES, ids=lambda d: "-".join(str(x) for x in d))
+@pytest.mark.parametrize("case", fd.SGD_CASES, ids=fd.case_id)
+def test_numba_sgd_matches_the_numpy_path(case, dtypes):
+    want = fd.sgd_run(fd.numpy_sgd, case, dtypes)
+    got = fd.sgd_run(_fused_or_numpy(cpu_optim.sgd_update, fd.numpy_sgd), case, dtypes)
+    for step, (a, b) in enumerate(zip(got, want)):
+        fd.assert_same_bits(a, b, f"sgd step {step}")
+
+
+@pytest.mark.skipif(not HAVE_NUMBA, reason="numba not installed or not selected")
+@pytest.mark.parametrize("dtypes", fd.DTYPE_CASES, ids=lambda d: "-".join(str(x) for x in d))
+@pytest.mark.parametrize("case", fd.ADAM_CASES, ids=fd.case_id)
+def test_numba_adam_matches_the_numpy_path(case, dtypes):
+    def fused(w, g, m, v, v_max, step, *, amsgrad=None, **case):
+        return cpu_optim.adam_update(w, g, m, v, v_max, step, **case)
+
+    want = fd.adam_run(fd.numpy_adam, case, dtypes)
+    got = fd.adam_run(_fused_or_numpy(fused, fd.numpy_adam), case, dtypes)
+    for step, (a, b) in enumerate(zip(got, want)):
+        fd.assert_same_bits(a, b, f"adam step {step}")
+    # float32 weights with float32 gradients took the numba pass (the others are not its case).
+    assert cpu_optim._applies(np.zeros(2, np.float32)) == (cv.BACKEND == "numba")

@@ -16,6 +16,9 @@ import numpy as np
 
 from .. import dtypes as dt
 from . import cuda_launch, cuda_scaler
+from .convert import resolve
+from .cpu_numba import KERNELS
+from .cpu_numpy import flat
 
 # Without a min_scale the scale still never drops below the smallest normal
 # float32, so it stays positive and 1/scale stays finite.
@@ -42,6 +45,17 @@ def unscale_group(xp: Any, grads: list, outs: list, scale: Any, found_inf: Any) 
     if not grads:
         return
     inv_scale = inverse_scale(xp, scale)
+    if xp is np and resolve(None) == "numba":
+        # float32 pairs: multiply and check in one numba pass each (the NumPy ufuncs take four).
+        rest = []
+        for grad, out in zip(grads, outs):
+            if (grad.dtype == dt.float32 and out.dtype == dt.float32 and grad.flags.c_contiguous
+                    and out.flags.c_contiguous):
+                if KERNELS["unscale_f32"](flat(grad), flat(out), inv_scale[()]):
+                    found_inf[...] = 1.0
+            else:
+                rest.append((grad, out))
+        grads, outs = [g for g, _ in rest], [o for _, o in rest]
     for grad, out in zip(grads, outs):
         if out.dtype in dt.LOW_PRECISION:
             result = dt.opmath(grad) * inv_scale  # computed in float32, rounded once

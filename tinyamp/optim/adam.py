@@ -28,7 +28,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from .. import dtypes as dt
-from ..kernels import cuda_launch, cuda_optim
+from ..kernels import cpu_optim, cuda_launch, cuda_optim
 from .optimizer import Optimizer, decayed_gradient, masked_write
 
 
@@ -106,6 +106,8 @@ class Adam(Optimizer):
                 fused.setdefault(p.device, []).append(entry)
                 continue
             m, v, v_max, step = self._moments(p, w, group["amsgrad"])
+            if keep is True and cpu_optim.adam_update(w, g, m, v, v_max, step, **hyper):
+                continue  # one numba pass on the CPU, the same bits
             _adam_param(p.device.xp, w, g, m, v, v_max, step, self._keep_mask(keep), **hyper)
         for dev, batch in fused.items():
             moments = [self._moments(p, w, group["amsgrad"]) for p, w, _, _, _ in batch]

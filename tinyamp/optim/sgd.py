@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from .. import dtypes as dt
-from ..kernels import cuda_launch, cuda_optim
+from ..kernels import cpu_optim, cuda_launch, cuda_optim
 from .optimizer import Optimizer, masked_write
 
 
@@ -87,6 +87,8 @@ class SGD(Optimizer):
             if momentum != 0:
                 buf = self._state_buffer(p, "momentum_buffer", w)
                 step = self._step_counter(p, w)
+            if keep is True and cpu_optim.sgd_update(w, g, buf, step, **hyper):
+                continue  # one numba pass on the CPU, the same bits
             _sgd_param(p.device.xp, w, g, buf, step, self._keep_mask(keep), **hyper)
         for dev, batch in fused.items():
             self._fused_update(group, dev, batch, momentum != 0, hyper)
