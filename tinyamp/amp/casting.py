@@ -32,8 +32,10 @@ import numpy as np
 
 from .. import dtypes as dt
 from .. import precision
+from ..kernels import cuda_launch
 from ..kernels.convert import convert
 from ..ops.cast import CachedCast, Cast, cast
+from ..tensor import Tensor
 from ..precision import PROMOTE, AutocastState, Precision
 
 
@@ -81,6 +83,24 @@ class WeightCastCache:
                 del entries[key]
 
         self._entries[key] = (weakref.ref(weight, forget), weight._version[0], array)
+
+    def refresh(self, weight: Any, dtype: np.dtype) -> Any:
+        """Convert ``weight`` (a miss): into its stale entry's array when it has one, else a new entry.
+
+        Reusing the array saves an allocation per weight and step on the CPU,
+        where the optimizer does not write the copy; whoever kept the old copy
+        for backward shares the weight's version counter and sees the update.
+        """
+        self.misses += 1
+        entry = self._entries.get((id(weight), dtype))
+        if entry is not None and entry[0]() is weight and not cuda_launch.on_gpu(entry[2]):
+            convert(weight.data, dtype, out=entry[2])
+            self._entries[(id(weight), dtype)] = (entry[0], weight._version[0], entry[2])
+            return entry[2]
+        array = convert(weight.data, dtype)
+        self.misses -= 1  # put counts it
+        self.put(weight, dtype, array)
+        return array
 
     def to_refresh(self, weight: Any) -> "tuple[np.dtype, Any] | None":
         """(dtype, array) of a current entry of ``weight`` that an update may overwrite, else None.
@@ -168,6 +188,9 @@ def cast_input(op: Any, tensor: Any, target: np.dtype, state: "AutocastState | N
 def _make_cast(tensor: Any, target: np.dtype, tracer: Any, op: Any, cause: "str | None",
                cache: "str | None") -> Any:
     if tracer is None:
+        if not tensor._requires_grad:
+            # Nothing to record (an input batch): the conversion alone, without the node's machinery.
+            return Tensor._wrap(convert(tensor.data, target))
         return cast(tensor, target)
     return _traced_cast(Cast(target), tensor, tracer, op, cause, cache)
 
@@ -202,8 +225,7 @@ def low_copy(op: Any, position: int, tensor: Any, target: np.dtype, state: Autoc
         array = cache.get(tensor, target)
         kind = "hit"
         if array is None:
-            array, kind = convert(tensor.data, target), "miss"
-            cache.put(tensor, target, array)
+            array, kind = cache.refresh(tensor, target), "miss"
     else:
         array = convert(tensor.data, target)
     if precision.current_trace() is not None:
