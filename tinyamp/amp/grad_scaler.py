@@ -147,7 +147,7 @@ class GradScaler:
                     self._lazy_init(value.device)
                 dev = value.device
                 if dev not in per_device:
-                    per_device[dev] = Tensor._wrap(backend.to_device(self._scale, dev))
+                    per_device[dev] = self._scale_tensor(dev)
                 return value * per_device[dev]
             if isinstance(value, (list, tuple)):
                 items = [apply(item) for item in value]
@@ -156,6 +156,15 @@ class GradScaler:
                              f"Tensor or nested lists/tuples of Tensors, got {type(value).__name__}")
 
         return apply(outputs)
+
+    def _scale_tensor(self, dev: backend.Device) -> Tensor:
+        """The scale as a Tensor on ``dev``; on its own device one wrapper, kept (update rewrites the array)."""
+        if backend.device_of(self._scale) != dev:
+            return Tensor._wrap(backend.to_device(self._scale, dev))
+        wrapper = self.__dict__.get("_scale_wrapper")
+        if wrapper is None or wrapper.data is not self._scale:
+            wrapper = self._scale_wrapper = Tensor._wrap(self._scale)
+        return wrapper
 
     def _lazy_init(self, dev: backend.Device) -> None:
         xp = dev.xp
@@ -235,8 +244,7 @@ class GradScaler:
             if dev not in found_per_device:
                 found_per_device[dev] = dev.xp.zeros((), dtype=np.float32)
                 scale_per_device[dev] = backend.to_device(self._scale, dev)
-            with np.errstate(over="ignore", invalid="ignore"):  # inf/nan is what we look for
-                unscale_group(dev.xp, grads, outs, scale_per_device[dev], found_per_device[dev])
+            unscale_group(dev.xp, grads, outs, scale_per_device[dev], found_per_device[dev])
             for t in tensors:
                 t._version[0] += 1
         return found_per_device

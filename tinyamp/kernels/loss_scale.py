@@ -44,7 +44,8 @@ def unscale_group(xp: Any, grads: list, outs: list, scale: Any, found_inf: Any) 
         grads, outs = [g for g, _ in pairs], [o for _, o in pairs]
     if not grads:
         return
-    inv_scale = inverse_scale(xp, scale)
+    # float32(1 / float64(scale)): on the CPU the host divides (the same IEEE division, no array ops).
+    inv_scale = np.asarray(np.float32(1.0 / float(scale))) if xp is np else inverse_scale(xp, scale)
     if xp is np and resolve(None) == "numba":
         # float32 pairs: multiply and check in one numba pass each (the NumPy ufuncs take four).
         rest = []
@@ -56,13 +57,16 @@ def unscale_group(xp: Any, grads: list, outs: list, scale: Any, found_inf: Any) 
             else:
                 rest.append((grad, out))
         grads, outs = [g for g, _ in rest], [o for _, o in rest]
-    for grad, out in zip(grads, outs):
-        if out.dtype in dt.LOW_PRECISION:
-            result = dt.opmath(grad) * inv_scale  # computed in float32, rounded once
-            out[...] = result.astype(out.dtype)
-        else:
-            result = xp.multiply(grad, inv_scale, out=out)
-        xp.maximum(found_inf, xp.logical_not(xp.isfinite(result).all()), out=found_inf)
+    if not grads:
+        return
+    with np.errstate(over="ignore", invalid="ignore"):  # inf/nan is what we look for
+        for grad, out in zip(grads, outs):
+            if out.dtype in dt.LOW_PRECISION:
+                result = dt.opmath(grad) * inv_scale  # computed in float32, rounded once
+                out[...] = result.astype(out.dtype)
+            else:
+                result = xp.multiply(grad, inv_scale, out=out)
+            xp.maximum(found_inf, xp.logical_not(xp.isfinite(result).all()), out=found_inf)
 
 
 def update_scale(xp: Any, scale: Any, growth_tracker: Any, hysteresis_tracker: Any, found_inf: Any, *,
