@@ -242,6 +242,17 @@ def _row_major(xp: Any, x: Array, trans: bool, batch: tuple[int, ...]
     return x, trans, stride
 
 
+# With CUBLAS_COMPUTE_32F the scale type is float: alpha/beta are float32 host
+# scalars (CuPy leaves the handle in host pointer mode), read before the call
+# returns, so two constant arrays serve every call.
+_ALPHA = np.ones((), dtype=np.float32)
+_BETA = np.zeros((), dtype=np.float32)
+def _compute_type_name(cublas: Any, compute_type: int) -> "str | None":
+    if compute_type == getattr(cublas, "CUBLAS_COMPUTE_32F", None):
+        return "CUBLAS_COMPUTE_32F"
+    return "CUBLAS_COMPUTE_16F" if compute_type == getattr(cublas, "CUBLAS_COMPUTE_16F", None) else None
+
+
 def _cublas_gemm(xp: Any, cublas: Any, handle: int, a: Array, b: Array,
                  c_dtype: np.dtype, trans_a: bool, trans_b: bool, *,
                  compute_type: int, algo: int) -> Array:
@@ -270,10 +281,7 @@ def _cublas_gemm(xp: Any, cublas: Any, handle: int, a: Array, b: Array,
         a, stride_a, rows_c, n_batch = a.reshape(n_batch * m, k), 0, n_batch * m, 1
 
     op_n, op_t = cublas.CUBLAS_OP_N, cublas.CUBLAS_OP_T
-    # With CUBLAS_COMPUTE_32F the scale type is float: alpha/beta are float32
-    # host scalars (CuPy leaves the handle in host pointer mode).
-    alpha = np.ones((), dtype=np.float32)
-    beta = np.zeros((), dtype=np.float32)
+    alpha, beta = _ALPHA, _BETA
     in_type, c_type = _CUDA_DATA_TYPE[a.dtype], _CUDA_DATA_TYPE[np.dtype(c_dtype)]
     args_b = (b.data.ptr, in_type, b.shape[-1])
     args_a = (a.data.ptr, in_type, a.shape[-1])
@@ -290,11 +298,9 @@ def _cublas_gemm(xp: Any, cublas: Any, handle: int, a: Array, b: Array,
             beta.ctypes.data, out.data.ptr, c_type, n, m * n,
             n_batch, compute_type, algo)
 
-    names = {getattr(cublas, name, None): name
-             for name in ("CUBLAS_COMPUTE_16F", "CUBLAS_COMPUTE_32F")}
     last_gpu_call.clear()
     last_gpu_call.update(function=function, compute_type=compute_type,
-                         compute_type_name=names.get(compute_type), algo=algo,
+                         compute_type_name=_compute_type_name(cublas, compute_type), algo=algo,
                          a_type=a.dtype.name, b_type=b.dtype.name,
                          c_type=np.dtype(c_dtype).name, m=n, n=rows_c, k=k,
                          batch_count=n_batch)
