@@ -17,7 +17,7 @@ import pytest
 import cuda_emulation as emu
 import fused_drivers as fd
 import tinyamp as ta
-from tinyamp.kernels import cross_entropy, cuda_launch, cuda_optim, cuda_scaler, loss_scale
+from tinyamp.kernels import cross_entropy, cuda_epilogue, cuda_launch, cuda_optim, cuda_scaler, loss_scale
 from tinyamp.kernels.round_through import round_through
 
 pytestmark = pytest.mark.skipif(emu.CXX is None, reason="the kernel emulation needs g++")
@@ -248,3 +248,37 @@ def test_round_through_kernel_matches_astype(emulated, dtype) -> None:
     with np.errstate(invalid="ignore"):  # signalling NaNs among the patterns
         fd.assert_same_bits([got], [want], "round through")
     assert cuda_launch.launches == {f"tinyamp_round_through_{'f16' if dtype == fd.F16 else 'bf16'}": 1}
+
+
+# ------------------------------------------------------ linear's epilogues
+SPECIALS = np.float32([0.0, -0.0, np.inf, -np.inf, np.nan, 65504.0, 65520.0, 1e-8, -3.0, 2.5])
+
+
+@pytest.mark.parametrize("bias_dtype", [fd.F32, fd.F16, fd.BF16, None], ids=str)
+@pytest.mark.parametrize("out_dtype", [fd.F16, fd.BF16], ids=str)
+@pytest.mark.parametrize("relu", [False, True])
+def test_bias_act_kernel_matches_numpy(emulated, bias_dtype, out_dtype, relu) -> None:
+    rng = np.random.default_rng(0)
+    y = (rng.standard_normal((7, 10)) * 3e4).astype(np.float32)
+    y[0] = SPECIALS
+    bias = None if bias_dtype is None else (rng.standard_normal(10) * 4).astype(bias_dtype)
+    with np.errstate(all="ignore"):
+        t = y + bias.astype(np.float32) if bias is not None else y.copy()
+        want = (np.maximum(t, 0) if relu else t).astype(out_dtype)
+        got = cuda_epilogue.bias_act_convert(y, bias, out_dtype, relu)
+        fd.assert_same_bits([got], [want], "bias_act")
+    assert cuda_launch.launches == {"tinyamp_bias_act_convert": 1}
+
+
+@pytest.mark.parametrize("dtypes", [(fd.F32, fd.F32), (fd.F16, fd.F16), (fd.BF16, fd.BF16), (fd.F32, fd.F16)],
+                         ids=str)
+def test_relu_backward_kernel_matches_cupys_multiply(emulated, dtypes) -> None:
+    rng = np.random.default_rng(1)
+    gy = rng.standard_normal(40).astype(dtypes[0])
+    y = rng.standard_normal(40).astype(dtypes[1])
+    with np.errstate(all="ignore"):  # 65520 overflows float16: inf, one more special value
+        gy[:10], y[10:20] = SPECIALS.astype(dtypes[0]), SPECIALS.astype(dtypes[1])
+        want = np.multiply(gy, y > 0, dtype=gy.dtype)
+        got = cuda_epilogue.relu_backward(gy, y)
+        fd.assert_same_bits([got], [want], "relu backward")
+    assert cuda_launch.launches == {"tinyamp_relu_backward": 1}

@@ -29,11 +29,11 @@ import fused_drivers as fd
 import tinyamp as ta
 import cuda_kernels_reference
 from tinyamp import backend
-from tinyamp.kernels import cuda_launch, cuda_optim, cuda_scaler, loss_scale
+from tinyamp.kernels import cuda_epilogue, cuda_launch, cuda_optim, cuda_scaler, loss_scale
 from tinyamp.kernels.round_through import ROUND_THROUGH, round_through
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SPECS = cuda_scaler.elementwise_specs() + list(ROUND_THROUGH.values())
+SPECS = cuda_scaler.elementwise_specs() + list(ROUND_THROUGH.values()) + cuda_epilogue.elementwise_specs()
 
 
 def test_importing_tinyamp_never_imports_cupy(tmp_path) -> None:
@@ -105,6 +105,8 @@ def test_every_launch_matches_its_parameter_list(monkeypatch) -> None:
                                   [np.zeros((), np.float32)], [lo], None, hyper, decoupled=True)
     for dtype in ROUND_THROUGH:
         round_through(np.ones(3, np.float32), dtype)
+    cuda_epilogue.bias_act_convert(np.ones((2, 3), np.float32), np.ones(3, np.float16), np.float16, True)
+    cuda_epilogue.relu_backward(np.ones(3, np.float16), np.ones(3, np.float16))
     expected = ({s.name for s in SPECS} | {name for name, _ in cuda_scaler.raw_sources()}
                 | {"tinyamp_sgd_group_f32_f16_f16", "tinyamp_advance_steps",
                    "tinyamp_adam_group_f32_f32_f16", "tinyamp_adam_prepare_group"})

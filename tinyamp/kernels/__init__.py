@@ -15,9 +15,12 @@ CPU and CUDA side by side, one responsibility per file:
   dynamic scale rule) on NumPy or CuPy arrays.
 - ``cross_entropy.py``: cross-entropy of 2-D logits, forward and backward in
   one pass each (NumPy; ``cuda_loss.py`` holds the CUDA kernels).
+- ``cpu_optim.py``: SGD and Adam/AdamW on one float32 parameter in one numba
+  pass (the CPU twin of ``cuda_optim.py``).
 - ``cuda_launch.py``: compiling, launching and counting CUDA kernels;
   ``cuda_scaler.py`` and ``cuda_optim.py`` are the fused loss-scale and
-  optimizer kernels.
+  optimizer kernels; ``cuda_epilogue.py`` linear's bias + ReLU + downcast
+  epilogue and ReLU's backward.
 
 Every module here imports only NumPy, ml_dtypes, ``tinyamp.backend`` and
 ``tinyamp.dtypes`` (CuPy and numba only through them or lazily).

@@ -19,6 +19,7 @@ import numpy as np
 from .. import dtypes as dt
 from ..autograd.function import Function
 from ..autograd.grad_mode import is_grad_enabled
+from ..kernels import cuda_epilogue, cuda_launch
 from ..kernels.elementwise_cpu import bias_act_convert
 from ..kernels.gemm import gemm, gemm_widened
 from ..kernels.round_through import round_through
@@ -166,9 +167,13 @@ class Linear(Function):
             y = gemm(rows, w, trans_b=True)
         elif dt.is_low_precision(x.dtype):
             # The bias is added to the float32 accumulator and the sum rounded
-            # once, as a cuBLAS epilogue would (one fused pass on the CPU).
-            y = bias_act_convert(gemm(rows, w, xp.float32, trans_b=True), b.astype(xp.float32), x.dtype,
-                                 overwrite_y=True)
+            # once, as a cuBLAS epilogue would (one fused pass: numba on the CPU,
+            # one kernel launch on a GPU, which widens the 16-bit bias itself).
+            acc = gemm(rows, w, xp.float32, trans_b=True)
+            if cuda_launch.on_gpu(acc):
+                y = cuda_epilogue.bias_act_convert(acc, b, x.dtype, relu=False)
+            else:
+                y = bias_act_convert(acc, b.astype(xp.float32), x.dtype, overwrite_y=True)
         else:
             y = gemm(rows, w, trans_b=True)
             y += b  # in place on gemm's fresh result: no second output buffer
