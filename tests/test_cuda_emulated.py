@@ -82,10 +82,11 @@ def test_bfloat16_rounding_of_the_unscale_kernel(emulated) -> None:
 @pytest.mark.parametrize("hyper", HYPERS)
 def test_update_scale_kernel_matches_the_numpy_path(emulated, hyper) -> None:
     for state in scale_states(hyper):
-        want = [a.copy() for a in state]
-        numpy_update_scale(*want, **hyper)
-        got = [a.copy() for a in state]
-        cuda_scaler.update_scale(*got, **hyper, floor=loss_scale.DEFAULT_MIN_SCALE)
+        want = [a.copy() for a in state] + [np.zeros(2, np.float32)]
+        numpy_update_scale(*want[:4], **hyper, record=want[4])
+        got = [a.copy() for a in state] + [np.zeros(2, np.float32)]
+        cuda_scaler.update_scale(*got[:4], **hyper, floor=loss_scale.DEFAULT_MIN_SCALE, record=got[4])
+        assert got[4][0] == state[0] and got[4][1] == got[0]  # the scale before and after
         fd.assert_same_bits(got, want, f"update_scale {[a.item() for a in state]}")
 
 

@@ -139,7 +139,7 @@ def test_the_stand_in_rejects_what_cupy_rejects(monkeypatch) -> None:
     kernel = fake.ElementwiseKernel(spec.in_params, spec.out_params, spec.body, spec.name)
     with pytest.raises(ValueError, match="undecided"):  # every array is raw: size= is needed
         kernel(np.zeros(1, np.float32), 2.0, 0.5, 10, 1, np.float32(1.0), False, 0.0, np.ones(1, np.float32),
-               np.zeros(1, np.int32), np.zeros(1, np.int32))
+               np.zeros(1, np.int32), np.zeros(1, np.int32), np.zeros(2, np.float32))
     name, source = cuda_scaler.unscale_source(fd.F32, fd.F32)
     raw = fake.RawKernel(source, name)
     with pytest.raises(TypeError, match="numpy.int32"):  # CuPy would pass a Python int as long long

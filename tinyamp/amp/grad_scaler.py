@@ -307,20 +307,22 @@ class GradScaler:
         self._check_scale_growth_tracker("update")
         xp = backend.array_module(self._scale)
         dev = backend.device_of(self._scale)
-        before = self._scale.copy()
         found = [v for s in self._per_optimizer_states.values() for v in s["found_inf_per_device"].values()]
         combined = self._sum_found(found, dev) if found else None
         if new_scale is not None:
+            before = self._scale.copy()
             self._set_scale(new_scale, xp, dev)
+            self.last_step = ScalerStep(combined, before, self._scale.copy())
         else:
             if combined is None:
                 raise RuntimeError("No inf checks were recorded prior to update.")
-            with np.errstate(over="ignore"):  # a growth past float32's range is computed, then refused
-                update_scale(xp, self._scale, self._growth_tracker, self._hysteresis_tracker, combined,
-                              growth_factor=self._growth_factor, backoff_factor=self._backoff_factor,
-                              growth_interval=self._growth_interval, hysteresis=self._hysteresis,
-                              min_scale=self._min_scale, max_scale=self._max_scale)
-        self.last_step = ScalerStep(combined, before, self._scale.copy())
+            # The rule writes the scale before and after into a fresh pair (kept by last_step): no copies.
+            record = xp.empty((2,), dtype=np.float32)
+            update_scale(xp, self._scale, self._growth_tracker, self._hysteresis_tracker, combined,
+                         growth_factor=self._growth_factor, backoff_factor=self._backoff_factor,
+                         growth_interval=self._growth_interval, hysteresis=self._hysteresis,
+                         min_scale=self._min_scale, max_scale=self._max_scale, record=record)
+            self.last_step = ScalerStep(combined, record[0:1], record[1:2])
         self._per_optimizer_states = defaultdict(_refresh_per_optimizer_state)
 
     def _set_scale(self, new_scale: Any, xp: Any, dev: backend.Device) -> None:

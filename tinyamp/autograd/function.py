@@ -338,4 +338,27 @@ def _scalar_tensor(value: Any, reference: "Tensor | None") -> Tensor:
     elif isinstance(value, int) and not isinstance(value, bool) and dtype == dt.bool_:
         dtype = dt.int64
     xp = array_module(reference.data)
-    return Tensor._wrap(xp.asarray(value, dtype=dtype))
+    if xp is np:
+        return Tensor._wrap(np.asarray(value, dtype=dtype))
+    return Tensor._wrap(device_scalar(xp, reference.data, value, dtype))
+
+
+_DEVICE_SCALARS: dict = {}  # (module, device id, dtype, type, value) -> 0-d device array, never written
+_DEVICE_SCALARS_KEPT = 1024
+
+
+def device_scalar(xp: Any, like: Any, value: Any, dtype: np.dtype) -> Any:
+    """A 0-d device array holding ``value`` on ``like``'s device, made once and kept.
+
+    ``x * 0.5`` on a GPU would otherwise copy the 0.5 to the device on every
+    call (a host-to-device transfer, which a captured CUDA graph cannot hold).
+    The arrays are only ever op inputs, never written.
+    """
+    key = (id(xp), like.device.id, dtype, type(value), value)
+    array = _DEVICE_SCALARS.get(key)
+    if array is None:
+        if len(_DEVICE_SCALARS) >= _DEVICE_SCALARS_KEPT:
+            _DEVICE_SCALARS.clear()
+        with like.device:
+            array = _DEVICE_SCALARS[key] = xp.asarray(value, dtype=dtype)
+    return array

@@ -58,9 +58,10 @@ UPDATE_SCALE = KernelSpec(
     "tinyamp_update_scale",
     "raw float32 found_inf, float64 growth_factor, float64 backoff_factor, int32 growth_interval, "
     "int32 hysteresis, float32 scale_floor, bool has_max, float64 max_scale",
-    "raw float32 scale, raw int32 growth_tracker, raw int32 hysteresis_tracker",
+    "raw float32 scale, raw int32 growth_tracker, raw int32 hysteresis_tracker, raw float32 record",
     r"""
     const float current = scale[0];
+    record[0] = current;  // the scale before and after, for GradScaler.last_step (no copies)
     const int hyst_left = hysteresis_tracker[0] > 1 ? hysteresis_tracker[0] - 1 : 0;
     const int successful = growth_tracker[0] + 1;
     if (found_inf[0] > 0.0f) {
@@ -80,6 +81,7 @@ UPDATE_SCALE = KernelSpec(
     } else {
         growth_tracker[0] = successful;
     }
+    record[1] = scale[0];
     """)
 
 
@@ -126,11 +128,14 @@ def unscale_group(grads: list, outs: list, scale: Any, found_inf: Any) -> list[t
 
 def update_scale(scale: Any, growth_tracker: Any, hysteresis_tracker: Any, found_inf: Any, *,
                  growth_factor: float, backoff_factor: float, growth_interval: int, hysteresis: int,
-                 min_scale: "float | None", max_scale: "float | None", floor: float) -> None:
-    """Fused ``loss_scale.update_scale`` on the 0-d device arrays, in place."""
+                 min_scale: "float | None", max_scale: "float | None", floor: float, record: Any = None) -> None:
+    """Fused ``loss_scale.update_scale`` on the 0-d device arrays, in place; ``record`` gets (before, after)."""
     with launch._device(scale):
+        if record is None:
+            record = launch._cp().empty((2,), dtype=np.float32)
         launch.elementwise(UPDATE_SCALE, found_inf.reshape(1), float(growth_factor), float(backoff_factor),
                            int(growth_interval), int(hysteresis),
                            np.float32(floor if min_scale is None else min_scale),
                            max_scale is not None, float(0.0 if max_scale is None else max_scale),
-                           scale.reshape(1), growth_tracker.reshape(1), hysteresis_tracker.reshape(1), size=1)
+                           scale.reshape(1), growth_tracker.reshape(1), hysteresis_tracker.reshape(1), record,
+                           size=1)

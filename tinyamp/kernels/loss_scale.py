@@ -71,8 +71,10 @@ def unscale_group(xp: Any, grads: list, outs: list, scale: Any, found_inf: Any) 
 
 def update_scale(xp: Any, scale: Any, growth_tracker: Any, hysteresis_tracker: Any, found_inf: Any, *,
                   growth_factor: float, backoff_factor: float, growth_interval: int, hysteresis: int,
-                  min_scale: float | None, max_scale: float | None) -> None:
+                  min_scale: float | None, max_scale: float | None, record: Any = None) -> None:
     """The dynamic rule, in place: on a GPU one kernel thread (no host sync), on the CPU a few host reads.
+
+    ``record`` (two float32, optional) receives the scale before and after.
 
     inf/nan found: the growth tracker resets and the hysteresis tracker counts
     down; once it reaches 0 the scale backs off (to no less than ``min_scale``).
@@ -86,10 +88,12 @@ def update_scale(xp: Any, scale: Any, growth_tracker: Any, hysteresis_tracker: A
         cuda_scaler.update_scale(scale, growth_tracker, hysteresis_tracker, found_inf,
                                  growth_factor=growth_factor, backoff_factor=backoff_factor,
                                  growth_interval=growth_interval, hysteresis=hysteresis,
-                                 min_scale=min_scale, max_scale=max_scale, floor=DEFAULT_MIN_SCALE)
+                                 min_scale=min_scale, max_scale=max_scale, floor=DEFAULT_MIN_SCALE, record=record)
         return
     # NumPy arrays: reading them on the host costs nothing, so decide in Python.
     current = float(scale)  # a float32 value, exactly
+    if record is not None:
+        record[0] = current
     hyst_left = max(int(hysteresis_tracker) - 1, 0)
     successful = int(growth_tracker) + 1
     if float(found_inf) > 0:
@@ -110,3 +114,5 @@ def update_scale(xp: Any, scale: Any, growth_tracker: Any, hysteresis_tracker: A
         hysteresis_tracker[...] = hysteresis
     else:
         growth_tracker[...] = successful
+    if record is not None:
+        record[1] = scale
