@@ -230,14 +230,20 @@ def test_help_lists_the_flags(name: str) -> None:
     assert ("--hidden" in result.stdout) == (name == "mnist_mlp")
 
 
-def test_device_cuda_trains_on_a_gpu_or_says_why_not() -> None:
-    argv = ["--hidden", "16", "--steps", "2", "--device", "cuda"]
-    if ta.cuda.is_available():
-        summary, _ = _run("mnist_mlp", argv)
-        assert summary["device"].startswith("cuda") and "gpu_pool" in summary["memory"]
-    else:
-        with pytest.raises(SystemExit, match="no usable CUDA GPU"):
-            _run("mnist_mlp", argv)
+@pytest.mark.parametrize("name, argv", [
+    ("mnist_mlp", ["--hidden", "16", "--steps", "2", "--amp"]),
+    ("mnist_mlp", ["--hidden", "16", "--steps", "2", "--amp", "--level", "O2", "--optimizer", "adam"]),
+    ("mnist_cnn", ["--steps", "2", "--amp"]),
+], ids=["mlp-O1", "mlp-O2-adam", "cnn"])
+def test_device_cuda_trains(cuda_backend, name, argv) -> None:
+    summary, _ = _run(name, argv + ["--device", "cuda"])
+    assert summary["device"].startswith("cuda") and "gpu_pool" in summary["memory"]
+
+
+@pytest.mark.skipif(ta.cuda.is_available(), reason="checks the machine without CUDA")
+def test_device_cuda_without_a_gpu_says_why_not() -> None:
+    with pytest.raises(SystemExit, match="no usable CUDA GPU"):
+        _run("mnist_mlp", ["--hidden", "16", "--steps", "2", "--device", "cuda"])
 
 
 # ------------------------------------------------------------ gradient statistics

@@ -395,3 +395,10 @@ def adam_step(w: Any, g: Any, m: Any, v: Any, v_max: Any, step: Any, keep: Any, 
         _elementwise(adam_spec(v_max is not None, low is not None), g, flag, coef, 1 - beta1, beta2, 1 - beta2,
                      eps, weight_decay, 1 - lr * weight_decay, weight_decay != 0, bool(decoupled), *outs)
 
+
+
+@backend.on_cuda_switch
+def _forget_device_state() -> None:
+    """Kernels, tables and flags belong to one CUDA backend (CuPy or the stand-in): drop them on a switch."""
+    for cache in (_kernels, _chunk_tables, _pointer_tables, _true_flags):
+        cache.clear()
