@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import math
+import sys
 from typing import Any
 
 import numpy as np
@@ -138,8 +139,12 @@ def _is_basic(key: Any) -> bool:
         isinstance(key, np.integer) and not isinstance(key, np.bool_))
 
 
-def _index_operand(key: Any) -> Any:
-    """One advanced index as NumPy sees it; host index arrays go to the device first (CuPy does too)."""
+def _index_operand(key: Any, keep: list) -> Any:
+    """One advanced index as NumPy sees it; host index arrays go to the device first (CuPy does too).
+
+    A device copy made here is appended to ``keep``: its pool block must stay
+    allocated while NumPy reads the view.
+    """
     if type(key) is ndarray:
         if key.dtype == np.bool_:
             _read_mask_count()
@@ -151,6 +156,7 @@ def _index_operand(key: Any) -> Any:
         if host.dtype.kind not in "biu":
             raise IndexError(f"arrays used as indices must be of integer or boolean type (actual: {host.dtype.type})")
         device = host_to_device(host)
+        keep.append(device)
         if host.dtype == np.bool_:
             _read_mask_count()
         return device._a
@@ -165,14 +171,14 @@ def _read_mask_count() -> None:
     counters.add("syncs")
 
 
-def _split_key(key: Any) -> tuple[tuple, bool]:
-    """(the key as NumPy indexes ``_a`` with it, whether every part is basic)."""
+def _split_key(key: Any, keep: list) -> tuple[tuple, bool]:
+    """(the key as NumPy indexes ``_a`` with it, whether every part is basic); see ``_index_operand``."""
     parts = key if type(key) is tuple else (key,)
     if all(_is_basic(k) for k in parts):
         if Ellipsis not in parts:
             parts = parts + (Ellipsis,)  # a view even when every axis gets an integer (CuPy: a 0-d view)
         return parts, True
-    return tuple(k if _is_basic(k) else _index_operand(k) for k in parts), False
+    return tuple(k if _is_basic(k) else _index_operand(k, keep) for k in parts), False
 
 
 def _binary(name: str) -> Any:
@@ -365,7 +371,7 @@ class ndarray:  # noqa: N801 - CuPy's name
         return NotImplemented
 
     def __array_function__(self, func: Any, types: tuple, args: tuple, kwargs: dict) -> Any:
-        import tinyamp.cuda_standin as module  # noqa: PLC0415 - the cupy namespace of the stand-in
+        module = sys.modules[__package__]  # the stand-in's cupy namespace (this package)
         for part in func.__module__.split(".")[1:]:
             module = getattr(module, part, None)
             if module is None:
@@ -387,13 +393,15 @@ class ndarray:  # noqa: N801 - CuPy's name
         return (self[i] for i in range(self.shape[0]))
 
     def __getitem__(self, key: Any) -> "ndarray":
-        parts, basic = _split_key(key)
+        keep: list = []
+        parts, basic = _split_key(key, keep)
         if basic:
             return self._view(self._a[parts])
         return adopt(self._a[parts], "take")
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        parts, basic = _split_key(key)
+        keep: list = []  # device copies of host indices and values, alive until the write is done
+        parts, basic = _split_key(key, keep)
         kind = type(value)
         if kind is ndarray:
             source = value._a
@@ -407,7 +415,8 @@ class ndarray:  # noqa: N801 - CuPy's name
                                      "cannot be used for fill")
                 source = host[()]
             else:  # an advanced selection copies the host value to the device first
-                source = host_to_device(host)._a
+                keep.append(host_to_device(host))
+                source = keep[-1]._a
         else:
             raise TypeError(f"Unsupported type {kind}")
         with _quiet():

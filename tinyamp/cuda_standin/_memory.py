@@ -48,7 +48,7 @@ class OutOfMemoryError(MemoryError):
                          f"(allocated so far: {total:,} bytes, limit set to: {limit:,} bytes).")
 
 
-# Live blocks by base address, for resolve(): a sorted list and a dict of (size, buffer).
+# Live blocks by base address, for resolve(): a sorted list and a dict of (bytes asked for, buffer).
 # Neither holds the Memory object itself, so a block still goes back when its arrays go.
 _live_starts: list[int] = []
 _live: dict[int, tuple[int, np.ndarray]] = {}
@@ -132,7 +132,7 @@ class MemoryPool:
         self._used += rounded
         memory = Memory(ptr, rounded, self.device_id, buffer, self)
         bisect.insort(_live_starts, ptr)
-        _live[ptr] = (rounded, buffer)
+        _live[ptr] = (size, buffer)  # what was asked for: a read past it is a bug even inside the block
         counters.add("allocations")
         return MemoryPointer(memory, 0)
 
@@ -248,9 +248,9 @@ def alloc(size: int) -> MemoryPointer:
 def resolve(ptr: int, nbytes: int, what: str) -> tuple[np.ndarray, int]:
     """(the live block's byte buffer, offset of ``ptr`` in it) for ``nbytes`` read or written at ``ptr``.
 
-    Raises ValueError naming ``what`` when the range is not inside one live
-    allocation: on a GPU that is an illegal address or a silent read of
-    someone else's memory.
+    Raises ValueError naming ``what`` when the range is not inside the bytes
+    one live allocation asked for: on a GPU that is an illegal address, a
+    silent read of someone else's memory, or of the pool's rounding slack.
     """
     index = bisect.bisect_right(_live_starts, ptr) - 1
     if index >= 0:
@@ -259,6 +259,7 @@ def resolve(ptr: int, nbytes: int, what: str) -> tuple[np.ndarray, int]:
         offset = ptr - start
         if offset + nbytes <= size:
             return buffer, offset
-        raise ValueError(f"{what}: {nbytes} bytes at 0x{ptr:x} run past the end of their allocation "
-                         f"(0x{start:x}, {size} bytes) by {offset + nbytes - size} bytes")
+        if offset < size:
+            raise ValueError(f"{what}: {nbytes} bytes at 0x{ptr:x} run past the end of their allocation "
+                             f"(0x{start:x}, {size} bytes) by {offset + nbytes - size} bytes")
     raise ValueError(f"{what}: 0x{ptr:x} is not inside any live device allocation")
