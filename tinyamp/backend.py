@@ -117,6 +117,10 @@ class use_cuda_standin:  # noqa: N801 - used like a function: use_cuda_standin()
         _cupy, _cupy_checked, _cupy_error, _tracker, _standin = self._previous
         if _standin:
             _activate_standin()  # its allocator was reset by the activation being undone
+        else:
+            from . import cuda_standin  # noqa: PLC0415
+
+            cuda_standin.cuda.set_allocator(None)  # no tracker left wrapping an inactive stand-in
         _switched()
 
     def __enter__(self) -> "use_cuda_standin":
