@@ -1,14 +1,20 @@
-"""End-to-end checks that need a CUDA GPU (all marked ``gpu``; run with ``pytest -m gpu``).
+"""End-to-end checks of the CUDA paths, on the CUDA stand-in and on a GPU (``cuda_backend``).
+
+Every test runs on the strict stand-in (tinyamp/cuda_standin) and, marked
+``gpu``, on a real GPU (``pytest -m gpu``); the two that only a GPU can show
+(a spinning kernel, torch's CUDA matmul) take ``gpu_cp`` or branch on
+``backend.standin_active()``.
 
 - the fused kernels of tinyamp/cuda_kernels.py against the NumPy paths, bit for bit
   (the same drivers as the CPU tests; Adam's bias corrections checked first,
   because CUDA's double ``pow`` is not the C library's);
 - an AMP training step with tinyamp's optimizers and GradScaler never makes the
-  host wait for the GPU: ``ta.cuda.sync_count()`` does not move, and a GPU kept
-  busy by a spinning kernel is still busy when the step's host code returns;
+  host wait for the GPU: ``ta.cuda.sync_count()`` does not move, the stand-in
+  counts no sync or device-to-host copy, and a GPU kept busy by a spinning
+  kernel is still busy when the step's host code returns;
 - a skipped step leaves parameters, masters and optimizer state bit-identical;
 - gemm: CUBLAS_COMPUTE_32F, the length-4096 dot product of ones is exact,
-  float16 agrees with ``torch.matmul`` within one float16 ulp;
+  float16 (ours and ``torch.matmul``'s) within the standard dot-product bound;
 - an out-of-range class index gives a nan loss on the GPU (no host check);
 - the memory statistics follow allocations.
 """

@@ -63,14 +63,20 @@ def empty(shape: Any, dtype: Any = float, strides: "tuple | None" = None) -> "nd
     shape = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(n) for n in shape)
     if any(n < 0 for n in shape):
         raise ValueError(f"negative dimensions are not allowed: {shape}")
-    nbytes = math.prod(shape) * dtype.itemsize
+    return _allocate(shape, dtype, math.prod(shape) * dtype.itemsize, strides)
+
+
+def _allocate(shape: tuple, dtype: np.dtype, nbytes: int, strides: "tuple | None") -> "ndarray":
+    """``empty`` for a checked shape and dtype: the hot path of every result."""
     memptr = _memory.get_allocator()(nbytes)
     if nbytes:
-        view = np.ndarray(shape, dtype, buffer=memptr.mem.buffer, offset=memptr.ptr - memptr.mem.ptr,
-                          strides=strides)
+        mem = memptr.mem
+        view = np.ndarray(shape, dtype, buffer=mem.buffer, offset=memptr.ptr - mem.ptr, strides=strides)
     else:
         view = np.empty(shape, dtype)
-    return ndarray._make(view, memptr, None)
+    made = object.__new__(ndarray)
+    made._a, made._data, made._base = view, memptr, None
+    return made
 
 
 def _dense_strides(result: np.ndarray) -> "tuple | None":
@@ -95,7 +101,7 @@ def adopt(result: Any, kernel: str, keep_layout: bool = False) -> "ndarray":
     """
     if type(result) is not np.ndarray:
         result = np.asarray(result)
-    out = empty(result.shape, result.dtype, _dense_strides(result) if keep_layout else None)
+    out = _allocate(result.shape, result.dtype, result.nbytes, _dense_strides(result) if keep_layout else None)
     if result.size:
         np.copyto(out._a, result, casting="unsafe")
     counters.launch(kernel)
@@ -209,9 +215,15 @@ def _defers(other: Any) -> bool:
     return getattr(type(other), "__array_ufunc__", False) is None
 
 
+_routines_module: Any = None
+
+
 def _routines() -> Any:
-    from . import _routines as routines  # noqa: PLC0415 - they build ndarrays; imported on first use
-    return routines
+    global _routines_module
+    if _routines_module is None:
+        from . import _routines as routines  # noqa: PLC0415 - they build ndarrays; imported on first use
+        _routines_module = routines
+    return _routines_module
 
 
 class ndarray:  # noqa: N801 - CuPy's name

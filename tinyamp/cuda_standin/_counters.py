@@ -42,38 +42,41 @@ class Counters:
         self.current = DEFAULT_PHASE
         self._counts: dict[str, dict[str, int]] = {}
         self._kernels: dict[str, dict[str, int]] = {}
+        self._open: "tuple[dict[str, int], dict[str, int]] | None" = None  # the current phase's two dicts
 
     # ------------------------------------------------------------ recording
-    def _bucket(self) -> dict[str, int]:
-        bucket = self._counts.get(self.current)
-        if bucket is None:
-            bucket = self._counts[self.current] = dict.fromkeys(KINDS, 0)
-            self._kernels[self.current] = {}
-        return bucket
+    def _buckets(self) -> tuple[dict[str, int], dict[str, int]]:
+        if self._open is None:
+            if self.current not in self._counts:
+                self._counts[self.current] = dict.fromkeys(KINDS, 0)
+                self._kernels[self.current] = {}
+            self._open = (self._counts[self.current], self._kernels[self.current])
+        return self._open
 
     def launch(self, name: str) -> None:
         """One kernel launch named ``name``."""
-        self._bucket()["launches"] += 1
-        kernels = self._kernels[self.current]
+        counts, kernels = self._open or self._buckets()
+        counts["launches"] += 1
         kernels[name] = kernels.get(name, 0) + 1
 
     def add(self, kind: str, n: int = 1) -> None:
         """``n`` more of ``kind`` (one of ``KINDS`` other than launches) in the current phase."""
-        self._bucket()[kind] += n
+        (self._open or self._buckets())[0][kind] += n
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
         """Charge what happens inside to phase ``name`` (phases nest: the innermost wins)."""
-        previous, self.current = self.current, str(name)
+        previous, self.current, self._open = self.current, str(name), None
         try:
             yield
         finally:
-            self.current = previous
+            self.current, self._open = previous, None
 
     def reset(self) -> None:
         """Forget every count (the current phase stays)."""
         self._counts.clear()
         self._kernels.clear()
+        self._open = None
 
     # -------------------------------------------------------------- reading
     def total(self, kind: str, phase: "str | None" = None) -> int:

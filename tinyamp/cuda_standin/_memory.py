@@ -48,10 +48,11 @@ class OutOfMemoryError(MemoryError):
                          f"(allocated so far: {total:,} bytes, limit set to: {limit:,} bytes).")
 
 
-# Live blocks by base address, for resolve(): a sorted list and a dict of (bytes asked for, buffer).
-# Neither holds the Memory object itself, so a block still goes back when its arrays go.
-_live_starts: list[int] = []
+# Live blocks by base address, for resolve(): (bytes asked for, buffer), not the Memory object
+# itself, so a block still goes back when its arrays go. The sorted addresses are rebuilt on
+# demand: resolve() runs per cuBLAS call, allocations run per array.
 _live: dict[int, tuple[int, np.ndarray]] = {}
+_live_sorted: "list[int] | None" = None
 
 
 class Memory:
@@ -129,18 +130,20 @@ class MemoryPool:
             buffer, ptr = _aligned_buffer(rounded)
             self._total += rounded
             self.device_mallocs += 1
+        global _live_sorted
         self._used += rounded
         memory = Memory(ptr, rounded, self.device_id, buffer, self)
-        bisect.insort(_live_starts, ptr)
         _live[ptr] = (size, buffer)  # what was asked for: a read past it is a bug even inside the block
+        _live_sorted = None
         counters.add("allocations")
         return MemoryPointer(memory, 0)
 
     def _give_back(self, memory: Memory) -> None:
+        global _live_sorted
         self._used -= memory.size
         heapq.heappush(self._free.setdefault(memory.size, []), (memory.ptr, memory.buffer))
         del _live[memory.ptr]
-        del _live_starts[bisect.bisect_left(_live_starts, memory.ptr)]
+        _live_sorted = None
 
     def used_bytes(self) -> int:
         """Bytes in blocks held by live arrays."""
@@ -252,9 +255,12 @@ def resolve(ptr: int, nbytes: int, what: str) -> tuple[np.ndarray, int]:
     one live allocation asked for: on a GPU that is an illegal address, a
     silent read of someone else's memory, or of the pool's rounding slack.
     """
-    index = bisect.bisect_right(_live_starts, ptr) - 1
+    global _live_sorted
+    if _live_sorted is None:
+        _live_sorted = sorted(_live)
+    index = bisect.bisect_right(_live_sorted, ptr) - 1
     if index >= 0:
-        start = _live_starts[index]
+        start = _live_sorted[index]
         size, buffer = _live[start]
         offset = ptr - start
         if offset + nbytes <= size:
