@@ -216,3 +216,25 @@ def test_is_bf16_supported_follows_the_compute_capability(on_standin, monkeypatc
     assert ta.cuda.is_bf16_supported() is True  # the stand-in reports compute capability 8.0
     monkeypatch.setattr(standin.runtime, "COMPUTE_CAPABILITY", (7, 5))  # a T4
     assert ta.cuda.is_bf16_supported() is False and ta.cuda.is_bf16_supported(including_emulation=False) is False
+
+
+def test_a_boolean_mask_index_is_a_counted_sync(on_standin) -> None:
+    x = ta.randn(6, device="cuda", requires_grad=True)
+    counters = ta.cuda.standin_counters()
+    counters.reset()
+    syncs = ta.cuda.sync_count()
+    x[x > 0].sum().backward()
+    assert counters.total("syncs") == ta.cuda.sync_count() - syncs == 1  # the mask's count, read by the host
+
+
+def test_op_constants_are_kernel_arguments_not_uploads(on_standin) -> None:
+    """leaky_relu's slope, clamp's bounds and the nan of an out-of-range embedding index: no host-to-device copy."""
+    x = ta.randn(4, 3, device="cuda", dtype=ta.bfloat16)
+    weight, index = ta.randn(5, 3, device="cuda"), ta.tensor([0, 7], device="cuda")
+    counters = ta.cuda.standin_counters()
+    counters.reset()
+    y = ta.nn.functional.leaky_relu(x, 0.1)
+    z = x.clamp(-0.5, 0.5)
+    rows = ta.nn.functional.embedding(index, weight)
+    assert counters.total("h2d") == 0
+    assert y.dtype == z.dtype == ta.bfloat16 and np.isnan(rows.numpy()[1]).all()
