@@ -327,3 +327,29 @@ def test_the_package_imports_only_numpy_ml_dtypes_and_the_standard_library() -> 
 def _stdlib() -> frozenset:
     import sys  # noqa: PLC0415
     return sys.stdlib_module_names | {"__future__"}
+
+
+def test_watch_sees_every_event_with_its_detail_and_can_refuse_one(counters) -> None:
+    """What a capture-safety mode builds on: a listener that raises stops the operation's caller."""
+    seen = []
+    host, pinned = np.ones(4, np.float32), cp.cuda.alloc_pinned_memory(16)
+    staged = np.frombuffer(pinned, np.float32, 4)
+    with counters.watch(lambda kind, detail: seen.append((kind, detail))):
+        x = cp.asarray(host)
+        y = cp.asarray(staged)
+        (x + y).sum().item()
+        cp.cuda.Device().synchronize()
+    pool = cp.get_default_memory_pool()
+    assert seen == [("allocations", pool), ("h2d", "pageable"), ("allocations", pool), ("h2d", "pinned"),
+                    ("allocations", pool), ("launches", "add"), ("allocations", pool), ("launches", "sum"),
+                    ("d2h", "item"), ("syncs", "item"), ("syncs", "Device.synchronize")]
+
+    def refuse_syncs(kind, detail):
+        if kind == "syncs":
+            raise RuntimeError(f"a host synchronisation ({detail}) during capture")
+
+    with counters.watch(refuse_syncs):
+        (x * 2).sum()  # fine: launches and allocations only
+        with pytest.raises(RuntimeError, match=r"a host synchronisation \(bool\) during capture"):
+            bool(x[0] > 0)
+    assert bool(x[0] > 0)  # the listener is gone

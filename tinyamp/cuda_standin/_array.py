@@ -118,11 +118,11 @@ def operand(value: Any) -> Any:
     raise TypeError(f"Unsupported type {kind}")
 
 
-def host_copy(array: "ndarray", *, blocking: bool = True, order: str = "K") -> np.ndarray:
+def host_copy(array: "ndarray", *, blocking: bool = True, order: str = "K", cause: str = "get") -> np.ndarray:
     """A host copy of ``array``: one device-to-host copy, and a synchronisation when blocking."""
-    counters.add("d2h")
+    counters.add("d2h", cause)
     if blocking:
-        counters.add("syncs")
+        counters.add("syncs", cause)
     return np.array(array._a, copy=True, order=order)
 
 
@@ -134,7 +134,7 @@ def host_to_device(value: Any, dtype: Any = None) -> "ndarray":
     out = empty(host.shape, host.dtype)
     if host.size:
         np.copyto(out._a, host)
-    counters.add("h2d")
+    counters.add("h2d", "pinned" if _memory.is_pinned(host) else "pageable")
     return out
 
 
@@ -173,8 +173,8 @@ def _index_operand(key: Any, keep: list) -> Any:
 def _read_mask_count() -> None:
     """A boolean mask's number of True values is scanned on the device and read by the host."""
     counters.launch("scan")
-    counters.add("d2h")
-    counters.add("syncs")
+    counters.add("d2h", "mask")
+    counters.add("syncs", "mask")
 
 
 def _split_key(key: Any, keep: list) -> tuple[tuple, bool]:
@@ -312,22 +312,22 @@ class ndarray:  # noqa: N801 - CuPy's name
         if not isinstance(arr, np.ndarray) or arr.shape != self.shape or arr.dtype != self.dtype:
             raise ValueError(f"set: expected a numpy.ndarray of shape {self.shape} and dtype {self.dtype}")
         self._a[...] = arr
-        counters.add("h2d")
+        counters.add("h2d", "pinned" if _memory.is_pinned(arr) else "pageable")
 
     def item(self) -> Any:
         if self.size != 1:
             raise ValueError("can only convert an array of size 1 to a Python scalar")
-        return host_copy(self).item()
+        return host_copy(self, cause="item").item()
 
     def tolist(self) -> Any:
-        return host_copy(self).tolist()
+        return host_copy(self, cause="tolist").tolist()
 
     def tobytes(self, order: str = "C") -> bytes:
         return host_copy(self).tobytes(order)
 
     def __bool__(self) -> bool:
         if self.size == 1:
-            return bool(host_copy(self))
+            return bool(host_copy(self, cause="bool"))
         if self.size == 0:
             raise ValueError("The truth value of an empty array is ambiguous. Use `array.size > 0` "
                              "to check that an array is not empty.")
@@ -335,22 +335,22 @@ class ndarray:  # noqa: N801 - CuPy's name
                          "Use a.any() or a.all()")
 
     def __int__(self) -> int:
-        return int(host_copy(self))
+        return int(host_copy(self, cause="int"))
 
     def __float__(self) -> float:
-        return float(host_copy(self))
+        return float(host_copy(self, cause="float"))
 
     def __complex__(self) -> complex:
         return complex(host_copy(self))
 
     def __repr__(self) -> str:
-        return repr(host_copy(self))
+        return repr(host_copy(self, cause="repr"))
 
     def __str__(self) -> str:
-        return str(host_copy(self))
+        return str(host_copy(self, cause="str"))
 
     def __format__(self, spec: str) -> str:
-        return format(host_copy(self), spec)
+        return format(host_copy(self, cause="format"), spec)
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         raise TypeError(IMPLICIT_CONVERSION)

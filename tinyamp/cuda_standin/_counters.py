@@ -24,12 +24,20 @@ Kinds counted (``KINDS``):
   ``nonzero``) and an explicit ``synchronize``.
 
 Outside any ``phase`` the counts go to the phase named ``"other"``.
+
+``watch(listener)`` calls ``listener(kind, detail)`` at every counted event,
+so a stricter mode can refuse one (a CUDA-graph capture refuses syncs,
+pageable copies and allocations outside its pool) by raising: ``detail`` is
+the kernel name for a launch, the ``MemoryPool`` for an allocation,
+``"pinned"`` or ``"pageable"`` for a host-to-device copy, and what waited
+(``"get"``, ``"mask"``, ``"nonzero"``, ``"Device.synchronize"``, ...) for a
+device-to-host copy or a sync.
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 KINDS = ("launches", "allocations", "h2d", "d2h", "syncs")
 DEFAULT_PHASE = "other"
@@ -43,6 +51,7 @@ class Counters:
         self._counts: dict[str, dict[str, int]] = {}
         self._kernels: dict[str, dict[str, int]] = {}
         self._open: "tuple[dict[str, int], dict[str, int]] | None" = None  # the current phase's two dicts
+        self._listeners: list[Callable[[str, Any], None]] = []
 
     # ------------------------------------------------------------ recording
     def _buckets(self) -> tuple[dict[str, int], dict[str, int]]:
@@ -58,10 +67,27 @@ class Counters:
         counts, kernels = self._open or self._buckets()
         counts["launches"] += 1
         kernels[name] = kernels.get(name, 0) + 1
+        if self._listeners:
+            self._tell("launches", name)
 
-    def add(self, kind: str, n: int = 1) -> None:
-        """``n`` more of ``kind`` (one of ``KINDS`` other than launches) in the current phase."""
-        (self._open or self._buckets())[0][kind] += n
+    def add(self, kind: str, detail: Any = None) -> None:
+        """One more of ``kind`` (one of ``KINDS`` other than launches) in the current phase."""
+        (self._open or self._buckets())[0][kind] += 1
+        if self._listeners:
+            self._tell(kind, detail)
+
+    def _tell(self, kind: str, detail: Any) -> None:
+        for listener in list(self._listeners):
+            listener(kind, detail)
+
+    @contextlib.contextmanager
+    def watch(self, listener: Callable[[str, Any], None]) -> Iterator[None]:
+        """Call ``listener(kind, detail)`` at every counted event inside (see the module docstring)."""
+        self._listeners.append(listener)
+        try:
+            yield
+        finally:
+            self._listeners.remove(listener)
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:

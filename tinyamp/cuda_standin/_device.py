@@ -38,7 +38,7 @@ class Device:
         runtime.setDevice(self.id)
 
     def synchronize(self) -> None:
-        counters.add("syncs")
+        counters.add("syncs", "Device.synchronize")
 
     @property
     def compute_capability(self) -> str:
@@ -99,7 +99,7 @@ class Stream:
         return True
 
     def synchronize(self) -> None:
-        counters.add("syncs")
+        counters.add("syncs", "Stream.synchronize")
 
     def record(self, event: "Event | None" = None) -> "Event":
         event = Event() if event is None else event
@@ -142,7 +142,7 @@ class Event:
         return True
 
     def synchronize(self) -> None:
-        counters.add("syncs")
+        counters.add("syncs", "Event.synchronize")
 
 
 def get_elapsed_time(start: Event, end: Event) -> float:

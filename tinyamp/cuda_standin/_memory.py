@@ -30,6 +30,7 @@ import bisect
 import contextlib
 import heapq
 import threading
+import weakref
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -135,7 +136,7 @@ class MemoryPool:
         memory = Memory(ptr, rounded, self.device_id, buffer, self)
         _live[ptr] = (size, buffer)  # what was asked for: a read past it is a bug even inside the block
         _live_sorted = None
-        counters.add("allocations")
+        counters.add("allocations", self)
         return MemoryPointer(memory, 0)
 
     def _give_back(self, memory: Memory) -> None:
@@ -174,6 +175,15 @@ class MemoryPool:
         return self._limit
 
 
+_pinned: dict[int, int] = {}  # start address -> size of each live pinned buffer
+
+
+def is_pinned(host: np.ndarray) -> bool:
+    """Whether ``host``'s memory lies in a pinned buffer (a copy from it need not wait for the device)."""
+    start = host.__array_interface__["data"][0]
+    return any(base <= start and start + host.nbytes <= base + size for base, size in _pinned.items())
+
+
 class PinnedMemoryPointer(bytearray):
     """``cupy.cuda.PinnedMemoryPointer``: page-locked host memory (here a plain buffer) with ``ptr`` and ``size``.
 
@@ -193,7 +203,11 @@ class PinnedMemoryPool:
     """``cupy.cuda.PinnedMemoryPool``: ``malloc``, ``n_free_blocks``, ``free_all_blocks`` (no byte counters)."""
 
     def malloc(self, size: int) -> PinnedMemoryPointer:
-        return PinnedMemoryPointer(int(size))
+        memory = PinnedMemoryPointer(int(size))
+        if memory.size:
+            _pinned[memory.ptr] = memory.size
+            weakref.finalize(memory, _pinned.pop, memory.ptr, None)
+        return memory
 
     def n_free_blocks(self) -> int:
         return 0

@@ -340,16 +340,16 @@ def nonzero(a: Any) -> tuple:
     """Indices of the non-zero elements: their number is read on the host first (a sync)."""
     x = _device_array(a, "nonzero")
     counters.launch("scan")
-    counters.add("d2h")
-    counters.add("syncs")
+    counters.add("d2h", "nonzero")
+    counters.add("syncs", "nonzero")
     return tuple(adopt(index, "nonzero") for index in np.nonzero(x._a))
 
 
 def argwhere(a: Any) -> ndarray:
     x = _device_array(a, "argwhere")
     counters.launch("scan")
-    counters.add("d2h")
-    counters.add("syncs")
+    counters.add("d2h", "argwhere")
+    counters.add("syncs", "argwhere")
     return adopt(np.argwhere(x._a), "argwhere")
 
 

@@ -59,7 +59,7 @@ def setDevice(device: int) -> None:  # noqa: N802
 
 def deviceSynchronize() -> None:  # noqa: N802
     """Wait for the device: one synchronisation (the work itself is already done here)."""
-    counters.add("syncs")
+    counters.add("syncs", "deviceSynchronize")
 
 
 def memGetInfo() -> tuple[int, int]:  # noqa: N802
