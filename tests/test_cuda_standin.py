@@ -156,22 +156,23 @@ def test_counters_by_phase_and_kernel(counters) -> None:
 
 
 # -------------------------------------------------------------------- pool
-def test_pool_rounds_to_512_bytes_and_reuses_the_lowest_free_address(counters) -> None:
-    pool = cp.get_default_memory_pool()
-    used = pool.used_bytes()
-    a, b, c = cp.empty(10, np.float32), cp.empty(128, np.float32), cp.empty(129, np.float32)
-    assert pool.used_bytes() - used == 512 + 512 + 1024
-    assert all(arr.data.ptr % 256 == 0 for arr in (a, b, c))
-    ptrs = sorted([a.data.ptr, b.data.ptr])
+def test_pool_rounds_to_512_bytes_and_reuses_the_lowest_free_address() -> None:
+    pool = cp.cuda.MemoryPool()  # a pool of its own: no blocks freed by earlier tests
+    a, b, c = pool.malloc(40), pool.malloc(512), pool.malloc(513)
+    assert pool.used_bytes() == 512 + 512 + 1024 and pool.free_bytes() == 0
+    assert all(m.ptr % 256 == 0 for m in (a, b, c))
+    ptrs = sorted([a.ptr, b.ptr])
     del b, a  # freed in either order ...
-    first, second = cp.empty(1, np.int8), cp.empty(100, np.uint8)
-    assert [first.data.ptr, second.data.ptr] == ptrs  # ... handed out lowest address first
-    assert pool.total_bytes() == pool.used_bytes() + pool.free_bytes()
+    first, second = pool.malloc(1), pool.malloc(100)
+    assert [first.ptr, second.ptr] == ptrs  # ... handed out lowest address first
+    assert pool.total_bytes() == pool.used_bytes() + pool.free_bytes() == 2048
     del first, second, c
-    assert pool.free_bytes() >= 2048 and pool.n_free_blocks() >= 3
+    assert pool.used_bytes() == 0 and pool.free_bytes() == 2048 and pool.n_free_blocks() == 3
     pool.free_all_blocks()
-    assert pool.free_bytes() == 0
+    assert pool.total_bytes() == 0
     assert cp.empty(0).data.ptr == 0  # an empty array takes no block
+    x = cp.empty(10, np.float32)
+    assert x.data.mem.size == 512 and x.data.ptr % 256 == 0  # arrays come from the default pool the same way
 
 
 def test_a_repeated_step_gets_the_same_addresses(counters) -> None:

@@ -24,6 +24,8 @@ NumPy, ml_dtypes and the standard library, never the rest of tinyamp.
 
 from __future__ import annotations
 
+import builtins
+import sys
 from typing import Any
 
 import numpy as np
@@ -64,15 +66,7 @@ def is_available() -> bool:
 
 def get_array_module(*args: Any) -> Any:
     """This module if any argument is a stand-in array, else NumPy (``cupy.get_array_module``)."""
-    import sys  # noqa: PLC0415
-    return sys.modules[__name__] if builtins_any(type(a) is ndarray for a in args) else np
-
-
-def builtins_any(values: Any) -> bool:
-    for value in values:
-        if value:
-            return True
-    return False
+    return sys.modules[__name__] if builtins.any(type(a) is ndarray for a in args) else np
 
 
 def __getattr__(name: str) -> Any:

@@ -323,7 +323,7 @@ class ndarray:  # noqa: N801 - CuPy's name
         return host_copy(self, cause="tolist").tolist()
 
     def tobytes(self, order: str = "C") -> bytes:
-        return host_copy(self).tobytes(order)
+        return host_copy(self, cause="tobytes").tobytes(order)
 
     def __bool__(self) -> bool:
         if self.size == 1:
@@ -341,7 +341,7 @@ class ndarray:  # noqa: N801 - CuPy's name
         return float(host_copy(self, cause="float"))
 
     def __complex__(self) -> complex:
-        return complex(host_copy(self))
+        return complex(host_copy(self, cause="complex"))
 
     def __repr__(self) -> str:
         return repr(host_copy(self, cause="repr"))

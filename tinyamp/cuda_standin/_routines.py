@@ -502,14 +502,6 @@ def can_cast(from_: Any, to: Any, casting: str = "safe") -> bool:
 
 
 # --------------------------------------------------------- ndarray methods
-ARRAY_METHODS = {
-    "sum": sum, "prod": prod, "mean": mean, "var": var, "std": std, "cumsum": cumsum, "cumprod": cumprod,
-    "max": max, "min": min, "any": any, "all": all, "argmax": argmax, "argmin": argmin, "clip": clip,
-    "round": around, "dot": dot, "nonzero": nonzero, "sort": None, "argsort": argsort, "take": take,
-    "repeat": repeat, "trace": trace, "partition": None, "put": put,
-}
-
-
 def _sort_in_place(self: ndarray, axis: int = -1, kind: Any = None) -> None:
     self._a.sort(axis=axis)
     counters.launch("sort")
@@ -520,7 +512,13 @@ def _partition_in_place(self: ndarray, kth: Any, axis: int = -1) -> None:
     counters.launch("partition")
 
 
-ARRAY_METHODS.update(sort=_sort_in_place, partition=_partition_in_place)
+# x.sum(...) is sum(x, ...), and so on (sort and partition work in place, as the methods do).
+ARRAY_METHODS = {
+    "sum": sum, "prod": prod, "mean": mean, "var": var, "std": std, "cumsum": cumsum, "cumprod": cumprod,
+    "max": max, "min": min, "any": any, "all": all, "argmax": argmax, "argmin": argmin, "clip": clip,
+    "round": around, "dot": dot, "nonzero": nonzero, "sort": _sort_in_place, "argsort": argsort, "take": take,
+    "repeat": repeat, "trace": trace, "partition": _partition_in_place, "put": put,
+}
 
 
 def _method(function: Callable) -> Callable:
