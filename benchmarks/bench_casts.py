@@ -6,7 +6,7 @@ candidate on 1024x1024 and 128x1024 arrays and writes it as JSON
 
 Candidates per conversion: ``astype``; ``np.copyto`` into a preallocated
 buffer; a 65536-entry lookup table (float16 -> float32 only); the NumPy
-bit-manipulation recipes of ``tinyamp.ops.cast_kernels_numpy`` (whole array and in
+bit-manipulation recipes of ``tinyamp.kernels.cpu_numpy`` (whole array and in
 L2-sized chunks); the numba kernels (serial, as shipped, plus an experimental
 ``parallel=True`` variant); and ``convert`` itself (allocating and with
 ``out=``). Then ReLU, ReLU backward and the GEMM epilogue (bias + ReLU +
@@ -22,7 +22,6 @@ average is printed before and after.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import platform
@@ -30,33 +29,19 @@ import subprocess
 import sys
 import time
 import timeit
-import types
 from pathlib import Path
 
 import ml_dtypes
 import numpy as np
+
+from tinyamp import kernels
+from tinyamp.kernels import convert, cpu_numba, cpu_numpy, elementwise_cpu
 
 ROOT = Path(__file__).resolve().parents[1]
 BF16 = np.dtype(ml_dtypes.bfloat16)
 F16 = np.dtype(np.float16)
 F32 = np.dtype(np.float32)
 MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": "4294967296", "MALLOC_TRIM_THRESHOLD_": "4294967296"}
-
-
-def load_cast_kernels():
-    """Return the modules cast_kernels, cast_kernels_numba, cast_kernels_numpy.
-
-    Imported from tinyamp.ops, or, if the package itself does not import (it
-    is developed concurrently), loaded from their files under a stand-in
-    package: they import only each other, NumPy, ml_dtypes and numba."""
-    names = ("cast_kernels", "cast_kernels_numba", "cast_kernels_numpy")
-    try:
-        return tuple(importlib.import_module(f"tinyamp.ops.{n}") for n in names)
-    except Exception:
-        pkg = types.ModuleType("tinyamp_cast_kernels_standalone")
-        pkg.__path__ = [str(ROOT / "tinyamp" / "ops")]
-        sys.modules[pkg.__name__] = pkg
-        return tuple(importlib.import_module(f"{pkg.__name__}.{n}") for n in names)
 
 
 def bench(fn, n, repeats, min_time):
@@ -128,16 +113,16 @@ def make_parallel_kernels(nbk):
 
 
 def run(args):
-    ck, nbk, npk = load_cast_kernels()
-    have_numba = ck.numba_available() if ck.BACKEND == "numba" else False
+    cv, ew, nbk, npk = convert, elementwise_cpu, cpu_numba, cpu_numpy
+    have_numba = cv.numba_available() if cv.BACKEND == "numba" else False
     t0 = time.time()
-    ck.warmup()
+    kernels.warmup()
     warm_s = time.time() - t0
     par = None
     if have_numba:
         nbk.select_f16_impl("int")
-        ck.warmup()
-        nbk.select_f16_impl("hw" if ck.F16C else "int")
+        kernels.warmup()
+        nbk.select_f16_impl("hw" if cv.F16C else "int")
         if not args.no_parallel:
             par = make_parallel_kernels(nbk)
     rng = np.random.default_rng(0)
@@ -177,13 +162,13 @@ def run(args):
         add(g, shape, "LUT table[u16]", lambda: table[h16], n)
         add(g, shape, "numpy-bits (out)", lambda: npk.f16_to_f32(h16, o32f), n)
         add(g, shape, "numpy-bits chunk 65536 (out)", lambda: chunked(npk.f16_to_f32, 65536)(h16, o32f), n)
-        add(g, shape, "convert numpy (alloc)", lambda: ck.convert(x16, F32, backend="numpy"), n)
+        add(g, shape, "convert numpy (alloc)", lambda: cv.convert(x16, F32, backend="numpy"), n)
         if have_numba:
             add(g, shape, "numba serial (out)", lambda: nbk.KERNELS["f16_to_f32"](h16, o32u), n)
             if par:
                 add(g, shape, "numba parallel (out)", lambda: par["f16_to_f32"](h16, o32u), n)
-            add(g, shape, "convert numba (alloc)", lambda: ck.convert(x16, F32, backend="numba"), n)
-            add(g, shape, "convert numba (out)", lambda: ck.convert(x16, F32, out=o32, backend="numba"), n)
+            add(g, shape, "convert numba (alloc)", lambda: cv.convert(x16, F32, backend="numba"), n)
+            add(g, shape, "convert numba (out)", lambda: cv.convert(x16, F32, out=o32, backend="numba"), n)
 
         # ---- float32 -> float16
         g = "f32->f16"
@@ -191,15 +176,15 @@ def run(args):
         add(g, shape, "copyto(out)", lambda: np.copyto(o16, x32, casting="same_kind"), n)
         add(g, shape, "numpy-bits (out)", lambda: npk.f32_to_f16(f32, o16u), n)
         add(g, shape, "numpy-bits chunk 65536 (out)", lambda: chunked(npk.f32_to_f16, 65536)(f32, o16u), n)
-        add(g, shape, "convert numpy (alloc)", lambda: ck.convert(x32, F16, backend="numpy"), n)
+        add(g, shape, "convert numpy (alloc)", lambda: cv.convert(x32, F16, backend="numpy"), n)
         if have_numba:
             add(g, shape, "numba serial F16C (out)", lambda: nbk.KERNELS["f32_to_f16_hw"](u32, o16u), n)
             add(g, shape, "numba serial int (out)", lambda: nbk.KERNELS["f32_to_f16_int"](u32, o16u), n)
             if par:
                 add(g, shape, "numba parallel F16C (out)", lambda: par["f32_to_f16_hw"](u32, o16u), n)
                 add(g, shape, "numba parallel int (out)", lambda: par["f32_to_f16_int"](u32, o16u), n)
-            add(g, shape, "convert numba (alloc)", lambda: ck.convert(x32, F16, backend="numba"), n)
-            add(g, shape, "convert numba (out)", lambda: ck.convert(x32, F16, out=o16, backend="numba"), n)
+            add(g, shape, "convert numba (alloc)", lambda: cv.convert(x32, F16, backend="numba"), n)
+            add(g, shape, "convert numba (out)", lambda: cv.convert(x32, F16, out=o16, backend="numba"), n)
 
         # ---- float32 -> bfloat16
         g = "f32->bf16"
@@ -219,7 +204,7 @@ def run(args):
             add(g, shape, "numba serial (out)", lambda: nbk.KERNELS["f32_to_bf16"](u32, obu), n)
             if par:
                 add(g, shape, "numba parallel (out)", lambda: par["f32_to_bf16"](u32, obu), n)
-            add(g, shape, "convert numba (alloc)", lambda: ck.convert(x32, BF16, backend="numba"), n)
+            add(g, shape, "convert numba (alloc)", lambda: cv.convert(x32, BF16, backend="numba"), n)
 
         # ---- bfloat16 -> float32
         g = "bf16->f32"
@@ -227,18 +212,18 @@ def run(args):
         add(g, shape, "copyto(out)", lambda: np.copyto(o32, xb), n)
         if have_numba:
             add(g, shape, "numba serial (out)", lambda: nbk.KERNELS["bf16_to_f32"](hb, o32u), n)
-            add(g, shape, "convert numba (alloc)", lambda: ck.convert(xb, F32, backend="numba"), n)
+            add(g, shape, "convert numba (alloc)", lambda: cv.convert(xb, F32, backend="numba"), n)
 
         # ---- float16 <-> bfloat16
         g = "f16->bf16"
         add(g, shape, "astype (ml_dtypes)", lambda: x16.astype(BF16), n)
-        add(g, shape, "convert numpy (alloc)", lambda: ck.convert(x16, BF16, backend="numpy"), n)
+        add(g, shape, "convert numpy (alloc)", lambda: cv.convert(x16, BF16, backend="numpy"), n)
         if have_numba:
-            add(g, shape, "convert numba (alloc)", lambda: ck.convert(x16, BF16, backend="numba"), n)
+            add(g, shape, "convert numba (alloc)", lambda: cv.convert(x16, BF16, backend="numba"), n)
         g = "bf16->f16"
         add(g, shape, "astype (ml_dtypes)", lambda: xb.astype(F16), n)
         if have_numba:
-            add(g, shape, "convert numba (alloc)", lambda: ck.convert(xb, F16, backend="numba"), n)
+            add(g, shape, "convert numba (alloc)", lambda: cv.convert(xb, F16, backend="numba"), n)
 
         # ---- ReLU forward on float16
         g = "relu f16"
@@ -247,12 +232,12 @@ def run(args):
         add(g, shape, "np.maximum(x, 0) float16", lambda: np.maximum(x16, 0), n)
         add(g, shape, "np.maximum(x, 0) float32 (reference)", lambda: np.maximum(x32, 0), n)
         add(g, shape, "np.maximum(int16 view, 0) (no NaN fix)", lambda: np.maximum(v, 0, out=ov), n)
-        add(g, shape, "relu_lowp numpy (alloc)", lambda: ck.relu_lowp(x16, backend="numpy"), n)
-        add(g, shape, "relu_lowp numpy (out)", lambda: ck.relu_lowp(x16, out=o16, backend="numpy"), n)
+        add(g, shape, "relu_lowp numpy (alloc)", lambda: ew.relu_lowp(x16, backend="numpy"), n)
+        add(g, shape, "relu_lowp numpy (out)", lambda: ew.relu_lowp(x16, out=o16, backend="numpy"), n)
         if have_numba:
-            add(g, shape, "relu_lowp numba (alloc)", lambda: ck.relu_lowp(x16, backend="numba"), n)
-            add(g, shape, "relu_lowp numba (out)", lambda: ck.relu_lowp(x16, out=o16, backend="numba"), n)
-        add(g, shape, "relu_lowp numpy bfloat16 (alloc)", lambda: ck.relu_lowp(xb, backend="numpy"), n)
+            add(g, shape, "relu_lowp numba (alloc)", lambda: ew.relu_lowp(x16, backend="numba"), n)
+            add(g, shape, "relu_lowp numba (out)", lambda: ew.relu_lowp(x16, out=o16, backend="numba"), n)
+        add(g, shape, "relu_lowp numpy bfloat16 (alloc)", lambda: ew.relu_lowp(xb, backend="numpy"), n)
 
         # ---- ReLU backward on float16
         g = "relu-bwd f16"
@@ -262,10 +247,10 @@ def run(args):
         mask16 = (x16 > 0).astype(F16)
         add(g, shape, "g * mask (mask precomputed f16)", lambda: gr * mask16, n)
         add(g, shape, "np.where(x > 0, g, 0) float32 (reference)", lambda: np.where(x32 > 0, x32, 0), n)
-        add(g, shape, "relu_backward_lowp numpy (alloc)", lambda: ck.relu_backward_lowp(gr, x16, backend="numpy"), n)
+        add(g, shape, "relu_backward_lowp numpy (alloc)", lambda: ew.relu_backward_lowp(gr, x16, backend="numpy"), n)
         if have_numba:
-            add(g, shape, "relu_backward_lowp numba (alloc)", lambda: ck.relu_backward_lowp(gr, x16, backend="numba"), n)
-            add(g, shape, "relu_backward_lowp numba (out)", lambda: ck.relu_backward_lowp(gr, x16, out=o16, backend="numba"), n)
+            add(g, shape, "relu_backward_lowp numba (alloc)", lambda: ew.relu_backward_lowp(gr, x16, backend="numba"), n)
+            add(g, shape, "relu_backward_lowp numba (out)", lambda: ew.relu_backward_lowp(gr, x16, out=o16, backend="numba"), n)
 
         # ---- epilogue on a float32 GEMM output: bias + ReLU + downcast
         g = "epilogue f16"
@@ -284,10 +269,10 @@ def run(args):
 
         add(g, shape, "astype + f16 add + f16 maximum", epi_f16_ufuncs, n)
         add(g, shape, "f32 add + f32 maximum + astype", epi_f32_astype, n)
-        add(g, shape, "bias_act_convert numpy (alloc)", lambda: ck.bias_act_convert(x32, b32, F16, relu=True, backend="numpy"), n)
+        add(g, shape, "bias_act_convert numpy (alloc)", lambda: ew.bias_act_convert(x32, b32, F16, relu=True, backend="numpy"), n)
         if have_numba:
-            add(g, shape, "bias_act_convert numba (alloc)", lambda: ck.bias_act_convert(x32, b32, F16, relu=True, backend="numba"), n)
-            add(g, shape, "bias_act_convert numba (out)", lambda: ck.bias_act_convert(x32, b32, F16, relu=True, out=o16, backend="numba"), n)
+            add(g, shape, "bias_act_convert numba (alloc)", lambda: ew.bias_act_convert(x32, b32, F16, relu=True, backend="numba"), n)
+            add(g, shape, "bias_act_convert numba (out)", lambda: ew.bias_act_convert(x32, b32, F16, relu=True, out=o16, backend="numba"), n)
             if par:
                 add(g, shape, "numba parallel epilogue (out)", lambda: par["epi_f16"](x32, b32, o16u.reshape(shape)), n)
 
@@ -297,12 +282,12 @@ def run(args):
         x16 = x32.astype(F16)
         shape = (n,)
         add("small f32->f16", shape, "astype", lambda: x32.astype(F16), n)
-        add("small f32->f16", shape, "convert numpy", lambda: ck.convert(x32, F16, backend="numpy"), n)
+        add("small f32->f16", shape, "convert numpy", lambda: cv.convert(x32, F16, backend="numpy"), n)
         add("small f16->f32", shape, "astype", lambda: x16.astype(F32), n)
-        add("small f16->f32", shape, "convert numpy", lambda: ck.convert(x16, F32, backend="numpy"), n)
+        add("small f16->f32", shape, "convert numpy", lambda: cv.convert(x16, F32, backend="numpy"), n)
         if have_numba:
-            add("small f32->f16", shape, "convert numba", lambda: ck.convert(x32, F16, backend="numba"), n)
-            add("small f16->f32", shape, "convert numba", lambda: ck.convert(x16, F32, backend="numba"), n)
+            add("small f32->f16", shape, "convert numba", lambda: cv.convert(x32, F16, backend="numba"), n)
+            add("small f16->f32", shape, "convert numba", lambda: cv.convert(x16, F32, backend="numba"), n)
 
     # ---- sgemm followed by the epilogue (interaction with OpenBLAS threads)
     g = "sgemm+epilogue"
@@ -333,16 +318,16 @@ def run(args):
     add(g, shape, "sgemm only (ns per output element)", gemm_only, n)
     add(g, shape, "sgemm + astype + f16 ufuncs", gemm_f16_ufuncs, n)
     add(g, shape, "sgemm + f32 epilogue + astype", gemm_f32_astype, n)
-    add(g, shape, "sgemm + bias_act_convert numpy", lambda: (gemm_only(), ck.bias_act_convert(y, b, F16, relu=True, backend="numpy")), n)
+    add(g, shape, "sgemm + bias_act_convert numpy", lambda: (gemm_only(), ew.bias_act_convert(y, b, F16, relu=True, backend="numpy")), n)
     if have_numba:
-        add(g, shape, "sgemm + bias_act_convert numba", lambda: (gemm_only(), ck.bias_act_convert(y, b, F16, relu=True, out=out16, backend="numba")), n)
+        add(g, shape, "sgemm + bias_act_convert numba", lambda: (gemm_only(), ew.bias_act_convert(y, b, F16, relu=True, out=out16, backend="numba")), n)
         if par:
             add(g, shape, "sgemm + numba parallel epilogue", lambda: (gemm_only(), par["epi_f16"](y, b, out16.view(np.uint16))), n)
 
     return dict(
         results=results,
-        backend=ck.BACKEND,
-        f16c=ck.F16C,
+        backend=cv.BACKEND,
+        f16c=cv.F16C,
         numba=_version("numba"),
         numpy=np.__version__,
         ml_dtypes=ml_dtypes.__version__,

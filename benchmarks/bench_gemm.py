@@ -36,11 +36,11 @@ import numpy as np
 
 try:
     from tinyamp import backend
-    from tinyamp.ops.gemm import gemm
+    from tinyamp.kernels.gemm import gemm
 except ImportError:  # run as a script from a checkout without installing
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from tinyamp import backend
-    from tinyamp.ops.gemm import gemm
+    from tinyamp.kernels.gemm import gemm
 
 CPU_SHAPES = [(256, 784, 1024), (1024, 1024, 1024)]  # (M, K, N)
 GPU_SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192)]

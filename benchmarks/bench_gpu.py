@@ -43,8 +43,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import common  # noqa: E402
 
 import tinyamp as ta  # noqa: E402
-from tinyamp import backend, cuda_kernels  # noqa: E402
-from tinyamp.ops.gemm import gemm  # noqa: E402
+from tinyamp import backend  # noqa: E402
+from tinyamp.kernels import cuda_launch  # noqa: E402
+from tinyamp.kernels.gemm import gemm  # noqa: E402
 
 TARGETS = {"amp_vs_float32_speedup": 2.0, "amp_vs_torch_autocast_time": 1.25, "amp_vs_float32_peak_memory": 0.6,
            "gemm_8192_vs_torch": 0.9, "host_syncs_per_step": 0}
@@ -201,13 +202,13 @@ def bench_mlp(device: str, torch: Any, batches: list[int], hidden: int, repeats:
             step = tinyamp_step(mode, batch, hidden, device)
             step()  # compiles the kernels, grows the pool
             peak, resting = tinyamp_peak(step, device)
-            syncs, launches = ta.cuda.sync_count(), sum(cuda_kernels.launches.values())
+            syncs, launches = ta.cuda.sync_count(), sum(cuda_launch.launches.values())
             stats = summary(Timer(device).samples(step, repeats, warmup=5))
             steps = repeats + 5
             rows.append({"framework": "tinyamp", "mode": mode, "batch": batch, **stats,
                          "peak_bytes": peak, "resting_bytes": resting,
                          "host_syncs_per_step": (ta.cuda.sync_count() - syncs) / steps,
-                         "fused_launches_per_step": (sum(cuda_kernels.launches.values()) - launches) / steps})
+                         "fused_launches_per_step": (sum(cuda_launch.launches.values()) - launches) / steps})
             del step
             if torch is not None:
                 tstep = torch_step(torch, mode, batch, hidden, device)

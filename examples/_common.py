@@ -1,20 +1,24 @@
-"""Shared code of the MNIST examples: the flags, the training loop, progress output, plots.
+"""Plumbing shared by the MNIST examples: flags and their checks, data, progress, report, plots.
 
-``mnist_mlp.py`` and ``mnist_cnn.py`` only build their model and parser; the
-loop here is the PyTorch AMP recipe written with tinyamp, at three precisions:
+The training itself, the PyTorch AMP recipe written with tinyamp, is in each
+example (``mnist_mlp.py``, ``mnist_cnn.py``) so a reader sees it where it runs;
+each example is a complete script, so the two share their loop by copy, not by
+import. What is here only prepares and watches:
 
-- ``--no-amp``: float32 everywhere.
-- ``--amp --level O1`` (default): float32 parameters; ``autocast`` runs the
-  matmuls/convolutions in float16 (or bfloat16) and the softmax/loss in float32;
-  ``GradScaler`` scales the loss so small float16 gradients do not flush to zero.
-- ``--amp --level O2``: the model itself in float16 (normalization layers kept
-  float32), float32 master weights in the optimizer, logits cast back to float32
-  for the loss; also loss-scaled.
-
-bfloat16 has float32's exponent range, so no loss scaling is used with it.
-The run prints the device and precision, the memory split after the first step,
-per-step loss and time (a bar on a terminal, plain lines otherwise), the loss
-scale and skipped steps, the test accuracy and, last, a one-line JSON summary.
+- :func:`build_parser` / :func:`parse_args`: the shared flags, each checked
+  before anything trains (positive counts, a positive finite learning rate,
+  writable ``--out``/``--json``, a usable ``--device``); a bad one prints one
+  line, ``<example>: error: ...``, and exits with status 2.
+- :func:`load_data`: MNIST from ``--data`` (or the bundled subset); a missing,
+  empty or broken folder is one such line too.
+- :class:`Precision`: what ``--amp/--level/--dtype`` mean (O1: autocast with
+  float32 weights; O2: a float16 model with float32 master weights; bfloat16
+  needs no loss scaling).
+- :class:`RunLog`: the loop's observer: step count and timing, the precision
+  trace and memory split of the first step, the gradient exponent histogram of
+  the last, progress lines, and at the end the summary (printed, and written as
+  JSON and plots).
+- :func:`evaluate`: test accuracy at the training precision.
 """
 
 from __future__ import annotations
@@ -22,11 +26,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import statistics
 import sys
 import time
-from typing import Any, Callable, TextIO
+from typing import Any, Callable, Iterator, NoReturn, TextIO
 
 import numpy as np
 
@@ -37,21 +42,65 @@ from tinyamp.amp import grad_stats
 LOSS_SCALE_INIT = 2.0 ** 16  # GradScaler's default, as in PyTorch
 
 
-def build_parser(description: str, *, epochs: int, lr: float, batch_size: int = 128) -> argparse.ArgumentParser:
+# ------------------------------------------------------------------ flags
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a bad flag in one line (no usage block) and exits with status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    """An argparse type: an integer >= 0 (a seed)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """An argparse type: a finite number > 0 (a learning rate)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive finite number, got {text}")
+    return value
+
+
+def build_parser(prog: str, description: str, *, epochs: int, lr: float,
+                 batch_size: int = 128) -> argparse.ArgumentParser:
     """The flags every example shares; the example adds its model's own."""
-    p = argparse.ArgumentParser(description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = _Parser(prog=prog, description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--amp", action=argparse.BooleanOptionalAction, default=True,
                    help="mixed precision (autocast + loss scaling); --no-amp trains in float32")
     p.add_argument("--level", choices=["O1", "O2"], default="O1",
                    help="O1: float32 weights, autocast per op; O2: float16 model with float32 master weights")
     p.add_argument("--dtype", choices=["float16", "bfloat16"], default="float16", help="low-precision dtype")
-    p.add_argument("--epochs", type=int, default=epochs, help="passes over the training set")
-    p.add_argument("--steps", type=int, default=None, help="stop after this many steps (default: all epochs)")
-    p.add_argument("--batch-size", type=int, default=batch_size)
-    p.add_argument("--lr", type=float, default=None, help=f"learning rate (default {lr} for sgd, 1e-3 for adam)")
+    p.add_argument("--epochs", type=positive_int, default=epochs, help="passes over the training set")
+    p.add_argument("--steps", type=positive_int, default=None,
+                   help="stop after this many steps (default: all epochs)")
+    p.add_argument("--batch-size", type=positive_int, default=batch_size)
+    p.add_argument("--lr", type=positive_float, default=None,
+                   help=f"learning rate (default {lr} for sgd, 1e-3 for adam)")
     p.add_argument("--optimizer", choices=["sgd", "adam"], default="sgd", help="sgd uses momentum 0.9")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=non_negative_int, default=0)
     p.add_argument("--data", metavar="DIR", default=None,
                    help="folder with the four full MNIST files (default: $TINYAMP_DATA, else the bundled "
                         "5,000-image subset split 4,000/1,000)")
@@ -59,67 +108,130 @@ def build_parser(description: str, *, epochs: int, lr: float, batch_size: int = 
                    help="write plots there: loss curve, loss scale, gradient exponent histogram")
     p.add_argument("--trace", action="store_true", help="print the precision report of the first step")
     p.add_argument("--json", metavar="PATH", default=None, help="also write the JSON summary to this file")
-    p.add_argument("--log-every", type=int, default=None, metavar="N",
+    p.add_argument("--log-every", type=positive_int, default=None, metavar="N",
                    help="print a line every N steps when not on a terminal (default: about 20 lines)")
     p.set_defaults(default_lr=lr)
     return p
 
 
+def parse_args(parser: argparse.ArgumentParser, argv: "list[str] | None") -> argparse.Namespace:
+    """Parse ``argv`` and check what can only be checked against the machine, all before training."""
+    args = parser.parse_args(argv)
+    args.prog = parser.prog  # for errors found later (the data)
+    if args.lr is None:
+        args.lr = 1e-3 if args.optimizer == "adam" else args.default_lr
+    del args.default_lr
+    if args.device == "cuda" and not ta.cuda.is_available():
+        parser.error("--device cuda: no usable CUDA GPU (install CuPy with a driver, or use --device cpu)")
+    if args.data is not None and os.path.isfile(args.data):
+        parser.error(f"--data {args.data}: is a file; give the folder that holds the four MNIST files")
+    # Outputs are written at the end of the run: find out now that they cannot be.
+    if args.out is not None:
+        problem = _folder_problem(args.out)
+        if problem:
+            parser.error(f"--out {args.out}: {problem}")
+    if args.json is not None:
+        problem = _file_problem(args.json)
+        if problem:
+            parser.error(f"--json {args.json}: {problem}")
+    return args
+
+
+def _folder_problem(folder: str) -> "str | None":
+    """Why plots cannot be written into ``folder`` (created if missing), or None."""
+    if os.path.exists(folder) and not os.path.isdir(folder):
+        return "exists and is not a folder"
+    try:
+        os.makedirs(folder, exist_ok=True)
+        probe = os.path.join(folder, f".tinyamp-write-test-{os.getpid()}")
+        with open(probe, "w"):
+            pass
+        os.remove(probe)
+    except OSError as exc:
+        return f"cannot write there ({exc.strerror or exc})"
+    return None
+
+
+def _file_problem(path: str) -> "str | None":
+    """Why ``path`` cannot be written, or None (tried by opening it for appending, then undone)."""
+    if os.path.isdir(path):
+        return "is a folder; give a file name"
+    existed = os.path.exists(path)
+    try:
+        with open(path, "a"):
+            pass
+    except OSError as exc:
+        return f"cannot be written ({exc.strerror or exc})"
+    if not existed:
+        os.remove(path)
+    return None
+
+
+def fail(args: argparse.Namespace, message: str) -> NoReturn:
+    """Stop with one line, as a bad flag does."""
+    print(f"{args.prog}: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+# ------------------------------------------------------------------ data
 def load_data(args: argparse.Namespace, flatten: bool) -> tuple[np.ndarray, ...]:
     """(train images, train labels, test images, test labels): float32 in [0, 1], int64."""
-    x_train, y_train = ta.data.load_mnist(args.data, "train", flatten=flatten, normalize=True)
-    x_test, y_test = ta.data.load_mnist(args.data, "test", flatten=flatten, normalize=True)
+    try:
+        x_train, y_train = ta.data.load_mnist(args.data, "train", flatten=flatten, normalize=True)
+        x_test, y_test = ta.data.load_mnist(args.data, "test", flatten=flatten, normalize=True)
+    except (OSError, ValueError) as exc:  # missing or empty folder, IDXError, not MNIST
+        fail(args, f"{_data_flag(args)}: {exc}")
+    if len(x_train) == 0 or len(x_test) == 0:
+        fail(args, f"{_data_flag(args)}: the MNIST files hold {len(x_train)} training and {len(x_test)} test "
+                   f"images; both must hold some")
     if not flatten:  # (N, 28, 28) -> (N, 1, 28, 28): one input channel for Conv2d
         x_train, x_test = x_train[:, None], x_test[:, None]
     return x_train, y_train, x_test, y_test
 
 
+def _data_flag(args: argparse.Namespace) -> str:
+    """Where the data came from, as the user gave it: ``--data DIR`` or ``TINYAMP_DATA=DIR``."""
+    env = ta.data.mnist.ENV_VAR
+    return f"--data {args.data}" if args.data else f"{env}={os.environ.get(env)}"
+
+
+# ------------------------------------------------------------------ precision
 class Precision:
     """What ``--amp/--level/--dtype`` mean for the loop."""
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.amp = bool(args.amp)
         self.level = args.level if self.amp else "float32"
-        self.dtype = getattr(ta, args.dtype) if self.amp else ta.float32
+        self.low_dtype = getattr(ta, args.dtype)  # what autocast (O1) or the model (O2) runs in
         self.o2 = self.amp and args.level == "O2"
         self.scaled = self.amp and args.dtype == "float16"
 
     def describe(self) -> str:
         if not self.amp:
             return "float32 (no AMP)"
-        name = ta.dtypes.dtype_name(self.dtype)
+        name = ta.dtypes.dtype_name(self.low_dtype)
         how = (f"{name} model, float32 master weights" if self.o2
                else f"autocast to {name}, float32 weights")
         scale = f"dynamic loss scale from {LOSS_SCALE_INIT:g}" if self.scaled else "no loss scaling (bfloat16)"
         return f"AMP {self.level}: {how}, {scale}"
 
 
-def forward_loss(model: Any, x: ta.Tensor, y: ta.Tensor, prec: Precision) -> tuple[ta.Tensor, ta.Tensor]:
-    """Logits and the float32 loss at the run's precision."""
-    if prec.o2:
-        logits = model(x.to(prec.dtype)).float()  # the loss in float32, as Apex's O2
-        return logits, ta.nn.functional.cross_entropy(logits, y)
-    region = ta.amp.autocast(device_type=x.device.type, dtype=prec.dtype) if prec.amp else contextlib.nullcontext()
-    with region:
-        logits = model(x)
-        loss = ta.nn.functional.cross_entropy(logits, y)  # FP32-tagged: autocast runs it in float32
-    return logits, loss
-
-
-def evaluate(model: Any, x: np.ndarray, y: np.ndarray, prec: Precision, device: Any, batch: int = 500) -> float:
-    """Test accuracy at the training precision, without recording a graph."""
+def evaluate(model: Any, forward: Callable[[ta.Tensor, ta.Tensor], tuple], x: np.ndarray, y: np.ndarray,
+             device: Any, batch: int = 500) -> float:
+    """Test accuracy of ``forward(x, y) -> (logits, loss)`` at the training precision, without a graph."""
     model.eval()
     correct = 0
     with ta.no_grad():
         for start in range(0, len(x), batch):
             xb = ta.tensor(x[start:start + batch], device=device)
             yb = ta.tensor(y[start:start + batch], device=device)
-            logits, _ = forward_loss(model, xb, yb, prec)
+            logits, _ = forward(xb, yb)
             correct += int((logits.argmax(1).numpy() == y[start:start + batch]).sum())
     model.train()
     return correct / len(x)
 
 
+# ------------------------------------------------------------------ watching the loop
 class Progress:
     """A one-line bar on a terminal; plain lines every ``every`` steps otherwise."""
 
@@ -155,120 +267,147 @@ def _grads_for_histogram(optimizer: Any) -> list:
     return grads
 
 
-def run(title: str, make_model: Callable[[], Any], args: argparse.Namespace, data: tuple,
-        stream: "TextIO | None" = None) -> dict:
-    """Train ``make_model()`` on ``data``, report as the write-up does, return the summary dict."""
-    stream = sys.stdout if stream is None else stream  # read at call time (tests redirect it)
-    say = lambda *parts: print(*parts, file=stream, flush=True)  # noqa: E731
-    if args.device == "cuda" and not ta.cuda.is_available():
-        raise SystemExit("--device cuda: no usable CUDA GPU (install CuPy with a driver, or use --device cpu)")
-    device = ta.device(args.device)
-    prec = Precision(args)
-    ta.manual_seed(args.seed)
-    model = make_model().to(device)
-    if prec.o2:
-        model.half(keep_norm_fp32=True) if prec.dtype == ta.float16 else model.bfloat16(keep_norm_fp32=True)
-    lr = args.lr if args.lr is not None else (1e-3 if args.optimizer == "adam" else args.default_lr)
-    if args.optimizer == "adam":
-        opt = ta.optim.Adam(model.parameters(), lr=lr, master_weights=prec.o2)
-    else:
-        opt = ta.optim.SGD(model.parameters(), lr=lr, momentum=0.9, master_weights=prec.o2)
-    scaler = ta.amp.GradScaler(init_scale=LOSS_SCALE_INIT, enabled=prec.scaled)
+class RunLog:
+    """Watches the example's training loop and reports on it; it never changes what the loop computes.
 
-    x_train, y_train, x_test, y_test = data
-    loader = ta.data.DataLoader(ta.data.TensorDataset(ta.tensor(x_train, device=device),
-                                                      ta.tensor(y_train, device=device)),
-                                batch_size=args.batch_size, shuffle=True, seed=args.seed)
-    total = len(loader) * args.epochs if args.steps is None else min(args.steps, len(loader) * args.epochs)
-    source = args.data or os.environ.get("TINYAMP_DATA") or "the bundled MNIST subset"
-    say(f"tinyamp {title} | device {device} | {prec.describe()}")
-    say(f"data: {len(x_train)} train / {len(x_test)} test images from {source}; batch {args.batch_size}, "
-        f"{args.optimizer} lr {lr:g}, {total} steps ({args.epochs} epochs of {len(loader)})")
+    The loop calls, in order: :meth:`batches` (the batches, stopping after
+    ``--steps``; each step timed), :meth:`trace_first_step` around the forward
+    and backward, :meth:`measure_activations` before backward,
+    :meth:`gradient_histogram` before ``scaler.step`` and :meth:`step_done`
+    after ``scaler.update``. :meth:`finish` prints and writes the summary.
+    """
 
-    losses, scales, skipped_at, times = [], [], [], []
-    split, hist, trace_text = None, None, None
-    progress = Progress(total, stream, args.log_every)
-    step = 0
-    started = time.perf_counter()
-    for epoch in range(args.epochs):
-        for xb, yb in loader:
-            if step == total:
-                break
-            step += 1
-            t0 = time.perf_counter()
-            opt.zero_grad()
-            tracing = args.trace and step == 1
-            with ta.amp.trace() if tracing else contextlib.nullcontext() as tracer:
-                logits, loss = forward_loss(model, xb, yb, prec)
-                if step == 1:  # what the graph keeps for backward: measured before backward frees it
-                    activations = memory.saved_tensor_bytes(loss)
-                scaler.scale(loss).backward()
-            if tracing:
-                trace_text = str(tracer)
-            if step == total:  # the gradient exponent histogram, from the true (unscaled) gradients
-                scale_now = scaler.get_scale()
-                scaler.unscale_(opt)
-                hist = grad_stats.exponent_histogram(_grads_for_histogram(opt), scale=scale_now)
-            scaler.step(opt)
-            scaler.update()
-            loss_value = loss.item()
-            if device.type == "cuda":
-                ta.cuda.synchronize()
-            times.append(time.perf_counter() - t0)
-            losses.append(loss_value)
-            scale = scaler.get_scale() if prec.scaled else None
-            scales.append(scale if scale is not None else 1.0)
-            if prec.scaled and scaler.last_step.skipped:
-                skipped_at.append(step)
-            if step == 1:
-                split = memory.memory_split(model, opt, activations=activations)
-                if trace_text is not None:
-                    say(trace_text)
-                say("memory after the first step:\n" + memory.format_split(split))
-            progress.update(step, f"{epoch + 1}/{args.epochs}", loss_value, times[-1] * 1e3, scale,
-                            len(skipped_at))
-        if step == total:
-            break
-    progress.close()
-    train_time = time.perf_counter() - started
-    accuracy = evaluate(model, x_test, y_test, prec, device)
-    steady = times[1:] or times  # the first step pays for warm-up (allocation, caches)
-    summary = {
-        "example": title, "accuracy": accuracy, "final_loss": losses[-1] if losses else None,
-        "time_per_step_ms": statistics.median(steady) * 1e3, "first_step_ms": times[0] * 1e3 if times else None,
-        "train_time_s": train_time, "steps": step,
-        "memory": split, "skipped_steps": len(skipped_at), "skipped_at": skipped_at[:50],
-        "final_scale": scaler.get_scale() if prec.scaled else None,
-        "grad_underflow": None if hist is None else {"scale": hist["scale"], "unscaled": hist["unscaled"],
-                                                     "scaled": hist["scaled"], "zeros": hist["zeros"]},
-        "device": str(device), "precision": prec.describe(),
-        "config": {k: v for k, v in vars(args).items() if k != "default_lr"} | {"lr": lr},
-    }
-    if prec.scaled:
-        say(f"loss scale: {summary['final_scale']:g} at the end; skipped steps: {len(skipped_at)} of {step}"
-            + (f" (at {', '.join(map(str, skipped_at[:10]))}{' ...' if len(skipped_at) > 10 else ''})"
-               if skipped_at else ""))
-    if hist is not None:
-        u, s = hist["unscaled"], hist["scaled"]
-        line = f"gradients at the last step: {u['below_subnormal']:.2%} of non-zero values below float16's 2^-24"
+    def __init__(self, title: str, args: argparse.Namespace, prec: Precision, device: Any, loader: Any,
+                 data: tuple, stream: "TextIO | None" = None) -> None:
+        self.title, self.args, self.prec, self.device = title, args, prec, device
+        self.stream = sys.stdout if stream is None else stream  # read at call time (tests redirect it)
+        self.steps_per_epoch = len(loader)
+        total = self.steps_per_epoch * args.epochs
+        self.total = total if args.steps is None else min(args.steps, total)
+        self.n_test = len(data[2])
+        self.step, self.epoch = 0, 0
+        self.losses: list[float] = []
+        self.scales: list[float] = []
+        self.skipped_at: list[int] = []
+        self.times: list[float] = []
+        self.split = self.hist = self.activations = None
+        self.trace_text: "str | None" = None
+        source = args.data or os.environ.get(ta.data.mnist.ENV_VAR) or "the bundled MNIST subset"
+        self.say(f"tinyamp {title} | device {device} | {prec.describe()}")
+        self.say(f"data: {len(data[0])} train / {self.n_test} test images from {source}; batch {args.batch_size}, "
+                 f"{args.optimizer} lr {args.lr:g}, {self.total} steps ({args.epochs} epochs of "
+                 f"{self.steps_per_epoch})")
+        self.progress = Progress(self.total, self.stream, args.log_every)
+
+    def say(self, *parts: Any) -> None:
+        print(*parts, file=self.stream, flush=True)
+
+    @property
+    def last_step(self) -> bool:
+        return self.step == self.total
+
+    def batches(self, loader: Any) -> Iterator[tuple]:
+        """``(x, y)`` batches epoch after epoch, ``--steps`` of them at most; times each step."""
+        self.started = time.perf_counter()
+        try:
+            for self.epoch in range(self.args.epochs):
+                for xb, yb in loader:
+                    if self.step == self.total:
+                        return
+                    self.step += 1
+                    self.t0 = time.perf_counter()
+                    yield xb, yb
+                if self.step == self.total:
+                    return
+        finally:
+            self.train_time = time.perf_counter() - self.started
+
+    def trace_first_step(self) -> Any:
+        """The precision trace of step 1 under ``--trace``; nothing otherwise."""
+        if not (self.args.trace and self.step == 1):
+            return contextlib.nullcontext()
+        return self._tracing()
+
+    @contextlib.contextmanager
+    def _tracing(self) -> Iterator[None]:
+        with ta.amp.trace() as tracer:
+            yield
+        self.trace_text = str(tracer)
+
+    def measure_activations(self, loss: ta.Tensor) -> None:
+        """At step 1, what the graph keeps for backward (measured before backward frees it)."""
+        if self.step == 1:
+            self.activations = memory.saved_tensor_bytes(loss)
+
+    def gradient_histogram(self, scaler: Any, optimizer: Any) -> None:
+        """At the last step: unscale the gradients and histogram their exponents against float16's range."""
+        if self.last_step:
+            scale_now = scaler.get_scale()
+            scaler.unscale_(optimizer)
+            self.hist = grad_stats.exponent_histogram(_grads_for_histogram(optimizer), scale=scale_now)
+
+    def step_done(self, loss: ta.Tensor, scaler: Any, model: Any, optimizer: Any) -> None:
+        loss_value = loss.item()
+        if self.device.type == "cuda":
+            ta.cuda.synchronize()
+        self.times.append(time.perf_counter() - self.t0)
+        self.losses.append(loss_value)
+        scale = scaler.get_scale() if self.prec.scaled else None
+        self.scales.append(scale if scale is not None else 1.0)
+        if self.prec.scaled and scaler.last_step.skipped:
+            self.skipped_at.append(self.step)
+        if self.step == 1:
+            self.split = memory.memory_split(model, optimizer, activations=self.activations)
+            if self.trace_text is not None:
+                self.say(self.trace_text)
+            self.say("memory after the first step:\n" + memory.format_split(self.split))
+        self.progress.update(self.step, f"{self.epoch + 1}/{self.args.epochs}", loss_value, self.times[-1] * 1e3,
+                             scale, len(self.skipped_at))
+
+    def finish(self, accuracy: float, scaler: Any) -> dict:
+        """Print the run's summary, write ``--out`` plots and the ``--json`` file; return the summary."""
+        self.progress.close()
+        train_time = self.train_time
+        args, prec, hist, losses, times = self.args, self.prec, self.hist, self.losses, self.times
+        steady = times[1:] or times  # the first step pays for warm-up (allocation, caches)
+        summary = {
+            "example": self.title, "accuracy": accuracy, "final_loss": losses[-1] if losses else None,
+            "time_per_step_ms": statistics.median(steady) * 1e3, "first_step_ms": times[0] * 1e3 if times else None,
+            "train_time_s": train_time, "steps": self.step,
+            "memory": self.split, "skipped_steps": len(self.skipped_at), "skipped_at": self.skipped_at[:50],
+            "final_scale": scaler.get_scale() if prec.scaled else None,
+            "grad_underflow": None if hist is None else {"scale": hist["scale"], "unscaled": hist["unscaled"],
+                                                         "scaled": hist["scaled"], "zeros": hist["zeros"]},
+            "device": str(self.device), "precision": prec.describe(),
+            "config": {k: v for k, v in vars(args).items() if k != "prog"},
+        }
+        skipped_at = self.skipped_at
         if prec.scaled:
-            line += (f" unscaled, {s['below_subnormal']:.2%} after scaling by {hist['scale']:g}; "
-                     f"{s['above_max']:.2%} above 65504 scaled")
-        else:
-            line += " (this run uses no loss scaling)"
-        say(line)
-    say(f"test accuracy: {accuracy:.4f}")
-    say(f"time per step: median {summary['time_per_step_ms']:.1f} ms (first step {summary['first_step_ms']:.1f} ms); "
-        f"training took {train_time:.1f} s")
-    if args.out:
-        summary["plots"] = write_plots(args.out, losses, scales, skipped_at, hist, title, say)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(summary, f, indent=2)
-    say(json.dumps(summary))
-    return summary
+            self.say(f"loss scale: {summary['final_scale']:g} at the end; skipped steps: {len(skipped_at)} of "
+                     f"{self.step}" + (f" (at {', '.join(map(str, skipped_at[:10]))}"
+                                       f"{' ...' if len(skipped_at) > 10 else ''})" if skipped_at else ""))
+        if hist is not None:
+            u, s = hist["unscaled"], hist["scaled"]
+            line = f"gradients at the last step: {u['below_subnormal']:.2%} of non-zero values below float16's 2^-24"
+            if prec.scaled:
+                line += (f" unscaled, {s['below_subnormal']:.2%} after scaling by {hist['scale']:g}; "
+                         f"{s['above_max']:.2%} above 65504 scaled")
+            else:
+                line += " (this run uses no loss scaling)"
+            self.say(line)
+        self.say(f"test accuracy: {accuracy:.4f}")
+        self.say(f"time per step: median {summary['time_per_step_ms']:.1f} ms (first step "
+                 f"{summary['first_step_ms']:.1f} ms); training took {train_time:.1f} s")
+        if args.out:
+            summary["plots"] = write_plots(args.out, losses, self.scales, skipped_at, hist, self.title, self.say)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(summary, f, indent=2)
+        self.say(json.dumps(summary))
+        return summary
 
 
+# ------------------------------------------------------------------ plots
 def write_plots(out: str, losses: list, scales: list, skipped_at: list, hist: "dict | None", title: str,
                 say: Callable[..., None]) -> list[str]:
     """loss.png, loss_scale.png and grad_exponents.png in ``out``; a message instead without matplotlib."""

@@ -9,6 +9,9 @@ subset bundled with tinyamp (4,000 train / 1,000 test), so it needs no download:
 
     python examples/mnist_mlp.py --amp
     python examples/mnist_mlp.py --no-amp --hidden 1024 --out plots/
+
+The training loop below is PyTorch's AMP recipe with ``import tinyamp as ta``;
+``_common.py`` holds the flags, data loading and reporting around it.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # _common, also when imported by tests
 
 import tinyamp as ta  # noqa: E402
+import tinyamp.nn.functional as F  # noqa: E402
 import _common  # noqa: E402
 
 DEFAULT_EPOCHS = 5
@@ -31,13 +35,65 @@ def build_model(hidden: int) -> ta.nn.Module:
     return nn.Sequential(nn.Linear(784, hidden), nn.ReLU(), nn.Linear(hidden, 10))
 
 
+def forward(model: ta.nn.Module, x: ta.Tensor, y: ta.Tensor, prec: _common.Precision) -> tuple:
+    """The logits and the float32 loss at the run's precision."""
+    if prec.o2:
+        # O2: the model itself is float16 (or bfloat16): cast the batch in and the logits
+        # out, so the loss is computed in float32 (Apex's O2).
+        logits = model(x.to(prec.low_dtype)).float()
+        return logits, F.cross_entropy(logits, y)
+    # O1: float32 weights; autocast runs the linear layers in float16 and the loss in
+    # float32. With --no-amp the region is disabled and everything runs in float32.
+    with ta.amp.autocast(device_type=x.device.type, dtype=prec.low_dtype, enabled=prec.amp):
+        logits = model(x)
+        loss = F.cross_entropy(logits, y)
+    return logits, loss
+
+
+def train(model: ta.nn.Module, optimizer: ta.optim.Optimizer, scaler: ta.amp.GradScaler, loader: ta.data.DataLoader,
+          prec: _common.Precision, log: _common.RunLog) -> None:
+    """The AMP training loop; ``log`` only times, watches and reports."""
+    for x, y in log.batches(loader):
+        optimizer.zero_grad()
+        with log.trace_first_step():             # --trace: which op ran in which dtype
+            logits, loss = forward(model, x, y, prec)
+            log.measure_activations(loss)         # step 1: what backward will need
+            # Backward from loss * scale, so small float16 gradients do not flush to zero.
+            scaler.scale(loss).backward()
+        log.gradient_histogram(scaler, optimizer)  # last step: unscale_, then histogram the gradients
+        scaler.step(optimizer)   # unscale the gradients; skip the update if one is inf or NaN
+        scaler.update()          # halve the scale after a skipped step, double it after 2000 good ones
+        log.step_done(loss, scaler, model, optimizer)
+
+
 def main(argv: "list[str] | None" = None) -> dict:
     """Parse ``argv`` (default: the command line), train, print the report; return the JSON summary."""
-    parser = _common.build_parser(__doc__.split("\n\n")[0], epochs=DEFAULT_EPOCHS, lr=DEFAULT_LR)
-    parser.add_argument("--hidden", type=int, default=8192, help="hidden units (8192: the write-up's model)")
-    args = parser.parse_args(argv)
-    data = _common.load_data(args, flatten=True)
-    return _common.run(f"MLP 784-{args.hidden}-10", lambda: build_model(args.hidden), args, data)
+    parser = _common.build_parser(os.path.basename(__file__), __doc__.split("\n\n")[0],
+                                  epochs=DEFAULT_EPOCHS, lr=DEFAULT_LR)
+    parser.add_argument("--hidden", type=_common.positive_int, default=8192,
+                        help="hidden units (8192: the write-up's model)")
+    args = _common.parse_args(parser, argv)          # every flag checked before anything trains
+    x_train, y_train, x_test, y_test = _common.load_data(args, flatten=True)
+    device, prec = ta.device(args.device), _common.Precision(args)
+
+    ta.manual_seed(args.seed)
+    model = build_model(args.hidden).to(device)
+    if prec.o2:  # the model in float16/bfloat16; normalization layers (none here) would stay float32
+        model.half(keep_norm_fp32=True) if prec.low_dtype == ta.float16 else model.bfloat16(keep_norm_fp32=True)
+    # Under O2 the optimizer keeps float32 master weights and updates those.
+    if args.optimizer == "adam":
+        optimizer = ta.optim.Adam(model.parameters(), lr=args.lr, master_weights=prec.o2)
+    else:
+        optimizer = ta.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9, master_weights=prec.o2)
+    # Loss scaling only for float16: bfloat16 has float32's exponent range.
+    scaler = ta.amp.GradScaler(init_scale=_common.LOSS_SCALE_INIT, enabled=prec.scaled)
+    dataset = ta.data.TensorDataset(ta.tensor(x_train, device=device), ta.tensor(y_train, device=device))
+    loader = ta.data.DataLoader(dataset, batch_size=args.batch_size, shuffle=True, seed=args.seed)
+
+    log = _common.RunLog(f"MLP 784-{args.hidden}-10", args, prec, device, loader, (x_train, y_train, x_test))
+    train(model, optimizer, scaler, loader, prec, log)
+    accuracy = _common.evaluate(model, lambda x, y: forward(model, x, y, prec), x_test, y_test, device)
+    return log.finish(accuracy, scaler)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Shared drivers for the fused-kernel tests: one optimizer run, three implementations.
 
 ``sgd_run`` and ``adam_run`` take an ``update`` function with the signature of
-``cuda_kernels.sgd_step`` / ``adam_step`` and run a few steps on fresh arrays
+``cuda_optim.sgd_step`` / ``adam_step`` and run a few steps on fresh arrays
 (some steps skipped with inf gradients), returning a snapshot of every array
 after every step. The tests hand them the NumPy path of the optimizers, the
 NumPy reference of the kernels, the emulated kernels (CPU) and the real ones

@@ -158,6 +158,43 @@ def test_decorator_form() -> None:
     assert forward.__name__ == "forward"
 
 
+def test_decorated_function_gives_each_thread_its_own_region() -> None:
+    # Two threads inside one decorated function at once; the first to enter leaves
+    # first, while the other is still inside. Each call must own its region: a
+    # shared one would hand the second thread's exit the first thread's state.
+    a, b = _leaf(4, 3), _leaf(3, 5, seed=1)
+    both_inside, first_left = threading.Barrier(2, timeout=5), threading.Event()
+    seen: dict = {}
+
+    @ta.amp.autocast(dtype=bf16)
+    def forward(name: str) -> None:
+        seen[name, "entered"] = (ta.amp.is_autocast_enabled(), (a @ b).dtype)
+        both_inside.wait()
+        if name == "second":
+            first_left.wait(5)  # stay inside after the first thread has returned
+            seen[name, "after the other left"] = (ta.amp.is_autocast_enabled(), (a @ b).dtype)
+
+    def run(name: str) -> None:
+        try:
+            forward(name)
+            seen[name, "returned"] = (ta.amp.is_autocast_enabled(), (a @ b).dtype)
+        except BaseException as exc:  # reported below: an assert in a thread would be lost
+            seen[name, "error"] = repr(exc)
+        finally:
+            if name == "first":
+                first_left.set()
+
+    threads = [threading.Thread(target=run, args=(name,)) for name in ("first", "second")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert seen == {("first", "entered"): (True, bf16), ("second", "entered"): (True, bf16),
+                    ("first", "returned"): (False, f32), ("second", "after the other left"): (True, bf16),
+                    ("second", "returned"): (False, f32)}
+    assert not ta.amp.is_autocast_enabled()
+
+
 def test_same_instance_can_be_entered_twice() -> None:
     region = ta.amp.autocast()
     with region:

@@ -29,11 +29,13 @@ def test_leaf_gradients_accumulate_across_backward_calls() -> None:
 
 
 def test_long_chain_has_no_recursion_limit() -> None:
+    # Twice the interpreter's recursion limit (whatever it is set to), so a backward
+    # that recursed once per node would raise RecursionError here.
+    depth = 2 * sys.getrecursionlimit()
     x = ta.tensor(1.0, requires_grad=True)
     y = x
-    for _ in range(10_000):
+    for _ in range(depth):
         y = y + 1.0
-    assert 10_000 > sys.getrecursionlimit() or True  # the chain is longer than the default limit
     y.backward()
     assert x.grad.item() == 1.0
 
@@ -148,6 +150,85 @@ def test_saved_tensor_modified_in_place_is_an_error() -> None:
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         z.backward()
     del y
+
+
+def test_accumulating_into_grad_bumps_its_version() -> None:
+    # .grad is written in place by the second backward; a graph that saved the
+    # old .grad (here: as the other operand of a product) must refuse to use it.
+    w = ta.tensor([1.0, 2.0], requires_grad=True)
+    (w * 3.0).sum().backward()
+    alias = w.grad
+    version = alias._version[0]
+    x = ta.tensor([1.0, 1.0], requires_grad=True)
+    y = (x * alias).sum()           # saves alias for dx = gy * alias
+    (w * 2.0).sum().backward()      # accumulates: w.grad += 2, in the same buffer
+    assert w.grad is alias and alias._version[0] == version + 1
+    np.testing.assert_array_equal(alias.numpy(), [5.0, 5.0])
+    with pytest.raises(RuntimeError, match=r"modified by an inplace operation: \[float32 \[2\]\] saved by Mul "
+                                           r"is at version 1; expected version 0"):
+        y.backward()
+
+
+@pytest.mark.parametrize("op", [
+    ta.exp, ta.sigmoid, ta.tanh, ta.sqrt,
+    lambda h: ta.softmax(h, dim=0), lambda h: ta.log_softmax(h, dim=0),
+], ids=["exp", "sigmoid", "tanh", "sqrt", "softmax", "log_softmax"])
+def test_saved_output_modified_in_place_is_an_error(op) -> None:
+    # These ops keep their output (not their input) for backward.
+    x = ta.tensor([0.5, 2.0], requires_grad=True)
+    y = op(x * 1.0)
+    saved = y.grad_fn
+    assert saved.save_outputs == (0,) and not saved.save_inputs
+    y.mul_(2.0)                     # recorded in place: y's buffer (the saved output) changes
+    with pytest.raises(RuntimeError, match=rf"modified by an inplace operation: \[float32 \[2\]\] saved by "
+                                           rf"{type(saved).__name__} is at version 1; expected version 0"):
+        y.sum().backward()
+
+
+def test_saved_output_of_a_custom_function_modified_in_place_is_an_error() -> None:
+    class Exp(ta.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            y = x.exp()
+            ctx.save_for_backward(y)
+            return y
+
+        @staticmethod
+        def backward(ctx, gy):
+            (y,) = ctx.saved_tensors
+            return gy * y
+
+    x = ta.tensor([0.5, 2.0], requires_grad=True)
+    y = Exp.apply(x)
+    with ta.no_grad():
+        y.mul_(2.0)
+    with pytest.raises(RuntimeError, match=r"\[float32 \[2\]\] saved by Exp is at version 1; expected version 0"):
+        y.sum().backward()
+    # Unmodified, the same Function backpropagates its saved output.
+    x.grad = None
+    Exp.apply(x).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), np.exp([0.5, 2.0]).astype(np.float32), rtol=1e-6)
+
+
+def test_saved_input_of_a_custom_function_modified_in_place_is_an_error() -> None:
+    class Square(ta.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x * x
+
+        @staticmethod
+        def backward(ctx, gy):
+            (x,) = ctx.saved_tensors
+            return 2.0 * gy * x
+
+    x = ta.tensor([1.0, 2.0], requires_grad=True)
+    h = x * 1.0
+    z = Square.apply(h)
+    with ta.no_grad():
+        h.mul_(2.0)
+    with pytest.raises(RuntimeError, match=r"saved by Square is at version 1; expected version 0"):
+        z.sum().backward()
 
 
 def test_inplace_on_leaf_requiring_grad_is_refused() -> None:
@@ -319,3 +400,26 @@ def test_leaf_gradients_never_alias_each_other_or_the_seed() -> None:
     m.mean().backward()           # the gradient is a broadcast view of one value
     m.grad.data[0] = 5.0          # owned and writable
     np.testing.assert_allclose(m.grad.numpy(), [5.0, 1 / 3, 1 / 3])
+
+
+def test_reachable_nodes_visits_each_node_once_without_recursion() -> None:
+    from tinyamp.autograd.graph import reachable_nodes
+
+    x = ta.tensor([1.0, 2.0], requires_grad=True)
+    shared = x.exp()
+    y = shared * shared + shared  # exp feeds mul (twice) and add: a diamond
+    assert sorted(node.name for node in reachable_nodes([y])) == ["add", "exp", "mul"]
+    assert list(reachable_nodes([x, ta.tensor([1.0])])) == []  # leaves and constants have no node
+    h = x
+    for _ in range(10_000):
+        h = h * 1.0
+    assert sum(1 for _ in reachable_nodes([h])) == 10_000
+
+
+def test_a_node_reports_its_inputs_as_recorded_after_autocast() -> None:
+    x = ta.ones(4, 3, requires_grad=True)
+    w = ta.ones(2, 3, requires_grad=True)
+    with ta.amp.autocast():
+        y = ta.nn.functional.linear(x, w)
+    assert y.grad_fn.input_shapes == ((4, 3), (2, 3))
+    assert y.grad_fn.input_dtypes == (ta.float16, ta.float16)  # the casts' outputs, not the float32 leaves

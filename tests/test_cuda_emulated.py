@@ -18,8 +18,8 @@ import pytest
 
 import fused_drivers as fd
 import tinyamp as ta
-from tinyamp import backend, cuda_kernels
-from tinyamp.amp import scaler_kernels
+from tinyamp import backend
+from tinyamp.kernels import cuda_launch, cuda_scaler, loss_scale
 from tinyamp.cuda_standin import kernels as standin_kernels
 
 pytestmark = pytest.mark.skipif(standin_kernels.CXX is None, reason="the CUDA stand-in runs kernels through g++")
@@ -35,9 +35,9 @@ def cp():
 
 @pytest.mark.parametrize("chunk, block", [(64, 16), (8192, 256)])
 def test_unscale_group_matches_the_numpy_path(cp, monkeypatch, chunk, block) -> None:
-    monkeypatch.setattr(cuda_kernels, "UNSCALE_CHUNK", chunk)
-    monkeypatch.setattr(cuda_kernels, "UNSCALE_BLOCK", block)
-    before = cuda_kernels.launches.get("tinyamp_unscale_f16_f32", 0)
+    monkeypatch.setattr(cuda_scaler, "UNSCALE_CHUNK", chunk)
+    monkeypatch.setattr(cuda_scaler, "UNSCALE_BLOCK", block)
+    before = cuda_launch.launches.get("tinyamp_unscale_f16_f32", 0)
     for bad_pair in [None, *range(len(UNSCALE_PAIRS))]:
         for inv in (2.0 ** -16, 1 / 3):
             results = []
@@ -59,17 +59,17 @@ def test_unscale_group_matches_the_numpy_path(cp, monkeypatch, chunk, block) -> 
                     dev = {id(a): cp.asarray(a) for a in grads + outs}
                     d_outs = [dev[id(o)] for o in outs]
                     d_found = cp.asarray(found)
-                    scaler_kernels.unscale_group(cp, [dev[id(g)] for g in grads], d_outs, cp.asarray(inv_scale),
+                    loss_scale.unscale_group(cp, [dev[id(g)] for g in grads], d_outs, cp.asarray(inv_scale),
                                                  d_found)
                     results.append([o.get() for o in d_outs] + [d_found.get()])
                 else:
                     with np.errstate(all="ignore"):
-                        scaler_kernels.unscale_group(np, grads, outs, inv_scale, found)
+                        loss_scale.unscale_group(np, grads, outs, inv_scale, found)
                     results.append(outs + [found])
             fd.assert_same_bits(results[1], results[0], f"unscale bad={bad_pair}")
             assert (results[1][-1] == 1) == (bad_pair is not None)
-    assert cuda_kernels.launches["tinyamp_unscale_f16_f32"] - before == 2 * (len(UNSCALE_PAIRS) + 1)  # one per call
-    rest = cuda_kernels.unscale_group([cp.ones(3), cp.ones(6, np.float32)[::2]], [cp.ones(3), cp.ones(3, np.float32)],
+    assert cuda_launch.launches["tinyamp_unscale_f16_f32"] - before == 2 * (len(UNSCALE_PAIRS) + 1)  # one per call
+    rest = cuda_scaler.unscale_group([cp.ones(3), cp.ones(6, np.float32)[::2]], [cp.ones(3), cp.ones(3, np.float32)],
                                       cp.ones((), np.float32), cp.zeros((), np.float32))
     assert [g.dtype for g, _ in rest] == [np.float64, np.float32]  # float64 and a strided view are not taken
 
@@ -83,7 +83,7 @@ def test_bfloat16_rounding_of_the_unscale_kernel(cp) -> None:
     x = patterns.view(np.float32)
     x = np.concatenate([x, -x])
     out = cp.empty(x.shape, ml_dtypes.bfloat16)
-    cuda_kernels.unscale_group([cp.asarray(x)], [out], cp.ones((), np.float32), cp.zeros((), np.float32))
+    cuda_scaler.unscale_group([cp.asarray(x)], [out], cp.ones((), np.float32), cp.zeros((), np.float32))
     with np.errstate(invalid="ignore"):
         want = x.astype(ml_dtypes.bfloat16)
     fd.assert_same_bits([out.get()], [want], "bfloat16 rounding")
@@ -95,7 +95,7 @@ def test_update_scale_kernel_matches_the_numpy_path(cp, hyper) -> None:
         want = [a.copy() for a in state]
         numpy_update_scale(*want, **hyper)
         got = [cp.asarray(a) for a in state]
-        cuda_kernels.update_scale(*got, **hyper, floor=scaler_kernels.FLOOR)
+        cuda_scaler.update_scale(*got, **hyper, floor=loss_scale.DEFAULT_MIN_SCALE)
         fd.assert_same_bits([a.get() for a in got], want, f"update_scale {[a.item() for a in state]}")
 
 
@@ -149,11 +149,11 @@ def train(make_optimizer, o2: bool, device: str, steps: int = 5) -> list:
 def test_training_steps_with_fused_kernels_match_the_numpy_path(name, o2) -> None:
     want = train(OPTIMIZERS[name], o2, "cpu")
     with backend.use_cuda_standin():
-        before = dict(cuda_kernels.launches)
+        before = dict(cuda_launch.launches)
         got = train(OPTIMIZERS[name], o2, "cuda")
     for step, (a, b) in enumerate(zip(got, want)):
         fd.assert_same_bits(a, b, f"{name} step {step}")
-    kernels = {k for k, n in cuda_kernels.launches.items() if n > before.get(k, 0)}
+    kernels = {k for k, n in cuda_launch.launches.items() if n > before.get(k, 0)}
     assert {"tinyamp_update_scale", "tinyamp_unscale_f32_f32" if not o2 else "tinyamp_unscale_f16_f32"} <= kernels
     family = "tinyamp_sgd_momentum" if name.startswith("sgd") else "tinyamp_adam" + ("_amsgrad" * ("ams" in name))
     assert family + ("_low" if o2 else "") in kernels

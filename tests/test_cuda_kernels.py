@@ -1,9 +1,9 @@
 """The fused CUDA kernels, checked on the CPU: sources, launch plumbing, NumPy references, memory API.
 
-- importing tinyamp (and tinyamp.cuda_kernels) never imports CuPy;
+- importing tinyamp (and its CUDA kernel modules) never imports CuPy;
 - every kernel's parameter list is well formed for CuPy (names, types, no
   write to a ``raw`` input, which CuPy declares ``const``), and every launch
-  passes exactly its parameters with the right dtypes (checked by the CUDA
+  passes exactly its parameters with the right dtypes (checked by the CuPy
   stand-in's kernel classes, tinyamp/cuda_standin/kernels.py, without running
   anything);
 - the NumPy references of the kernels agree with the scaler's and the
@@ -27,12 +27,13 @@ import pytest
 
 import fused_drivers as fd
 import tinyamp as ta
-from tinyamp import backend, cuda_kernels, cuda_kernels_reference
+import cuda_kernels_reference
+from tinyamp import backend
 from tinyamp.cuda_standin import kernels as standin_kernels
-from tinyamp.amp import scaler_kernels
+from tinyamp.kernels import cuda_launch, cuda_optim, cuda_scaler, loss_scale
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SPECS = cuda_kernels.elementwise_specs()
+SPECS = cuda_scaler.elementwise_specs() + cuda_optim.elementwise_specs()
 
 
 def test_importing_tinyamp_never_imports_cupy(tmp_path) -> None:
@@ -40,8 +41,9 @@ def test_importing_tinyamp_never_imports_cupy(tmp_path) -> None:
     fake = tmp_path / "cupy"
     fake.mkdir()
     (fake / "__init__.py").write_text(f"open({str(marker)!r}, 'w').close()\nraise ImportError('stand-in')\n")
-    code = ("import tinyamp, tinyamp.cuda_kernels, tinyamp.cuda_kernels_reference, tinyamp.optim\n"
-            "from tinyamp import cuda_kernels\ncuda_kernels.elementwise_specs(); cuda_kernels.raw_sources()\n")
+    code = ("import tinyamp, tinyamp.optim\n"
+            "from tinyamp.kernels import cuda_launch, cuda_optim, cuda_scaler, loss_scale\n"
+            "cuda_scaler.elementwise_specs(), cuda_optim.elementwise_specs(), cuda_scaler.raw_sources()\n")
     env = dict(os.environ, PYTHONPATH=f"{tmp_path}{os.pathsep}{REPO}")
     subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=tmp_path)
     assert not marker.exists(), "importing tinyamp imported cupy"
@@ -53,7 +55,7 @@ def test_importing_tinyamp_never_imports_cupy(tmp_path) -> None:
 
 # ---------------------------------------------------------------- sources
 @pytest.mark.parametrize("spec", SPECS, ids=[s.name for s in SPECS])
-def test_elementwise_parameter_lists_are_valid_cupy(spec: cuda_kernels.KernelSpec) -> None:
+def test_elementwise_parameter_lists_are_valid_cupy(spec: cuda_launch.KernelSpec) -> None:
     ins, outs = standin_kernels.parse_params(spec.in_params), standin_kernels.parse_params(spec.out_params)
     names = [name for _, _, name in ins + outs]
     assert len(set(names)) == len(names)
@@ -69,7 +71,7 @@ def test_elementwise_parameter_lists_are_valid_cupy(spec: cuda_kernels.KernelSpe
 
 
 def test_raw_kernel_signatures() -> None:
-    sources = cuda_kernels.raw_sources()
+    sources = cuda_scaler.raw_sources()
     assert len({name for name, _ in sources}) == 9
     for name, source in sources:
         params = standin_kernels.parse_signature(source, name)
@@ -89,55 +91,55 @@ def checking_standin(monkeypatch):
 def test_every_launch_matches_its_parameter_list(checking_standin) -> None:
     """All kernel variants launched once through the checking stand-in (nothing runs)."""
     cp = checking_standin
-    before = dict(cuda_kernels.launches)
+    before = dict(cuda_launch.launches)
     for g_dt in (fd.F32, fd.F16, fd.BF16):
         for o_dt in (fd.F32, fd.F16, fd.BF16):
-            rest = cuda_kernels.unscale_group([cp.ones(3, g_dt)], [cp.ones(3, o_dt)],
+            rest = cuda_scaler.unscale_group([cp.ones(3, g_dt)], [cp.ones(3, o_dt)],
                                               cp.ones((), np.float32), cp.zeros((), np.float32))
             assert rest == []
     scalars = [cp.ones((), np.float32), cp.zeros((), np.int32), cp.ones((), np.int32), cp.zeros((), np.float32)]
     for max_scale in (None, 2.0 ** 24):
-        cuda_kernels.update_scale(*scalars, growth_factor=2.0, backoff_factor=0.5, growth_interval=10,
+        cuda_scaler.update_scale(*scalars, growth_factor=2.0, backoff_factor=0.5, growth_interval=10,
                                   hysteresis=1, min_scale=None, max_scale=max_scale, floor=1e-38)
     w, low = cp.ones(4, np.float32), cp.ones(4, np.float16)
     for momentum in (0.0, 0.9):
         for keep in (True, cp.asarray(False)):
             for lo in (None, low):
-                cuda_kernels.sgd_step(w, w.astype(np.float16), w.copy(), cp.zeros((), np.float32), keep, low=lo,
+                cuda_optim.sgd_step(w, w.astype(np.float16), w.copy(), cp.zeros((), np.float32), keep, low=lo,
                                       lr=0.1, momentum=momentum, dampening=0.0, weight_decay=0.0,
                                       nesterov=False, maximize=False)
     for amsgrad in (False, True):
         for lo in (None, low):
-            cuda_kernels.adam_step(w, w, w.copy(), w.copy(), w.copy() if amsgrad else None,
+            cuda_optim.adam_step(w, w, w.copy(), w.copy(), w.copy() if amsgrad else None,
                                    cp.zeros((), np.float32), True, low=lo, lr=1e-3, beta1=0.9, beta2=0.999,
                                    eps=1e-8, weight_decay=0.0, decoupled=True)
-    expected = {s.name for s in SPECS} | {name for name, _ in cuda_kernels.raw_sources()}
-    assert {k for k, n in cuda_kernels.launches.items() if n > before.get(k, 0)} == expected
+    expected = {s.name for s in SPECS} | {name for name, _ in cuda_scaler.raw_sources()}
+    assert {k for k, n in cuda_launch.launches.items() if n > before.get(k, 0)} == expected
 
 
 def test_pointer_tables_are_uploaded_once_while_the_pointers_repeat(checking_standin, monkeypatch) -> None:
     cp = checking_standin
     counters = ta.cuda.standin_counters()
-    monkeypatch.setattr(cuda_kernels, "POINTER_TABLES_KEPT", 2)
+    monkeypatch.setattr(cuda_launch, "POINTER_TABLES_KEPT", 2)
     grads = [cp.ones(5, np.float32) for _ in range(3)]
     inv, found = cp.ones((), np.float32), cp.zeros((), np.float32)
-    cuda_kernels.unscale_group(grads[:2], grads[:2], inv, found)
-    (first,) = cuda_kernels._pointer_tables.values()
+    cuda_scaler.unscale_group(grads[:2], grads[:2], inv, found)
+    (first,) = cuda_launch._pointer_tables.values()
     counters.reset()
-    cuda_kernels.unscale_group(grads[:2], grads[:2], inv, found)
-    assert list(cuda_kernels._pointer_tables.values()) == [first]  # found again, not uploaded again
+    cuda_scaler.unscale_group(grads[:2], grads[:2], inv, found)
+    assert list(cuda_launch._pointer_tables.values()) == [first]  # found again, not uploaded again
     assert counters.total("h2d") == 0 and counters.total("allocations") == 0
     assert first.get().tolist() == [g.data.ptr for g in grads[:2]] * 2
-    cuda_kernels.unscale_group(grads[1:], grads[1:], inv, found)
+    cuda_scaler.unscale_group(grads[1:], grads[1:], inv, found)
     assert counters.total("h2d") == 1  # a new set of pointers: one upload
-    cuda_kernels.unscale_group(grads[:1], grads[:1], inv, found)
-    assert len(cuda_kernels._pointer_tables) == 2  # the least recently used went
-    assert all(t is not first for t in cuda_kernels._pointer_tables.values())
+    cuda_scaler.unscale_group(grads[:1], grads[:1], inv, found)
+    assert len(cuda_launch._pointer_tables) == 2  # the least recently used went
+    assert all(t is not first for t in cuda_launch._pointer_tables.values())
 
 
 def test_the_stand_in_rejects_what_cupy_rejects(checking_standin) -> None:
     cp = checking_standin
-    spec = cuda_kernels.ADVANCE_STEP
+    spec = cuda_optim.ADVANCE_STEP
     kernel = cp.ElementwiseKernel(spec.in_params, spec.out_params, spec.body, spec.name)
     with pytest.raises(TypeError, match="mismatched"):
         kernel(cp.ones(1, bool), cp.zeros(1, np.float64), size=1)  # float64 step for a float32 parameter
@@ -145,7 +147,7 @@ def test_the_stand_in_rejects_what_cupy_rejects(checking_standin) -> None:
         kernel(cp.ones(1, bool), cp.zeros(1, np.float32))
     with pytest.raises(TypeError, match="Unsupported type <class 'numpy.ndarray'>"):
         kernel(np.ones(1, bool), cp.zeros(1, np.float32), size=1)  # a host array is not a device pointer
-    name, source = cuda_kernels.unscale_source(fd.F32, fd.F32)
+    name, source = cuda_scaler.unscale_source(fd.F32, fd.F32)
     raw = cp.RawKernel(source, name)
     with pytest.raises(TypeError, match="numpy.int32"):  # CuPy would pass a Python int as long long
         raw((1,), (1,), (cp.zeros(2, np.uint64), 1, cp.zeros((1, 3), np.int64), cp.ones((), np.float32),
@@ -170,7 +172,7 @@ def unscale_inputs(g_dt: np.dtype, o_dt: np.dtype, bad: float | None, sizes=(1, 
 @pytest.mark.parametrize("inv", [2.0 ** -16, 1 / 3, 2.0 ** 120])  # exact, rounded, overflowing to inf
 def test_unscale_reference_matches_the_numpy_path(pair, bad, inv) -> None:
     results = []
-    for run in (lambda *a: scaler_kernels.unscale_group(np, *a), cuda_kernels_reference.unscale_reference):
+    for run in (lambda *a: loss_scale.unscale_group(np, *a), cuda_kernels_reference.unscale_reference):
         grads, outs = unscale_inputs(*pair, bad)
         found = np.zeros((), np.float32)
         with np.errstate(all="ignore"):
@@ -186,7 +188,7 @@ HYPERS = [
          max_scale=2.0 ** 20),
     dict(growth_factor=1e30, backoff_factor=1e-30, growth_interval=2, hysteresis=2, min_scale=None, max_scale=None),
 ]
-SCALES = [scaler_kernels.FLOOR, 0.125, 1.0, 3.0, 65536.0, 2.0 ** 20, 2.0 ** 127, 3.4e38]
+SCALES = [loss_scale.DEFAULT_MIN_SCALE, 0.125, 1.0, 3.0, 65536.0, 2.0 ** 20, 2.0 ** 127, 3.4e38]
 
 
 def scale_states(hyper: dict):
@@ -202,7 +204,7 @@ def scale_states(hyper: dict):
 
 def numpy_update_scale(*arrays, **hyper) -> None:
     with np.errstate(over="ignore"):
-        scaler_kernels.update_scale(np, *arrays, **hyper)
+        loss_scale.update_scale(np, *arrays, **hyper)
 
 
 @pytest.mark.parametrize("hyper", HYPERS)
@@ -211,7 +213,7 @@ def test_update_scale_reference_matches_the_numpy_path(hyper) -> None:
         want = [a.copy() for a in state]
         numpy_update_scale(*want, **hyper)
         got = [a.copy() for a in state]
-        cuda_kernels_reference.update_scale_reference(*got, **hyper, floor=scaler_kernels.FLOOR)
+        cuda_kernels_reference.update_scale_reference(*got, **hyper, floor=loss_scale.DEFAULT_MIN_SCALE)
         fd.assert_same_bits(got, want, f"update_scale {[a.item() for a in state]}")
 
 
@@ -235,13 +237,13 @@ def test_adam_reference_matches_the_numpy_path(case, dtypes) -> None:
 
 def test_chunk_table_covers_every_element_once() -> None:
     sizes = [1, 8, 9, 0, 100]
-    table = cuda_kernels.chunk_table(sizes, 8)
+    table = cuda_launch.chunk_table(sizes, 8)
     seen = [np.zeros(n, int) for n in sizes]
     for t, start, end in table:
         assert 0 < end - start <= 8
         seen[t][start:end] += 1
     assert all((s == 1).all() for s in seen)
-    assert table.dtype == np.int64 and cuda_kernels.chunk_table([], 8).shape == (0, 3)
+    assert table.dtype == np.int64 and cuda_launch.chunk_table([], 8).shape == (0, 3)
 
 
 # ------------------------------------------------------------------ memory

@@ -1,5 +1,5 @@
 """custom_fwd / custom_bwd for user-defined Functions, with PyTorch's meaning
-(tinyamp/amp/custom_function.py and Function.apply).
+(tinyamp/amp/custom_fwd.py and Function.apply).
 """
 
 from __future__ import annotations

@@ -362,6 +362,16 @@ def test_full_mnist_folder(tmp_path):
         np.testing.assert_array_equal(y, written[split][1])
 
 
+@pytest.mark.parametrize("normalize", [False, True])
+def test_empty_mnist_files_give_empty_arrays(tmp_path, normalize):
+    # Files holding 0 images (a valid IDX header, no payload): every form is empty, never an error.
+    _fake_mnist(tmp_path, n_train=0, n_test=0)
+    for flatten, shape in ((False, (0, 28, 28)), (True, (0, 784))):
+        x, y = load_mnist(tmp_path, split="train", flatten=flatten, normalize=normalize)
+        assert x.shape == shape and x.dtype == (np.float32 if normalize else np.uint8)
+        assert y.shape == (0,) and y.dtype == np.int64
+
+
 def test_full_mnist_root_as_string(tmp_path):
     _fake_mnist(tmp_path)
     assert load_mnist(str(tmp_path), split="test")[0].shape == (10, 28, 28)

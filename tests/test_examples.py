@@ -1,20 +1,24 @@
-"""The MNIST examples end to end (issue 5's acceptance), and the gradient statistics they plot.
+"""The MNIST examples end to end (issue 5's acceptance), their flags, and the gradient statistics they plot.
 
 The MLP example is run in-process (hidden 256, 160 steps on the bundled
 4,000/1,000 split) in float32, AMP O1 and AMP O2: each must reach 0.90 test
 accuracy, AMP within one point of float32, and AMP's activations saved for
 backward at most 0.55x float32's. The O1 run also writes the three plots and the
-JSON summary. The CNN example runs a few steps under autocast. Timing is printed
-by the examples but never asserted.
+JSON summary. The CNN example runs a few steps under autocast. Each example's own
+file holds its AMP loop, which trains exactly as PyTorch's recipe written out
+here; every bad flag stops the example before training with one line. Timing is
+printed by the examples but never asserted.
 """
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import importlib.util
 import io
 import json
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -241,9 +245,12 @@ def test_device_cuda_trains(cuda_backend, name, argv) -> None:
 
 
 @pytest.mark.skipif(ta.cuda.is_available(), reason="checks the machine without CUDA")
-def test_device_cuda_without_a_gpu_says_why_not() -> None:
-    with pytest.raises(SystemExit, match="no usable CUDA GPU"):
-        _run("mnist_mlp", ["--hidden", "16", "--steps", "2", "--device", "cuda"])
+def test_device_cuda_without_a_gpu_says_why_not(capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as info:
+        _load("mnist_mlp").main(["--hidden", "16", "--steps", "2", "--device", "cuda"])
+    assert info.value.code == 2
+    assert capsys.readouterr().err == ("mnist_mlp.py: error: --device cuda: no usable CUDA GPU (install CuPy "
+                                       "with a driver, or use --device cpu) (see --help)\n")
 
 
 # ------------------------------------------------------------ gradient statistics
@@ -286,3 +293,194 @@ def test_exponent_histogram_plot_is_a_png(tmp_path: Any) -> None:
     with open(path, "rb") as f:
         assert f.read(8) == PNG_SIGNATURE
     assert os.path.getsize(path) > 5000
+
+
+# ------------------------------------------------------------ the loop in the example's own file
+def _calls_in(tree: ast.AST) -> set[str]:
+    """Dotted names of the calls in ``tree``: ``scaler.scale(loss).backward`` -> 'scaler.scale().backward'."""
+    def name(node: ast.AST) -> str:
+        if isinstance(node, ast.Name):
+            return node.id
+        if isinstance(node, ast.Attribute):
+            return f"{name(node.value)}.{node.attr}"
+        if isinstance(node, ast.Call):
+            return f"{name(node.func)}()"
+        return "?"
+    return {name(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}
+
+
+@pytest.mark.parametrize("name", ["mnist_mlp", "mnist_cnn"])
+def test_the_amp_loop_is_in_the_example_file(name: str) -> None:
+    with open(os.path.join(EXAMPLES, f"{name}.py")) as f:
+        example = ast.parse(f.read())
+    functions = {node.name: node for node in example.body if isinstance(node, ast.FunctionDef)}
+    loop = _calls_in(functions["train"])
+    assert {"optimizer.zero_grad", "scaler.scale().backward", "scaler.step", "scaler.update"} <= loop
+    assert "ta.amp.autocast" in _calls_in(functions["forward"]) and "F.cross_entropy" in _calls_in(functions["forward"])
+    setup = _calls_in(functions["main"])
+    assert {"ta.amp.GradScaler", "ta.manual_seed", "train"} <= setup
+    # The shared helper prepares and reports only: no training step hides there.
+    with open(os.path.join(EXAMPLES, "_common.py")) as f:
+        helper = _calls_in(ast.parse(f.read()))
+    assert not {c for c in helper if c.endswith((".backward", "scaler.step", "scaler.update", "zero_grad",
+                                                 "GradScaler", "autocast"))}
+
+
+@pytest.mark.parametrize("level", ["O1", "O2", "float32"])
+def test_the_example_trains_exactly_as_the_pytorch_recipe(level: str) -> None:
+    # PyTorch's AMP recipe written out here, independently of the example's code: the same
+    # model, seed, data order and optimizer must give the same losses and scale bit for bit.
+    steps, hidden, lr = 6, 32, 0.05
+    flags = ["--hidden", str(hidden), "--steps", str(steps), "--batch-size", "64", "--lr", str(lr), "--seed", "1"]
+    flags += ["--no-amp"] if level == "float32" else ["--level", level]
+    losses: list[float] = []
+    summary, _ = _run("mnist_mlp", flags)
+
+    mlp = _load("mnist_mlp")
+    x_train, y_train = ta.data.load_mnist(split="train", flatten=True, normalize=True)
+    ta.manual_seed(1)
+    model = mlp.build_model(hidden)
+    if level == "O2":
+        model.half(keep_norm_fp32=True)
+    opt = ta.optim.SGD(model.parameters(), lr=lr, momentum=0.9, master_weights=level == "O2")
+    scaler = ta.amp.GradScaler(enabled=level != "float32")  # PyTorch's default initial scale, 2**16
+    loader = ta.data.DataLoader(ta.data.TensorDataset(ta.tensor(x_train), ta.tensor(y_train)), batch_size=64,
+                                shuffle=True, seed=1)
+    for step, (x, y) in zip(range(steps), loader):
+        opt.zero_grad()
+        if level == "O2":
+            loss = ta.nn.functional.cross_entropy(model(x.half()).float(), y)
+        else:
+            with ta.amp.autocast(enabled=level == "O1"):
+                loss = ta.nn.functional.cross_entropy(model(x), y)
+        scaler.scale(loss).backward()
+        if step == steps - 1:
+            scaler.unscale_(opt)  # the example unscales at its last step to histogram the gradients
+        scaler.step(opt)
+        scaler.update()
+        losses.append(loss.item())
+    assert summary["steps"] == steps and summary["final_loss"] == losses[-1]
+    assert summary["final_scale"] == (None if level == "float32" else scaler.get_scale())
+
+
+# ------------------------------------------------------------ every flag checked before training
+def _fails_before_training(name: str, argv: list[str], capsys: pytest.CaptureFixture) -> str:
+    """Run main(argv); it must exit with status 2 and one line on stderr, having trained nothing."""
+    with pytest.raises(SystemExit) as info:
+        _load(name).main(argv)
+    captured = capsys.readouterr()
+    assert info.value.code == 2
+    assert "tinyamp " not in captured.out and "step " not in captured.out and "Traceback" not in captured.err
+    lines = captured.err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"{name}.py: error: "), captured.err
+    return lines[0]
+
+
+BAD_FLAGS = [
+    (["--epochs", "0"], "argument --epochs: must be a positive integer, got 0"),
+    (["--epochs", "-2"], "argument --epochs: must be a positive integer, got -2"),
+    (["--steps", "-1"], "argument --steps: must be a positive integer, got -1"),
+    (["--steps", "0"], "argument --steps: must be a positive integer, got 0"),
+    (["--hidden", "0"], "argument --hidden: must be a positive integer, got 0"),
+    (["--batch-size", "-8"], "argument --batch-size: must be a positive integer, got -8"),
+    (["--batch-size", "1.5"], "argument --batch-size: expected a positive integer, got '1.5'"),
+    (["--log-every", "0"], "argument --log-every: must be a positive integer, got 0"),
+    (["--seed", "-1"], "argument --seed: must be a non-negative integer, got -1"),
+    (["--lr", "0"], "argument --lr: must be a positive finite number, got 0"),
+    (["--lr", "-0.1"], "argument --lr: must be a positive finite number, got -0.1"),
+    (["--lr", "nan"], "argument --lr: must be a positive finite number, got nan"),
+    (["--lr", "inf"], "argument --lr: must be a positive finite number, got inf"),
+    (["--lr", "fast"], "argument --lr: expected a positive number, got 'fast'"),
+]
+
+
+@pytest.mark.parametrize("argv, message", BAD_FLAGS, ids=[" ".join(argv) for argv, _ in BAD_FLAGS])
+def test_bad_numbers_stop_before_training(argv: list[str], message: str, capsys: pytest.CaptureFixture) -> None:
+    assert _fails_before_training("mnist_mlp", argv, capsys) == f"mnist_mlp.py: error: {message} (see --help)"
+
+
+def test_cnn_checks_its_own_flag_too(capsys: pytest.CaptureFixture) -> None:
+    line = _fails_before_training("mnist_cnn", ["--channels", "0"], capsys)
+    assert line == "mnist_cnn.py: error: argument --channels: must be a positive integer, got 0 (see --help)"
+
+
+def _broken_mnist(folder: Any) -> None:
+    os.makedirs(folder)
+    for name in ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
+                 "t10k-labels-idx1-ubyte"):
+        with open(os.path.join(folder, name), "wb") as f:
+            f.write(b"this is not an IDX file")
+
+
+def _empty_mnist(folder: Any) -> None:
+    os.makedirs(folder)
+    for split in ("train", "t10k"):
+        ta.data.write_idx(os.path.join(folder, f"{split}-images-idx3-ubyte"), np.zeros((0, 28, 28), np.uint8))
+        ta.data.write_idx(os.path.join(folder, f"{split}-labels-idx1-ubyte"), np.zeros(0, np.uint8))
+
+
+@pytest.mark.parametrize("case, message", [
+    ("missing", r"--data {path}: load_mnist: MNIST folder '{path}' does not exist\."),
+    ("empty folder", r"--data {path}: load_mnist: MNIST file 'train-images-idx3-ubyte' \(or "),
+    ("a file", r"--data {path}: is a file; give the folder that holds the four MNIST files \(see --help\)$"),
+    ("broken files", r"--data {path}: {path}/train-images-idx3-ubyte: not an IDX file"),
+    ("no images", r"--data {path}: the MNIST files hold 0 training and 0 test images; both must hold some$"),
+], ids=["missing", "empty-folder", "a-file", "broken-files", "no-images"])
+def test_bad_data_folder_stops_before_training(case: str, message: str, tmp_path: Any,
+                                               capsys: pytest.CaptureFixture) -> None:
+    path = tmp_path / "mnist"
+    if case == "empty folder":
+        os.makedirs(path)
+    elif case == "a file":
+        path.write_bytes(b"\0" * 100)
+    elif case == "broken files":
+        _broken_mnist(path)
+    elif case == "no images":
+        _empty_mnist(path)
+    line = _fails_before_training("mnist_mlp", ["--data", str(path)], capsys)
+    assert re.match("mnist_mlp.py: error: " + message.format(path=re.escape(str(path))), line), line
+
+
+@pytest.mark.parametrize("flag, target, message", [
+    ("--json", "a folder", "is a folder; give a file name"),
+    ("--json", "in a missing folder", "cannot be written (No such file or directory)"),
+    ("--json", "under a file", "cannot be written (Not a directory)"),
+    ("--out", "a file", "exists and is not a folder"),
+    ("--out", "under a file", "cannot write there (Not a directory)"),
+], ids=["json-folder", "json-missing-folder", "json-under-a-file", "out-file", "out-under-a-file"])
+def test_unwritable_outputs_stop_before_training(flag: str, target: str, message: str, tmp_path: Any,
+                                                 capsys: pytest.CaptureFixture) -> None:
+    a_file = tmp_path / "file.txt"
+    a_file.write_text("x")
+    path = {"a folder": tmp_path, "in a missing folder": tmp_path / "missing" / "s.json",
+            "under a file": a_file / "inside", "a file": a_file}[target]
+    line = _fails_before_training("mnist_mlp", [flag, str(path)], capsys)
+    assert line == f"mnist_mlp.py: error: {flag} {path}: {message} (see --help)"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file.txt"]  # nothing created by the check
+
+
+def test_checking_writable_outputs_leaves_nothing_behind(tmp_path: Any) -> None:
+    _common = _load("_common")
+    parser = _common.build_parser("x.py", "", epochs=1, lr=0.1)
+    args = _common.parse_args(parser, ["--json", str(tmp_path / "s.json"), "--out", str(tmp_path / "p")])
+    assert args.json == str(tmp_path / "s.json") and not (tmp_path / "s.json").exists()
+    assert (tmp_path / "p").is_dir() and list((tmp_path / "p").iterdir()) == []  # --out is made, empty
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--steps", "-1"], "mnist_mlp.py: error: argument --steps: must be a positive integer, got -1 (see --help)"),
+    (["--data", "/nonexistent/mnist"], "mnist_mlp.py: error: --data /nonexistent/mnist: load_mnist: MNIST folder"),
+], ids=["steps", "data"])
+def test_command_line_error_is_one_line_without_traceback(argv: list[str], message: str) -> None:
+    result = subprocess.run([sys.executable, os.path.join(EXAMPLES, "mnist_mlp.py"), *argv],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith(message), result.stderr
+
+
+def test_broken_tinyamp_data_folder_is_named_as_the_variable(tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture) -> None:
+    _broken_mnist(tmp_path / "mnist")
+    monkeypatch.setenv("TINYAMP_DATA", str(tmp_path / "mnist"))
+    line = _fails_before_training("mnist_cnn", ["--steps", "1"], capsys)
+    assert line.startswith(f"mnist_cnn.py: error: TINYAMP_DATA={tmp_path / 'mnist'}: ") and "not an IDX file" in line

@@ -1,4 +1,4 @@
-"""Tests for tinyamp.ops.gemm: float32 accumulation, one rounding, clear errors.
+"""Tests for tinyamp.kernels.gemm: float32 accumulation, one rounding, clear errors.
 
 Three groups:
 - CPU numerics and errors (always run);
@@ -22,11 +22,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tinyamp import backend
-from tinyamp.ops.gemm import gemm, gemm_fp16_accumulate
+from tinyamp.kernels.gemm import gemm, gemm_fp16_accumulate
 
 # The module itself (for last_gpu_call and the cuBLAS plumbing): the package
 # may export a function under the same name, so ask the import system.
-gemm_module = importlib.import_module("tinyamp.ops.gemm")
+gemm_module = importlib.import_module("tinyamp.kernels.gemm")
 
 F16, F32, F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
 BF16 = np.dtype(ml_dtypes.bfloat16)

@@ -435,8 +435,12 @@ def _train(device: str, make, steps: int, blow_up_at: tuple = ()) -> tuple:
     return ta.cuda.sync_count(), s
 
 
-@pytest.mark.parametrize("make", [lambda ps: SGD(ps, lr=0.01, momentum=0.9), lambda ps: Adam(ps, lr=0.01)],
-                         ids=["sgd", "adam"])
+@pytest.mark.parametrize("make", [lambda ps: SGD(ps, lr=0.01, momentum=0.9), lambda ps: Adam(ps, lr=0.01),
+                                  lambda ps: ta.optim.RMSprop(ps, lr=0.01, momentum=0.9, centered=True),
+                                  lambda ps: ta.optim.Adagrad(ps, lr=0.01, lr_decay=0.1),
+                                  lambda ps: ta.optim.Adadelta(ps), lambda ps: ta.optim.NAdam(ps, lr=0.01),
+                                  lambda ps: ta.optim.RAdam(ps, lr=0.01)],
+                         ids=["sgd", "adam", "rmsprop", "adagrad", "adadelta", "nadam", "radam"])
 def test_training_step_with_tinyamp_optimizers_has_no_host_sync(device: str, make) -> None:
     syncs, s = _train(device, make, steps=6, blow_up_at=(1, 4))
     assert syncs == 0

@@ -14,7 +14,7 @@ import pytest
 
 import tinyamp as ta
 from tinyamp.amp import GradScaler
-from tinyamp.optim import SGD, Adam, AdamW
+from tinyamp.optim import SGD, Adadelta, Adagrad, Adam, AdamW, NAdam, RAdam, RMSprop
 
 F = ta.nn.functional
 F16, F32 = np.float16, np.float32
@@ -23,6 +23,11 @@ OPTIMIZERS = {
     "sgd": lambda ps, **kw: SGD(ps, lr=0.05, momentum=0.9, **kw),
     "adam": lambda ps, **kw: Adam(ps, lr=0.01, **kw),
     "adamw": lambda ps, **kw: AdamW(ps, lr=0.01, weight_decay=0.1, **kw),
+    "rmsprop": lambda ps, **kw: RMSprop(ps, lr=0.01, momentum=0.5, centered=True, **kw),
+    "adagrad": lambda ps, **kw: Adagrad(ps, lr=0.05, lr_decay=0.01, **kw),
+    "adadelta": lambda ps, **kw: Adadelta(ps, weight_decay=0.01, **kw),
+    "nadam": lambda ps, **kw: NAdam(ps, lr=0.01, weight_decay=0.1, **kw),
+    "radam": lambda ps, **kw: RAdam(ps, lr=0.01, weight_decay=0.1, decoupled_weight_decay=True, **kw),
 }
 
 
@@ -235,11 +240,20 @@ def _train_mlp(level: str, steps: int = 150) -> list:
 
 def test_o2_mlp_reaches_the_o1_loss() -> None:
     o1, o2 = _train_mlp("O1"), _train_mlp("O2")
-    assert o1[0] == pytest.approx(o2[0], rel=1e-2)
+    # Step 0 does the same roundings in both: inputs and weights rounded to float16
+    # once, float16 GEMMs with float32 accumulation, LayerNorm in float32 (O2 keeps
+    # it float32), so the first losses, and the first gradients, are equal bit for bit.
+    assert o1[0] == o2[0]
     assert o1[-1] < 0.05 * o1[0]  # both really train
-    # O2 runs every activation in float16 (O1 only the matmuls), so the paths
-    # differ by float16 rounding along the way; measured 0.02161 vs 0.02162.
-    assert o2[-1] == pytest.approx(o1[-1], rel=0.1)
+    # What differs is the starting point of the float32 weights the updates go to:
+    # O2's master weights are copies of the float16 model, so they start within
+    # half a float16 ulp (relative 2**-11 = 4.9e-4) of O1's float32 weights, and a
+    # later forward sometimes rounds the two to neighbouring float16 values. A
+    # relative perturbation of 2**-11 in the weights moves the loss by a similar
+    # relative amount; 2e-3 allows four such roundings. Measured on this model:
+    # 1.8e-4 at the last of 150 steps, 6.3e-4 at the worst step (63).
+    gap = np.abs(np.array(o2) - np.array(o1)) / np.array(o1)
+    assert gap.max() <= 2e-3, (gap.max(), int(gap.argmax()))
 
 
 def test_float16_without_master_weights_stalls() -> None:

@@ -659,3 +659,34 @@ def test_parameters_to_vector() -> None:
     np.testing.assert_array_equal(_np(vec), np.concatenate([_np(model.weight).ravel(), _np(model.bias)]))
     (vec * vec).sum().backward()
     np.testing.assert_allclose(_np(model.weight.grad), 2 * _np(model.weight), rtol=1e-6)
+
+
+@pytest.mark.filterwarnings("ignore:Initializing zero-element tensors")  # PyTorch warns the same
+@pytest.mark.parametrize("shape", [(2, 0), (4, 2, 0), (0,)])
+def test_linear_with_no_input_features_returns_the_bias(shape) -> None:
+    # PyTorch: an empty sum is 0, so y = bias broadcast over the batch; dW is (out, 0).
+    layer = nn.Linear(0, 3)
+    with ta.no_grad():
+        layer.bias.copy_(ta.tensor([1.5, -2.0, 0.25]))
+    x = ta.zeros(*shape, requires_grad=True)
+    y = layer(x)
+    assert y.shape == shape[:-1] + (3,) and y.dtype == ta.float32
+    np.testing.assert_array_equal(y.detach().numpy(), np.broadcast_to([1.5, -2.0, 0.25], y.shape))
+    y.sum().backward()
+    rows = int(np.prod(shape[:-1]))
+    np.testing.assert_array_equal(layer.bias.grad.numpy(), [rows] * 3)
+    assert layer.weight.grad.shape == (3, 0) and x.grad.shape == shape
+    with ta.amp.autocast():
+        low = layer(x)
+    assert low.dtype == ta.float16
+    np.testing.assert_array_equal(low.detach().float().numpy(), y.detach().numpy())
+
+
+@pytest.mark.filterwarnings("ignore:Initializing zero-element tensors")
+def test_linear_with_no_output_features_is_empty() -> None:
+    layer = nn.Linear(3, 0)
+    x = ta.ones(2, 3, requires_grad=True)
+    y = layer(x)
+    assert y.shape == (2, 0)
+    y.sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), np.zeros((2, 3), np.float32))

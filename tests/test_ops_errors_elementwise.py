@@ -55,7 +55,7 @@ def test_where_accepts_an_array_condition_and_never_casts_it() -> None:
     with ta.amp.autocast():
         y = ta.where(mask, x, _leaf([10.0, 20.0, 30.0], ta.float32))
     assert y.dtype == ta.float32  # PROMOTE on a and b only
-    assert len(y.grad_fn._input_meta) == 2  # the condition is not an input of the node
+    assert len(y.grad_fn.input_shapes) == 2  # the condition is not an input of the node
     np.testing.assert_array_equal(y.detach().numpy(), [1.0, 20.0, 3.0])
     (gx,) = ta.autograd.grad(y.sum(), [x])
     assert gx.dtype == ta.float16
@@ -345,3 +345,34 @@ def test_silu_and_elu_of_float16_are_rounded_once(op: object, ref: object) -> No
     # At most 1 ulp (same-sign bit patterns count ulps): the float32 exp may land a
     # float32 ulp across a float16 rounding boundary; two roundings are further off.
     assert np.abs(got - want).max() <= 1
+
+
+# ------------------------------------------------------------ integer division by zero
+@pytest.mark.parametrize("call, op", [
+    (lambda a: a // 0, "floor_divide"),
+    (lambda a: a % 0, "remainder"),
+    (lambda a: a // ta.tensor([1, 0, 2]), "floor_divide"),
+    (lambda a: a % ta.tensor([[1], [0]]), "remainder"),
+    (lambda a: 7 // ta.zeros(3, dtype=ta.int64), "floor_divide"),
+    (lambda a: ta.remainder(a.to(ta.uint8), 0), "remainder"),
+    (lambda a: ta.floor_divide(a.to(ta.int32), ta.tensor(0, dtype=ta.int32)), "floor_divide"),
+    (lambda a: ta.tensor([True]) // ta.tensor([False]), "floor_divide"),
+])
+def test_integer_division_by_zero_raises_like_pytorch_cpu(call: object, op: str) -> None:
+    # PyTorch's CPU: RuntimeError("ZeroDivisionError"); Python: ZeroDivisionError. It is both.
+    a = ta.tensor([5, -3, 4])
+    for error in (RuntimeError, ZeroDivisionError):
+        with pytest.raises(error, match=rf"^ZeroDivisionError: {op}: integer division by zero"):
+            call(a)
+
+
+def test_integer_division_without_a_zero_and_float_division_by_zero_still_work() -> None:
+    a = ta.tensor([5, -3, 4])
+    np.testing.assert_array_equal((a // ta.tensor([2, 2, -3])).numpy(), [2, -2, -2])
+    np.testing.assert_array_equal((a % ta.tensor([2, 2, -3])).numpy(), [1, 1, -2])
+    with np.errstate(all="ignore"):
+        x = ta.tensor([5.0, -3.0, 0.0])
+        quotient, rest = (x // 0).numpy(), (x % 0).numpy()
+    # IEEE 754 (and PyTorch): +-inf, and nan for 0 // 0; every remainder by 0 is nan.
+    assert quotient[0] == np.inf and quotient[1] == -np.inf and np.isnan(quotient[2])
+    assert np.isnan(rest).all()

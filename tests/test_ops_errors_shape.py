@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import tinyamp as ta
-from tinyamp.ops.gemm import gemm
+from tinyamp.kernels.gemm import gemm
 
 linalg_module = importlib.import_module("tinyamp.ops.linalg")
 conv_module = importlib.import_module("tinyamp.ops.conv")

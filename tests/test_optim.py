@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import tinyamp as ta
-from tinyamp.optim import SGD, Adam, AdamW
+from tinyamp.optim import SGD, Adadelta, Adagrad, Adam, AdamW, NAdam, RAdam, RMSprop
 from tinyamp.optim.lr_scheduler import CosineAnnealingLR, LambdaLR, StepLR
 
 STEPS = 5
@@ -127,6 +127,36 @@ def test_adam_matches_reference(cls: type, config: dict) -> None:
             np.testing.assert_allclose(history[step][i], expected[step], rtol=RTOL, atol=1e-14)
 
 
+@pytest.mark.parametrize("cls", [Adam, AdamW])
+def test_amsgrad_divides_by_the_running_max_of_v(cls: type) -> None:
+    # The reference must be able to tell max over all steps from the last v (or
+    # from max(previous v, v)): that takes v falling for several steps in a row.
+    # beta2 = 0.9 lets v follow g^2 within a few steps; the gradients are large for
+    # 8 steps, then shrink by 0.6 per step, so v falls for the remaining 22 steps.
+    steps, config = 30, dict(lr=0.01, betas=(0.9, 0.9), amsgrad=True, weight_decay=0.01)
+    params = _params(4)
+    start = [p.data.copy() for p in params]
+    grads = [[g * 0.6 ** max(0, k - 8) for g in step] for k, step in enumerate(_grads(4, steps=steps))]
+    opt = cls(params, **config)
+    history = _run(opt, params, grads)
+    for i, w0 in enumerate(start):
+        g_i = [g[i] for g in grads]
+        expected = _ref_adam(w0, g_i, decoupled=cls is AdamW, **config)
+        without_max = _ref_adam(w0, g_i, decoupled=cls is AdamW, **dict(config, amsgrad=False))
+        # The test can tell: dividing by the last v instead moves the weights by far more than RTOL.
+        assert np.max(np.abs(without_max[-1] - expected[-1])) > 1e-3 * np.max(np.abs(expected[-1] - w0))
+        for step in range(steps):
+            np.testing.assert_allclose(history[step][i], expected[step], rtol=RTOL, atol=1e-14)
+        # The running max itself, under PyTorch's state name.
+        v, v_max = np.zeros_like(w0), np.zeros_like(w0)
+        for g, w_before in zip(g_i, [w0] + expected):
+            g = g if cls is AdamW else g + 0.01 * w_before  # Adam's L2 penalty enters the gradient
+            v = 0.9 * v + 0.1 * g * g
+            v_max = np.maximum(v_max, v)
+        assert np.all(v_max > 2 * v)  # the last v is far below the max: the two cannot be confused
+        np.testing.assert_allclose(opt.state[params[i]]["max_exp_avg_sq"].numpy(), v_max, rtol=1e-12)
+
+
 def test_adamw_decay_differs_from_adam_l2() -> None:
     # Same hyper-parameters, different algorithms: decoupled decay is not an L2 penalty.
     a, b = _params(2), _params(2)
@@ -237,9 +267,20 @@ def test_closure_is_called_under_grad_and_its_loss_returned() -> None:
     np.testing.assert_allclose(p.data, before - 0.1 * 2 * before)
 
 
-@pytest.mark.parametrize("make", [lambda ps: SGD(ps, lr=0.1, momentum=0.9, dampening=0.2),
-                                  lambda ps: Adam(ps, lr=0.01, amsgrad=True),
-                                  lambda ps: AdamW(ps, lr=0.01)], ids=["sgd", "adam", "adamw"])
+# Every optimizer with the AMP contract, each with all of its state in use.
+CONTRACT_OPTIMIZERS = {
+    "sgd": lambda ps: SGD(ps, lr=0.1, momentum=0.9, dampening=0.2),
+    "adam": lambda ps: Adam(ps, lr=0.01, amsgrad=True),
+    "adamw": lambda ps: AdamW(ps, lr=0.01),
+    "rmsprop": lambda ps: RMSprop(ps, lr=0.01, momentum=0.9, centered=True),
+    "adagrad": lambda ps: Adagrad(ps, lr=0.1, lr_decay=0.1),
+    "adadelta": lambda ps: Adadelta(ps, weight_decay=0.1),
+    "nadam": lambda ps: NAdam(ps, lr=0.01),
+    "radam": lambda ps: RAdam(ps, lr=0.01),
+}
+
+
+@pytest.mark.parametrize("make", list(CONTRACT_OPTIMIZERS.values()), ids=list(CONTRACT_OPTIMIZERS))
 def test_masked_step_is_bit_for_bit_identity_and_unmasked_step_is_plain(make) -> None:
     a, b = _params(5), _params(5)
     opt_a, opt_b = make(a), make(b)
@@ -300,8 +341,9 @@ def test_low_precision_params_compute_in_float32_and_round_once() -> None:
 
 
 @pytest.mark.parametrize("make", [lambda ps: SGD(ps, lr=0.1, momentum=0.9, nesterov=True),
-                                  lambda ps: Adam(ps, lr=0.01, amsgrad=True),
-                                  lambda ps: AdamW(ps, lr=0.01, weight_decay=0.1)], ids=["sgd", "adam", "adamw"])
+                                  lambda ps: AdamW(ps, lr=0.01, weight_decay=0.1),
+                                  *list(CONTRACT_OPTIMIZERS.values())[1:]],
+                         ids=["sgd", "adamw_decay", *list(CONTRACT_OPTIMIZERS)[1:]])
 def test_state_dict_round_trip_continues_identically(make) -> None:
     params = _params(8)
     opt = make(params)
@@ -322,6 +364,55 @@ def test_state_dict_round_trip_continues_identically(make) -> None:
     for x, y in zip(tail, tail2):
         for u, v in zip(x, y):
             np.testing.assert_array_equal(u, v)
+
+
+class PyTorchStyleMomentum(ta.optim.Optimizer):
+    """Momentum SGD written as PyTorch's tutorials write an optimizer: ``state = self.state[p]``."""
+
+    def __init__(self, params, lr=0.1, momentum=0.9):
+        super().__init__(params, dict(lr=lr, momentum=momentum))
+
+    @ta.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]  # a defaultdict(dict): the first access makes the entry
+                if len(state) == 0:
+                    state["step"] = 0
+                    state["momentum_buffer"] = p.grad.clone()
+                else:
+                    state["momentum_buffer"].mul_(group["momentum"]).add_(p.grad)
+                state["step"] += 1
+                p.add_(state["momentum_buffer"], alpha=-group["lr"])
+
+
+def test_optimizer_state_is_a_defaultdict_for_user_written_optimizers() -> None:
+    params = _params(9)
+    start = [p.data.copy() for p in params]
+    opt = PyTorchStyleMomentum(params, lr=0.05, momentum=0.9)
+    assert opt.state[params[0]] == {} and len(opt.state) == 1  # as collections.defaultdict(dict)
+    grads = _grads(9, steps=6)
+    history = _run(opt, params, grads[:3])
+    for i, w0 in enumerate(start):
+        expected = _ref_sgd(w0, [g[i] for g in grads[:3]], lr=0.05, momentum=0.9)
+        np.testing.assert_allclose(history[-1][i], expected[-1], rtol=RTOL, atol=1e-14)
+    saved = copy.deepcopy(opt.state_dict())
+    assert [entry["step"] for entry in saved["state"].values()] == [3, 3]
+    tail = _run(opt, params, grads[3:])
+    fresh = [ta.tensor(w, requires_grad=True) for w in history[-1]]
+    opt2 = PyTorchStyleMomentum(fresh)
+    opt2.load_state_dict(saved)
+    assert opt2.state[fresh[0]]["step"] == 3 and opt2.param_groups[0]["lr"] == 0.05
+    for a, b in zip(tail[-1], _run(opt2, fresh, grads[3:])[-1]):
+        np.testing.assert_array_equal(a, b)
+    # tinyamp's own optimizers keep working on the same defaultdict after a load.
+    sgd = SGD(params, lr=0.1, momentum=0.9)
+    sgd.load_state_dict(copy.deepcopy(sgd.state_dict()))
+    assert params[1] not in sgd.state and sgd.state[params[1]] == {}
+    _run(sgd, params, grads[:1])
+    assert set(sgd.state[params[1]]) == {"momentum_buffer", "step"}
 
 
 def test_load_state_dict_rejects_mismatched_groups() -> None:

@@ -10,7 +10,7 @@ import threading
 import numpy as np
 
 import tinyamp as ta
-from tinyamp.autograd import function as function_module
+from tinyamp import precision
 
 
 def _leaf(*shape: int, seed: int = 0) -> ta.Tensor:
@@ -149,11 +149,11 @@ def test_print_and_to_dict_agree() -> None:
 
 
 def test_nothing_is_recorded_once_closed() -> None:
-    assert function_module._trace_hook is None
+    assert precision.current_trace() is None
     with ta.amp.trace() as t:
-        assert function_module._trace_hook is t
+        assert precision.current_trace() is t
         ta.exp(_leaf(2))
-    assert function_module._trace_hook is None
+    assert precision.current_trace() is None
     ta.exp(_leaf(2))
     assert len(t.ops) == 1
 
@@ -166,7 +166,7 @@ def test_traces_nest() -> None:
                 ta.exp(_leaf(2).half())
     assert [r.name for r in inner.ops] == ["cast", "cast", "exp"]
     assert [r.name for r in outer.ops] == ["exp", "cast", "cast", "exp"]
-    assert function_module._trace_hook is None
+    assert precision.current_trace() is None
 
 
 def test_other_threads_are_not_recorded() -> None:

@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import pickle
+import signal
+import stat
+import subprocess
+import sys
+import tracemalloc
+import warnings
 import zipfile
 from collections import OrderedDict
 
 import ml_dtypes
 import numpy as np
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 import tinyamp as ta
 from tinyamp.serialization import CheckpointError
@@ -256,3 +265,297 @@ def test_bfloat16_is_stored_as_its_bits(tmp_path) -> None:
     assert stored.dtype == np.uint16
     np.testing.assert_array_equal(stored, values.view(np.uint16))
     np.testing.assert_array_equal(ta.load(tmp_path / "b.ta")["b"].data.view(np.uint16), values.view(np.uint16))
+
+
+# ---------------------------------------------------------------- atomic save
+_SAVE_UNDER_A_SIZE_LIMIT = r"""
+import resource, signal, sys
+import tinyamp as ta
+path, limit, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+# "error": the write fails with EFBIG, as on a full disk (ENOSPC); Python ignores SIGXFSZ itself.
+# "kill": SIGXFSZ's default action ends the process mid-write, as a kill or a crash would.
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN if mode == "error" else signal.SIG_DFL)
+resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+try:
+    ta.save({"w": ta.ones(64, 1024), "step": 2}, path)
+except OSError as exc:
+    print(f"{type(exc).__name__}: {exc}")
+    sys.exit(3)
+"""
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="RLIMIT_FSIZE is POSIX")
+@pytest.mark.parametrize("mode", ["error", "kill"])
+def test_save_that_fails_half_way_leaves_the_previous_checkpoint(tmp_path, mode) -> None:
+    path = tmp_path / "ckpt.ta"
+    old = {"w": ta.full((8, 8), 7.0), "step": 1}
+    ta.save(old, path)
+    before = path.read_bytes()
+    # The new checkpoint is 256 KiB of float32; the limit stops its write half-way.
+    result = subprocess.run([sys.executable, "-c", _SAVE_UNDER_A_SIZE_LIMIT, str(path), str(128 * 1024), mode],
+                            capture_output=True, text=True, timeout=120)
+    if mode == "error":
+        assert result.returncode == 3, result.stderr
+        assert "ta.save: writing" in result.stdout and "ckpt.ta' failed (File too large)" in result.stdout
+        assert "left as it was" in result.stdout
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt.ta"]  # no temporary file behind
+    else:
+        assert result.returncode == -signal.SIGXFSZ, (result.returncode, result.stderr)
+        # A killed process cannot clean up: its temporary file may stay, under a name that says so.
+        assert all(p.name == "ckpt.ta" or (p.name.startswith(".ckpt.ta.") and p.name.endswith(".tmp"))
+                   for p in tmp_path.iterdir())
+    assert path.read_bytes() == before
+    _assert_same(old, ta.load(path))
+
+
+def test_interrupted_save_removes_its_temporary_file(tmp_path, monkeypatch) -> None:
+    path = tmp_path / "ckpt.ta"
+    ta.save({"step": 1}, path)
+    real_write = np.lib.format.write_array
+    calls = []
+
+    def interrupted(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:  # Ctrl-C while the second array is written
+            raise KeyboardInterrupt
+        return real_write(*args, **kwargs)
+
+    monkeypatch.setattr(np.lib.format, "write_array", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        ta.save({"a": ta.ones(3), "b": ta.ones(3)}, path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt.ta"]
+    assert ta.load(path) == {"step": 1}
+
+
+def test_save_replaces_through_a_symlink_and_keeps_permissions(tmp_path) -> None:
+    real = tmp_path / "real.ta"
+    ta.save({"step": 1}, real)
+    os.chmod(real, 0o640)
+    link = tmp_path / "latest.ta"
+    link.symlink_to(real)
+    ta.save({"step": 2}, link)
+    assert link.is_symlink() and ta.load(real) == {"step": 2}
+    assert stat.S_IMODE(os.stat(real).st_mode) == 0o640
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["latest.ta", "real.ta"]
+
+
+def test_save_to_a_missing_folder_names_the_file(tmp_path) -> None:
+    with pytest.raises(FileNotFoundError, match=r"ta.save: cannot write '.*nowhere/x.ta'"):
+        ta.save({"step": 1}, tmp_path / "nowhere" / "x.ta")
+
+
+# ---------------------------------------------------------------- hostile and damaged files
+def test_checkpoint_error_is_public_and_a_runtime_error() -> None:
+    # torch.load raises RuntimeError for a damaged archive; ported `except RuntimeError` still works.
+    assert ta.serialization.CheckpointError is CheckpointError
+    assert issubclass(CheckpointError, RuntimeError) and "CheckpointError" in ta.serialization.__all__
+
+
+def _small_checkpoint() -> tuple[dict, bytes]:
+    obj = {"w": ta.tensor(np.arange(12, dtype=np.float32).reshape(3, 4)).half(),
+           "b": ta.tensor([1.0, -2.0], dtype=ta.bfloat16), "step": 3, "lr": 0.1,
+           "names": ["a", ("b", None)], "arr": np.arange(3, dtype=np.int64)}
+    buffer = io.BytesIO()
+    ta.save(obj, buffer)
+    return obj, buffer.getvalue()
+
+
+SMALL_OBJ, SMALL_BYTES = _small_checkpoint()
+
+
+def _load_bytes_or_checkpoint_error(data: bytes, what: str) -> None:
+    """Loading ``data`` gives the original values or raises CheckpointError; anything else fails."""
+    try:
+        loaded = ta.load(io.BytesIO(data))
+    except CheckpointError:
+        return
+    except Exception as exc:  # noqa: BLE001 - this is the failure being tested for
+        raise AssertionError(f"{what}: {type(exc).__name__}: {exc}") from exc
+    _assert_same(SMALL_OBJ, loaded)
+
+
+def _directory_start(data: bytes) -> int:
+    """Offset of the zip's central directory: its first entry's signature (one entry per member)."""
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        members = len(archive.namelist())
+    assert data.count(b"PK\x01\x02") == members  # no array or manifest byte mimics a signature
+    return data.index(b"PK\x01\x02")
+
+
+def test_every_single_byte_corruption_of_the_zip_directory(recwarn) -> None:
+    # The central directory and end record: sizes, offsets, methods, flags, names, versions.
+    # Each byte is flipped in several ways (all bits, the low bit, the high bit).
+    start = _directory_start(SMALL_BYTES)
+    assert len(SMALL_BYTES) - start > 200
+    for index in range(start, len(SMALL_BYTES)):
+        for mask in (0xFF, 0x01, 0x80):
+            data = bytearray(SMALL_BYTES)
+            data[index] ^= mask
+            _load_bytes_or_checkpoint_error(bytes(data), f"byte {index} ^ {mask:#x}")
+
+
+# Where a flip or a cut does the most varied damage: anywhere, the zip directory at the
+# end, and the local headers (each member's header and the .npy header after it).
+_DIRECTORY = _directory_start(SMALL_BYTES)
+_HEADERS = [i for i in range(len(SMALL_BYTES)) if SMALL_BYTES.startswith(b"PK\x03\x04", i)]
+_POSITION = st.one_of(st.integers(0, len(SMALL_BYTES) - 1), st.integers(_DIRECTORY, len(SMALL_BYTES) - 1),
+                      st.sampled_from(_HEADERS).flatmap(lambda at: st.integers(at, at + 160)))
+
+
+# Examples: the Hypothesis profile's (conftest.py: "ci" 100, HYPOTHESIS_PROFILE=thorough 2000),
+# plus two always run: the first directory entry's compression method and its "encrypted" flag.
+@example(("flip", [(_DIRECTORY + 10, 0xFF)]))
+@example(("flip", [(_DIRECTORY + 8, 0x01)]))
+@given(st.one_of(
+    st.tuples(st.just("flip"), st.lists(st.tuples(_POSITION, st.integers(1, 255)), min_size=1, max_size=3)),
+    st.tuples(st.just("truncate"), _POSITION),
+))
+def test_fuzzed_checkpoints_load_unchanged_or_raise_checkpoint_error(change) -> None:
+    kind, what = change
+    if kind == "flip":
+        data = bytearray(SMALL_BYTES)
+        for index, mask in what:
+            data[index] ^= mask
+    else:
+        data = SMALL_BYTES[:what]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # NumPy warns about some damaged headers before refusing them
+        _load_bytes_or_checkpoint_error(bytes(data), f"{kind} {what}")
+
+
+def test_directory_sizes_that_disagree_are_refused() -> None:
+    # The first directory entry (the manifest): its uncompressed size, 24 bytes in, no longer
+    # matches the stored size. zipfile reads stored members by their stored size and would not notice.
+    data = bytearray(SMALL_BYTES)
+    data[_DIRECTORY + 24] ^= 0x01
+    with pytest.raises(CheckpointError, match=r"the archive's directory is damaged: tinyamp\.json is stored as "
+                                              r"\d+ bytes but listed as \d+"):
+        ta.load(io.BytesIO(bytes(data)))
+
+
+def _npy_bytes(header: dict, payload: bytes) -> bytes:
+    out = io.BytesIO()
+    np.lib.format.write_array_header_1_0(out, header)
+    return out.getvalue() + payload
+
+
+def _archive(path, manifest: dict, members: dict, compression=zipfile.ZIP_STORED) -> None:
+    with zipfile.ZipFile(path, "w", compression=compression) as archive:
+        archive.writestr("tinyamp.json", json.dumps(manifest))
+        for name, data in members.items():
+            archive.writestr(name, data)
+
+
+def _manifest(root: dict) -> dict:
+    return {"format": "tinyamp-checkpoint", "version": 1, "root": root}
+
+
+def test_array_header_claiming_hundreds_of_gib_is_refused_before_allocating(tmp_path) -> None:
+    shape = (200 * 2**30 // 4,)  # 200 GiB of float32, and the manifest agrees
+    entry = {"t": "ndarray", "file": "arrays/0.npy", "dtype": "float32", "shape": list(shape)}
+    header = {"descr": "<f4", "fortran_order": False, "shape": shape}
+    _archive(tmp_path / "big.ta", _manifest(entry), {"arrays/0.npy": _npy_bytes(header, b"\0" * 64)})
+    tracemalloc.start()
+    try:
+        with pytest.raises(CheckpointError, match=r"big\.ta.*arrays/0\.npy is truncated: its header describes "
+                                                  r"214748364800 bytes of float32 \[53687091200\], the member "
+                                                  r"holds 64"):
+            ta.load(tmp_path / "big.ta")
+        assert tracemalloc.get_traced_memory()[1] < 16 * 2**20  # nothing near the claimed size was allocated
+    finally:
+        tracemalloc.stop()
+
+
+def test_truncated_array_is_reported_as_truncated_not_as_pickled(tmp_path) -> None:
+    ta.save({"w": ta.randn(16, 16)}, tmp_path / "ok.ta")
+    with zipfile.ZipFile(tmp_path / "ok.ta") as archive:
+        members = {name: archive.read(name) for name in archive.namelist()}
+    for keep, message in ((len(members["arrays/0.npy"]) - 100, r"arrays/0\.npy is truncated: its header "
+                                                               r"describes 1024 bytes .*the member holds 924"),
+                          (40, r"arrays/0\.npy is not a plain \.npy array \(ValueError: EOF")):
+        members_cut = dict(members, **{"arrays/0.npy": members["arrays/0.npy"][:keep]})
+        with zipfile.ZipFile(tmp_path / "cut.ta", "w") as archive:
+            for name, data in members_cut.items():
+                archive.writestr(name, data)
+        with pytest.raises(CheckpointError, match=message) as info:
+            ta.load(tmp_path / "cut.ta")
+        assert "pickled" not in str(info.value)
+
+
+def test_trailing_bytes_after_an_array_are_refused(tmp_path) -> None:
+    header = {"descr": "<f4", "fortran_order": False, "shape": (2,)}
+    entry = {"t": "ndarray", "file": "arrays/0.npy", "dtype": "float32", "shape": [2]}
+    _archive(tmp_path / "t.ta", _manifest(entry), {"arrays/0.npy": _npy_bytes(header, b"\0" * 8 + b"extra")})
+    with pytest.raises(CheckpointError, match=r"arrays/0\.npy is followed by extra bytes"):
+        ta.load(tmp_path / "t.ta")
+
+
+def test_fortran_ordered_array_loads_in_its_order(tmp_path) -> None:
+    values = np.arange(6, dtype=np.float32).reshape(2, 3)
+    header = {"descr": "<f4", "fortran_order": True, "shape": (2, 3)}
+    entry = {"t": "ndarray", "file": "arrays/0.npy", "dtype": "float32", "shape": [2, 3]}
+    _archive(tmp_path / "f.ta", _manifest(entry), {"arrays/0.npy": _npy_bytes(header, values.tobytes(order="F"))})
+    np.testing.assert_array_equal(ta.load(tmp_path / "f.ta"), values)
+
+
+@pytest.mark.parametrize("depth", [150, 100_000])
+def test_deeply_nested_manifest_is_refused(tmp_path, depth) -> None:
+    # 150: JSON parses it, the loader's bound refuses it; 100,000: too deep for the JSON parser.
+    text = '{"t": "list", "items": [' * depth + '{"t": "none"}' + "]}" * depth
+    manifest = '{"format": "tinyamp-checkpoint", "version": 1, "root": ' + text + "}"
+    with zipfile.ZipFile(tmp_path / "deep.ta", "w") as archive:
+        archive.writestr("tinyamp.json", manifest)
+    message = "containers nest more than 100 deep" if depth == 150 else "nests too deeply to parse"
+    with pytest.raises(CheckpointError, match=rf"deep\.ta.*{message}"):
+        ta.load(tmp_path / "deep.ta")
+
+
+def test_nesting_up_to_the_bound_round_trips_and_deeper_is_refused_at_save(tmp_path) -> None:
+    obj = None
+    for _ in range(ta.serialization.MAX_NESTING):
+        obj = [obj]
+    ta.save(obj, tmp_path / "ok.ta")
+    assert ta.load(tmp_path / "ok.ta") == obj
+    with pytest.raises(ValueError, match="nested more than 100 containers deep"):
+        ta.save([obj], tmp_path / "deep.ta")
+    cycle: list = []
+    cycle.append(cycle)
+    with pytest.raises(ValueError, match="does a container hold itself"):
+        ta.save({"c": cycle}, tmp_path / "cycle.ta")
+    assert not (tmp_path / "deep.ta").exists() and not (tmp_path / "cycle.ta").exists()
+
+
+def test_compressed_or_encrypted_members_are_refused(tmp_path) -> None:
+    ta.save({"w": ta.ones(3)}, tmp_path / "ok.ta")
+    with zipfile.ZipFile(tmp_path / "ok.ta") as archive:
+        members = {name: archive.read(name) for name in archive.namelist()}
+    with zipfile.ZipFile(tmp_path / "zipped.ta", "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+    with pytest.raises(CheckpointError, match="tinyamp.json is compressed or encrypted"):
+        ta.load(tmp_path / "zipped.ta")
+
+
+def test_one_array_listed_with_two_dtypes_is_refused(tmp_path) -> None:
+    ta.save({"a": ta.ones(3), "b": ta.ones(3)}, tmp_path / "ok.ta")
+    _rewrite_manifest(tmp_path / "ok.ta", tmp_path / "bad.ta",
+                      lambda m: m["root"]["items"][1][1].update(file="arrays/0.npy", t="ndarray"))
+    with pytest.raises(CheckpointError, match=r"arrays/0\.npy is listed as tensor float32 \[3\] and as ndarray"):
+        ta.load(tmp_path / "bad.ta")
+
+
+def test_unhashable_key_is_refused(tmp_path) -> None:
+    ta.save({("k", 1): 1}, tmp_path / "ok.ta")
+    assert ta.load(tmp_path / "ok.ta") == {("k", 1): 1}
+    _rewrite_manifest(tmp_path / "ok.ta", tmp_path / "bad.ta",
+                      lambda m: m["root"]["items"][0][0]["items"].append({"t": "list", "items": []}))
+    with pytest.raises(CheckpointError, match="unhashable dict key of type tuple"):
+        ta.load(tmp_path / "bad.ta")
+
+
+def test_missing_file_and_bad_map_location_are_not_checkpoint_errors(tmp_path) -> None:
+    with pytest.raises(FileNotFoundError):
+        ta.load(tmp_path / "absent.ta")
+    ta.save({"w": ta.ones(2)}, tmp_path / "ok.ta")
+    with pytest.raises(ValueError, match="unknown device type 'tpu'"):
+        ta.load(tmp_path / "ok.ta", map_location="tpu")

@@ -158,3 +158,73 @@ def test_numpy_scalars_defer_to_tensor() -> None:
     x = ta.ones(2, dtype=ta.float16)
     y = np.float32(2.0) * x
     assert isinstance(y, ta.Tensor)
+
+
+# ------------------------------------------------------------ values a tensor cannot hold
+SUPPORTED_NAMES = ("float64, float32, float16, bfloat16, int64, int32, int16, int8, uint64, uint32, uint16, "
+                   "uint8, and bool")
+
+
+@pytest.mark.parametrize("data, error, message", [
+    # PyTorch: TypeError "new(): invalid data type 'str'"
+    ("abc", TypeError, "ta.tensor: invalid data type 'str'"),
+    (["1.5", "2"], TypeError, "ta.tensor: invalid data type 'str'"),
+    ([1.0, "a"], TypeError, "ta.tensor: invalid data type 'str'"),
+    (b"raw", TypeError, "ta.tensor: invalid data type 'bytes'"),
+    # PyTorch: RuntimeError "Could not infer dtype of NoneType"
+    (None, RuntimeError, "ta.tensor: Could not infer dtype of NoneType"),
+    ([1.0, None], RuntimeError, "ta.tensor: Could not infer dtype of NoneType"),
+    ({"a": 1}, RuntimeError, "ta.tensor: Could not infer dtype of dict"),
+    ([object()], RuntimeError, "ta.tensor: Could not infer dtype of object"),
+    # PyTorch: RuntimeError "Overflow when unpacking long"
+    ([1, 2 ** 70], RuntimeError, "ta.tensor: Overflow when unpacking long"),
+    # PyTorch makes complex64 here; tinyamp has no complex dtypes.
+    (1 + 2j, TypeError, "ta.tensor: complex numbers are not supported"),
+    ([1.0, 2j], TypeError, "ta.tensor: complex numbers are not supported"),
+    # PyTorch: TypeError "can't convert np.ndarray of type numpy.X. The only supported types are: ..."
+    (np.array([1.0], dtype=np.longdouble), TypeError, "can't convert np.ndarray of type numpy.longdouble"),
+    (np.longdouble(1.0), TypeError, "can't convert np.ndarray of type numpy.longdouble"),
+    (np.array([1j]), TypeError, "can't convert np.ndarray of type numpy.complex128"),
+    (np.array(["a"]), TypeError, r"can't convert np.ndarray of type numpy.str_"),
+    (np.array([{}, 1], dtype=object), TypeError, "can't convert np.ndarray of type numpy.object_"),
+    (np.array(["2020-01-01"], dtype="datetime64[D]"), TypeError, "of type numpy.datetime64"),
+    (np.zeros(2, dtype=[("a", "f4")]), TypeError, "of type numpy.void"),
+], ids=lambda v: type(v).__name__ if not isinstance(v, str) else v[:30])
+def test_tensor_refuses_values_it_cannot_hold(data, error, message) -> None:
+    with pytest.raises(error, match=message.replace("(", r"\(").replace(")", r"\)")):
+        ta.tensor(data)
+    with pytest.raises(error, match="ta.tensor"):
+        ta.as_tensor(data)
+
+
+def test_every_array_refusal_lists_the_supported_dtypes() -> None:
+    for make in (ta.tensor, ta.as_tensor, ta.from_numpy, ta.Tensor):
+        with pytest.raises(TypeError) as info:
+            make(np.array([1.0], dtype=np.longdouble))
+        assert str(info.value).endswith(f"The only supported types are: {SUPPORTED_NAMES}.")
+
+
+def test_text_is_refused_even_with_a_numeric_dtype() -> None:
+    # NumPy would parse "1.5" as a number; PyTorch refuses text whatever the dtype.
+    with pytest.raises(TypeError, match="invalid data type 'str'"):
+        ta.tensor(["1.5"], dtype=ta.float32)
+
+
+@pytest.mark.parametrize("dtype", [np.complex64, np.longdouble, object, np.str_])
+def test_unsupported_dtype_arguments_are_refused(dtype) -> None:
+    name = str(np.dtype(dtype))
+    for make in (lambda: ta.tensor([1.0], dtype=dtype), lambda: ta.zeros(2, dtype=dtype),
+                 lambda: ta.ones(2).to(dtype)):
+        with pytest.raises(TypeError, match=rf"dtype {name} is not supported: tinyamp tensors are float64, "):
+            make()
+
+
+def test_supported_values_still_convert() -> None:
+    assert ta.tensor(np.array([1, 2], np.uint16)).dtype == np.uint16
+    assert ta.tensor([True, 2]).dtype == ta.int64
+    big_endian = np.array([1.5, -2.0], dtype=">f4")
+    converted = ta.tensor(big_endian)
+    assert converted.dtype == ta.float32 and converted.dtype.isnative
+    np.testing.assert_array_equal(converted.numpy(), [1.5, -2.0])
+    with pytest.raises(ValueError, match="ta.tensor: nested sequences of different lengths"):
+        ta.tensor([[1, 2], [3]])

@@ -9,7 +9,7 @@ import weakref
 import numpy as np
 
 import tinyamp as ta
-from tinyamp.amp.autocast import WeightCastCache
+from tinyamp.amp.casting import WeightCastCache
 
 f16, bf16, f32 = ta.float16, ta.bfloat16, ta.float32
 

@@ -28,6 +28,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from . import cuda_standin  # NumPy-only and light: importing it touches no GPU
+
 _INSTALL_HINT = (
     "install CuPy for your CUDA version with `pip install tinyamp[cuda12]` "
     "(cupy-cuda12x) or `pip install tinyamp[cuda13]` (cupy-cuda13x)"
@@ -80,8 +82,6 @@ def _load_cupy() -> ModuleType | None:
 
 def _activate_standin() -> None:
     global _cupy, _cupy_checked, _cupy_error, _tracker, _standin
-    from . import cuda_standin  # noqa: PLC0415 - loaded only when asked for
-
     cuda_standin.cuda.set_allocator(None)  # its pool's own malloc: a tracker from an earlier activation goes
     _cupy, _cupy_checked, _cupy_error, _tracker, _standin = cuda_standin, True, None, None, True
     _install_tracker(cuda_standin)
@@ -118,8 +118,6 @@ class use_cuda_standin:  # noqa: N801 - used like a function: use_cuda_standin()
         if _standin:
             _activate_standin()  # its allocator was reset by the activation being undone
         else:
-            from . import cuda_standin  # noqa: PLC0415
-
             cuda_standin.cuda.set_allocator(None)  # no tracker left wrapping an inactive stand-in
         _switched()
 
@@ -339,6 +337,34 @@ class _Cuda:
 
 
 cuda = _Cuda()
+
+
+class _Accelerator:
+    """``ta.accelerator``: the device-agnostic view of the accelerator, as ``torch.accelerator``.
+
+    tinyamp's one accelerator is CUDA (CuPy, or the stand-in). It counts as
+    built when CuPy is installed (or the stand-in is active), as PyTorch's CUDA
+    build does, and as available when a GPU is usable. Without CuPy this is
+    PyTorch's CPU-only build: ``current_accelerator()`` is None and
+    ``is_available()`` False.
+    """
+
+    def is_available(self) -> bool:
+        """True when the accelerator was built and at least one device is usable."""
+        return self.current_accelerator() is not None and cuda.is_available()
+
+    def current_accelerator(self, check_available: bool = False) -> "Device | None":
+        """``device(type='cuda')`` when CUDA is built (and, with ``check_available``, usable); else None."""
+        if not cuda_built() or (check_available and not cuda.is_available()):
+            return None
+        return Device("cuda")
+
+    def device_count(self) -> int:
+        """Number of usable accelerator devices (0 without one)."""
+        return cuda.device_count() if self.current_accelerator() is not None else 0
+
+
+accelerator = _Accelerator()
 
 
 _DEVICES: dict[tuple[str, "int | None"], "Device"] = {}

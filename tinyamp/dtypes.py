@@ -1,7 +1,7 @@
 """tinyamp's dtypes and the small rules about them.
 
 A tinyamp dtype *is* a ``numpy.dtype`` (bfloat16 comes from ``ml_dtypes``), so
-arrays, tensors and the precision policy all speak the same language and
+arrays, tensors and the precision rules all speak the same language and
 ``tensor.dtype == ta.float16`` just works. CuPy accepts the same objects.
 """
 
@@ -33,6 +33,12 @@ long = int64
 FLOATING = (float16, bfloat16, float32, float64)
 LOW_PRECISION = (float16, bfloat16)
 
+# Every dtype a tensor may hold: PyTorch's real dtypes that NumPy and CuPy share,
+# plus bfloat16. Complex, extended precision (np.longdouble), strings, objects,
+# dates and records are refused where a tensor or a dtype is made.
+SUPPORTED = (float64, float32, float16, bfloat16, int64, int32, int16, int8,
+             np.dtype(np.uint64), np.dtype(np.uint32), np.dtype(np.uint16), uint8, bool_)
+
 _BY_NAME = {
     "float16": float16, "half": float16, "bfloat16": bfloat16,
     "float32": float32, "float": float32, "float64": float64, "double": float64,
@@ -44,7 +50,7 @@ _BY_NAME = {
 def as_dtype(spec: Any) -> np.dtype:
     """Turn ``ta.float16``, ``"float16"``, ``np.float16`` or ``float`` into a dtype."""
     if isinstance(spec, np.dtype):
-        return spec
+        return _supported(spec)
     if isinstance(spec, str):
         try:
             return _BY_NAME[spec]
@@ -57,9 +63,17 @@ def as_dtype(spec: Any) -> np.dtype:
     if spec is builtins.float:
         return float32
     try:
-        return np.dtype(spec)
+        resolved = np.dtype(spec)
     except TypeError:
         raise TypeError(f"not a dtype: {spec!r}") from None
+    return _supported(resolved)
+
+
+def _supported(dtype: np.dtype) -> np.dtype:
+    if dtype not in SUPPORTED:
+        raise TypeError(f"dtype {dtype} is not supported: tinyamp tensors are "
+                        f"{', '.join(dtype_name(d) for d in SUPPORTED)}")
+    return dtype
 
 
 def is_floating(dtype: np.dtype) -> bool:
@@ -69,6 +83,21 @@ def is_floating(dtype: np.dtype) -> bool:
 
 def is_low_precision(dtype: np.dtype) -> bool:
     return dtype == float16 or dtype == bfloat16
+
+
+def opmath_dtype(dtype: np.dtype) -> np.dtype:
+    """The dtype arithmetic on ``dtype`` runs in: float32 for float16/bfloat16, else ``dtype`` itself.
+
+    Low-precision values are computed in float32 and rounded once when the
+    result is stored (PyTorch's "opmath" type; tensor cores do the same).
+    """
+    return float32 if dtype == float16 or dtype == bfloat16 else dtype
+
+
+def opmath(array: Any) -> Any:
+    """``array`` in its :func:`opmath_dtype`: a float32 copy of a float16/bfloat16 array, else ``array``."""
+    dtype = array.dtype
+    return array.astype(float32) if dtype == float16 or dtype == bfloat16 else array
 
 
 def dtype_name(dtype: np.dtype) -> str:

@@ -18,14 +18,13 @@ from .random import Generator, default_generator
 from .tensor import Tensor
 
 
-def _default_dtype(data: Any) -> np.dtype:
-    """PyTorch's inference: any float -> float32, else int64 / bool."""
-    array = np.asarray(data)
-    if array.dtype.kind == "f" and not isinstance(data, np.ndarray):
+def _default_dtype(read: np.ndarray) -> np.dtype:
+    """PyTorch's inference for Python data, from NumPy's reading of it: any float -> float32, else int64 / bool."""
+    if read.dtype.kind == "f":
         return dt.float32
-    if array.dtype.kind in "iu" and not isinstance(data, np.ndarray):
+    if read.dtype.kind in "iu":
         return dt.int64
-    return array.dtype
+    return read.dtype
 
 
 def _to_array(data: Any, dtype: "np.dtype | None", device: backend.Device) -> Any:
@@ -35,13 +34,61 @@ def _to_array(data: Any, dtype: "np.dtype | None", device: backend.Device) -> An
         data = backend.to_host(data) if device.type == "cpu" else data
     elif isinstance(data, (list, tuple)) and any(isinstance(x, Tensor) for x in _flatten(data)):
         data = [_tensor_item(x) for x in data]
-    if dtype is None:
-        dtype = data.dtype if hasattr(data, "dtype") else _default_dtype(data)
+    if isinstance(data, np.ndarray) or backend.is_cupy_array(data):
+        stored = _checked_array_dtype(data.dtype)
+        dtype = stored if dtype is None else dtype
+    else:
+        # Python numbers, nested lists, NumPy scalars: read them once to check what
+        # they hold, before NumPy would parse "1.5" as a float or keep a None.
+        read = _read_python_data(data)
+        dtype = _default_dtype(read) if dtype is None else dtype
     if isinstance(data, np.ndarray) or not backend.is_cupy_array(data):
         array = np.array(data, dtype=dtype)  # a copy, as torch.tensor copies
     else:
         array = data.astype(dtype, copy=True)
     return backend.to_device(array, device)
+
+
+def _checked_array_dtype(dtype: np.dtype) -> np.dtype:
+    """The dtype a tensor made from an array of ``dtype`` gets; PyTorch's refusal for the rest."""
+    if dtype.byteorder not in "=|" and dtype.newbyteorder("=") in dt.SUPPORTED:
+        return dtype.newbyteorder("=")  # a big-endian file's array: same values, native order
+    if dtype not in dt.SUPPORTED:
+        names = [dt.dtype_name(d) for d in dt.SUPPORTED]
+        raise TypeError(f"ta.tensor: can't convert np.ndarray of type numpy.{dtype.type.__name__}. The only supported "
+                        f"types are: {', '.join(names[:-1])}, and {names[-1]}.")
+    return dtype
+
+
+def _read_python_data(data: Any) -> np.ndarray:
+    """NumPy's reading of Python data, refusing what a tensor cannot hold (PyTorch's errors)."""
+    try:
+        read = np.asarray(data)
+    except ValueError as exc:  # ragged nesting: [[1, 2], [3]]
+        raise ValueError(f"ta.tensor: nested sequences of different lengths cannot form a tensor ({exc})") from None
+    kind = read.dtype.kind
+    if kind in "US":
+        raise TypeError(f"ta.tensor: invalid data type '{_first_bad_type(data)}': tensors hold numbers and bools")
+    if kind == "c":
+        raise TypeError("ta.tensor: complex numbers are not supported: tinyamp has no complex dtypes "
+                        "(keep the real and imaginary parts in two tensors)")
+    if kind == "O":
+        bad = _first_bad_type(data)
+        if bad == "int":  # NumPy keeps integers beyond 64 bits as Python objects
+            raise RuntimeError("ta.tensor: Overflow when unpacking long: an integer does not fit in 64 bits")
+        raise RuntimeError(f"ta.tensor: Could not infer dtype of {bad}: tensors hold numbers and bools")
+    _checked_array_dtype(read.dtype)  # np.longdouble values, dates, ...
+    return read
+
+
+def _first_bad_type(data: Any) -> str:
+    """The type name of the first element that is not a number or a bool (``'int'`` for a too-large int)."""
+    for x in _flatten(data) if isinstance(data, (list, tuple)) else [data]:
+        if isinstance(x, int) and not -2 ** 63 <= x < 2 ** 64:
+            return "int"
+        if not isinstance(x, (bool, int, float, np.bool_, np.integer, np.floating, np.ndarray)):
+            return type(x).__name__
+    return type(data).__name__
 
 
 def _flatten(data: Any) -> list:
@@ -77,8 +124,14 @@ def as_tensor(data: Any, dtype: Any = None, device: Any = None) -> Tensor:
 
 
 def from_numpy(array: np.ndarray) -> Tensor:
-    """A tensor sharing memory with ``array``."""
+    """A tensor sharing memory with ``array`` (a copy only for a non-native byte order)."""
     return Tensor(np.asarray(array))
+
+
+def native_array(array: Any) -> Any:
+    """``array`` itself when a tensor can hold its dtype (in native byte order if not); else PyTorch's TypeError."""
+    dtype = _checked_array_dtype(array.dtype)
+    return array if dtype == array.dtype else array.astype(dtype)
 
 
 def _size(size: tuple) -> tuple:

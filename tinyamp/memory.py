@@ -28,6 +28,7 @@ import numpy as np
 
 from . import backend
 from . import dtypes as dt
+from .autograd.graph import reachable_nodes
 from .tensor import Tensor
 
 __all__ = ["saved_tensor_bytes", "memory_split", "gpu_pool_bytes", "format_bytes", "format_split"]
@@ -87,16 +88,10 @@ def saved_tensor_bytes(*outputs: Any) -> dict:
     by_dtype: dict[str, int] = {}
     by_op: dict[str, int] = {}
     seen_arrays: dict[int, Any] = {}  # id(owner) -> owner (kept alive so ids stay unique)
-    seen_nodes: set[int] = set()
-    stack = [t.grad_fn for t in roots if t.grad_fn is not None]
     nodes = 0
-    while stack:
-        node = stack.pop()
-        if id(node) in seen_nodes:
-            continue
-        seen_nodes.add(id(node))
+    for node in reachable_nodes(roots):
         nodes += 1
-        if getattr(node, "_freed", False):
+        if node._freed:
             raise RuntimeError(f"saved_tensor_bytes: the graph was already freed by backward() (at "
                                f"{type(node).__name__}); measure after the forward pass and before backward, "
                                f"or run backward(retain_graph=True)")
@@ -109,9 +104,6 @@ def saved_tensor_bytes(*outputs: Any) -> dict:
             name = dt.dtype_name(owner.dtype)
             by_dtype[name] = by_dtype.get(name, 0) + size
             by_op[node.name] = by_op.get(node.name, 0) + size
-        for edge in getattr(node, "_edges", ()):
-            if edge is not None and edge[0] is not None:
-                stack.append(edge[0])
     return {"total": sum(by_dtype.values()), "by_dtype": by_dtype, "by_op": by_op,
             "arrays": len(seen_arrays), "nodes": nodes}
 

@@ -1,30 +1,48 @@
-"""``ta.save`` and ``ta.load``: checkpoints without pickle.
+"""``ta.save`` and ``ta.load``: checkpoints without pickle, written atomically, read defensively.
 
-A checkpoint is a zip archive holding
+A checkpoint is a zip archive of uncompressed (stored) members:
 
 - ``tinyamp.json``: the manifest, the saved object's structure where every value
   is a tagged JSON entry (``{"t": "int", "v": 3}``, ``{"t": "dict", "items": [...]}``)
   and every tensor or NumPy array is a placeholder naming its file, dtype, shape,
   device and ``requires_grad``;
-- ``arrays/<n>.npy``: one NumPy ``.npy`` file per array, written and read with
-  ``allow_pickle=False``. bfloat16 has no ``.npy`` type, so it is stored as its
-  uint16 bit pattern and the manifest records the real dtype.
+- ``arrays/<n>.npy``: one NumPy ``.npy`` file per array. bfloat16 has no ``.npy``
+  type, so it is stored as its uint16 bit pattern and the manifest records the
+  real dtype.
+
+Saving to a path is atomic: the archive is written to a temporary file in the
+same folder, flushed and fsynced, then renamed over the target with
+``os.replace``. A crash, a kill or a full disk during the write leaves the
+previous checkpoint as it was (a kill can leave the ``.<name>.*.tmp`` file
+behind; any other failure removes it). Saving to an open file object writes
+into it directly, as ``torch.save`` does.
 
 Loading parses JSON and ``.npy`` headers only, so a checkpoint from an untrusted
 source cannot run code (``weights_only`` is accepted for PyTorch compatibility
-and is always effectively true). Anything unexpected (not a zip, no manifest, an
-unknown tag, a missing or pickled array, a shape that disagrees with the
-manifest) raises ``CheckpointError`` naming the file and the problem.
+and is always effectively true). Sizes are checked against the archive before
+anything is allocated: every member must be stored uncompressed and lie inside
+the file, and every array's header must describe exactly the bytes its member
+holds, so a crafted header cannot ask for more memory than the file's own size.
+Containers nest at most ``MAX_NESTING`` deep (checked on save and on load).
+Anything unexpected raises :class:`CheckpointError`, naming the file and the
+problem; a missing or unreadable file raises the usual ``OSError``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import math
 import os
 import re
+import secrets
+import stat
+import struct
 import zipfile
+import zlib
 from collections import OrderedDict
-from typing import Any, BinaryIO, Union
+from typing import Any, BinaryIO, Callable, Iterator, Union
 
 import numpy as np
 
@@ -34,34 +52,105 @@ from . import backend
 from . import dtypes as dt
 from .tensor import Tensor
 
+__all__ = ["save", "load", "CheckpointError", "MAX_NESTING"]
+
 FORMAT = "tinyamp-checkpoint"
 VERSION = 1
 _MANIFEST = "tinyamp.json"
 _ARRAY_NAME = re.compile(r"arrays/(\d+)\.npy")
 
+# How deep dicts, lists and tuples may nest in a checkpoint. A model's or an
+# optimizer's state_dict nests 3-4 deep; the bound keeps a crafted manifest from
+# exhausting the stack (and catches a container that holds itself on save).
+MAX_NESTING = 100
+
+# Arrays are read in pieces of this size into their final buffer (a whole-member
+# read would hold the data twice).
+_READ_CHUNK = 1 << 24
+
 FileLike = Union[str, "os.PathLike[str]", BinaryIO]
 
 # The dtypes a checkpoint may hold, by the name recorded in the manifest.
-_DTYPES = {name: np.dtype(name) for name in ("float16", "float32", "float64", "int8", "uint8", "int16",
-                                             "int32", "int64", "uint16", "uint32", "uint64", "bool")}
-_DTYPES["bfloat16"] = dt.bfloat16
+_DTYPES = {dt.dtype_name(d): d for d in dt.SUPPORTED}
 
 
 class CheckpointError(RuntimeError):
-    """A file that ``ta.load`` refuses: not a tinyamp checkpoint, or a damaged one."""
+    """A file that ``ta.load`` refuses: not a tinyamp checkpoint, or a damaged or crafted one.
+
+    A RuntimeError because that is what ``torch.load`` raises for a damaged
+    archive, so ``except RuntimeError`` in ported code still catches it.
+    """
 
 
 # ------------------------------------------------------------------- saving
 def save(obj: Any, f: FileLike) -> None:
-    """Write ``obj`` (nested dicts, lists, tuples of tensors, arrays, numbers, strings, None) to ``f``."""
+    """Write ``obj`` (nested dicts, lists, tuples of tensors, arrays, numbers, strings, None) to ``f``.
+
+    To a path the write is atomic: either the new checkpoint is complete or the
+    file is unchanged.
+    """
     writer = _Writer()
-    root = writer.encode(obj, "obj")
+    root = writer.encode(obj, "obj", 0)
     manifest = {"format": FORMAT, "version": VERSION, "tinyamp": tinyamp.__version__, "root": root}
-    with zipfile.ZipFile(f, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
-        archive.writestr(_MANIFEST, json.dumps(manifest, allow_nan=False))
-        for index, array in enumerate(writer.arrays):
-            with archive.open(f"arrays/{index}.npy", "w", force_zip64=True) as handle:
-                np.lib.format.write_array(handle, array, allow_pickle=False)
+
+    def write(handle: BinaryIO) -> None:
+        with zipfile.ZipFile(handle, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
+            archive.writestr(_MANIFEST, json.dumps(manifest, allow_nan=False))
+            for index, array in enumerate(writer.arrays):
+                with archive.open(f"arrays/{index}.npy", "w", force_zip64=True) as member:
+                    np.lib.format.write_array(member, array, allow_pickle=False)
+
+    if isinstance(f, (str, os.PathLike)):
+        _write_atomically(os.fspath(f), write)
+    else:
+        write(f)
+
+
+def _write_atomically(path: str, write: Callable[[BinaryIO], None]) -> None:
+    """Run ``write`` on a temporary file next to ``path``, fsync it, then rename it over ``path``."""
+    target = os.path.realpath(path)  # through a symlink, as open() would write
+    folder, base = os.path.split(target)
+    try:
+        fd, temp = _create_temporary(folder, base)
+    except OSError as exc:
+        raise OSError(exc.errno, f"ta.save: cannot write '{path}': {exc.strerror}") from exc
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            write(handle)
+            handle.flush()
+            os.fsync(handle.fileno())  # the data is on disk before the rename makes it visible
+        with contextlib.suppress(FileNotFoundError):
+            os.chmod(temp, stat.S_IMODE(os.stat(target).st_mode))  # a replaced file keeps its permissions
+        os.replace(temp, target)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        if isinstance(exc, OSError) and exc.errno is not None:
+            raise OSError(exc.errno, f"ta.save: writing '{path}' failed ({exc.strerror}); the file was left "
+                                     f"as it was") from exc
+        raise
+    _fsync_folder(folder)  # the rename itself survives a power cut
+
+
+def _create_temporary(folder: str, base: str) -> tuple[int, str]:
+    """A new file ``.<base>.<random>.tmp`` in ``folder`` (mode 0o666 less the umask, like open())."""
+    while True:
+        temp = os.path.join(folder, f".{base}.{secrets.token_hex(4)}.tmp")
+        try:
+            return os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666), temp
+        except FileExistsError:
+            continue
+
+
+def _fsync_folder(folder: str) -> None:
+    if not hasattr(os, "O_DIRECTORY"):  # Windows: a folder cannot be opened to fsync it
+        return
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 class _Writer:
@@ -69,7 +158,7 @@ class _Writer:
         self.arrays: list[np.ndarray] = []
         self.seen: dict[int, int] = {}  # id(tensor) -> array index: shared tensors stay shared
 
-    def encode(self, obj: Any, path: str) -> Any:
+    def encode(self, obj: Any, path: str, depth: int) -> Any:
         if obj is None:
             return {"t": "none"}
         if isinstance(obj, (bool, np.bool_)):
@@ -92,13 +181,16 @@ class _Writer:
             return {"t": "dtype", "v": _dtype_name(obj, path)}
         if isinstance(obj, backend.Device):
             return {"t": "device", "v": str(obj)}
+        if isinstance(obj, (dict, list, tuple)) and depth >= MAX_NESTING:
+            raise ValueError(f"ta.save: {path} is nested more than {MAX_NESTING} containers deep (does a "
+                             f"container hold itself?); ta.load would refuse it")
         if isinstance(obj, dict):
             kind = "odict" if isinstance(obj, OrderedDict) else "dict"
-            return {"t": kind, "items": [[self.encode(k, f"{path} key {k!r}"), self.encode(v, f"{path}[{k!r}]")]
-                                         for k, v in obj.items()]}
+            return {"t": kind, "items": [[self.encode(k, f"{path} key {k!r}", depth + 1),
+                                          self.encode(v, f"{path}[{k!r}]", depth + 1)] for k, v in obj.items()]}
         if isinstance(obj, (list, tuple)):
             kind = "list" if isinstance(obj, list) else "tuple"
-            return {"t": kind, "items": [self.encode(v, f"{path}[{i}]") for i, v in enumerate(obj)]}
+            return {"t": kind, "items": [self.encode(v, f"{path}[{i}]", depth + 1) for i, v in enumerate(obj)]}
         raise TypeError(f"ta.save: cannot save {type(obj).__name__} at {path}; checkpoints hold tensors, NumPy "
                         f"arrays, numbers, strings, None, dtypes, devices and dicts/lists/tuples of them "
                         f"(save a model's state_dict(), not the model)")
@@ -122,39 +214,47 @@ def _dtype_name(dtype: np.dtype, path: str) -> str:
 
 
 # ------------------------------------------------------------------ loading
+# What the zip and .npy readers raise on damaged bytes: a bad signature or CRC,
+# a short read, a seek outside the file, an undecodable name, an unsupported
+# method or flag, a struct too short to unpack, a failed decompression.
+_ZIP_DAMAGE = (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError, ValueError, NotImplementedError,
+               RuntimeError, struct.error, zlib.error, OverflowError, KeyError, IndexError, TypeError)
+
+
 def load(f: FileLike, map_location: Any = None, weights_only: bool = True) -> Any:
     """Read a checkpoint written by :func:`save`.
 
     ``map_location``: None (each tensor back on its recorded device), a device
     (``"cpu"``, ``"cuda:0"``, a ``ta.device``) for all tensors, or a dict
     ``{"cuda:0": "cpu"}`` mapping recorded devices to new ones.
+
+    Raises :class:`CheckpointError` for a file that is not a tinyamp checkpoint
+    or is damaged; ``FileNotFoundError`` (and other ``OSError``) when the file
+    cannot be opened.
     """
     name = _describe(f)
-    try:
-        archive = zipfile.ZipFile(f, "r")
-    except (zipfile.BadZipFile, EOFError, ValueError) as exc:
-        raise CheckpointError(f"ta.load: {name} is not a tinyamp checkpoint (not a zip archive: {exc}); "
-                              f"it may be truncated, corrupt, or a file from another program") from None
-    with archive:
-        reader = _Reader(archive, name, map_location)
+    map_location = _check_map_location(map_location)  # a user error, reported before reading anything
+    with _open_for_reading(f) as handle:
         try:
-            manifest = json.loads(archive.read(_MANIFEST).decode("utf-8"))
-        except KeyError:
-            hint = ""
-            if any(entry.endswith("data.pkl") for entry in archive.namelist()):
-                # PyTorch's zip format: reading it would mean unpickling, which ta.load never does.
-                hint = ("; it looks like a PyTorch torch.save file, which tinyamp cannot read: in PyTorch, "
-                        "save the state_dict as NumPy arrays (np.savez) and load them with ta.tensor")
-            raise CheckpointError(f"ta.load: {name} is a zip archive but not a tinyamp checkpoint "
-                                  f"(no {_MANIFEST} manifest){hint}") from None
-        except (ValueError, zipfile.BadZipFile, EOFError) as exc:
-            raise CheckpointError(f"ta.load: {name}: the manifest {_MANIFEST} is unreadable ({exc})") from None
-        if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or "root" not in manifest:
-            raise CheckpointError(f"ta.load: {name}: {_MANIFEST} is not a tinyamp checkpoint manifest")
-        if manifest.get("version") != VERSION:
-            raise CheckpointError(f"ta.load: {name}: checkpoint format version {manifest.get('version')!r} is "
-                                  f"not supported (this tinyamp reads version {VERSION})")
-        return reader.decode(manifest["root"], "obj")
+            size = handle.seek(0, io.SEEK_END)
+            handle.seek(0)
+            archive = zipfile.ZipFile(handle, "r")
+        except _ZIP_DAMAGE as exc:
+            raise CheckpointError(f"ta.load: {name} is not a tinyamp checkpoint (not a zip archive: "
+                                  f"{_reason(exc)}); it may be truncated, corrupt, or a file from another "
+                                  f"program") from None
+        with archive:
+            reader = _Reader(archive, size, name, map_location)
+            return reader.decode(reader.manifest()["root"], "obj", 0)
+
+
+@contextlib.contextmanager
+def _open_for_reading(f: FileLike) -> Iterator[BinaryIO]:
+    if isinstance(f, (str, os.PathLike)):
+        with open(f, "rb") as handle:  # a missing file is FileNotFoundError, as in PyTorch
+            yield handle
+    else:
+        yield f
 
 
 def _describe(f: Any) -> str:
@@ -163,15 +263,77 @@ def _describe(f: Any) -> str:
     return f"'{f.name}'" if isinstance(getattr(f, "name", None), str) else f"<{type(f).__name__}>"
 
 
+def _reason(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
 class _Reader:
-    def __init__(self, archive: zipfile.ZipFile, name: str, map_location: Any) -> None:
-        self.archive, self.name, self.map_location = archive, name, map_location
-        self.loaded: dict[str, Any] = {}  # file -> Tensor/array already built (shared tensors)
+    def __init__(self, archive: zipfile.ZipFile, size: int, name: str, map_location: Any) -> None:
+        self.archive, self.size, self.name = archive, size, name
+        self.map_location = map_location
+        self.loaded: dict[str, tuple[str, str, tuple, Any]] = {}  # file -> (kind, dtype, shape, object)
 
     def fail(self, path: str, problem: str) -> CheckpointError:
         return CheckpointError(f"ta.load: {self.name}: {problem} (at {path})")
 
-    def decode(self, node: Any, path: str) -> Any:
+    # ------------------------------------------------------------ archive members
+    def _member(self, file: str, path: str) -> zipfile.ZipInfo:
+        """The member's directory entry, checked to be stored, unencrypted and inside the file."""
+        try:
+            info = self.archive.getinfo(file)
+        except KeyError:
+            raise self.fail(path, f"array file {file} is missing from the archive") from None
+        if info.compress_type != zipfile.ZIP_STORED or info.flag_bits & 0x1:
+            raise self.fail(path, f"{file} is compressed or encrypted (method {info.compress_type}, flags "
+                                  f"{info.flag_bits:#x}); tinyamp checkpoints store members as they are")
+        if info.file_size != info.compress_size:
+            raise self.fail(path, f"the archive's directory is damaged: {file} is stored as "
+                                  f"{info.compress_size} bytes but listed as {info.file_size}")
+        if not 0 <= info.header_offset <= self.size - info.compress_size:
+            raise self.fail(path, f"the archive's directory is damaged: {file} claims {info.compress_size} bytes "
+                                  f"at offset {info.header_offset}, outside the file's {self.size} bytes")
+        return info
+
+    @contextlib.contextmanager
+    def _open(self, info: zipfile.ZipInfo, path: str) -> Iterator[BinaryIO]:
+        try:
+            with self.archive.open(info) as handle:
+                yield handle
+        except CheckpointError:
+            raise
+        except _ZIP_DAMAGE as exc:
+            raise self.fail(path, f"{info.filename} is damaged ({_reason(exc)})") from None
+
+    def manifest(self) -> dict:
+        if _MANIFEST not in self.archive.namelist():
+            hint = ""
+            if any(entry.endswith("data.pkl") for entry in self.archive.namelist()):
+                # PyTorch's zip format: reading it would mean unpickling, which ta.load never does.
+                hint = ("; it looks like a PyTorch torch.save file, which tinyamp cannot read: in PyTorch, "
+                        "save the state_dict as NumPy arrays (np.savez) and load them with ta.tensor")
+            raise CheckpointError(f"ta.load: {self.name} is a zip archive but not a tinyamp checkpoint "
+                                  f"(no {_MANIFEST} manifest){hint}")
+        info = self._member(_MANIFEST, "the manifest")
+        with self._open(info, "the manifest") as handle:
+            text = handle.read()
+        try:
+            manifest = json.loads(text.decode("utf-8"))
+        except RecursionError:
+            raise CheckpointError(f"ta.load: {self.name}: the manifest {_MANIFEST} nests too deeply to "
+                                  f"parse") from None
+        except ValueError as exc:  # also UnicodeDecodeError and ints past Python's digit limit
+            raise CheckpointError(f"ta.load: {self.name}: the manifest {_MANIFEST} is unreadable "
+                                  f"({exc})") from None
+        if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or "root" not in manifest:
+            raise CheckpointError(f"ta.load: {self.name}: {_MANIFEST} is not a tinyamp checkpoint manifest")
+        if manifest.get("version") != VERSION:
+            raise CheckpointError(f"ta.load: {self.name}: checkpoint format version {manifest.get('version')!r} is "
+                                  f"not supported (this tinyamp reads version {VERSION})")
+        return manifest
+
+    # ------------------------------------------------------------ manifest entries
+    def decode(self, node: Any, path: str, depth: int) -> Any:
         if not isinstance(node, dict) or not isinstance(node.get("t"), str):
             raise self.fail(path, "malformed manifest entry")
         kind = node["t"]
@@ -184,25 +346,29 @@ class _Reader:
                 raise self.fail(path, f"a {kind} entry holds {type(value).__name__}")
             return value
         if kind == "float":
+            if not isinstance(node.get("v"), str):
+                raise self.fail(path, "a float entry is not a number")
             try:
                 return float(node["v"])
-            except (KeyError, TypeError, ValueError):
+            except ValueError:
                 raise self.fail(path, "a float entry is not a number") from None
+        if kind in ("dict", "odict", "list", "tuple") and depth >= MAX_NESTING:
+            raise self.fail(path, f"containers nest more than {MAX_NESTING} deep")
         if kind in ("dict", "odict"):
             result = OrderedDict() if kind == "odict" else {}
             for pair in self._items(node, path):
                 if not isinstance(pair, list) or len(pair) != 2:
                     raise self.fail(path, "a dict item is not a [key, value] pair")
-                key = self.decode(pair[0], f"{path} key")
-                if isinstance(key, (dict, list, Tensor, np.ndarray)):
+                key = self.decode(pair[0], f"{path} key", depth + 1)
+                if isinstance(key, (Tensor, np.ndarray)) or not _hashable(key):
                     raise self.fail(path, f"unhashable dict key of type {type(key).__name__}")
-                result[key] = self.decode(pair[1], f"{path}[{key!r}]")
+                result[key] = self.decode(pair[1], f"{path}[{key!r}]", depth + 1)
             return result
         if kind in ("list", "tuple"):
-            items = [self.decode(v, f"{path}[{i}]") for i, v in enumerate(self._items(node, path))]
+            items = [self.decode(v, f"{path}[{i}]", depth + 1) for i, v in enumerate(self._items(node, path))]
             return items if kind == "list" else tuple(items)
         if kind == "dtype":
-            if node.get("v") not in _DTYPES:
+            if not isinstance(node.get("v"), str) or node["v"] not in _DTYPES:
                 raise self.fail(path, f"unknown dtype {node.get('v')!r}")
             return _DTYPES[node["v"]]
         if kind == "device":
@@ -221,42 +387,84 @@ class _Reader:
         file, dtype_name, shape = node.get("file"), node.get("dtype"), node.get("shape")
         if not isinstance(file, str) or not _ARRAY_NAME.fullmatch(file):
             raise self.fail(path, f"bad array file name {file!r}")
-        if dtype_name not in _DTYPES:
+        if not isinstance(dtype_name, str) or dtype_name not in _DTYPES:
             raise self.fail(path, f"unknown dtype {dtype_name!r}")
         if not isinstance(shape, list) or not all(type(s) is int and s >= 0 for s in shape):
             raise self.fail(path, f"bad shape {shape!r}")
-        if file not in self.loaded:
-            array = self._read_array(file, _DTYPES[dtype_name], tuple(shape), path)
-            if kind == "ndarray":
-                self.loaded[file] = array
+        shape = tuple(shape)
+        if file in self.loaded:  # a tensor saved twice (shared): the same object, if the entries agree
+            first_kind, first_dtype, first_shape, obj = self.loaded[file]
+            if (first_kind, first_dtype, first_shape) != (kind, dtype_name, shape):
+                raise self.fail(path, f"{file} is listed as {first_kind} {first_dtype} {list(first_shape)} and "
+                                      f"as {kind} {dtype_name} {list(shape)}")
+            return obj
+        array = self._read_array(file, _DTYPES[dtype_name], shape, path)
+        if kind == "ndarray":
+            obj = array
+        else:
+            device = self._target_device(node.get("device"), path)
+            requires_grad = node.get("requires_grad") is True
+            data = backend.to_device(array, device)
+            if node.get("parameter") is True:
+                obj = tinyamp.nn.Parameter(data, requires_grad=requires_grad)
             else:
-                device = self._target_device(node.get("device"), path)
-                requires_grad = node.get("requires_grad") is True
-                data = backend.to_device(array, device)
-                if node.get("parameter") is True:
-                    self.loaded[file] = tinyamp.nn.Parameter(data, requires_grad=requires_grad)
-                else:
-                    self.loaded[file] = Tensor(data, requires_grad=requires_grad)
-        return self.loaded[file]
+                obj = Tensor(data, requires_grad=requires_grad)
+        self.loaded[file] = (kind, dtype_name, shape, obj)
+        return obj
 
     def _read_array(self, file: str, dtype: np.dtype, shape: tuple, path: str) -> np.ndarray:
-        try:
-            with self.archive.open(file) as handle:
-                array = np.lib.format.read_array(handle, allow_pickle=False)
-        except KeyError:
-            raise self.fail(path, f"array file {file} is missing from the archive") from None
-        except ValueError as exc:  # includes "Object arrays cannot be loaded when allow_pickle=False"
-            raise self.fail(path, f"{file} is not a plain .npy array ({exc}); pickled data is refused") from None
-        except (zipfile.BadZipFile, EOFError, OSError) as exc:
-            raise self.fail(path, f"{file} is damaged ({exc})") from None
+        """The array in ``file``, its header checked against the manifest and the member's size first."""
         stored = np.dtype(np.uint16) if dtype == dt.bfloat16 else dtype
-        if array.dtype != stored or array.shape != shape:
-            raise self.fail(path, f"{file} holds {array.dtype} {list(array.shape)}, the manifest says "
-                                  f"{dt.dtype_name(dtype)} {list(shape)}")
+        info = self._member(file, path)
+        with self._open(info, path) as handle:
+            header = self._npy_header(handle, file, path)
+            header_bytes, (npy_shape, fortran_order, npy_dtype) = header
+            if npy_dtype.hasobject:
+                raise self.fail(path, f"{file} is not a plain .npy array: it holds Python objects "
+                                      f"({npy_dtype}), and pickled data is refused")
+            if npy_dtype != stored or npy_shape != shape:
+                raise self.fail(path, f"{file} holds {dt.dtype_name(npy_dtype)} {list(npy_shape)}, the manifest "
+                                      f"says {dt.dtype_name(dtype)} {list(shape)}")
+            data_bytes = math.prod(shape) * stored.itemsize
+            if header_bytes + data_bytes != info.file_size:
+                problem = "truncated" if header_bytes + data_bytes > info.file_size else "followed by extra bytes"
+                raise self.fail(path, f"{file} is {problem}: its header describes {data_bytes} bytes of "
+                                      f"{dt.dtype_name(dtype)} {list(shape)}, the member holds "
+                                      f"{info.file_size - header_bytes}")
+            # Only now, with the size known to be the member's own, is memory allocated.
+            array = np.empty(math.prod(shape), dtype=stored)
+            buffer = memoryview(array).cast("B")
+            done = 0
+            while done < data_bytes:
+                chunk = handle.read(min(_READ_CHUNK, data_bytes - done))
+                if not chunk:
+                    raise self.fail(path, f"{file} ends after {done} of {data_bytes} data bytes")
+                buffer[done:done + len(chunk)] = chunk
+                done += len(chunk)
+            handle.read(1)  # at the end: the zip reader checks the member's CRC
+        array = array.reshape(shape, order="F" if fortran_order else "C")
         return array.view(dt.bfloat16) if dtype == dt.bfloat16 else array
 
+    def _npy_header(self, handle: BinaryIO, file: str, path: str) -> tuple[int, tuple]:
+        """(bytes the header takes, (shape, fortran_order, dtype)) of the ``.npy`` in ``handle``."""
+        try:
+            version = np.lib.format.read_magic(handle)
+            if version == (1, 0):
+                fields = np.lib.format.read_array_header_1_0(handle)
+            elif version == (2, 0):
+                fields = np.lib.format.read_array_header_2_0(handle)
+            else:
+                raise ValueError(f".npy format version {version} (tinyamp writes 1.0 or 2.0)")
+        except (zipfile.BadZipFile, EOFError, OSError, zlib.error) as exc:
+            raise self.fail(path, f"{file} is damaged ({_reason(exc)})") from None
+        except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError, OverflowError) as exc:
+            # NumPy's own "EOF: reading array header" is a ValueError: a cut-off header, not pickled data.
+            raise self.fail(path, f"{file} is not a plain .npy array ({_reason(exc)})") from None
+        return handle.tell(), fields  # the readers leave the handle just after the header
+
+    # ------------------------------------------------------------ devices
     def _device(self, spec: Any, path: str) -> str:
-        if not isinstance(spec, str) or not re.fullmatch(r"cpu|cuda(:\d+)?", spec):
+        if not isinstance(spec, str) or not re.fullmatch(r"cpu|cuda(:\d{1,4})?", spec):
             raise self.fail(path, f"bad device {spec!r}")
         return spec
 
@@ -273,3 +481,23 @@ class _Reader:
                                f"available; pass map_location='cpu' to load it on the CPU")
         return backend.Device(target)
 
+
+def _check_map_location(map_location: Any) -> Any:
+    """``map_location`` with its devices checked: a bad one is the caller's error, not a damaged file."""
+    if map_location is None:
+        return None
+    if isinstance(map_location, dict):
+        for key, value in map_location.items():
+            if not isinstance(key, str):
+                raise TypeError(f"ta.load: map_location keys are device strings like 'cuda:0', got {key!r}")
+            backend.Device(value)
+        return map_location
+    return backend.Device(map_location)
+
+
+def _hashable(key: Any) -> bool:
+    try:
+        hash(key)
+    except TypeError:
+        return False
+    return True

@@ -2,10 +2,18 @@
 
 A Tensor holds ``data`` (the array), ``grad``, ``requires_grad``, ``grad_fn`` (the
 node that made it, None for leaves) and a version counter bumped by in-place
-writes. Methods that are ops (``x.exp()``, ``x.sum(1)``) and the operators
-(``tensor_operators.py``) call the op library through the package at call time,
-so this module never imports it at import time; in-place writes live in
-``tensor_inplace.py``.
+writes. Methods that are ops (``x.exp()``, ``x.sum(1)``) and the Python
+operators call the op library through the package at call time
+(``tinyamp.ops.add``), so they are recorded on the tape and follow the
+precision rules like any op, and this module never imports the op library.
+
+In-place writes (``add_``, ``lerp_``, ``copy_``, ``x[i] = v``) bump the version counter, so
+a node that saved the tensor for backward notices the change and fails loudly
+(PyTorch's rule). Outside autograd the write goes into the tensor's buffer
+(views see it); when the tape must record it, the op runs out of place and the
+tensor is rebound to the result (``_rebind``). Comparisons and ``& | ~`` give
+bool tensors and are never recorded. Tensors hash by identity, as in PyTorch
+(they key optimizer state).
 """
 
 from __future__ import annotations
@@ -18,8 +26,6 @@ import tinyamp
 
 from . import backend
 from . import dtypes as dt
-from .tensor_inplace import InplaceMixin
-from .tensor_operators import OperatorsMixin
 
 
 class _HookHandle:
@@ -33,7 +39,7 @@ class _HookHandle:
             self._hooks.remove(self._hook)
 
 
-class Tensor(OperatorsMixin, InplaceMixin):
+class Tensor:
     """A multi-dimensional array that can record operations for autograd."""
 
     __slots__ = ("data", "grad", "_requires_grad", "grad_fn", "_out_index", "_version",
@@ -46,6 +52,8 @@ class Tensor(OperatorsMixin, InplaceMixin):
             data = data.data
         elif not (isinstance(data, np.ndarray) or backend.is_cupy_array(data)):
             data = tinyamp.factories._to_array(data, None, backend.CPU)
+        else:
+            data = tinyamp.factories.native_array(data)  # no complex, object, string arrays
         self.data = data
         self.grad: Tensor | None = None
         self._requires_grad = False
@@ -237,6 +245,234 @@ class Tensor(OperatorsMixin, InplaceMixin):
             hooks.append(hook)
         return _HookHandle(hooks, hook)
 
+    # ------------------------------------------------------ in-place writes
+    def _check_inplace(self, name: str, other: Any) -> bool:
+        """True when the write must be recorded on the tape (PyTorch's rules)."""
+        other_grad = isinstance(other, Tensor) and other._requires_grad
+        if not tinyamp.is_grad_enabled() or not (self._requires_grad or other_grad):
+            return False
+        if self.grad_fn is None and self._requires_grad:
+            raise RuntimeError(f"{name}: a leaf Variable that requires grad is being used in an "
+                               f"in-place operation (shape {list(self.shape)}, {dt.dtype_name(self.dtype)}); "
+                               f"wrap it in ta.no_grad() or use the out-of-place op")
+        return True
+
+    def _check_result(self, name: str, result: "Tensor") -> None:
+        if result.shape != self.shape or result.dtype != self.dtype:
+            raise RuntimeError(f"{name}: result of shape {list(result.shape)} and dtype "
+                               f"{dt.dtype_name(result.dtype)} cannot be written in place into a tensor of "
+                               f"shape {list(self.shape)} and dtype {dt.dtype_name(self.dtype)}")
+
+    def _old_value(self) -> "Tensor":
+        """The tensor as it is now, as a separate node input for a recorded in-place op."""
+        old = Tensor._wrap(self.data)
+        old.grad_fn, old._out_index, old._requires_grad = self.grad_fn, self._out_index, self._requires_grad
+        return old
+
+    def _rebind(self, name: str, result: "Tensor") -> "Tensor":
+        """A recorded in-place op: self becomes the op's output.
+
+        The old array is left untouched (the node may have saved it) and self is
+        rebound to the result; the version bump makes any other node that saved
+        self fail loudly at backward instead of reading the new values.
+        """
+        self._check_result(name, result)
+        self.data = result.data
+        self.grad_fn, self._out_index, self._requires_grad = result.grad_fn, result._out_index, True
+        self._version[0] += 1
+        return self
+
+    def _write(self, name: str, result: "Tensor") -> "Tensor":
+        """An unrecorded in-place op: write into self's buffer (views see it)."""
+        self._check_result(name, result)
+        self.data[...] = result.data
+        self._version[0] += 1
+        return self
+
+    def _inplace_binary(self, name: str, op: Callable, other: Any) -> "Tensor":
+        if self._check_inplace(name, other):
+            return self._rebind(name, op(self._old_value(), other))
+        with tinyamp.no_grad():
+            result = op(self, other)
+        return self._write(name, result)
+
+    def add_(self, other: Any, alpha: float = 1) -> "Tensor":
+        if alpha != 1:
+            other = other * alpha
+        return self._inplace_binary("add_", tinyamp.ops.add, other)
+
+    def sub_(self, other: Any, alpha: float = 1) -> "Tensor":
+        if alpha != 1:
+            other = other * alpha
+        return self._inplace_binary("sub_", tinyamp.ops.sub, other)
+
+    def mul_(self, other: Any) -> "Tensor":
+        return self._inplace_binary("mul_", tinyamp.ops.mul, other)
+
+    def div_(self, other: Any) -> "Tensor":
+        return self._inplace_binary("div_", tinyamp.ops.div, other)
+
+    def lerp_(self, end: Any, weight: Any) -> "Tensor":
+        """self += weight * (end - self) (``ta.lerp``), in place; recorded when end or weight needs grad."""
+        weight_grad = isinstance(weight, Tensor) and weight._requires_grad
+        return self._inplace_binary("lerp_", lambda x, _: tinyamp.ops.lerp(x, end, weight),
+                                    weight if weight_grad else end)
+
+    def clamp_(self, min: Any = None, max: Any = None) -> "Tensor":  # noqa: A002 - torch names
+        return self._inplace_binary("clamp_", lambda x, _: tinyamp.ops.clamp(x, min, max), None)
+
+    clip_ = clamp_
+
+    def masked_fill_(self, mask: Any, value: Any) -> "Tensor":
+        return self._inplace_binary("masked_fill_", lambda x, _: tinyamp.ops.masked_fill(x, mask, value), None)
+
+    def zero_(self) -> "Tensor":
+        return self.fill_(0)
+
+    def fill_(self, value: Any) -> "Tensor":
+        if self._check_inplace("fill_", None):
+            raise RuntimeError("fill_: cannot fill a non-leaf tensor that requires grad in place")
+        self.data[...] = value
+        self._version[0] += 1
+        return self
+
+    def copy_(self, src: "Tensor") -> "Tensor":
+        """Copy ``src`` (same shape; dtype and device may differ: this *is* the explicit cast)."""
+        if not isinstance(src, Tensor):
+            src = tinyamp.tensor(src)
+        if src.shape != self.shape:
+            raise RuntimeError(f"copy_: source shape {list(src.shape)} does not match "
+                               f"destination shape {list(self.shape)}")
+        if self._check_inplace("copy_", src):
+            converted = src.to(self.device).to(self.dtype)
+            return self._rebind("copy_", tinyamp.ops.clone(converted))
+        self.data[...] = backend.to_device(src.data, self.device).astype(self.dtype, copy=False)
+        self._version[0] += 1
+        return self
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        if tinyamp.is_grad_enabled() and (self._requires_grad or (isinstance(value, Tensor) and value._requires_grad)):
+            raise RuntimeError(f"index assignment into a tensor that requires grad (shape {list(self.shape)}) "
+                               f"is not recorded by autograd; build the result with ta.where or ta.cat, "
+                               f"or assign under ta.no_grad()")
+        if isinstance(value, Tensor):
+            if value.dtype != self.dtype:
+                raise TypeError(f"index assignment: value dtype {dt.dtype_name(value.dtype)} differs from "
+                                f"tensor dtype {dt.dtype_name(self.dtype)}; cast it explicitly")
+            value = value.data
+        self.data[_index_key(key)] = value
+        self._version[0] += 1
+
+    # ------------------------------------------------------ Python operators
+    def __add__(self, other: Any) -> "Tensor":
+        return tinyamp.ops.add(self, other)
+
+    def __radd__(self, other: Any) -> "Tensor":
+        return tinyamp.ops.add(other, self)
+
+    def __sub__(self, other: Any) -> "Tensor":
+        return tinyamp.ops.sub(self, other)
+
+    def __rsub__(self, other: Any) -> "Tensor":
+        return tinyamp.ops.sub(other, self)
+
+    def __mul__(self, other: Any) -> "Tensor":
+        return tinyamp.ops.mul(self, other)
+
+    def __rmul__(self, other: Any) -> "Tensor":
+        return tinyamp.ops.mul(other, self)
+
+    def __truediv__(self, other: Any) -> "Tensor":
+        return tinyamp.ops.div(self, other)
+
+    def __rtruediv__(self, other: Any) -> "Tensor":
+        return tinyamp.ops.div(other, self)
+
+    def __pow__(self, other: Any) -> "Tensor":
+        return tinyamp.ops.pow(self, other)
+
+    def __rpow__(self, other: Any) -> "Tensor":
+        return tinyamp.ops.pow(other, self)
+
+    def __floordiv__(self, other: Any) -> "Tensor":
+        return tinyamp.ops.floor_divide(self, other)
+
+    def __rfloordiv__(self, other: Any) -> "Tensor":
+        return tinyamp.ops.floor_divide(other, self)
+
+    def __mod__(self, other: Any) -> "Tensor":
+        return tinyamp.ops.remainder(self, other)
+
+    def __rmod__(self, other: Any) -> "Tensor":
+        return tinyamp.ops.remainder(other, self)
+
+    def __matmul__(self, other: Any) -> "Tensor":
+        return tinyamp.ops.matmul(self, other)
+
+    def __rmatmul__(self, other: Any) -> "Tensor":
+        return tinyamp.ops.matmul(other, self)
+
+    def __neg__(self) -> "Tensor":
+        return tinyamp.ops.neg(self)
+
+    def __pos__(self) -> "Tensor":
+        return self
+
+    def __abs__(self) -> "Tensor":
+        return tinyamp.ops.abs(self)
+
+    def __iadd__(self, other: Any) -> "Tensor":
+        return self.add_(other)
+
+    def __isub__(self, other: Any) -> "Tensor":
+        return self.sub_(other)
+
+    def __imul__(self, other: Any) -> "Tensor":
+        return self.mul_(other)
+
+    def __itruediv__(self, other: Any) -> "Tensor":
+        return self.div_(other)
+
+    def __getitem__(self, key: Any) -> "Tensor":
+        return tinyamp.ops.getitem(self, key)
+
+    # Comparisons give bool tensors and never record (no gradient).
+    def _compare(self, other: Any, ufunc: Callable) -> "Tensor":
+        other_data = other.data if isinstance(other, Tensor) else other
+        return Tensor._wrap(ufunc(self.data, other_data))
+
+    def __eq__(self, other: Any) -> "Tensor":  # type: ignore[override]
+        return self._compare(other, backend.array_module(self.data).equal)
+
+    def __ne__(self, other: Any) -> "Tensor":  # type: ignore[override]
+        return self._compare(other, backend.array_module(self.data).not_equal)
+
+    def __lt__(self, other: Any) -> "Tensor":
+        return self._compare(other, backend.array_module(self.data).less)
+
+    def __le__(self, other: Any) -> "Tensor":
+        return self._compare(other, backend.array_module(self.data).less_equal)
+
+    def __gt__(self, other: Any) -> "Tensor":
+        return self._compare(other, backend.array_module(self.data).greater)
+
+    def __ge__(self, other: Any) -> "Tensor":
+        return self._compare(other, backend.array_module(self.data).greater_equal)
+
+    def __invert__(self) -> "Tensor":
+        if self.dtype != dt.bool_:
+            raise TypeError(f"~ is defined for bool tensors only, got {dt.dtype_name(self.dtype)}")
+        return Tensor._wrap(~self.data)
+
+    def __and__(self, other: Any) -> "Tensor":
+        return self._compare(other, backend.array_module(self.data).logical_and)
+
+    def __or__(self, other: Any) -> "Tensor":
+        return self._compare(other, backend.array_module(self.data).logical_or)
+
+    eq, ne, lt, le, gt, ge = __eq__, __ne__, __lt__, __le__, __gt__, __ge__
+    __hash__ = object.__hash__  # identity, like PyTorch (tensors key optimizer state)
+
     # ------------------------------------------------------ Python protocols
     def __bool__(self) -> bool:
         if self.data.size != 1:
@@ -292,6 +528,15 @@ class Tensor(OperatorsMixin, InplaceMixin):
         if method is None:
             raise AttributeError(f"'Tensor' object has no attribute '{name}'")
         return method.__get__(self, Tensor)
+
+
+def _index_key(key: Any) -> Any:
+    """Replace Tensors inside an index by their arrays."""
+    if isinstance(key, Tensor):
+        return key.data
+    if isinstance(key, tuple):
+        return tuple(k.data if isinstance(k, Tensor) else k for k in key)
+    return key
 
 
 def parse_to_args(caller: str, args: tuple, kwargs: dict) -> tuple["backend.Device | None", "Any"]:

@@ -66,7 +66,7 @@ class OpSpec:
 
 
 FAMILIES = ["elementwise", "reduce", "shape", "linalg", "activation", "loss", "normalization",
-            "conv", "embedding"]
+            "conv", "embedding", "triangular", "lerp", "sampling", "attention"]
 
 
 def all_specs() -> list[OpSpec]:

@@ -1,4 +1,4 @@
-"""Op-spec rows for the elementwise family (tinyamp/ops/elementwise.py and select.py)."""
+"""Op-spec rows for the elementwise family (tinyamp/ops/elementwise.py and clamp_where.py)."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ SPECS = [
     OpSpec("reciprocal", ta.reciprocal, np.reciprocal, [Arg((3, 4), 0.5, 2.0)]),
     OpSpec("abs", lambda x: x.abs(), np.abs, [Arg((3, 4), away_from=(0.0,))]),
     OpSpec("sign", ta.sign, np.sign, [Arg((3, 4), away_from=(0.0,))]),
-    # select.py: random draws never tie, so these rows see no ties (tests/test_ops_errors_elementwise
+    # clamp_where.py: random draws never tie, so these rows see no ties (tests/test_ops_errors_elementwise
     # checks the tie split by hand)
     OpSpec("maximum", ta.maximum, np.maximum, [Arg((3, 4)), Arg((3, 4))]),
     OpSpec("maximum", lambda a, b: a.maximum(b), np.maximum, [Arg((2, 3, 4)), Arg((4,))],
@@ -54,7 +54,7 @@ SPECS = [
            [Arg((2, 1, 4), kind="bool"), Arg((3, 4))], id="where_scalar_broadcast"),
     OpSpec("where", lambda c, x, y: x.where(c, y), np.where,
            [Arg((3, 4), kind="bool"), Arg((3, 4)), Arg((3, 4))], id="where_method"),
-    # division.py: a / b in (2.01, 2.9), so floor(a / b) = 2 away from its jumps
+    # floor_division.py: a / b in (2.01, 2.9), so floor(a / b) = 2 away from its jumps
     OpSpec("remainder", lambda a, b: a % b, np.remainder, [Arg((3, 4), 2.1, 2.9), Arg((4,), 1.0, 1.04)]),
     OpSpec("remainder", lambda x: ta.remainder(x, -0.75), lambda x: np.remainder(x, -0.75),
            [Arg((3, 4), 0.1, 0.7)], id="remainder_negative_divisor"),

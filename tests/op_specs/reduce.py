@@ -56,7 +56,7 @@ SPECS = [
            [Arg((3, 4))], id="std_dim_keepdim"),
     OpSpec("std", lambda x: x.std((0, 1), correction=2), lambda x: x.std((0, 1), ddof=2),
            [Arg((2, 3, 4))], id="std_dims_correction2"),
-    # norms.py: the 2-norm op; other orders are compositions of abs/sum/pow/amax
+    # vector_norms.py: the 2-norm op; other orders are compositions of abs/sum/pow/amax
     OpSpec("norm", lambda x: x.norm(), lambda x: np.sqrt((x * x).sum()), [Arg((3, 4))], id="norm_all"),
     OpSpec("norm", lambda x: ta.norm(x, 2, dim=1, keepdim=True),
            lambda x: np.sqrt((x * x).sum(1, keepdims=True)), [Arg((3, 4))], id="norm_dim_keepdim"),

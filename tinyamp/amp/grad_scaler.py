@@ -24,8 +24,7 @@ not implement the masked-update contract (one per device holding gradients: the
 host must know whether to call ``optimizer.step``). A step with tinyamp's
 optimizers counts zero.
 
-Getters, setters and state_dict live in ``scaler_settings.py``. The per-device math lives
-in ``scaler_kernels.py`` (``unscale_group``,
+The per-device math lives in ``tinyamp/kernels/loss_scale.py`` (``unscale_group``,
 ``update_scale``), so fused GPU kernels can replace it one for one.
 """
 
@@ -41,10 +40,11 @@ import numpy as np
 
 from .. import backend
 from .. import dtypes as dt
+from .. import precision
+from ..autograd.graph import reachable_nodes
+from ..kernels.loss_scale import DEFAULT_MIN_SCALE, unscale_group, update_scale
 from ..tensor import Tensor
-from . import state as amp_state
-from .scaler_settings import ScalerSettingsMixin, check_int, check_positive
-from .scaler_kernels import FLOOR, ScalerStep, read_host, unscale_group, update_scale
+from .scaler_step import ScalerStep, read_host
 
 
 class OptState(enum.Enum):
@@ -72,22 +72,24 @@ def _computed_in_bfloat16(outputs: Any) -> bool:
     """True when any output, or any tensor an op on the way to them read, is bfloat16."""
     tensors: list = []
     _flatten(outputs, tensors)
-    stack = [t.grad_fn for t in tensors if t.grad_fn is not None]
     if any(t.dtype == dt.bfloat16 for t in tensors):
         return True
-    seen: set = set()
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        if any(meta[1] == dt.bfloat16 for meta in getattr(node, "_input_meta", ())):
-            return True
-        stack.extend(edge[0] for edge in getattr(node, "_edges", ()) if edge is not None and edge[0] is not None)
-    return False
+    return any(dt.bfloat16 in node.input_dtypes for node in reachable_nodes(tensors))
 
 
-class GradScaler(ScalerSettingsMixin):
+def _check_positive(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"GradScaler: {name} must be a positive finite number, got {value!r}")
+    return float(value)
+
+
+def _check_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"GradScaler: {name} must be an integer >= 1, got {value!r}")
+    return int(value)
+
+
+class GradScaler:
     """Dynamic loss scaling (``torch.amp.GradScaler``) with hysteresis and scale bounds.
 
     The signature is ``torch.amp.GradScaler``'s: ``GradScaler("cuda", init_scale=...)``
@@ -112,16 +114,16 @@ class GradScaler(ScalerSettingsMixin):
             warnings.warn("torch.cuda.amp.GradScaler is enabled, but CUDA is not available.  Disabling.",
                           UserWarning, stacklevel=2)
             self._enabled = False
-        self._init_scale = check_positive("init_scale", init_scale)
+        self._init_scale = _check_positive("init_scale", init_scale)
         self._check_growth_factor(growth_factor)
         self._check_backoff_factor(backoff_factor)
         self._growth_factor = float(growth_factor)
         self._backoff_factor = float(backoff_factor)
-        self._growth_interval = check_int("growth_interval", growth_interval)
-        self._hysteresis = check_int("hysteresis", hysteresis)
+        self._growth_interval = _check_int("growth_interval", growth_interval)
+        self._hysteresis = _check_int("hysteresis", hysteresis)
         # Bounds are kept rounded to float32, the dtype the scale is stored in.
-        self._min_scale = None if min_scale is None else float(np.float32(check_positive("min_scale", min_scale)))
-        self._max_scale = None if max_scale is None else float(np.float32(check_positive("max_scale", max_scale)))
+        self._min_scale = None if min_scale is None else float(np.float32(_check_positive("min_scale", min_scale)))
+        self._max_scale = None if max_scale is None else float(np.float32(_check_positive("max_scale", max_scale)))
         if self._min_scale is not None and self._min_scale > self._init_scale:
             raise ValueError(f"GradScaler: min_scale ({min_scale}) must be <= init_scale ({init_scale})")
         if self._max_scale is not None and self._max_scale < self._init_scale:
@@ -170,7 +172,7 @@ class GradScaler(ScalerSettingsMixin):
     def _maybe_disable_for_bfloat16(self, outputs: Any) -> None:
         if not self._auto_disable_bf16:
             return
-        state = amp_state.current()
+        state = precision.current_autocast()
         reason = None
         if state is not None and state.dtype == dt.bfloat16:
             reason = "scale() was called inside autocast(dtype=bfloat16)"
@@ -206,7 +208,7 @@ class GradScaler(ScalerSettingsMixin):
         state["stage"] = OptState.UNSCALED
 
     def _unscale_grads_(self, optimizer: Any, inv_scale: Any) -> dict:
-        """One ``_unscale_group`` call per (device, dtype); returns {device: found_inf array}."""
+        """One ``unscale_group`` call per (device, dtype); returns {device: found_inf array}."""
         master_of = getattr(optimizer, "_master", None)
         groups: dict = defaultdict(lambda: ([], [], []))
         refused = []
@@ -322,7 +324,7 @@ class GradScaler(ScalerSettingsMixin):
         self._per_optimizer_states = defaultdict(_refresh_per_optimizer_state)
 
     def _set_scale(self, new_scale: Any, xp: Any, dev: backend.Device) -> None:
-        low = FLOOR if self._min_scale is None else self._min_scale
+        low = DEFAULT_MIN_SCALE if self._min_scale is None else self._min_scale
         high = float(np.finfo(np.float32).max) if self._max_scale is None else self._max_scale
         if isinstance(new_scale, Tensor):
             if new_scale.numel() != 1 or new_scale.requires_grad:
@@ -340,6 +342,94 @@ class GradScaler(ScalerSettingsMixin):
             raise ValueError(f"GradScaler.update: new_scale {new_scale!r} is outside [{low}, {high}] "
                              f"(min_scale/max_scale, and float32's positive finite range)")
         self._scale[...] = value
+
+
+    # ------------------------------------------------------------ accessors
+    def get_scale(self) -> float:
+        """The current scale as a Python float (a host sync once initialised); 1.0 when disabled."""
+        if not self._enabled:
+            return 1.0
+        return self._init_scale if self._scale is None else read_host(self._scale)
+
+    def get_growth_factor(self) -> float:
+        return self._growth_factor
+
+    def set_growth_factor(self, new_factor: float) -> None:
+        self._check_growth_factor(new_factor)
+        self._growth_factor = float(new_factor)
+
+    def get_backoff_factor(self) -> float:
+        return self._backoff_factor
+
+    def set_backoff_factor(self, new_factor: float) -> None:
+        self._check_backoff_factor(new_factor)
+        self._backoff_factor = float(new_factor)
+
+    def get_growth_interval(self) -> int:
+        return self._growth_interval
+
+    def set_growth_interval(self, new_interval: int) -> None:
+        self._growth_interval = _check_int("growth_interval", new_interval)
+
+    def get_hysteresis(self) -> int:
+        return self._hysteresis
+
+    def is_enabled(self) -> bool:
+        return self._enabled
+
+    def _get_growth_tracker(self) -> int:
+        if not self._enabled:
+            return 0
+        return self._init_growth_tracker if self._growth_tracker is None else int(read_host(self._growth_tracker))
+
+    def _get_hysteresis_tracker(self) -> int:
+        if not self._enabled:
+            return 0
+        if self._hysteresis_tracker is None:
+            return self._init_hysteresis_tracker
+        return int(read_host(self._hysteresis_tracker))
+
+    @staticmethod
+    def _check_growth_factor(value: Any) -> None:
+        if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 1.0):
+            raise ValueError(f"The growth factor must be > 1.0 (and finite), got {value!r}")
+
+    @staticmethod
+    def _check_backoff_factor(value: Any) -> None:
+        if not (isinstance(value, (int, float)) and 0.0 < value < 1.0):
+            raise ValueError(f"The backoff factor must be in (0, 1), got {value!r}")
+
+    # ------------------------------------------------------------ state dict
+    def state_dict(self) -> dict:
+        """Scale, factors, interval, hysteresis and both trackers (Python numbers); {} when disabled."""
+        if not self._enabled:
+            return {}
+        return {"scale": self.get_scale(), "growth_factor": self._growth_factor,
+                "backoff_factor": self._backoff_factor, "growth_interval": self._growth_interval,
+                "_growth_tracker": self._get_growth_tracker(), "hysteresis": self._hysteresis,
+                "_hysteresis_tracker": self._get_hysteresis_tracker(), "min_scale": self._min_scale,
+                "max_scale": self._max_scale}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Load a ``state_dict()`` (PyTorch's keys suffice; the extra ones default)."""
+        if not self._enabled:
+            return
+        if len(state_dict) == 0:
+            raise RuntimeError("The source state dict is empty, possibly because it was saved from a disabled "
+                               "instance of GradScaler.")
+        self._init_scale = _check_positive("scale", state_dict["scale"])
+        self.set_growth_factor(state_dict["growth_factor"])
+        self.set_backoff_factor(state_dict["backoff_factor"])
+        self.set_growth_interval(state_dict["growth_interval"])
+        self._init_growth_tracker = int(state_dict["_growth_tracker"])
+        self._hysteresis = _check_int("hysteresis", state_dict.get("hysteresis", 1))
+        self._init_hysteresis_tracker = int(state_dict.get("_hysteresis_tracker", self._hysteresis))
+        self._min_scale = state_dict.get("min_scale", self._min_scale)
+        self._max_scale = state_dict.get("max_scale", self._max_scale)
+        if self._scale is not None:
+            self._scale[...] = self._init_scale
+            self._growth_tracker[...] = self._init_growth_tracker
+            self._hysteresis_tracker[...] = self._init_hysteresis_tracker
 
 
 AmpScaler = GradScaler  # the name the original proposal used

@@ -9,17 +9,25 @@ inside a backward (``XxxGrad``) and user-defined Functions are left out.
 
 The table is a read-only mapping from op name to :class:`OpInfo`; printing it
 gives one line per op grouped by tag, with any global override shown.
+
+The global per-op overrides (``ta.amp.set_op_precision`` and friends) are
+here too: they change the tag in force of an op named in this table, and the
+table is what checks the names. The overrides themselves are stored in
+:mod:`tinyamp.precision`, where the tape reads them.
 """
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Any, Iterator
 
 import tinyamp
 
-from .policy import FP32, LOWER, NEUTRAL, PROMOTE, Precision
+from ..autograd.custom_function import CustomFunction
+from ..autograd.function import Function
+from ..precision import FP32, LOWER, NEUTRAL, PROMOTE, Precision, as_precision, global_overrides
 
 _TAG_ORDER = {LOWER: 0, FP32: 1, PROMOTE: 2, NEUTRAL: 3}
 _TAG_MEANING = {
@@ -68,12 +76,10 @@ def _public_names() -> set[str]:
 
 def op_classes() -> dict[str, list[type]]:
     """Public op name -> the built-in Function classes that carry it (normally one)."""
-    from ..autograd.function import Function
-
     public = _public_names()
     result: dict[str, list[type]] = {}
     for cls in _all_subclasses(Function):
-        if cls._custom or not cls.__module__.startswith("tinyamp."):
+        if issubclass(cls, CustomFunction) or not cls.__module__.startswith("tinyamp."):
             continue
         if "precision" not in vars(cls) and not hasattr(cls, "precision"):
             continue
@@ -102,8 +108,6 @@ class OpTable(Mapping):
 
     def by_tag(self, tag: "Precision | str") -> list[str]:
         """Names of the ops whose tag in force is ``tag``."""
-        from .policy import as_precision
-
         tag = as_precision(tag)
         return [r.name for r in self._rows.values() if r.effective is tag]
 
@@ -132,8 +136,6 @@ class OpTable(Mapping):
 
 def op_table() -> OpTable:
     """Every public op with its precision tag, derived from the op classes."""
-    from .autocast import global_overrides
-
     overrides = global_overrides()
     rows = []
     for name, classes in op_classes().items():
@@ -147,3 +149,41 @@ def op_table() -> OpTable:
 def known_op_names() -> set[str]:
     """The names per-op overrides may use."""
     return set(op_classes())
+
+
+# --------------------------------------------------------------------------
+# Global per-op overrides
+# --------------------------------------------------------------------------
+
+def check_op_name(name: Any, where: str) -> str:
+    """``name`` if it is an op the table knows; else a ValueError naming ``where`` and close matches."""
+    known = known_op_names()
+    if not isinstance(name, str) or name not in known:
+        close = difflib.get_close_matches(str(name), sorted(known), n=3)
+        hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+        raise ValueError(f"{where}: unknown op name {name!r}{hint} (ta.amp.op_table() lists the ops)")
+    return name
+
+
+def set_op_precision(name: str, tag: "Precision | str") -> None:
+    """Override op ``name``'s tag in every autocast region (Paddle's custom white/black lists).
+
+    ``ta.amp.set_op_precision("exp", "lower")`` runs ``exp`` in float16 under
+    autocast; :func:`reset_op_precision` undoes it. Outside autocast only the
+    class tag counts (PROMOTE ops always promote).
+    """
+    global_overrides()[check_op_name(name, "set_op_precision")] = as_precision(tag)
+
+
+def get_op_precision(name: str) -> Precision:
+    """The tag op ``name`` has in autocast regions, global overrides included."""
+    check_op_name(name, "get_op_precision")
+    return global_overrides().get(name, op_classes()[name][0].precision)
+
+
+def reset_op_precision(name: "str | None" = None) -> None:
+    """Drop the global override of ``name`` (all of them when None)."""
+    if name is None:
+        global_overrides().clear()
+    else:
+        global_overrides().pop(check_op_name(name, "reset_op_precision"), None)

@@ -14,26 +14,25 @@ While a trace is open it records, for forward and backward:
 ``print(t)`` shows one row per op with its casts just before it, then totals;
 ``t.to_dict()`` gives the same data to programs.
 
-How it hooks in: ``Function.__call__`` reads one module global per op
-(``autograd.function._trace_hook``, None when no trace is open), the engine
-reads it once per backward, and ``amp.autocast.cast_input`` tells the trace why
-each cast happened. Nothing else is paid when no trace is open. A trace
-records the ops of the thread that opened it; traces nest (an inner trace's
-events also reach the outer one).
+How it hooks in: an open trace is the value of a context variable in
+:mod:`tinyamp.precision` (``current_trace()``, None when no trace is open),
+which ``Function.__call__`` reads once per op and the engine once per backward;
+``amp.casting.cast_input`` tells the trace why each cast happened. Nothing else
+is paid when no trace is open. Being a context variable, a trace records the
+ops of the thread (or asyncio task) that opened it; traces nest (an inner
+trace's events also reach the outer one).
 """
 
 from __future__ import annotations
 
-import importlib
-import threading
 import weakref
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .. import dtypes as dt
-
-# The module, not the class ``amp.autocast`` that the package exports under the same name.
-_autocast = importlib.import_module(f"{__package__}.autocast")
+from .. import precision
+from ..autograd.custom_function import CustomFunction
+from ..ops.cast import Cast
 
 
 @dataclass
@@ -84,7 +83,7 @@ class Trace:
         self.cache_hits = 0
         self.cache_misses = 0
         self._parent: "Trace | None" = None
-        self._thread = 0
+        self._token: Any = None
         self._depth = 0              # > 0 while the engine runs backward
         self._node: Any = None       # the node whose backward is running
         self._pending: Any = None    # (op, cause, cache) for the Cast about to run
@@ -94,22 +93,15 @@ class Trace:
 
     # ------------------------------------------------------------ context
     def __enter__(self) -> "Trace":
-        from ..autograd import function as _function
-
         if self._open:
             raise RuntimeError("this trace is already open")
         self._open = True
-        self._thread = threading.get_ident()
-        self._parent = _function._trace_hook
-        _function._trace_hook = self
-        _autocast._trace_hook = self
+        self._parent = precision.current_trace()
+        self._token = precision.set_trace(self)
         return self
 
     def __exit__(self, *exc: Any) -> bool:
-        from ..autograd import function as _function
-
-        _function._trace_hook = self._parent
-        _autocast._trace_hook = self._parent
+        precision.reset_trace(self._token)
         self._open = False
         self._awaiting.clear()
         self._pending = None
@@ -119,17 +111,15 @@ class Trace:
     def phase(self) -> str:
         return "backward" if self._depth else "forward"
 
-    # --------------------------------------------------- hooks (called by tinyamp)
+    # ---------------------------------------- hooks (called by tinyamp, in this trace's thread)
     def begin_backward(self) -> None:
-        if threading.get_ident() == self._thread:
-            self._depth += 1
+        self._depth += 1
         if self._parent is not None:
             self._parent.begin_backward()
 
     def end_backward(self) -> None:
-        if threading.get_ident() == self._thread:
-            self._depth -= 1
-            self._node = None
+        self._depth -= 1
+        self._node = None
         if self._parent is not None:
             self._parent.end_backward()
 
@@ -139,21 +129,18 @@ class Trace:
 
     @node.setter
     def node(self, node: Any) -> None:
-        if threading.get_ident() == self._thread:
-            self._node = node
+        self._node = node
         if self._parent is not None:
             self._parent.node = node
 
     def expect_cast(self, op: Any, cause: str, cache: "str | None") -> None:
         """autocast is about to run a Cast for ``op`` because of ``cause``."""
-        if threading.get_ident() == self._thread:
-            self._pending = (op, cause, cache)
+        self._pending = (op, cause, cache)
         if self._parent is not None:
             self._parent.expect_cast(op, cause, cache)
 
     def record_op(self, op: Any, inputs: list, outputs: list) -> None:
-        if threading.get_ident() == self._thread:
-            self._record_op(op, inputs, outputs)
+        self._record_op(op, inputs, outputs)
         if self._parent is not None:
             self._parent.record_op(op, inputs, outputs)
 
@@ -164,8 +151,6 @@ class Trace:
         return record
 
     def _record_op(self, op: Any, inputs: list, outputs: list) -> None:
-        from ..ops.cast import Cast
-
         index = len(self.ops)
         if isinstance(op, Cast):
             self._record_cast_op(op, inputs, outputs, index)
@@ -188,7 +173,7 @@ class Trace:
                     record.op_index = index
                     arrived[position] = record.source
                     casts.append(cast_index)
-        tag = "custom" if op._custom else op.effective_precision(_current_state()).name
+        tag = "custom" if isinstance(op, CustomFunction) else op.effective_precision(precision.current_autocast()).name
         during = ""
         if self._depth and self._node is not None:
             during = self._node.name
@@ -199,8 +184,6 @@ class Trace:
         self.ops.append(record)
 
     def _record_cast_op(self, op: Any, inputs: list, outputs: list, index: int) -> None:
-        from ..ops.cast import Cast
-
         source, target = dt.dtype_name(inputs[0].dtype), dt.dtype_name(outputs[0].dtype)
         shape = inputs[0].shape
         if self._pending is not None:
@@ -305,12 +288,6 @@ class Trace:
 def trace() -> Trace:
     """Open a precision report: ``with ta.amp.trace() as t: ...``; then ``print(t)``."""
     return Trace()
-
-
-def _current_state() -> Any:
-    from . import state
-
-    return state.current()
 
 
 def _ref(obj: Any) -> Any:

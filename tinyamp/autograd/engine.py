@@ -1,4 +1,4 @@
-"""The backward engine: replay the reachable part of the tape in reverse.
+"""The backward engine: replay the reachable part of the tape in reverse; ``backward`` and ``grad``.
 
 Nodes are visited in decreasing sequence number from a heap: every node is
 recorded after the nodes that made its inputs, so this is a reverse topological
@@ -15,9 +15,8 @@ import heapq
 from typing import Any, Sequence
 
 from .. import dtypes as dt
-from ..amp import state as amp_state
+from ..precision import current_trace, reset_autocast, set_autocast
 from ..tensor import Tensor
-from . import function as _function
 from .grad_mode import _grad_enabled
 
 
@@ -76,8 +75,8 @@ def run_backward(roots: Sequence[Tensor], root_grads: Sequence[Tensor], retain_g
             push(root.grad_fn)
 
     token_grad = _grad_enabled.set(bool(create_graph))
-    token_amp = amp_state.set_state(None)
-    tracer = _function._trace_hook  # an open precision report (amp.report), else None
+    token_amp = set_autocast(None)
+    tracer = current_trace()  # an open precision report (amp.report), else None
     if tracer is not None:
         tracer.begin_backward()
     try:
@@ -121,7 +120,7 @@ def run_backward(roots: Sequence[Tensor], root_grads: Sequence[Tensor], retain_g
     finally:
         if tracer is not None:
             tracer.end_backward()
-        amp_state.reset_state(token_amp)
+        reset_autocast(token_amp)
         _grad_enabled.reset(token_grad)
 
     # Leaf hooks see the fully summed gradient, then it lands in .grad or is returned.
@@ -164,3 +163,72 @@ def run_backward(roots: Sequence[Tensor], root_grads: Sequence[Tensor], retain_g
         else:
             results.append(captured.get((id(t.grad_fn), t._out_index)))
     return results
+
+
+# ----------------------------------------------------------- the public entry points
+
+def _as_list(x: "Tensor | Sequence[Tensor] | None") -> list:
+    if x is None:
+        return []
+    return [x] if isinstance(x, Tensor) else list(x)
+
+
+def _seed_gradients(outputs: list, grad_outputs: list, caller: str) -> list:
+    """One gradient per output; an implicit one only for scalars."""
+    if grad_outputs and len(grad_outputs) != len(outputs):
+        raise RuntimeError(f"{caller}: got {len(grad_outputs)} gradients for {len(outputs)} outputs")
+    seeds = []
+    for i, out in enumerate(outputs):
+        if not isinstance(out, Tensor):
+            raise TypeError(f"{caller}: outputs must be Tensors, got {type(out).__name__}")
+        if not out.requires_grad:
+            raise RuntimeError(f"{caller}: element {i} of tensors does not require grad and does not "
+                               f"have a grad_fn")
+        g = grad_outputs[i] if grad_outputs else None
+        if g is None:
+            if out.data.size != 1:
+                raise RuntimeError(f"{caller}: grad can be implicitly created only for scalar outputs; "
+                                   f"output {i} has shape {list(out.shape)}, pass a gradient")
+            g = Tensor._wrap(out.device.xp.ones(out.shape, dtype=out.dtype))
+        elif not isinstance(g, Tensor):
+            raise TypeError(f"{caller}: gradients must be Tensors or None, got {type(g).__name__}")
+        elif g.shape != out.shape or g.dtype != out.dtype:
+            raise RuntimeError(f"{caller}: mismatch in shape or dtype: gradient has shape {list(g.shape)} "
+                               f"and dtype {g.dtype}, output {i} has shape {list(out.shape)} and dtype {out.dtype}")
+        seeds.append(g)
+    return seeds
+
+
+def backward(tensors: "Tensor | Sequence[Tensor]", grad_tensors: "Tensor | Sequence[Tensor | None] | None" = None,
+             retain_graph: bool | None = None, create_graph: bool = False,
+             inputs: "Sequence[Tensor] | None" = None) -> None:
+    """Sum of d(tensors)/d(leaf), weighted by ``grad_tensors``, added into each leaf's ``.grad``."""
+    outputs = _as_list(tensors)
+    seeds = _seed_gradients(outputs, _as_list(grad_tensors) if grad_tensors is not None else [], "backward")
+    if retain_graph is None:
+        retain_graph = create_graph
+    run_backward(outputs, seeds, retain_graph, create_graph,
+                 inputs=None if inputs is None else _as_list(inputs), accumulate=True)
+
+
+def grad(outputs: "Tensor | Sequence[Tensor]", inputs: "Tensor | Sequence[Tensor]",
+         grad_outputs: "Tensor | Sequence[Tensor | None] | None" = None, retain_graph: bool | None = None,
+         create_graph: bool = False, allow_unused: bool = False) -> tuple:
+    """Gradients of ``outputs`` with respect to ``inputs``, returned (``.grad`` untouched)."""
+    outs = _as_list(outputs)
+    ins = _as_list(inputs)
+    for i, t in enumerate(ins):
+        if not isinstance(t, Tensor) or not t.requires_grad:
+            raise RuntimeError(f"grad: input {i} does not require grad")
+    seeds = _seed_gradients(outs, _as_list(grad_outputs) if grad_outputs is not None else [], "grad")
+    if retain_graph is None:
+        retain_graph = create_graph
+    results = run_backward(outs, seeds, retain_graph, create_graph, inputs=ins, accumulate=False)
+    for i, (t, g) in enumerate(zip(ins, results)):
+        if g is None and not allow_unused:
+            raise RuntimeError(f"grad: one of the differentiated Tensors (input {i}, shape {list(t.shape)}) "
+                               f"appears to not have been used in the graph. Set allow_unused=True "
+                               f"if this is the desired behavior.")
+    if not create_graph:
+        results = [None if g is None else g.detach() for g in results]
+    return tuple(results)

@@ -1,6 +1,6 @@
 """The Function base class: the one place an op is prepared, autocast, run and recorded.
 
-An op is a subclass with three things side by side (DESIGN.md section 2)::
+An op is a subclass with three things side by side::
 
     class Exp(Function):
         '''y = exp(x); dx = gy * y'''
@@ -20,9 +20,9 @@ when grad mode is on and an input requires grad, records the instance itself as 
 node of the tape. The instance is also the op's context: non-tensor arguments
 (``dim``, ``keepdim``) go to ``__init__``.
 
-The same class, with ``@staticmethod forward(ctx, ...)`` and ``backward(ctx, ...)``,
-is the user-extensible ``ta.autograd.Function`` with PyTorch's ``apply``,
-``ctx.save_for_backward`` and ``ctx.needs_input_grad``.
+User-defined Functions (PyTorch's ``apply``, ``ctx.save_for_backward``) are a
+subclass of this one, in ``custom_function.py``. The life of one call, and how
+the engine replays the tape: docs/ARCHITECTURE.md.
 """
 
 from __future__ import annotations
@@ -33,18 +33,17 @@ from typing import Any, ClassVar
 import numpy as np
 
 from .. import dtypes as dt
-from ..amp import state as amp_state
-from ..amp.autocast import cast_input, global_overrides
-from ..amp.policy import NEUTRAL, PROMOTE, Precision, compute_dtype, needs_cast
 from ..backend import array_module
+from ..precision import (PROMOTE, AutocastState, Precision, compute_dtype, current_autocast, current_trace,
+                         global_overrides, insert_cast, needs_cast)
 from ..tensor import Tensor
-from .grad_mode import _grad_enabled, no_grad
+from .grad_mode import _grad_enabled
 
 # The tape's clock: every recorded node takes the next number, so decreasing
-# sequence numbers are a valid reverse topological order (DESIGN.md section 3).
+# sequence numbers are a valid reverse topological order.
 _sequence = itertools.count()
 
-_FREED_MESSAGE = (
+FREED_MESSAGE = (
     "Trying to backward through the graph a second time (or directly access saved "
     "tensors after they have already been freed). Saved intermediate values of the "
     "graph are freed when you call .backward() or autograd.grad(). Specify "
@@ -54,7 +53,7 @@ _FREED_MESSAGE = (
 
 
 class Function:
-    """Base of every op (and of user-defined autograd functions)."""
+    """Base of every op (and, through ``CustomFunction``, of user-defined autograd functions)."""
 
     # Required on every op class: what autocast does to its inputs.
     precision: ClassVar[Precision]
@@ -64,32 +63,26 @@ class Function:
     # Which inputs / outputs backward reads (kept alive, version-checked).
     save_inputs: ClassVar[tuple[int, ...]] = ()
     save_outputs: ClassVar[tuple[int, ...]] = ()
-    # Optional {saved input: the input gradients that read it}. A saved input
-    # whose readers all need no gradient is not kept (saved_tensors gives None):
+    # Optional {saved input: the input gradients that need it}. A saved input
+    # none of whose gradients is needed is not kept (saved_tensors gives None):
     # x @ W with a constant x keeps x only, not the (float16 copy of the) weight.
-    saved_input_readers: ClassVar["dict[int, tuple[int, ...]] | None"] = None
-    # True for PyTorch-style subclasses with @staticmethod forward(ctx, ...).
-    _custom: ClassVar[bool] = False
+    saved_input_needed_by: ClassVar["dict[int, tuple[int, ...]] | None"] = None
 
     # Per-node state, filled in by _record().
     seq: int = -1
     needs_input_grad: tuple[bool, ...] = ()
+    _edges: "list | tuple" = ()          # per input: None, (node, output index) or (None, leaf)
+    _input_meta: "list | tuple" = ()     # per input: (shape, dtype) as recorded
+    _output_meta: "list | tuple" = ()    # per output: (shape, dtype)
     _freed: bool = False
     _saved_in: "list | tuple" = ()
     _saved_out: "list | tuple" = ()
-    _saved_user: tuple = ()
     _output_hooks: "dict[int, list] | None" = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if "name" not in cls.__dict__:
             cls.name = cls.__name__.lower()
-        if "forward" in cls.__dict__:
-            cls._custom = isinstance(cls.__dict__["forward"], staticmethod)
-        if cls._custom and "precision" not in cls.__dict__ and not hasattr(cls, "precision"):
-            # User functions run in the dtypes they receive unless custom_fwd
-            # says otherwise (PyTorch's meaning).
-            cls.precision = NEUTRAL
 
     # ------------------------------------------------------------------ ops
     def forward(self, xp: Any, *arrays: Any) -> Any:
@@ -99,11 +92,9 @@ class Function:
         raise NotImplementedError(f"{type(self).__name__} has no backward")
 
     def __call__(self, *args: Any) -> Any:
-        if self._custom:
-            raise TypeError(f"{type(self).__name__} is a custom Function: call "
-                            f"{type(self).__name__}.apply(...) instead")
+        """Prepare the inputs, autocast them, run ``forward``, record the node: the one way an op runs."""
         tensors = _as_tensors(self, args)
-        state = amp_state.current()
+        state = current_autocast()  # None when autocast is off: one ContextVar read
         if state is not None or (self.precision is PROMOTE and _mixed_dtypes(tensors)):
             tensors = self._apply_precision(tensors, state)
         arrays = [t.data for t in tensors]
@@ -111,17 +102,21 @@ class Function:
         outputs = self.forward(xp, *arrays)
         single = not isinstance(outputs, tuple)
         out_tensors = [Tensor._wrap(o) for o in ((outputs,) if single else outputs)]
-        if _grad_enabled.get():
-            for t in tensors:
-                if t._requires_grad:
-                    self._record(tensors, out_tensors)
-                    break
-        tracer = _trace_hook
-        if tracer is not None:
-            tracer.record_op(self, tensors, out_tensors)
+        self._record_and_trace(tensors, out_tensors)
         return out_tensors[0] if single else tuple(out_tensors)
 
-    def _apply_precision(self, tensors: list[Tensor], state: "amp_state.AutocastState | None") -> list[Tensor]:
+    def _record_and_trace(self, inputs: list[Tensor], outputs: list[Tensor]) -> None:
+        """Record the node when grad mode is on and an input requires grad; tell an open trace."""
+        if _grad_enabled.get():
+            for t in inputs:
+                if t._requires_grad:
+                    self._record(inputs, outputs)
+                    break
+        tracer = current_trace()
+        if tracer is not None:
+            tracer.record_op(self, inputs, outputs)
+
+    def _apply_precision(self, tensors: list[Tensor], state: "AutocastState | None") -> list[Tensor]:
         """Insert recorded casts so the inputs reach the op's compute dtype."""
         if state is not None and state.device_type is not None and tensors and \
                 tensors[0].device.type != state.device_type:
@@ -129,17 +124,17 @@ class Function:
         tag = self.effective_precision(state)
         target = compute_dtype(tag, [t.dtype for t in tensors], None if state is None else state.dtype)
         if target is not None:
-            tensors = [cast_input(self, t, target, state, tag) if needs_cast(tag, t.dtype, target) else t
+            tensors = [insert_cast(self, t, target, state, tag) if needs_cast(tag, t.dtype, target) else t
                        for t in tensors]
         if tag is not self.precision and self.precision is PROMOTE:
             # An overridden PROMOTE op still needs equal operand dtypes.
             target = compute_dtype(PROMOTE, [t.dtype for t in tensors], None)
             if target is not None:
-                tensors = [cast_input(self, t, target, state, PROMOTE) if needs_cast(PROMOTE, t.dtype, target)
+                tensors = [insert_cast(self, t, target, state, PROMOTE) if needs_cast(PROMOTE, t.dtype, target)
                            else t for t in tensors]
         return tensors
 
-    def effective_precision(self, state: "amp_state.AutocastState | None") -> Precision:
+    def effective_precision(self, state: "AutocastState | None") -> Precision:
         """The op's tag after any per-region or global override by name (autocast regions only)."""
         if state is None:
             return self.precision  # outside autocast only the class tag counts
@@ -167,9 +162,9 @@ class Function:
         self._edges = edges
         self._input_meta = meta
         self._output_meta = [(o.data.shape, o.data.dtype) for o in outputs]
-        readers = self.saved_input_readers
+        needed_by = self.saved_input_needed_by
         self._saved_in = [(inputs[i], inputs[i]._version[0])
-                          if readers is None or any(needs[j] for j in readers[i]) else (None, 0)
+                          if needed_by is None or any(needs[j] for j in needed_by[i]) else (None, 0)
                           for i in self.save_inputs]
         self._saved_out = [(outputs[i].data, outputs[i]._version, outputs[i]._version[0])
                            for i in self.save_outputs]
@@ -180,20 +175,28 @@ class Function:
                 out._requires_grad = True
 
     @property
+    def input_shapes(self) -> tuple[tuple[int, ...], ...]:
+        """The shapes of the inputs as recorded (after autocast's casts), one per input."""
+        return tuple(shape for shape, _dtype in self._input_meta)
+
+    @property
+    def input_dtypes(self) -> tuple[np.dtype, ...]:
+        """The dtypes of the inputs as recorded (after autocast's casts), one per input."""
+        return tuple(dtype for _shape, dtype in self._input_meta)
+
+    @property
     def saved_tensors(self) -> tuple[Tensor, ...]:
         """The saved inputs, then the saved outputs, as graph-connected Tensors."""
-        if self._custom:
-            return self._custom_saved()
         if self._freed:
-            raise RuntimeError(_FREED_MESSAGE)
+            raise RuntimeError(FREED_MESSAGE)
         result = []
         for tensor, version in self._saved_in:
             if tensor is not None and tensor._version[0] != version:
-                raise _modified_error(self, tensor.shape, tensor.dtype, version, tensor._version[0])
+                raise modified_error(self, tensor.shape, tensor.dtype, version, tensor._version[0])
             result.append(tensor)
         for (array, counter, version), index in zip(self._saved_out, self.save_outputs):
             if counter[0] != version:
-                raise _modified_error(self, array.shape, array.dtype, version, counter[0])
+                raise modified_error(self, array.shape, array.dtype, version, counter[0])
             # A fresh Tensor over the same array, linked to this node, so a
             # backward that uses the output is itself differentiable.
             out = Tensor._wrap(array)
@@ -206,15 +209,12 @@ class Function:
 
         For the precision report and memory accounting; nothing is version-checked.
         """
-        if self._custom:
-            return [(item.data, item) if kind == "in" else (self._saved_out[item][0], None)
-                    for kind, item in self._saved_user]
         items = [(t.data, t) for t, _version in self._saved_in if t is not None]
         return items + [(array, None) for array, _counter, _version in self._saved_out]
 
     def release(self) -> None:
         """Drop saved tensors (after a backward without retain_graph)."""
-        if self._saved_in or self._saved_out or self._custom:
+        if self._saved_in or self._saved_out:
             self._saved_in, self._saved_out = [], []
             self._freed = True
 
@@ -226,94 +226,13 @@ class Function:
     def __repr__(self) -> str:
         return f"<{type(self).__name__}Backward seq={self.seq}>"
 
-    # ------------------------------------------------ user-defined Functions
-    @classmethod
-    def apply(cls, *args: Any) -> Any:
-        """Run a user-defined Function (PyTorch's ``MyFunction.apply(...)``)."""
-        if not cls._custom:
-            return cls()(*args)
-        ctx = cls()
-        ctx._saved_user = ()
-        ctx._autocast_at_forward = amp_state.current()
-        cast_to = getattr(cls.forward, "_amp_cast_inputs", None)
-        if cast_to is not None:
-            # custom_fwd(cast_inputs=...): recorded casts before the node records
-            # its inputs, so each gradient returns in its argument's dtype.
-            args = _custom_fwd_casts(ctx, args, cast_to, cls.forward._amp_device_type)
-        tensor_args = [a for a in args if isinstance(a, Tensor)]
-        ctx.needs_input_grad = tuple(isinstance(a, Tensor) and a.requires_grad for a in args)
-        with no_grad():
-            outputs = cls.forward(ctx, *args)
-        single = not isinstance(outputs, tuple)
-        returned = (outputs,) if single else outputs
-        for out in returned:
-            if not isinstance(out, Tensor):
-                raise TypeError(f"{cls.__name__}.forward must return Tensors, got {type(out).__name__}")
-        out_tensors = [Tensor._wrap(o.data) for o in returned]
-        if _grad_enabled.get() and any(t.requires_grad for t in tensor_args):
-            ctx._arg_is_tensor = [isinstance(a, Tensor) for a in args]
-            needs = ctx.needs_input_grad
-            ctx._record(tensor_args, out_tensors)
-            ctx.needs_input_grad = needs  # _record set tensor-only flags; PyTorch's are per argument
-            # Outputs the user saved are re-linked to this node at backward time.
-            out_ids = {id(o): i for i, o in enumerate(returned)}
-            ctx._saved_user = tuple(("out", out_ids[id(t)]) if id(t) in out_ids else ("in", t)
-                                    for t in ctx._saved_user)
-            ctx._saved_out = [(o.data, o._version, o._version[0]) for o in out_tensors]
-        tracer = _trace_hook
-        if tracer is not None:
-            tracer.record_op(ctx, tensor_args, out_tensors)
-        return out_tensors[0] if single else tuple(out_tensors)
-
-    def save_for_backward(self, *tensors: Tensor) -> None:
-        """Keep tensors for backward (user-defined Functions)."""
-        self._saved_user = tensors
-
-    def mark_non_differentiable(self, *tensors: Tensor) -> None:  # accepted for portability
-        pass
-
-    def _custom_saved(self) -> tuple[Tensor, ...]:
-        if self._freed:
-            raise RuntimeError(_FREED_MESSAGE)
-        result = []
-        for kind, item in self._saved_user:
-            if kind == "in":
-                result.append(item)
-            else:
-                array, _counter, _version = self._saved_out[item]
-                out = Tensor._wrap(array)
-                out.grad_fn, out._out_index, out.requires_grad = self, item, True
-                result.append(out)
-        return tuple(result)
-
     def _run_backward(self, grads: list[Tensor]) -> tuple:
         """Call backward and return one gradient (or None) per recorded input."""
-        if not self._custom:
-            result = self.backward(*grads)
-            return result if isinstance(result, tuple) else (result,)
-        result = type(self).backward(self, *grads)
-        result = result if isinstance(result, tuple) else (result,)
-        if len(result) != len(self._arg_is_tensor):
-            raise RuntimeError(f"function {type(self).__name__}.backward returned {len(result)} "
-                               f"gradients, expected {len(self._arg_is_tensor)} (one per forward argument)")
-        return tuple(g for g, is_tensor in zip(result, self._arg_is_tensor) if is_tensor)
+        result = self.backward(*grads)
+        return result if isinstance(result, tuple) else (result,)
 
 
-# Set by amp.report while a trace is open; None costs one global read per op.
-_trace_hook: Any = None
-
-
-def _custom_fwd_casts(ctx: Function, args: tuple, dtype: np.dtype, device_type: "str | None") -> tuple:
-    """Floating (not float64) Tensor arguments cast to ``dtype`` when autocast is on."""
-    state = amp_state.current()
-    if state is None or (device_type is not None and state.device_type not in (None, device_type)):
-        return args
-    return tuple(cast_input(ctx, a, dtype, state, None)
-                 if isinstance(a, Tensor) and a.dtype in dt.FLOATING and a.dtype != dt.float64
-                 and a.dtype != dtype else a for a in args)
-
-
-def _modified_error(node: Function, shape: tuple, dtype: np.dtype, saved: int, now: int) -> RuntimeError:
+def modified_error(node: Function, shape: tuple, dtype: np.dtype, saved: int, now: int) -> RuntimeError:
     return RuntimeError(
         f"one of the variables needed for gradient computation has been modified by an "
         f"inplace operation: [{dt.dtype_name(dtype)} {list(shape)}] saved by "
@@ -333,8 +252,15 @@ def _as_tensors(op: Function, args: tuple) -> list[Tensor]:
     """Inputs as Tensors; a Python scalar takes the dtype and device of the tensor operand.
 
     NumPy 2 would treat a 0-d float64 array as a strong type and silently
-    promote float16/float32 to float64 off the tape (DESIGN.md section 2).
+    promote float16/float32 to float64 off the tape.
     """
+    for arg in args:
+        if not isinstance(arg, Tensor):
+            return _with_scalars(op, args)
+    return list(args)  # the common case, on every op: Tensors only
+
+
+def _with_scalars(op: Function, args: tuple) -> list[Tensor]:
     reference = None
     for arg in args:
         if isinstance(arg, Tensor):

@@ -22,6 +22,7 @@ import numpy as np
 from .. import backend
 from .. import dtypes as dt
 from ..tensor import Tensor
+from .engine import grad
 
 
 def _outputs(func: Callable, inputs: Sequence[Tensor]) -> list[Tensor]:
@@ -39,8 +40,6 @@ def _check_inputs(inputs: Sequence[Tensor], caller: str) -> None:
 def gradcheck(func: Callable, inputs: Sequence[Tensor], eps: float = 1e-6, atol: float = 1e-5,
               rtol: float = 1e-3, raise_exception: bool = True, seed: int = 0) -> bool:
     """Check the gradients of ``func`` at ``inputs`` against central differences."""
-    from . import grad  # noqa: PLC0415 - package-level API, defined after this module is imported
-
     inputs = list(inputs)
     _check_inputs(inputs, "gradcheck")
     rng = np.random.default_rng(seed)
@@ -91,8 +90,6 @@ def gradcheck(func: Callable, inputs: Sequence[Tensor], eps: float = 1e-6, atol:
 def gradgradcheck(func: Callable, inputs: Sequence[Tensor], eps: float = 1e-6, atol: float = 1e-5,
                   rtol: float = 1e-3, raise_exception: bool = True, seed: int = 1) -> bool:
     """Check second derivatives: gradcheck of ``(x, v) -> grad(func(x), x, v, create_graph=True)``."""
-    from . import grad  # noqa: PLC0415
-
     inputs = list(inputs)
     _check_inputs(inputs, "gradgradcheck")
     rng = np.random.default_rng(seed)

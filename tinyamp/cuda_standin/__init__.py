@@ -16,6 +16,7 @@ host<->device copies and synchronisations per phase (``counters``, see
 ``AttributeError`` naming it; nothing falls back to NumPy silently.
 
 Layout: ``_array`` (the ndarray), ``_routines`` (array functions and ufuncs),
+``_operators`` (the ndarray's operators and methods, attached from there),
 ``_memory`` (pool, pointers, allocators), ``_device`` (Device, Stream,
 Event), ``runtime``, ``cublas``, ``kernels`` (g++-compiled CUDA sources),
 ``random``, ``linalg``, ``lib``, ``cupyx``, ``_counters``. It imports only
@@ -30,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from . import _operators  # noqa: F401 - attaches the ndarray's operators and value methods
 from . import _routines, cublas, cuda, cupyx, kernels, lib, linalg, random
 from ._array import ndarray
 from ._counters import KINDS, Counters, counters

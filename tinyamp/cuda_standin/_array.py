@@ -32,6 +32,7 @@ import numpy as np
 
 from . import _memory
 from ._counters import counters
+from ._device import Device
 
 PYTHON_SCALARS = (int, float, bool, complex)
 IMPLICIT_CONVERSION = ("Implicit conversion to a NumPy array is not allowed. "
@@ -187,45 +188,6 @@ def _split_key(key: Any, keep: list) -> tuple[tuple, bool]:
     return tuple(k if _is_basic(k) else _index_operand(k, keep) for k in parts), False
 
 
-def _binary(name: str) -> Any:
-    def method(self: "ndarray", other: Any) -> Any:
-        if type(other) is not ndarray and _defers(other):
-            return NotImplemented
-        return getattr(_routines(), name)(self, other)
-    method.__name__ = f"__{name}__"
-    return method
-
-
-def _reflected(name: str) -> Any:
-    def method(self: "ndarray", other: Any) -> Any:
-        if _defers(other):
-            return NotImplemented
-        return getattr(_routines(), name)(other, self)
-    return method
-
-
-def _inplace(name: str) -> Any:
-    def method(self: "ndarray", other: Any) -> "ndarray":
-        return getattr(_routines(), name)(self, other, out=self)
-    return method
-
-
-def _defers(other: Any) -> bool:
-    """NEP 13 as CuPy applies it: give way to an operand that opted out of ufuncs (``__array_ufunc__ = None``)."""
-    return getattr(type(other), "__array_ufunc__", False) is None
-
-
-_routines_module: Any = None
-
-
-def _routines() -> Any:
-    global _routines_module
-    if _routines_module is None:
-        from . import _routines as routines  # noqa: PLC0415 - they build ndarrays; imported on first use
-        _routines_module = routines
-    return _routines_module
-
-
 class ndarray:  # noqa: N801 - CuPy's name
     """``cupy.ndarray`` of the stand-in (see the module docstring)."""
 
@@ -280,8 +242,7 @@ class ndarray:  # noqa: N801 - CuPy's name
         return _memory.MemoryPointer(mem, self._a.__array_interface__["data"][0] - mem.ptr)
 
     @property
-    def device(self) -> Any:
-        from ._device import Device  # noqa: PLC0415
+    def device(self) -> Device:
         return Device(self._data.device_id)
 
     @property
@@ -355,10 +316,6 @@ class ndarray:  # noqa: N801 - CuPy's name
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         raise TypeError(IMPLICIT_CONVERSION)
 
-    def __reduce__(self) -> tuple:
-        from ._routines import array  # noqa: PLC0415
-        return array, (self.get(order="A"),)
-
     def __copy__(self) -> "ndarray":
         return self.copy()
 
@@ -366,22 +323,6 @@ class ndarray:  # noqa: N801 - CuPy's name
         return self.copy()
 
     # ---------------------------------------------------- NumPy protocols
-    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
-        routines = _routines()
-        func = getattr(routines, ufunc.__name__, None)
-        if not isinstance(func, routines.ufunc):
-            return NotImplemented
-        if "out" in kwargs:
-            out = kwargs["out"]
-            if len(out) != 1:
-                raise ValueError("The 'out' parameter must have exactly one array value")
-            kwargs["out"] = out[0]
-        if method == "__call__":
-            return func(*inputs, **kwargs)
-        if method == "at":
-            return func.at(*inputs, **kwargs)
-        return NotImplemented
-
     def __array_function__(self, func: Any, types: tuple, args: tuple, kwargs: dict) -> Any:
         module = sys.modules[__package__]  # the stand-in's cupy namespace (this package)
         for part in func.__module__.split(".")[1:]:
@@ -493,49 +434,6 @@ class ndarray:  # noqa: N801 - CuPy's name
             self._a[...] = host[()]
         counters.launch("fill")
 
-    # Reductions and the other value methods (sum, max, argmax, clip, ...) are the module
-    # functions of the same name, attached by _routines.ARRAY_METHODS.
-
-    # ---------------------------------------------------------- operators
-    __add__, __radd__, __iadd__ = _binary("add"), _reflected("add"), _inplace("add")
-    __sub__, __rsub__, __isub__ = _binary("subtract"), _reflected("subtract"), _inplace("subtract")
-    __mul__, __rmul__, __imul__ = _binary("multiply"), _reflected("multiply"), _inplace("multiply")
-    __truediv__, __rtruediv__, __itruediv__ = (_binary("true_divide"), _reflected("true_divide"),
-                                               _inplace("true_divide"))
-    __floordiv__, __rfloordiv__, __ifloordiv__ = (_binary("floor_divide"), _reflected("floor_divide"),
-                                                  _inplace("floor_divide"))
-    __mod__, __rmod__, __imod__ = _binary("remainder"), _reflected("remainder"), _inplace("remainder")
-    __pow__, __rpow__, __ipow__ = _binary("power"), _reflected("power"), _inplace("power")
-    __matmul__, __rmatmul__ = _binary("matmul"), _reflected("matmul")
-    __and__, __rand__, __iand__ = _binary("bitwise_and"), _reflected("bitwise_and"), _inplace("bitwise_and")
-    __or__, __ror__, __ior__ = _binary("bitwise_or"), _reflected("bitwise_or"), _inplace("bitwise_or")
-    __xor__, __rxor__, __ixor__ = _binary("bitwise_xor"), _reflected("bitwise_xor"), _inplace("bitwise_xor")
-    __lt__, __le__, __gt__, __ge__ = _binary("less"), _binary("less_equal"), _binary("greater"), \
-        _binary("greater_equal")
-
-    def __eq__(self, other: Any) -> Any:  # type: ignore[override]
-        if other is None or (type(other).__eq__ is object.__eq__ and type(other) is not ndarray):
-            return _routines().zeros(self.shape, dtype=np.bool_)  # CuPy: never equal to an arbitrary object
-        if type(other) is not ndarray and _defers(other):
-            return NotImplemented
-        return _routines().equal(self, other)
-
-    def __ne__(self, other: Any) -> Any:  # type: ignore[override]
-        if other is None or (type(other).__eq__ is object.__eq__ and type(other) is not ndarray):
-            return _routines().ones(self.shape, dtype=np.bool_)
-        if type(other) is not ndarray and _defers(other):
-            return NotImplemented
-        return _routines().not_equal(self, other)
-
-    def __neg__(self) -> "ndarray":
-        return _routines().negative(self)
-
-    def __pos__(self) -> "ndarray":
-        return _routines().positive(self)
-
-    def __abs__(self) -> "ndarray":
-        return _routines().absolute(self)
-
-    def __invert__(self) -> "ndarray":
-        return _routines().invert(self)
-
+    # The Python operators, __array_ufunc__, __reduce__ and the value methods (sum, max, clip,
+    # ...) are attached by _operators.py: they call the functions of _routines.py, which build
+    # ndarrays.

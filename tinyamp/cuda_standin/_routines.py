@@ -519,14 +519,3 @@ ARRAY_METHODS = {
     "round": around, "dot": dot, "nonzero": nonzero, "sort": _sort_in_place, "argsort": argsort, "take": take,
     "repeat": repeat, "trace": trace, "partition": _partition_in_place, "put": put,
 }
-
-
-def _method(function: Callable) -> Callable:
-    def method(self: ndarray, *args: Any, **kwargs: Any) -> Any:
-        return function(self, *args, **kwargs)
-    method.__name__ = function.__name__
-    return method
-
-
-for _name, _function in ARRAY_METHODS.items():
-    setattr(ndarray, _name, _method(_function))

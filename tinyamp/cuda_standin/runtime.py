@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 
 from ._counters import counters
+from ._memory import get_default_memory_pool
 
 DEVICE_COUNT = 1
 COMPUTE_CAPABILITY = (8, 0)
@@ -64,7 +65,6 @@ def deviceSynchronize() -> None:  # noqa: N802
 
 def memGetInfo() -> tuple[int, int]:  # noqa: N802
     """(free, total) bytes of the device: total minus what the stand-in's pools hold."""
-    from ._memory import get_default_memory_pool  # noqa: PLC0415 - the pool imports this module's errors
     return TOTAL_MEMORY - get_default_memory_pool().total_bytes(), TOTAL_MEMORY
 
 

@@ -7,17 +7,18 @@ Both accept NumPy arrays and tinyamp Tensors. A NumPy input gives NumPy
 batches; a Tensor input gives Tensor batches on the same device, built from
 the Tensor's raw array, so loading never records anything on the autograd
 tape. Python numbers in samples (a custom Dataset's integer labels) batch
-into a Tensor, as ``torch``'s default collation does. tinyamp itself is imported only inside the functions that handle a
-Tensor: ``tinyamp/__init__`` imports this package, so a module-level import
-would be a cycle (and NumPy-only use never needs it).
+into a Tensor, as ``torch``'s default collation does.
 """
 
 from __future__ import annotations
 
-import sys
 from typing import Any, Iterator, Protocol, Sequence
 
 import numpy as np
+
+from .. import backend
+from ..random import Generator, default_generator
+from ..tensor import Tensor
 
 __all__ = ["TensorDataset", "Subset", "random_split", "DataLoader"]
 
@@ -33,34 +34,19 @@ class Dataset(Protocol):
 # ------------------------------------------------------ Tensor/NumPy glue
 
 
-def _is_tensor(x: Any) -> bool:
-    """True for a tinyamp Tensor.
-
-    Looked up in ``sys.modules`` rather than imported: if ``tinyamp.tensor``
-    was never imported, no Tensor can exist, and NumPy-only use stays free
-    of the package.
-    """
-    tensor_module = sys.modules.get("tinyamp.tensor")
-    return tensor_module is not None and isinstance(x, tensor_module.Tensor)
-
-
 def _as_tensor(data: Any) -> Any:
     """Wrap a freshly gathered backend array as a Tensor, without copying.
 
     The gather already made a private copy on the source tensor's device with
     its dtype, so ``tinyamp.tensor`` (which copies again) would only cost time.
     """
-    import tinyamp  # lazy: see the module docstring
-
-    return tinyamp.Tensor(data)
+    return Tensor(data)
 
 
 def _index_on_device(index: np.ndarray, array: Any) -> Any:
     """``index`` moved to the device that holds ``array`` (no-op on CPU)."""
     if isinstance(array, np.ndarray):
         return index
-    from tinyamp import backend  # lazy: see the module docstring
-
     return backend.to_device(index, backend.device_of(array))
 
 
@@ -80,7 +66,7 @@ class TensorDataset:
             raise ValueError("TensorDataset: expected at least one tensor, found none")
         converted = []
         for t in tensors:
-            if not (isinstance(t, np.ndarray) or _is_tensor(t)):
+            if not (isinstance(t, np.ndarray) or isinstance(t, Tensor)):
                 t = np.asarray(t)
             if len(t.shape) == 0:
                 raise ValueError(
@@ -149,17 +135,15 @@ def random_split(dataset: Dataset, lengths: Sequence[float], generator: Any = No
 def _stack(items: Sequence[Any]) -> Any:
     """Stack one field of a list of samples into a batch."""
     first = items[0]
-    if _is_tensor(first):
-        from tinyamp import backend  # lazy: see the module docstring
-
+    if isinstance(first, Tensor):
         xp = backend.array_module(first.data)
         return _as_tensor(xp.stack([item.data for item in items]))
-    if isinstance(first, (bool, int, float)) and sys.modules.get("tinyamp.tensor") is not None:
+    if isinstance(first, (bool, int, float)):
         # A Dataset returning (image_tensor, label_int): labels batch into an int64
         # (float: float64) Tensor, as torch's default_collate does, so they go
         # straight into a loss.
         return _as_tensor(np.asarray(items))
-    # NumPy arrays and NumPy scalars (and numbers when only NumPy is in use).
+    # NumPy arrays and NumPy scalars.
     return np.stack([np.asarray(item) for item in items])
 
 
@@ -290,11 +274,9 @@ def _host_rng(generator: Any) -> np.random.Generator:
     """The NumPy generator behind ``generator`` (None: tinyamp's default)."""
     if isinstance(generator, np.random.Generator):
         return generator
-    from tinyamp import random  # lazy: see the module docstring
-
     if generator is None:
-        generator = random.default_generator("cpu")
-    if not isinstance(generator, random.Generator):
+        generator = default_generator("cpu")
+    if not isinstance(generator, Generator):
         raise TypeError(
             "DataLoader: generator must be a tinyamp.Generator or a "
             f"numpy.random.Generator, found {type(generator).__name__}"

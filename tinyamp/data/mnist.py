@@ -87,7 +87,8 @@ def load_mnist(
         images, labels = _load_folder(os.fspath(root), split)
 
     if flatten:
-        images = images.reshape(len(images), -1)
+        # The width spelled out: reshape(0, -1) is ambiguous for an empty file.
+        images = images.reshape(len(images), images.shape[1] * images.shape[2])
     if normalize:
         # Multiplying by a float32 reciprocal keeps the result float32.
         images = images.astype(np.float32) * np.float32(1.0 / 255.0)

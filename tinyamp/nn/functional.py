@@ -21,6 +21,8 @@ _FORWARDED = frozenset({
     # layers
     "linear", "conv2d", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "dropout", "layer_norm", "batch_norm",
     "embedding", "pad", "flatten", "one_hot", "normalize",
+    # attention
+    "scaled_dot_product_attention",
 })
 
 __all__ = sorted(_FORWARDED)

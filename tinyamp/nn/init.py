@@ -14,7 +14,7 @@ import warnings
 from typing import Any
 
 from .. import dtypes as dt
-from ..ops.cast import convert_array
+from ..kernels.convert import convert
 from ..random import Generator, default_generator
 from ..tensor import Tensor
 
@@ -64,7 +64,7 @@ def _calculate_correct_fan(tensor: Tensor, mode: str) -> int:
 
 def _write(tensor: Tensor, array: Any) -> Tensor:
     """Store ``array`` into ``tensor`` in place: one rounding, one version bump, no graph."""
-    tensor.data[...] = convert_array(array, tensor.dtype) if array.dtype != tensor.dtype else array
+    tensor.data[...] = convert(array, tensor.dtype) if array.dtype != tensor.dtype else array
     tensor._version[0] += 1
     return tensor
 

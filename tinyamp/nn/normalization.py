@@ -15,6 +15,7 @@ Inside autocast the ops' FP32 tag applies and the output is float32, as in PyTor
 
 from __future__ import annotations
 
+import numbers
 from typing import Any, Sequence
 
 import tinyamp
@@ -108,7 +109,8 @@ class LayerNorm(Module):
     def __init__(self, normalized_shape: "int | Sequence[int]", eps: float = 1e-5, elementwise_affine: bool = True,
                  bias: bool = True, device: Any = None, dtype: Any = None) -> None:
         super().__init__()
-        shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+        integral = isinstance(normalized_shape, numbers.Integral)
+        shape = (int(normalized_shape),) if integral else tuple(normalized_shape)
         self.normalized_shape, self.eps, self.elementwise_affine = shape, eps, elementwise_affine
         if elementwise_affine:
             self.weight = Parameter(tinyamp.ones(shape, dtype=dtype, device=device))
@@ -120,6 +122,14 @@ class LayerNorm(Module):
             self.register_parameter("weight", None)
             self.register_parameter("bias", None)
 
+    def reset_parameters(self) -> None:
+        """Weight back to ones and bias to zeros (PyTorch's initialisation)."""
+        with tinyamp.no_grad():
+            if self.weight is not None:
+                self.weight.fill_(1)
+            if self.bias is not None:
+                self.bias.fill_(0)
+
     def forward(self, x: Tensor) -> Tensor:
         n = len(self.normalized_shape)
         if x.ndim < n or tuple(x.shape[x.ndim - n:]) != self.normalized_shape:
@@ -128,4 +138,5 @@ class LayerNorm(Module):
         return tinyamp.ops.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
 
     def extra_repr(self) -> str:
-        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
+        return (f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}, "
+                f"bias={self.bias is not None}")

@@ -18,7 +18,7 @@ import tinyamp
 
 from .. import backend
 from .. import dtypes as dt
-from ..ops.cast import convert_array
+from ..kernels.convert import convert
 from ..tensor import Tensor
 
 
@@ -29,7 +29,7 @@ def _grads(parameters: "Tensor | Iterable[Tensor]") -> list[Tensor]:
 
 
 def _float32(array: Any) -> Any:
-    return array if array.dtype == dt.float32 else convert_array(array, dt.float32)
+    return array if array.dtype == dt.float32 else convert(array, dt.float32)
 
 
 def _norm(xp: Any, array: Any, norm_type: float) -> Any:
@@ -69,7 +69,7 @@ def clip_grad_norm_(parameters: "Tensor | Iterable[Tensor]", max_norm: float, no
             if g.dtype == dt.float32:
                 g.data *= scale
             else:  # scale in float32, round once to the gradient's dtype
-                g.data[...] = convert_array(_float32(g.data) * scale, g.dtype)
+                g.data[...] = convert(_float32(g.data) * scale, g.dtype)
             g._version[0] += 1
     return Tensor._wrap(total)
 
@@ -102,6 +102,6 @@ def vector_to_parameters(vec: Tensor, parameters: Iterable[Tensor]) -> None:
     for p in parameters:
         n = p.numel()
         chunk = backend.to_device(vec.data[offset:offset + n], p.device).reshape(p.shape)
-        p.data[...] = chunk if chunk.dtype == p.dtype else convert_array(chunk, p.dtype)
+        p.data[...] = chunk if chunk.dtype == p.dtype else convert(chunk, p.dtype)
         p._version[0] += 1
         offset += n

@@ -15,14 +15,14 @@ from .elementwise import (abs, add, div, exp, log, log1p, mul, neg, pow, recipro
                           square, sub)
 from .reduce import amax, amin, argmax, argmin, max, mean, min, sum  # noqa: A004
 from .statistics import std, var
-from . import activation, select
-from . import division, logical, norms, sorting, statistics
+from . import activation, clamp_where
+from . import floor_division, logical, sorting, statistics, vector_norms
 from .sorting import argsort, sort, topk
-from .division import floor_divide, remainder
+from .floor_division import floor_divide, remainder
 from .logical import all, allclose, any, equal, isclose, isfinite, isinf, isnan, nonzero  # noqa: A004
-from .norms import norm, normalize, vector_norm
+from .vector_norms import norm, normalize, vector_norm
 from .activation import elu, erf, gelu, leaky_relu, relu, sigmoid, silu, softplus, tanh
-from .select import clamp, clamp_max, clamp_min, clip, masked_fill, maximum, minimum, where
+from .clamp_where import clamp, clamp_max, clamp_min, clip, masked_fill, maximum, minimum, where
 from .conv import adaptive_avg_pool2d, avg_pool2d, conv2d, max_pool2d
 from .indexing import getitem, index_select, one_hot
 from .linalg import bmm, linear, matmul, mm
@@ -38,9 +38,19 @@ from .loss_binary import binary_cross_entropy, binary_cross_entropy_with_logits
 from .normalization import batch_norm, layer_norm
 from .softmax import log_softmax, logsumexp, softmax
 
-_FAMILIES = [broadcast, elementwise, select, activation, reduce, shape, indexing, linalg, conv]
+# Added for porting (issue 12): triangles, lerp, multinomial, attention.
+from . import attention, sampling, triangular
+from . import lerp as _lerp_family
+from .attention import scaled_dot_product_attention
+from .lerp import lerp
+from .sampling import multinomial
+from .triangular import tril, triu
+
+
+_FAMILIES = [broadcast, elementwise, clamp_where, activation, reduce, shape, indexing, linalg, conv]
 _FAMILIES += [_softmax_family, loss, loss_binary, normalization, _dropout_family, _embedding_family]
-_FAMILIES += [division, logical, norms, sorting, statistics]
+_FAMILIES += [floor_division, logical, vector_norms, sorting, statistics]
+_FAMILIES += [attention, _lerp_family, sampling, triangular]
 
 TENSOR_METHODS: dict = {}
 for _family in _FAMILIES:

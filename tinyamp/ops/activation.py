@@ -19,12 +19,12 @@ from typing import Any
 import numpy as np
 
 from .. import dtypes as dt
-from ..amp.policy import FP32, NEUTRAL
 from ..autograd.function import Function
+from ..kernels.elementwise_cpu import relu_backward_lowp, relu_lowp
+from ..precision import FP32, NEUTRAL
 from ..tensor import Tensor
-from .cast_kernels import relu_backward_lowp, relu_lowp
 from .elementwise import exp
-from .select import clamp_max, where
+from .clamp_where import clamp_max, where
 
 _SQRT_PI = math.sqrt(math.pi)
 _INV_SQRT_2 = 1 / math.sqrt(2)
@@ -46,9 +46,9 @@ _ERF_SPLIT = 2.5
 _FRACTION_DEPTH = 30
 
 
-def _opmath(xp: Any, x: Any) -> Any:
-    """x in the dtype to compute in: float32 for float16/bfloat16 (and integers)."""
-    return x.astype(xp.float32) if x.dtype not in dt.FLOATING or dt.is_low_precision(x.dtype) else x
+def _opmath(x: Any) -> Any:
+    """x in the dtype to compute in: float32 for float16/bfloat16 (``dt.opmath``) and for integers."""
+    return dt.opmath(x) if x.dtype in dt.FLOATING else x.astype(dt.float32)
 
 
 def _out_dtype(x: Any) -> Any:
@@ -113,7 +113,7 @@ class Erf(Function):
     save_inputs = (0,)
 
     def forward(self, xp: Any, x: Any) -> Any:
-        return _erf(xp, _opmath(xp, x)).astype(_out_dtype(x), copy=False)
+        return _erf(xp, _opmath(x)).astype(_out_dtype(x), copy=False)
 
     def backward(self, gy: Tensor) -> Tensor:
         (x,) = self.saved_tensors
@@ -214,7 +214,7 @@ class Gelu(Function):
         self.approximate = approximate
 
     def forward(self, xp: Any, x: Any) -> Any:
-        z = _opmath(xp, x)
+        z = _opmath(x)
         if self.approximate == "tanh":
             y = 0.5 * z * (1 + xp.tanh(_TANH_K * (z + _TANH_C * z * z * z)))
         else:
@@ -240,7 +240,7 @@ class GeluBackward(Function):
         self.approximate = approximate
 
     def forward(self, xp: Any, gy: Any, x: Any) -> Any:
-        return (_opmath(xp, gy) * _gelu_slope(xp, _opmath(xp, x), self.approximate)).astype(gy.dtype, copy=False)
+        return (_opmath(gy) * _gelu_slope(xp, _opmath(x), self.approximate)).astype(gy.dtype, copy=False)
 
     def backward(self, g: Tensor) -> tuple:
         gy, x = self.saved_tensors
@@ -277,7 +277,7 @@ class Sigmoid(Function):
     save_outputs = (0,)
 
     def forward(self, xp: Any, x: Any) -> Any:
-        return _sigmoid(xp, _opmath(xp, x)).astype(_out_dtype(x), copy=False)
+        return _sigmoid(xp, _opmath(x)).astype(_out_dtype(x), copy=False)
 
     def backward(self, gy: Tensor) -> Tensor:
         (y,) = self.saved_tensors
@@ -297,10 +297,10 @@ class Softplus(Function):
         self.beta, self.threshold = beta, threshold
 
     def forward(self, xp: Any, x: Any) -> Any:
-        z = _opmath(xp, x) * self.beta
+        z = _opmath(x) * self.beta
         # max(z, 0) + log1p(exp(-|z|)) is log(1 + exp(z)) without overflow.
         soft = (xp.maximum(z, 0) + xp.log1p(xp.exp(-xp.abs(z)))) / self.beta
-        return xp.where(z > self.threshold, _opmath(xp, x), soft).astype(_out_dtype(x), copy=False)
+        return xp.where(z > self.threshold, _opmath(x), soft).astype(_out_dtype(x), copy=False)
 
     def backward(self, gy: Tensor) -> Tensor:
         (x,) = self.saved_tensors
@@ -319,7 +319,7 @@ class Silu(Function):
     save_inputs = (0,)
 
     def forward(self, xp: Any, x: Any) -> Any:
-        z = _opmath(xp, x)
+        z = _opmath(x)
         return (z * _sigmoid(xp, z)).astype(_out_dtype(x), copy=False)
 
     def backward(self, gy: Tensor) -> Tensor:
@@ -342,7 +342,7 @@ class Elu(Function):
         self.alpha = alpha
 
     def forward(self, xp: Any, x: Any) -> Any:
-        z = _opmath(xp, x)
+        z = _opmath(x)
         # expm1 of min(z, 0): the branch where() drops stays finite.
         y = xp.where(z > 0, z, self.alpha * xp.expm1(xp.minimum(z, 0)))
         return y.astype(_out_dtype(x), copy=False)

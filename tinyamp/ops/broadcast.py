@@ -12,7 +12,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .. import dtypes as dt
-from ..amp.policy import NEUTRAL
+from ..precision import NEUTRAL
 from ..autograd.function import Function
 from ..tensor import Tensor
 

@@ -13,22 +13,10 @@ import numpy as np
 
 from .. import backend
 from .. import dtypes as dt
-from ..amp.policy import NEUTRAL
 from ..autograd.function import Function
+from ..kernels.convert import convert
+from ..precision import NEUTRAL
 from ..tensor import Tensor
-
-
-def convert_array(array: Any, dtype: np.dtype) -> Any:
-    """``array.astype(dtype)``, through the fast CPU conversion kernels when present."""
-    if isinstance(array, np.ndarray) and _fast_convert is not None:
-        return _fast_convert(array, dtype)
-    return array.astype(dtype)
-
-
-try:  # the fast float16/bfloat16 conversions are an optimisation, not a requirement
-    from .cast_kernels import convert as _fast_convert
-except ImportError:  # pragma: no cover - the module ships with tinyamp
-    _fast_convert = None
 
 
 class Cast(Function):
@@ -41,7 +29,7 @@ class Cast(Function):
 
     def forward(self, xp: Any, x: Any) -> Any:
         self.source = x.dtype
-        return convert_array(x, self.dtype)
+        return convert(x, self.dtype)  # astype, bit for bit, faster on the CPU
 
     def backward(self, gy: Tensor) -> Tensor:
         return cast(gy, self.source)

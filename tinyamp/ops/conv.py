@@ -4,7 +4,7 @@
 a strided *view* of the input (``as_strided``: no loop, no copy until the
 reshape), so a convolution is one batched GEMM of the (groups, out/groups,
 in/groups*kh*kw) weight with those columns, in float32 accumulation for
-float16/bfloat16 (``tinyamp.ops.gemm``). ``col2im`` is its adjoint: it adds
+float16/bfloat16 (``tinyamp.kernels.gemm``). ``col2im`` is its adjoint: it adds
 every column back onto the pixels it came from (overlapping windows sum).
 
 The two are a differentiable pair (``Im2Col``'s backward is ``Col2Im`` and the
@@ -27,11 +27,11 @@ from typing import Any, Sequence
 import numpy as np
 
 from .. import dtypes as dt
-from ..amp.policy import LOWER, NEUTRAL
 from ..autograd.function import Function
+from ..kernels.gemm import gemm
+from ..precision import LOWER, NEUTRAL
 from ..tensor import Tensor
 from .broadcast import broadcast_to
-from .gemm import gemm
 from .indexing import GetItemGrad
 from .linalg import MatMul
 from .reduce import sum as _sum
@@ -99,7 +99,7 @@ def col2im(xp: Any, cols: Any, win: Window, x_shape: tuple, batch_last: bool = F
     else:
         c6 = cols.reshape(n, c, kh, kw, ho, wo)
     # Overlapping windows add up: float16/bfloat16 sums accumulate in float32.
-    acc = np.float32 if dt.is_low_precision(cols.dtype) else cols.dtype
+    acc = dt.opmath_dtype(cols.dtype)
     c6 = c6.astype(acc, copy=False)
     out = xp.zeros((n, c, h + pt + pb, w + pl + pr), dtype=acc)
     for i in range(kh):  # kh*kw strided adds, each over the whole batch
@@ -121,7 +121,7 @@ class Im2Col(Function):
         return im2col(xp, x, self.win, self.batch_last)
 
     def backward(self, gcols: Tensor) -> Tensor:
-        return Col2Im(self.win, self._input_meta[0][0], self.batch_last)(gcols)
+        return Col2Im(self.win, self.input_shapes[0], self.batch_last)(gcols)
 
 
 class Col2Im(Function):
@@ -282,7 +282,7 @@ class MaxPool2d(Function):
         return y
 
     def backward(self, gy: Tensor) -> Tensor:
-        n, c, h, w = self._input_meta[0][0]
+        n, c, h, w = self.input_shapes[0]
         xp = gy.device.xp
         plane = xp.arange(n * c)[:, None]
         cells = gy.shape[2] * gy.shape[3]  # not -1: NumPy cannot infer it for an empty batch
@@ -316,13 +316,13 @@ class AvgPool2d(Function):
 
     def forward(self, xp: Any, x: Any) -> Any:
         v = _windows(xp, x, self.win)
-        acc = np.float32 if dt.is_low_precision(x.dtype) else x.dtype
+        acc = dt.opmath_dtype(x.dtype)
         total = v.sum(axis=(2, 3), dtype=acc)
         self.divisor = self._divisor(xp, x.shape[2], x.shape[3], *total.shape[2:])
         return (total / self.divisor.astype(acc)).astype(x.dtype, copy=False)
 
     def backward(self, gy: Tensor) -> Tensor:
-        shape = self._input_meta[0][0]
+        shape = self.input_shapes[0]
         n, c, ho, wo = gy.shape
         kh, kw = self.win.kernel
         g = gy / Tensor._wrap(self.divisor.astype(gy.dtype))

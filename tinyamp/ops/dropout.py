@@ -18,7 +18,7 @@ from typing import Any
 
 from .. import backend
 from .. import dtypes as dt
-from ..amp.policy import NEUTRAL
+from ..precision import NEUTRAL
 from ..autograd.function import Function
 from ..random import default_generator
 from ..tensor import Tensor
@@ -40,8 +40,7 @@ class Dropout(Function):
                             f"{list(x.shape)}")
         rng = default_generator(backend.device_of(x)).rng
         self.keep = rng.random(x.shape, dtype=xp.float32) >= self.p
-        wide = x.astype(xp.float32) if dt.is_low_precision(x.dtype) else x
-        return xp.where(self.keep, wide * self.scale, 0).astype(x.dtype, copy=False)
+        return xp.where(self.keep, dt.opmath(x) * self.scale, 0).astype(x.dtype, copy=False)
 
     def backward(self, gy: Tensor) -> Tensor:
         low = dt.is_low_precision(gy.dtype)

@@ -2,7 +2,7 @@
 
 Here: add, sub, mul, div, neg, exp, log, pow, log1p, sqrt, rsqrt, reciprocal,
 abs, sign (and square, built on pow). Ops that select rather than compute
-(maximum, minimum, clamp, where) live in ``select.py``.
+(maximum, minimum, clamp, where) live in ``clamp_where.py``.
 
 Binary ops broadcast with PyTorch's rules and reduce gradients back with
 ``sum_to``; operands that cannot broadcast are an error naming the op and shapes.
@@ -17,12 +17,12 @@ import numbers
 from typing import Any
 
 from .. import dtypes as dt
-from ..amp.policy import FP32, NEUTRAL, PROMOTE
+from ..precision import FP32, NEUTRAL, PROMOTE
 from ..autograd.function import Function
 from ..tensor import Tensor
 from .broadcast import broadcasting, sum_to
 from .cast import cast
-from .select import where
+from .clamp_where import where
 
 
 class Add(Function):
@@ -34,7 +34,7 @@ class Add(Function):
         return broadcasting("add", xp.add, a, b)
 
     def backward(self, gy: Tensor) -> tuple:
-        a_shape, b_shape = (m[0] for m in self._input_meta)
+        a_shape, b_shape = self.input_shapes
         return sum_to(gy, a_shape), sum_to(gy, b_shape)
 
 
@@ -47,7 +47,7 @@ class Sub(Function):
         return broadcasting("sub", xp.subtract, a, b)
 
     def backward(self, gy: Tensor) -> tuple:
-        a_shape, b_shape = (m[0] for m in self._input_meta)
+        a_shape, b_shape = self.input_shapes
         return sum_to(gy, a_shape), sum_to(-gy, b_shape)
 
 
@@ -130,9 +130,8 @@ def _float_input(x: Any) -> Any:
     return x if x.dtype in dt.FLOATING else x.astype("float32")
 
 
-def _zeros(like: Tensor, meta: tuple) -> Tensor:
-    """A constant zero gradient of an input's (shape, dtype), on ``like``'s device."""
-    shape, dtype = meta
+def _zeros(like: Tensor, shape: tuple, dtype: Any) -> Tensor:
+    """A constant zero gradient of an input's shape and dtype, on ``like``'s device."""
     return Tensor._wrap(like.device.xp.zeros(shape, dtype=dtype))
 
 
@@ -189,13 +188,13 @@ class PowScalar(Function):
         if dt.is_low_precision(x.dtype):
             # float32 and one rounding, as PyTorch's half kernels (NumPy would also
             # promote bfloat16 ** float to float32 and leave it there).
-            return xp.power(x.astype(xp.float32), self.exponent).astype(x.dtype)
+            return xp.power(dt.opmath(x), self.exponent).astype(x.dtype)
         return xp.power(x, self.exponent)
 
     def backward(self, gy: Tensor) -> Tensor:
         (x,) = self.saved_tensors
         if self.exponent == 0:
-            return _zeros(gy, self._input_meta[0])  # x ** 0 is constant (and 0 * inf would be nan)
+            return _zeros(gy, self.input_shapes[0], self.input_dtypes[0])  # x ** 0 is constant (and 0 * inf would be nan)
         return gy * (pow(x, self.exponent - 1) * self.exponent)
 
 
@@ -240,7 +239,7 @@ class Rsqrt(Function):
     def forward(self, xp: Any, x: Any) -> Any:
         x = _float_input(x)
         if dt.is_low_precision(x.dtype):  # round once, not after sqrt and again after 1/.
-            return xp.reciprocal(xp.sqrt(x.astype(xp.float32))).astype(x.dtype)
+            return xp.reciprocal(xp.sqrt(dt.opmath(x))).astype(x.dtype)
         return xp.reciprocal(xp.sqrt(x))
 
     def backward(self, gy: Tensor) -> Tensor:
@@ -288,7 +287,7 @@ class Sign(Function):
         return x.copy() if x.dtype == dt.bool_ else xp.sign(x)  # bool: itself, as in PyTorch
 
     def backward(self, gy: Tensor) -> Tensor:
-        return _zeros(gy, self._input_meta[0])
+        return _zeros(gy, self.input_shapes[0], self.input_dtypes[0])
 
 
 def add(a: Any, b: Any, alpha: float = 1) -> Tensor:

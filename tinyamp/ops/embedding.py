@@ -18,7 +18,7 @@ import numpy as np
 
 from .. import backend
 from .. import dtypes as dt
-from ..amp.policy import NEUTRAL
+from ..precision import NEUTRAL
 from ..autograd.function import Function
 from ..tensor import Tensor
 
@@ -69,7 +69,7 @@ class Embedding(Function):
     def backward(self, gy: Tensor) -> tuple:
         if not self.needs_input_grad[1]:
             return None, None
-        rows = self._input_meta[1][0][0]
+        rows = self.input_shapes[1][0]
         return None, EmbeddingGrad(self.idx, rows, self.padding_idx, self.poison)(gy)
 
 
@@ -84,7 +84,7 @@ class EmbeddingGrad(Function):
 
     def forward(self, xp: Any, gy: Any) -> Any:
         dim = gy.shape[-1]
-        acc = dt.float32 if dt.is_low_precision(gy.dtype) else gy.dtype
+        acc = dt.opmath_dtype(gy.dtype)
         out = xp.zeros((self.rows, dim), dtype=acc)
         values = gy.reshape(-1, dim).astype(acc, copy=False)
         if self.poison is not None:  # out-of-range indices on a GPU (see Embedding.forward)

@@ -22,7 +22,7 @@ import numpy as np
 
 from .. import backend
 from .. import dtypes as dt
-from ..amp.policy import NEUTRAL
+from ..precision import NEUTRAL
 from ..autograd.function import Function
 from ..tensor import Tensor
 
@@ -83,7 +83,7 @@ class GetItem(Function):
             raise _index_error(exc, x.shape, x.dtype) from None
 
     def backward(self, gy: Tensor) -> Tensor:
-        return GetItemGrad(self.key, self._input_meta[0][0])(gy)
+        return GetItemGrad(self.key, self.input_shapes[0])(gy)
 
 
 class GetItemGrad(Function):
@@ -103,7 +103,7 @@ class GetItemGrad(Function):
             return out
         # Repeated indices add up; float16 sums of many repeats would round at every
         # step, so low precision accumulates in float32 and rounds once.
-        acc = xp.float32 if dt.is_low_precision(g.dtype) else g.dtype
+        acc = dt.opmath_dtype(g.dtype)
         out = xp.zeros(self.shape, dtype=acc)
         values = g.astype(acc, copy=False)
         if backend.is_cupy_array(out):

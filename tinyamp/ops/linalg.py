@@ -1,7 +1,7 @@
 """Contractions: ``matmul``, ``bmm`` and ``linear``, forward and backward through ``gemm``.
 
 Every product here, in the forward pass and in the backward ops, is a call to
-:func:`tinyamp.ops.gemm.gemm`, so float16/bfloat16 operands are always summed in
+:func:`tinyamp.kernels.gemm.gemm`, so float16/bfloat16 operands are always summed in
 float32 and rounded once: AMP's backward pass keeps the same numerics as its
 forward. Transposes in the gradients (``gy @ W``, ``gy^T @ x``) are gemm's
 ``trans_a``/``trans_b`` flags, never materialised copies.
@@ -11,18 +11,20 @@ All three are LOWER: under autocast they run in float16 (or bfloat16).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
 from .. import dtypes as dt
-from ..amp.policy import LOWER
 from ..autograd.function import Function
+from ..kernels.elementwise_cpu import bias_act_convert
+from ..kernels.gemm import gemm
+from ..precision import LOWER
 from ..tensor import Tensor
 from .broadcast import sum_to
-from .gemm import gemm
 from .reduce import sum as _sum
-from .norms import linalg_norm as norm, vector_norm  # noqa: F401 - ta.linalg.norm / ta.linalg.vector_norm
+from .vector_norms import linalg_norm as norm, vector_norm  # noqa: F401 - ta.linalg.norm / ta.linalg.vector_norm
 
 
 def _operands(a: Any, b: Any, op: str = "@") -> str:
@@ -43,7 +45,7 @@ class MatMul(Function):
 
     precision = LOWER
     save_inputs = (0, 1)
-    saved_input_readers = {0: (1,), 1: (0,)}  # a is read by db only, b by da only
+    saved_input_needed_by = {0: (1,), 1: (0,)}  # a is needed by db only, b by da only
 
     def __init__(self, trans_a: bool = False, trans_b: bool = False) -> None:
         # The flags are for the backward pass (gy @ W^T without a copy); the
@@ -71,7 +73,7 @@ class MatMul(Function):
         if a2.ndim > 2 and b2.ndim == 2 and not self.trans_a:
             # A shared right matrix: fold the batch into M, one large GEMM
             # instead of a loop of small ones (a view when a is contiguous).
-            y = gemm(a2.reshape(-1, a2.shape[-1]), b2, trans_b=self.trans_b)
+            y = gemm(_rows(a2), b2, trans_b=self.trans_b)
             y = y.reshape(a2.shape[:-1] + y.shape[-1:])
         else:
             y = gemm(a2, b2, trans_a=self.trans_a, trans_b=self.trans_b)
@@ -84,7 +86,7 @@ class MatMul(Function):
 
     def backward(self, gy: Tensor) -> tuple:
         a, b = self.saved_tensors  # None when the other operand needs no gradient
-        (a_shape, _), (b_shape, _) = self._input_meta
+        a_shape, b_shape = self.input_shapes
         a2_shape = (1,) + a_shape if len(a_shape) == 1 else a_shape
         b2_shape = b_shape + (1,) if len(b_shape) == 1 else b_shape
         gy = gy.reshape(self.shape2)
@@ -100,13 +102,22 @@ class MatMul(Function):
             if len(b2_shape) == 2 and len(a2_shape) > 2 and not ta:
                 # The batch-broadcast weight of x @ W: one GEMM over all rows
                 # (sum_k x_k^T gy_k) rather than per-batch products summed after.
-                a_rows, g_rows = a2.reshape(-1, a2.shape[-1]), gy.reshape(-1, gy.shape[-1])
+                a_rows, g_rows = _rows(a2), _rows(gy)
                 db = MatMul(True, False)(a_rows, g_rows) if not tb else MatMul(True, False)(g_rows, a_rows)
             else:
                 # d op(b) = op(a)^T @ gy; when b is transposed, db = gy^T @ op(a).
                 db = MatMul(not ta, False)(a2, gy) if not tb else MatMul(True, ta)(gy, a2)
             db = sum_to(db, b2_shape).reshape(b_shape)
         return da, db
+
+
+def _rows(a: Any) -> Any:
+    """``a`` (array or Tensor) as a matrix over its last dim, leading dims folded into rows.
+
+    The row count is spelled out: ``reshape(-1, 0)`` is ambiguous for NumPy, and an
+    empty last dim is legal (``nn.Linear(0, n)`` maps it to the bias alone).
+    """
+    return a.reshape(math.prod(a.shape[:-1]), a.shape[-1])
 
 
 class Bmm(MatMul):
@@ -128,7 +139,7 @@ class Linear(Function):
 
     precision = LOWER
     save_inputs = (0, 1)  # x and W only: the output is not needed
-    saved_input_readers = {0: (1,), 1: (0,)}  # x is read by dW only, W by dx only
+    saved_input_needed_by = {0: (1,), 1: (0,)}  # x is needed by dW only, W by dx only
 
     def forward(self, xp: Any, x: Any, w: Any, b: Any = None) -> Any:
         _check_dtypes("linear", x, w, *(() if b is None else (b,)))
@@ -139,15 +150,14 @@ class Linear(Function):
         if b is not None and b.shape != (out_features,):
             raise ValueError(f"linear: bias of shape {list(b.shape)} does not match weight "
                              f"{list(w.shape)} (expected [{out_features}])")
-        rows = x.reshape(-1, x.shape[-1])  # batch dims folded into M: one GEMM
+        rows = _rows(x)  # batch dims folded into M: one GEMM
         if b is None:
             y = gemm(rows, w, trans_b=True)
         elif dt.is_low_precision(x.dtype):
             # The bias is added to the float32 accumulator and the sum rounded
-            # once, as a cuBLAS epilogue would.
-            y = gemm(rows, w, xp.float32, trans_b=True)
-            y += b.astype(xp.float32)
-            y = y.astype(x.dtype)
+            # once, as a cuBLAS epilogue would (one fused pass on the CPU).
+            y = bias_act_convert(gemm(rows, w, xp.float32, trans_b=True), b.astype(xp.float32), x.dtype,
+                                 overwrite_y=True)
         else:
             y = gemm(rows, w, trans_b=True)
             y += b  # in place on gemm's fresh result: no second output buffer
@@ -155,12 +165,12 @@ class Linear(Function):
 
     def backward(self, gy: Tensor) -> tuple:
         x, w = self.saved_tensors
-        g_rows = gy.reshape(-1, gy.shape[-1]) if gy.ndim != 2 else gy
+        g_rows = _rows(gy) if gy.ndim != 2 else gy
         dx = dw = None
         if self.needs_input_grad[0]:
-            dx = MatMul()(g_rows, w).reshape(self._input_meta[0][0])
+            dx = MatMul()(g_rows, w).reshape(self.input_shapes[0])
         if self.needs_input_grad[1]:
-            x_rows = x.reshape(-1, x.shape[-1]) if x.ndim != 2 else x
+            x_rows = _rows(x) if x.ndim != 2 else x
             dw = MatMul(trans_a=True)(g_rows, x_rows)
         if len(self.needs_input_grad) == 2:
             return dx, dw

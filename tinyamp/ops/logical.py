@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from .. import dtypes as dt
-from ..amp.policy import NEUTRAL, PROMOTE
+from ..precision import NEUTRAL, PROMOTE
 from ..autograd.function import Function
 from ..tensor import Tensor
 from .broadcast import broadcasting

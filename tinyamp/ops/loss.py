@@ -20,7 +20,7 @@ import numpy as np
 
 from .. import backend
 from .. import dtypes as dt
-from ..amp.policy import FP32
+from ..precision import FP32
 from ..autograd.function import Function
 from ..autograd.grad_mode import is_grad_enabled
 from ..tensor import Tensor
@@ -41,11 +41,6 @@ def check_constant(op: str, name: str, t: "Tensor | None") -> None:
     if t is not None and t.requires_grad and is_grad_enabled():
         raise RuntimeError(f"{op}: the derivative for '{name}' is not implemented (it is a constant "
                            f"of the loss); pass {name}.detach()")
-
-
-def compute_dtype(x: Any) -> Any:
-    """float32 for float16/bfloat16 arrays (the accumulation dtype), else the array's own."""
-    return dt.float32 if dt.is_low_precision(x.dtype) else x.dtype
 
 
 def reduce_loss(xp: Any, loss: Any, reduction: str, out_dtype: Any) -> Any:
@@ -114,7 +109,7 @@ class ClassIndexLoss(Function):
             raise IndexError(f"{op}: target value {value} is out of range for {classes} classes "
                              f"(input {describe(x)}, target shape {list(target.shape)}); expected "
                              f"values in [0, {classes}) or ignore_index={self.ignore_index}")
-        cdt = compute_dtype(x)
+        cdt = dt.opmath_dtype(x.dtype)
         self.valid = valid
         self.safe = xp.where(valid & ~bad if on_gpu else valid, target, 0)
         self.w_t = (weight.astype(cdt)[self.safe] if weight is not None
@@ -244,7 +239,7 @@ class CrossEntropyGrad(Function):
         # One fused pass: softmax from the saved log-sum-exp, scaled, minus the
         # target's weight at each sample's target (and the smoothing mass).
         loss = self.loss
-        cdt = compute_dtype(x)
+        cdt = dt.opmath_dtype(x.dtype)
         u = gy.astype(cdt, copy=False)
         if loss.reduction == "none":
             u = xp.expand_dims(u, loss.axis)
@@ -284,7 +279,7 @@ class NllLoss(ClassIndexLoss):
         return self.finish(xp, loss, x.dtype)
 
     def backward(self, gy: Tensor) -> tuple:
-        shape, dtype = self._input_meta[0]
+        shape, dtype = self.input_shapes[0], self.input_dtypes[0]
         q, _ = self.target_distribution(gy.device.xp, shape, dtype)
         gx = -q * self.upstream(gy)
         return (gx, None) + ((None,) if self.weighted else ())
@@ -309,7 +304,7 @@ class PairLoss(Function):
             raise TypeError(f"{self.name}: input and target must share one floating dtype, got "
                             f"{describe(x)} and {describe(t)}")
         self.size = x.size
-        cdt = compute_dtype(x)
+        cdt = dt.opmath_dtype(x.dtype)
         return x.astype(cdt, copy=False) - t.astype(cdt, copy=False)
 
 

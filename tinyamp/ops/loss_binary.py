@@ -22,15 +22,14 @@ import numpy as np
 
 from .. import backend
 from .. import dtypes as dt
-from ..amp import state as amp_state
-from ..amp.policy import FP32
+from ..precision import FP32, current_autocast
 from ..autograd.function import Function
 from ..tensor import Tensor
 from .activation import sigmoid, softplus
 from .cast import cast
 from .elementwise import log
-from .loss import check_constant, check_reduction, compute_dtype, describe, reduce_loss, scale_grad
-from .select import clamp_min
+from .loss import check_constant, check_reduction, describe, reduce_loss, scale_grad
+from .clamp_where import clamp_min
 
 _UNSAFE_MESSAGE = (
     "binary_cross_entropy is unsafe under float16 autocast: its gradient (x - t) / (x * (1 - x)) "
@@ -83,7 +82,7 @@ class BinaryCrossEntropy(Function):
         self.save_inputs = (0, 1, 2) if weighted else (0, 1)
 
     def __call__(self, *args: Any) -> Any:
-        state = amp_state.current()
+        state = current_autocast()
         if state is not None and state.dtype == dt.float16:
             raise RuntimeError(_UNSAFE_MESSAGE)
         return super().__call__(*args)
@@ -96,7 +95,7 @@ class BinaryCrossEntropy(Function):
             raise ValueError(f"binary_cross_entropy: all elements of input should be between 0 and 1 "
                              f"(probabilities; use binary_cross_entropy_with_logits on logits), "
                              f"found {value} in input {describe(x)}")
-        cdt = compute_dtype(x)
+        cdt = dt.opmath_dtype(x.dtype)
         xf, tf = x.astype(cdt, copy=False), t.astype(cdt, copy=False)
         with np.errstate(divide="ignore"):  # log(0) = -inf, then clamped to -100 as PyTorch
             log_x = xp.maximum(xp.log(xf), -100)
@@ -141,7 +140,7 @@ class BinaryCrossEntropyWithLogits(Function):
     def forward(self, xp: Any, x: Any, t: Any, *rest: Any) -> Any:
         w, pw = self._extras(rest)
         _check_pair(self.name, x, t, {"weight": w, "pos_weight": pw})
-        cdt = compute_dtype(x)
+        cdt = dt.opmath_dtype(x.dtype)
         xf, tf = x.astype(cdt, copy=False), t.astype(cdt, copy=False)
         # softplus(-x) = log(1 + exp(-x)), written so that exp never overflows.
         softplus_neg = xp.log1p(xp.exp(-xp.abs(xf))) + xp.maximum(-xf, 0)

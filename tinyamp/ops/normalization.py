@@ -1,7 +1,7 @@
 """Normalisation: layer_norm and batch_norm (statistics in float32, backward differentiable).
 
-Both are FP32-tagged (DESIGN.md section 4: layer_norm and batch-norm statistics
-run in float32 under autocast). Outside autocast, a float16/bfloat16 input is
+Both are FP32-tagged (layer_norm and batch-norm statistics run in float32 under
+autocast; the tags: tinyamp/precision.py). Outside autocast, a float16/bfloat16 input is
 normalised with float32 statistics and the output rounded once to the input's
 dtype; its affine ``weight``/``bias`` (and batch_norm's running statistics) may
 then be float32, as O2 training keeps them.
@@ -18,10 +18,11 @@ tinyamp ops, so the gradient is itself differentiable (double backward).
 
 from __future__ import annotations
 
+import numbers
 from typing import Any, Sequence
 
 from .. import dtypes as dt
-from ..amp.policy import FP32
+from ..precision import FP32
 from ..autograd.function import Function
 from ..autograd.grad_mode import is_grad_enabled
 from ..tensor import Tensor
@@ -35,13 +36,9 @@ def _describe(a: Any) -> str:
     return f"{list(a.shape)} ({dt.dtype_name(a.dtype)})"
 
 
-def _compute_dtype(dtype: Any) -> Any:
-    return dt.float32 if dt.is_low_precision(dtype) else dtype
-
-
 def _check_param(op: str, name: str, p: Any, shape: tuple, x: Any) -> None:
     """A parameter of ``shape`` in the input's dtype (or float32 beside a float16/bfloat16 input)."""
-    if p.shape != shape or not (p.dtype == x.dtype or p.dtype == _compute_dtype(x.dtype)):
+    if p.shape != shape or not (p.dtype == x.dtype or p.dtype == dt.opmath_dtype(x.dtype)):
         raise ValueError(f"{op}: {name} must have shape {list(shape)} and dtype {dt.dtype_name(x.dtype)}"
                          f" (or float32 for a float16/bfloat16 input), got {_describe(p)} for input "
                          f"{_describe(x)}")
@@ -79,7 +76,7 @@ class _Normalization(Function):
     def backward(self, gy: Tensor) -> tuple:
         saved = self.saved_tensors
         x, weight = saved[0], (saved[1] if self.has_weight else None)
-        cdt = _compute_dtype(x.dtype)
+        cdt = dt.opmath_dtype(x.dtype)
         xc, gyc = cast(x, cdt), cast(gy, cdt)
         axes = self.axes
         if self.stats_from_input and is_grad_enabled():
@@ -99,11 +96,11 @@ class _Normalization(Function):
                 gx = g * rstd
             grads[0] = cast(gx, x.dtype)
         if self.has_weight:
-            shape, dtype = self._input_meta[1]
+            shape, dtype = self.input_shapes[1], self.input_dtypes[1]
             grads.append(cast(sum_to(gyc * xhat, self.pshape).reshape(shape), dtype)
                          if self.needs_input_grad[1] else None)
         if self.has_bias:
-            shape, dtype = self._input_meta[-1]
+            shape, dtype = self.input_shapes[-1], self.input_dtypes[-1]
             grads.append(cast(sum_to(gyc, self.pshape).reshape(shape), dtype)
                          if self.needs_input_grad[-1] else None)
         return tuple(grads)
@@ -132,7 +129,7 @@ class LayerNorm(_Normalization):
                 _check_param("layer_norm", name, p, shape, x)
         self.axes = tuple(range(x.ndim - k, x.ndim))
         self.pshape = (1,) * (x.ndim - k) + shape
-        xf = x.astype(_compute_dtype(x.dtype), copy=False)
+        xf = x.astype(dt.opmath_dtype(x.dtype), copy=False)
         self.mean = xf.mean(axis=self.axes, keepdims=True)
         self.rstd = 1 / xp.sqrt(xf.var(axis=self.axes, keepdims=True) + self.eps)
         return _normalize(xp, x, self.mean, self.rstd, (weight, bias), self.pshape)
@@ -172,7 +169,7 @@ class BatchNorm(_Normalization):
                                  f"got {_describe(stat)} for input {_describe(x)}")
         self.axes = (0,) + tuple(range(2, x.ndim))
         self.pshape = (1, channels) + (1,) * (x.ndim - 2)
-        cdt = _compute_dtype(x.dtype)
+        cdt = dt.opmath_dtype(x.dtype)
         if self.training:
             count = x.size // max(channels, 1)
             if count <= 1:
@@ -203,7 +200,8 @@ class BatchNorm(_Normalization):
 def layer_norm(input: Tensor, normalized_shape: "int | Sequence[int]",  # noqa: A002 - torch name
                weight: "Tensor | None" = None, bias: "Tensor | None" = None, eps: float = 1e-5) -> Tensor:
     """Normalise over the trailing ``normalized_shape`` dims, then scale by weight and shift by bias."""
-    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    integral = isinstance(normalized_shape, numbers.Integral)  # an int or a NumPy integer, as PyTorch
+    shape = (int(normalized_shape),) if integral else tuple(normalized_shape)
     params = [p for p in (weight, bias) if p is not None]
     return LayerNorm(shape, weight is not None, bias is not None, float(eps))(input, *params)
 

@@ -2,8 +2,8 @@
 
 sum, mean (FP32: accumulations; var and std live in statistics.py), max/min/amax/amin (NEUTRAL: they
 select an element, nothing is rounded) and argmax/argmin (int64, no gradient).
-Low-precision inputs are accumulated in float32 and rounded once (DESIGN.md
-section 5); FP32-tagged reductions see float32 inputs under autocast anyway.
+Low-precision inputs are accumulated in float32 and rounded once; FP32-tagged
+reductions see float32 inputs under autocast anyway.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from typing import Any, NamedTuple, Sequence
 import numpy as np
 
 from .. import dtypes as dt
-from ..amp.policy import FP32, NEUTRAL
+from ..precision import FP32, NEUTRAL
 from ..autograd.function import Function
 from ..tensor import Tensor
 from .broadcast import broadcast_to
-from .select import maximum, minimum
+from .clamp_where import maximum, minimum
 
 
 def normalize_dims(op: str, dim: "int | Sequence[int] | None", ndim: int) -> tuple[int, ...]:
@@ -59,7 +59,7 @@ class Sum(Function):
         return x.sum(axis=self.dims, keepdims=self.keepdim)
 
     def backward(self, gy: Tensor) -> Tensor:
-        shape = self._input_meta[0][0]
+        shape = self.input_shapes[0]
         if not self.keepdim:
             gy = gy.reshape(keepdim_shape(shape, self.dims))
         return broadcast_to(gy, shape)
@@ -68,7 +68,7 @@ class Sum(Function):
 class Mean(Function):
     """y = mean(x, dims); dx = broadcast(gy) / n
 
-    FP32 under autocast (DESIGN.md section 4); PyTorch's CUDA autocast leaves mean
+    FP32 under autocast (the tags: tinyamp/precision.py); PyTorch's CUDA autocast leaves mean
     in the incoming dtype (float16 in, float16 out), tinyamp returns float32.
     """
 
@@ -90,7 +90,7 @@ class Mean(Function):
         return x.mean(axis=self.dims, keepdims=self.keepdim)
 
     def backward(self, gy: Tensor) -> Tensor:
-        shape = self._input_meta[0][0]
+        shape = self.input_shapes[0]
         if not self.keepdim:
             gy = gy.reshape(keepdim_shape(shape, self.dims))
         return broadcast_to(gy / self.count, shape)
@@ -179,7 +179,7 @@ def _select_along(op: Function, xp: Any, x: Any, pick: Any) -> tuple:
 
 def _scatter_back(op: Function, gy: Tensor) -> Tensor:
     """dx for max/min along a dim: gy at the selected index, 0 elsewhere."""
-    shape = op._input_meta[0][0]
+    shape = op.input_shapes[0]
     if op.index is None:
         return gy
     axis = op.dims[0]

@@ -19,7 +19,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .. import dtypes as dt
-from ..amp.policy import NEUTRAL, PROMOTE
+from ..precision import NEUTRAL, PROMOTE
 from ..autograd.function import Function
 from ..tensor import Tensor
 from .broadcast import broadcast_to
@@ -62,7 +62,7 @@ class Reshape(Function):
                              f"{list(x.shape)} ({x.size} elements)") from None
 
     def backward(self, gy: Tensor) -> Tensor:
-        return reshape(gy, self._input_meta[0][0])
+        return reshape(gy, self.input_shapes[0])
 
 
 class Permute(Function):
@@ -127,7 +127,7 @@ class Stack(Function):
         return xp.stack(xs, axis=self.axis)
 
     def backward(self, gy: Tensor) -> tuple:
-        shape = self._input_meta[0][0]
+        shape = self.input_shapes[0]
         pieces = split(gy, 1, self.axis)
         return tuple(reshape(p, shape) if need else None for p, need in zip(pieces, self.needs_input_grad))
 

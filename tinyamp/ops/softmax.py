@@ -18,7 +18,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .. import dtypes as dt
-from ..amp.policy import FP32
+from ..precision import FP32
 from ..autograd.function import Function
 from ..tensor import Tensor
 from .cast import cast
@@ -44,8 +44,7 @@ def shifted(xp: Any, x: Any, axes: Any, inf_max_to_zero: bool = False) -> tuple[
     ``inf_max_to_zero`` (logsumexp: PyTorch gives ``+inf`` there). Empty axes
     shift by 0 (integer inputs are refused by the callers).
     """
-    if dt.is_low_precision(x.dtype):
-        x = x.astype(xp.float32)
+    x = dt.opmath(x)
     reduced = axes if isinstance(axes, tuple) else (axes,)
     if any(x.shape[a] == 0 for a in reduced):  # max of nothing: no identity, nothing to shift
         return x, xp.zeros(tuple(1 if i in reduced else n for i, n in enumerate(x.shape)), dtype=x.dtype)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..amp.policy import NEUTRAL
+from ..precision import NEUTRAL
 from ..autograd.function import Function
 from ..tensor import Tensor
 from .indexing import getitem

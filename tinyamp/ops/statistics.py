@@ -14,12 +14,12 @@ from typing import Any
 import numpy as np
 
 from .. import dtypes as dt
-from ..amp.policy import FP32
+from ..precision import FP32
 from ..autograd.function import Function
 from ..tensor import Tensor
 from .broadcast import broadcast_to
 from .reduce import _keep, mean, normalize_dims
-from .select import where
+from .clamp_where import where
 
 
 def _sum_of_squares(op: Function, xp: Any, x: Any) -> Any:
@@ -40,7 +40,7 @@ def _sum_of_squares(op: Function, xp: Any, x: Any) -> Any:
         warnings.warn(f"{op.name}(): degrees of freedom is <= 0 (correction {op.correction} for "
                       f"{count} elements of shape {list(x.shape)}); the result is inf or nan",
                       RuntimeWarning, stacklevel=4)
-    z = x.astype(xp.float32) if dt.is_low_precision(x.dtype) else x
+    z = dt.opmath(x)
     centred = z - z.mean(axis=op.dims, keepdims=True)
     squares = (centred * centred).sum(axis=op.dims, keepdims=op.keepdim)
     with np.errstate(divide="ignore", invalid="ignore"):  # dof <= 0: inf/nan, already warned

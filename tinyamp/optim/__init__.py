@@ -1,4 +1,4 @@
-"""Optimizers (``ta.optim``): the Optimizer base, SGD, Adam, AdamW and lr schedulers.
+"""Optimizers (``ta.optim``): the Optimizer base, SGD, the Adam family, RMSprop, Adagrad, Adadelta, schedulers.
 
 Each optimizer follows PyTorch's update and constructor, plus two AMP features:
 ``master_weights=True`` (float32 master copies of float16/bfloat16 parameters, O2)
@@ -9,8 +9,14 @@ a step without a host synchronisation (see ``optimizer.py``).
 from __future__ import annotations
 
 from . import lr_scheduler
+from .adadelta import Adadelta
+from .adagrad import Adagrad
 from .adam import Adam, AdamW
+from .nadam import NAdam
 from .optimizer import Optimizer
+from .radam import RAdam
+from .rmsprop import RMSprop
 from .sgd import SGD
 
-__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "lr_scheduler"]
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "NAdam", "RAdam", "RMSprop", "Adagrad", "Adadelta",
+           "lr_scheduler"]

@@ -15,7 +15,7 @@ corrections are computed on the device (in float64, then rounded to the
 arithmetic dtype), without reading it on the host.
 
 On a GPU, float16/bfloat16/float32 parameters are updated by fused kernels
-(``tinyamp/cuda_kernels.py``: one thread for the step counter and bias
+(``tinyamp/kernels/cuda_optim.py``: one thread for the step counter and bias
 corrections, one pass for the update, the same math), which under O2 also
 write the rounded float16 weights; float64 ones take the array path below.
 """
@@ -26,29 +26,39 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from .. import cuda_kernels
-from .optimizer import Optimizer, masked_write, opmath
+from .. import dtypes as dt
+from ..kernels import cuda_launch, cuda_optim
+from .optimizer import Optimizer, decayed_gradient, masked_write
+
+
+def adam_moments(w32: Any, g: Any, m: Any, v: Any, *, lr: float, beta1: float, beta2: float,
+                 weight_decay: float, decoupled: bool, maximize: bool = False) -> tuple:
+    """The Adam family's shared start: (decayed weights, gradient, new m, new v), nothing written yet.
+
+    Shared by Adam/AdamW, NAdam and RAdam (their weight decay and moments are one rule).
+    """
+    g32 = decayed_gradient(w32, g, maximize=maximize, weight_decay=0 if decoupled else weight_decay)
+    if decoupled and weight_decay != 0:
+        w32 = w32 * (1 - lr * weight_decay)
+    m32 = dt.opmath(m)
+    new_m = m32 + (1 - beta1) * (g32 - m32)
+    new_v = beta2 * dt.opmath(v) + (1 - beta2) * (g32 * g32)
+    return w32, g32, new_m, new_v
 
 
 def _adam_param(xp: Any, w: Any, g: Any, m: Any, v: Any, v_max: Any, step: Any, keep: Any, *, lr: float,
                 beta1: float, beta2: float, eps: float, weight_decay: float, decoupled: bool) -> None:
     """Update one parameter and its moments in place, masked by ``keep`` (``v_max`` None without amsgrad)."""
-    w32, g32 = opmath(w), opmath(g)
+    w32 = dt.opmath(w)
     compute = w32.dtype
     t = (step + 1).astype(np.float64)
     step_size = (lr / (1 - beta1 ** t)).astype(compute)
     bias2_sqrt = xp.sqrt(1 - beta2 ** t).astype(compute)
-    if weight_decay != 0:
-        if decoupled:
-            w32 = w32 * (1 - lr * weight_decay)
-        else:
-            g32 = g32 + weight_decay * w32
-    m32 = opmath(m)
-    new_m = m32 + (1 - beta1) * (g32 - m32)
-    new_v = beta2 * opmath(v) + (1 - beta2) * (g32 * g32)
+    w32, _, new_m, new_v = adam_moments(w32, g, m, v, lr=lr, beta1=beta1, beta2=beta2,
+                                        weight_decay=weight_decay, decoupled=decoupled)
     second = new_v
     if v_max is not None:
-        second = xp.maximum(opmath(v_max), new_v)
+        second = xp.maximum(dt.opmath(v_max), new_v)
         masked_write(xp, v_max, second, keep)
     denom = xp.sqrt(second) / bias2_sqrt + eps
     masked_write(xp, w, w32 - step_size * (new_m / denom), keep)
@@ -91,11 +101,11 @@ class Adam(Optimizer):
             step = self._step_counter(p, w)
             hyper = dict(lr=group["lr"], beta1=beta1, beta2=beta2, eps=group["eps"],
                          weight_decay=group["weight_decay"], decoupled=self._decoupled)
-            if cuda_kernels.on_gpu(w) and cuda_kernels.fusable(w, g):
+            if cuda_launch.on_gpu(w) and cuda_launch.fusable(w, g):
                 low = None if master is None else p.data
-                cuda_kernels.adam_step(w, g, m, v, v_max, step, keep, low=low, **hyper)
+                cuda_optim.adam_step(w, g, m, v, v_max, step, keep, low=low, **hyper)
                 if low is not None:
-                    self._low_written.add(p)
+                    self._written_back_by_kernel.add(p)
                 continue
             _adam_param(p.device.xp, w, g, m, v, v_max, step, keep, **hyper)
 

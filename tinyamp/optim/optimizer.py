@@ -1,10 +1,12 @@
 """The Optimizer base: parameter groups, per-parameter state, master weights, state_dict.
 
-Subclasses (``SGD``, ``Adam``, ``AdamW``) write one ``_update_group`` that works on
+Subclasses (``SGD``, ``Adam``, ``RMSprop``, ...) write one ``_update_group`` that works on
 raw arrays; everything they share lives here:
 
-- ``param_groups`` (list of dicts) and ``state`` (dict keyed by the parameter
-  Tensor, which hashes by identity), with PyTorch's construction rules and errors.
+- ``param_groups`` (list of dicts) and ``state`` (a ``defaultdict(dict)`` keyed
+  by the parameter Tensor, which hashes by identity, as PyTorch's: a
+  user-written optimizer's ``state = self.state[p]`` creates the entry), with
+  PyTorch's construction rules and errors.
 - **Master weights (O2).** With ``master_weights=True`` every float16/bfloat16
   parameter gets a float32 copy in ``state[p]["master_param"]``. The step updates
   the master and writes the rounded value back into the parameter, so updates
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+from collections import defaultdict
 from typing import Any, Callable, Iterable
 
 import numpy as np
@@ -57,21 +60,27 @@ def as_array(value: Any) -> Any:
     return value.data if isinstance(value, Tensor) else value
 
 
-def opmath(array: Any) -> Any:
-    """The array in the dtype arithmetic runs in: float32 for float16/bfloat16.
-
-    Like PyTorch's kernels ("opmath"), low-precision values are computed in
-    float32 and rounded once when written back.
-    """
-    return array.astype(np.float32) if array.dtype in dt.LOW_PRECISION else array
-
-
 def masked_write(xp: Any, dst: Any, src: Any, keep: Any) -> None:
     """``dst[...] = src`` where ``keep`` is true (a 0-d device bool or True), rounding to dst's dtype."""
     if keep is True:  # no AMP mask (CuPy's copyto wants an array for ``where``)
         xp.copyto(dst, src, casting="unsafe")
     else:
         xp.copyto(dst, src, casting="unsafe", where=keep)
+
+
+def decayed_gradient(w32: Any, g: Any, *, maximize: bool, weight_decay: float) -> Any:
+    """The gradient an update sees, in the arithmetic dtype: ``-g`` to maximize, plus ``weight_decay * w`` (L2)."""
+    d = dt.opmath(g)
+    if maximize:
+        d = -d
+    return d + weight_decay * w32 if weight_decay != 0 else d
+
+
+def refuse_differentiable(name: str, differentiable: bool) -> None:
+    """PyTorch's ``differentiable=True`` (autograd through the update) has no tinyamp counterpart."""
+    if differentiable:
+        raise NotImplementedError(f"{name}: differentiable=True is not supported: tinyamp's optimizers update "
+                                  f"parameters in place, outside autograd")
 
 
 class Optimizer:
@@ -82,14 +91,14 @@ class Optimizer:
 
     def __init__(self, params: Iterable[Any], defaults: dict) -> None:
         self.defaults = dict(defaults)
-        self.state: dict[Tensor, dict] = {}
+        self.state: defaultdict[Tensor, dict] = defaultdict(dict)
         self.param_groups: list[dict] = []
         # The parameter version right after we last wrote it from its master: a
         # different version means someone else wrote the parameter (a model load),
         # and the master is refreshed from it. Host metadata, so no sync.
         self._master_versions: dict[Tensor, int] = {}
         # Parameters whose low-precision copy a fused GPU kernel already wrote this step.
-        self._low_written: set = set()
+        self._written_back_by_kernel: set = set()
         if isinstance(params, Tensor):
             raise TypeError("params argument given to the optimizer should be an iterable of Tensors "
                             f"or dicts, but got {type(params).__name__}")
@@ -247,15 +256,15 @@ class Optimizer:
             if grad_scale is not None:
                 scale = backend.to_device(as_array(grad_scale), dev)
                 inv = xp.reciprocal(scale.astype(np.float64)).astype(np.float32)
-                grad = opmath(grad) * inv.reshape(())
+                grad = dt.opmath(grad) * inv.reshape(())
         weight = p.data if master is None else master.data
         return p, weight, grad, keeps[dev], master
 
     def _finish(self, p: Tensor, master: "Tensor | None") -> None:
         """After the update: round masters back into the parameter, bump the version."""
-        if master is not None and p in self._low_written:
+        if master is not None and p in self._written_back_by_kernel:
             # The fused kernel wrote the rounded weights itself (on a kept step only).
-            self._low_written.discard(p)
+            self._written_back_by_kernel.discard(p)
         elif master is not None:
             # Rounded write-back; a skipped step left the master unchanged, so the
             # rounding reproduces the parameter's current value bit for bit.
@@ -319,7 +328,7 @@ class Optimizer:
         by_id = {}
         for mine, saved in zip(self.param_groups, saved_groups):
             by_id.update(zip(saved["params"], mine["params"]))
-        self.state = {}
+        self.state = defaultdict(dict)
         self._master_versions = {}
         for key, entry in state_dict["state"].items():
             p = by_id.get(key)

@@ -14,7 +14,7 @@ to the momentum buffer, so a skipped first step (AMP, masked) leaves the buffer
 uninitialised instead of seeding it with an inf gradient.
 
 On a GPU, float16/bfloat16/float32 parameters are updated by one fused kernel
-each (``tinyamp/cuda_kernels.py``, the same math), which under O2 also writes
+each (``tinyamp/kernels/cuda_optim.py``, the same math), which under O2 also writes
 the rounded float16 weights; float64 ones take the array path below.
 """
 
@@ -22,21 +22,22 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from .. import cuda_kernels
-from .optimizer import Optimizer, masked_write, opmath
+from .. import dtypes as dt
+from ..kernels import cuda_launch, cuda_optim
+from .optimizer import Optimizer, masked_write
 
 
 def _sgd_param(xp: Any, w: Any, g: Any, buf: Any, step: Any, keep: Any, *, lr: float, momentum: float,
                dampening: float, weight_decay: float, nesterov: bool, maximize: bool) -> None:
     """Update one parameter in place (masked by ``keep``); ``buf``/``step`` None without momentum."""
-    w32, d = opmath(w), opmath(g)
+    w32, d = dt.opmath(w), dt.opmath(g)
     if maximize:
         d = -d
     if weight_decay != 0:
         d = d + weight_decay * w32
     if momentum != 0:
         started = step > 0
-        new_buf = xp.where(started, momentum * opmath(buf) + (1 - dampening) * d, d)
+        new_buf = xp.where(started, momentum * dt.opmath(buf) + (1 - dampening) * d, d)
         d = d + momentum * new_buf if nesterov else new_buf
         masked_write(xp, buf, new_buf, keep)
         xp.add(step, keep, out=step, casting="unsafe")
@@ -79,10 +80,10 @@ class SGD(Optimizer):
             hyper = dict(lr=group["lr"], momentum=momentum, dampening=group["dampening"],
                          weight_decay=group["weight_decay"], nesterov=group["nesterov"],
                          maximize=group["maximize"])
-            if cuda_kernels.on_gpu(w) and cuda_kernels.fusable(w, g):
+            if cuda_launch.on_gpu(w) and cuda_launch.fusable(w, g):
                 low = None if master is None else p.data
-                cuda_kernels.sgd_step(w, g, buf, step, keep, low=low, **hyper)
+                cuda_optim.sgd_step(w, g, buf, step, keep, low=low, **hyper)
                 if low is not None:
-                    self._low_written.add(p)
+                    self._written_back_by_kernel.add(p)
                 continue
             _sgd_param(xp, w, g, buf, step, keep, **hyper)

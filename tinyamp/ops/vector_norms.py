@@ -18,7 +18,7 @@ import math
 from typing import Any, Sequence
 
 from .. import dtypes as dt
-from ..amp.policy import FP32
+from ..precision import FP32
 from ..autograd.function import Function
 from ..tensor import Tensor
 from .broadcast import broadcast_to
@@ -26,7 +26,7 @@ from .elementwise import abs as _abs
 from .elementwise import pow as _pow
 from .reduce import _keep, amax, amin, normalize_dims
 from .reduce import sum as _sum
-from .select import clamp_min, where
+from .clamp_where import clamp_min, where
 
 
 class Norm(Function):
@@ -44,7 +44,7 @@ class Norm(Function):
             raise TypeError(f"norm: expected a floating point input, got {dt.dtype_name(x.dtype)} "
                             f"(shape {list(x.shape)}); convert it with .float()")
         self.dims = normalize_dims("norm", self.dim, x.ndim)
-        z = x.astype(xp.float32) if dt.is_low_precision(x.dtype) else x
+        z = dt.opmath(x)
         return xp.sqrt((z * z).sum(axis=self.dims, keepdims=self.keepdim)).astype(x.dtype, copy=False)
 
     def backward(self, gy: Tensor) -> Tensor:

@@ -1,4 +1,4 @@
-"""Bit-exactness of tinyamp.ops.cast_kernels against astype / np.maximum / np.where.
+"""Bit-exactness of tinyamp/kernels/convert.py and elementwise_cpu.py against astype / np.maximum / np.where.
 
 Every fast path is compared bit for bit with the NumPy/ml_dtypes reference:
 exhaustively over all 65536 16-bit patterns, and for float32 sources over
@@ -13,9 +13,11 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from tinyamp.ops import cast_kernels as ck
-from tinyamp.ops.cast_kernels import convert
-from tinyamp.ops.cast_kernels_numba import select_f16_impl
+import tinyamp.kernels
+from tinyamp.kernels import convert as cv
+from tinyamp.kernels import elementwise_cpu as ew
+from tinyamp.kernels.convert import convert
+from tinyamp.kernels.cpu_numba import select_f16_impl
 
 F32 = np.dtype(np.float32)
 F16 = np.dtype(np.float16)
@@ -24,7 +26,7 @@ LOWP = [F16, BF16]
 ALL = [F32, F16, BF16]
 PAIRS = [(s, d) for s in ALL for d in ALL if s != d]
 
-HAVE_NUMBA = ck._numba_installed() and ck.BACKEND == "numba" and ck.numba_available()
+HAVE_NUMBA = cv._numba_installed() and cv.BACKEND == "numba" and cv.numba_available()
 
 _backend_params = [pytest.param(("numpy", None), id="numpy")]
 if HAVE_NUMBA:
@@ -33,7 +35,7 @@ if HAVE_NUMBA:
         pytest.param(
             ("numba", "hw"),
             id="numba-f16c",
-            marks=pytest.mark.skipif(not ck.F16C, reason="no hardware float16 conversion"),
+            marks=pytest.mark.skipif(not cv.F16C, reason="no hardware float16 conversion"),
         )
     )
 else:
@@ -47,7 +49,7 @@ def backend(request):
         select_f16_impl(impl)
     yield name
     if HAVE_NUMBA:
-        select_f16_impl("hw" if ck.F16C else "int")
+        select_f16_impl("hw" if cv.F16C else "int")
 
 
 def bits(a):
@@ -180,8 +182,8 @@ def test_overlapping_out(backend):
 
 
 def test_defaults_and_fallbacks():
-    assert ck.BACKEND in ("numba", "numpy-bits", "astype")
-    assert ck.warmup() == ck.BACKEND
+    assert cv.BACKEND in ("numba", "numpy-bits", "astype")
+    assert tinyamp.kernels.warmup() == cv.BACKEND
     x = np.linspace(-70000, 70000, 10_000, dtype=np.float32)
     assert_same_bits(convert(x, F16), reference(x, F16))  # auto backend, large
     assert_same_bits(convert(x[:5], F16), reference(x[:5], F16))  # small: astype
@@ -230,17 +232,17 @@ def test_relu_all_patterns(backend, dt):
     with np.errstate(all="ignore"):
         ref = bits(np.maximum(x, 0)).copy()
     ref[ref == 0x8000] = 0  # documented: -0.0 -> +0.0 (NumPy's float16 loop keeps -0.0)
-    got = ck.relu_lowp(x, backend=backend)
+    got = ew.relu_lowp(x, backend=backend)
     assert got.dtype == dt
     assert np.array_equal(bits(got), ref)
     out = np.empty_like(x)
-    assert ck.relu_lowp(x, out=out, backend=backend) is out
+    assert ew.relu_lowp(x, out=out, backend=backend) is out
     assert np.array_equal(bits(out), ref)
     y = x.copy()  # in place
-    ck.relu_lowp(y, out=y, backend=backend)
+    ew.relu_lowp(y, out=y, backend=backend)
     assert np.array_equal(bits(y), ref)
     x2 = x.reshape(256, 256)[:, ::2]  # non-contiguous
-    assert np.array_equal(bits(ck.relu_lowp(x2, backend=backend)).ravel(), ref.reshape(256, 256)[:, ::2].ravel())
+    assert np.array_equal(bits(ew.relu_lowp(x2, backend=backend)).ravel(), ref.reshape(256, 256)[:, ::2].ravel())
 
 
 @pytest.mark.parametrize("dt", LOWP, ids=str)
@@ -249,25 +251,25 @@ def test_relu_backward_all_patterns(backend, dt):
     g = np.random.default_rng(2).permutation(ALL16).view(dt)
     with np.errstate(all="ignore"):
         ref = np.where(x > 0, g, 0)
-    got = ck.relu_backward_lowp(g, x, backend=backend)
+    got = ew.relu_backward_lowp(g, x, backend=backend)
     assert_same_bits(got, ref)
     out = np.empty_like(g)
-    assert ck.relu_backward_lowp(g, x, out=out, backend=backend) is out
+    assert ew.relu_backward_lowp(g, x, out=out, backend=backend) is out
     assert_same_bits(out, ref)
     gg = g.copy()
-    ck.relu_backward_lowp(gg, x, out=gg, backend=backend)  # in place into grad
+    ew.relu_backward_lowp(gg, x, out=gg, backend=backend)  # in place into grad
     assert_same_bits(gg, ref)
     xf, gf = np.asfortranarray(x.reshape(256, 256)), np.asfortranarray(g.reshape(256, 256))
-    assert_same_bits(ck.relu_backward_lowp(gf, xf, backend=backend), ref.reshape(256, 256))
-    assert_same_bits(ck.relu_backward_lowp(g.reshape(256, 256), xf, backend=backend), ref.reshape(256, 256))
+    assert_same_bits(ew.relu_backward_lowp(gf, xf, backend=backend), ref.reshape(256, 256))
+    assert_same_bits(ew.relu_backward_lowp(g.reshape(256, 256), xf, backend=backend), ref.reshape(256, 256))
 
 
 def test_relu_fallbacks():
     x = np.array([-1.0, 0.0, 2.0, np.nan], np.float32)
-    assert_same_bits(ck.relu_lowp(x), np.maximum(x, 0))
+    assert_same_bits(ew.relu_lowp(x), np.maximum(x, 0))
     with np.errstate(all="ignore"):
         ref = np.where(x > 0, x, 0)
-    assert_same_bits(ck.relu_backward_lowp(x, x), ref)
+    assert_same_bits(ew.relu_backward_lowp(x, x), ref)
 
 
 # ---------------------------------------------------------------------------
@@ -291,43 +293,37 @@ def test_bias_act_convert(backend, dt, relu):
         t0 = np.maximum(y, 0) if relu else y
         ref_nobias = t0.astype(dt)
     y_before = y.copy()
-    got = ck.bias_act_convert(y, b, dt, relu=relu, backend=backend)
+    got = ew.bias_act_convert(y, b, dt, relu=relu, backend=backend)
     assert_same_bits(got, ref)
     assert_same_bits(y, y_before)
     out = np.empty((200, 300), dt)
-    assert ck.bias_act_convert(y, b, dt, relu=relu, out=out, backend=backend) is out
+    assert ew.bias_act_convert(y, b, dt, relu=relu, out=out, backend=backend) is out
     assert_same_bits(out, ref)
-    assert_same_bits(ck.bias_act_convert(y, None, dt, relu=relu, backend=backend), ref_nobias)
+    assert_same_bits(ew.bias_act_convert(y, None, dt, relu=relu, backend=backend), ref_nobias)
     y3 = y.reshape(2, 100, 300)
-    assert_same_bits(ck.bias_act_convert(y3, b, dt, relu=relu, backend=backend), ref.reshape(2, 100, 300))
+    assert_same_bits(ew.bias_act_convert(y3, b, dt, relu=relu, backend=backend), ref.reshape(2, 100, 300))
+    # overwrite_y: the caller's buffer may serve as the float32 temporary; same bits.
+    assert_same_bits(ew.bias_act_convert(y.copy(), b, dt, relu=relu, backend=backend, overwrite_y=True), ref)
 
 
-@pytest.mark.parametrize("dt", LOWP, ids=str)
-def test_round_to(backend, dt):
-    x = np.concatenate([f32_boundary_cases(), f32_random_bits(300_000, seed=9)]).view(np.float32)
-    ref = reference(reference(x, dt), F32)
-    assert_same_bits(ck.round_to(x, dt, backend=backend), ref)
-    y = x.copy()
-    assert ck.round_to(y, dt, out=y, backend=backend) is y  # in place
-    assert_same_bits(y, ref)
-    m = x[: 600 * 500].reshape(600, 500)
-    assert_same_bits(ck.round_to(m[:, ::2], dt, backend=backend), ref[: 600 * 500].reshape(600, 500)[:, ::2])
+class _NotAnNdarray(np.ndarray):
+    """Stands for an array the fast paths do not take (CuPy, a subclass): the generic path runs."""
 
 
-@pytest.mark.parametrize("xdt", LOWP, ids=str)
-@pytest.mark.parametrize("dt", LOWP, ids=str)
-def test_relu_backward_convert(backend, xdt, dt):
-    x = np.tile(ALL16, 4).view(xdt)
-    g = np.concatenate([f32_boundary_cases(), f32_random_bits(300_000, seed=11)])[: x.size].view(np.float32)
-    with np.errstate(all="ignore"):
-        ref = np.where(x > 0, g, 0).astype(dt)
-    assert_same_bits(ck.relu_backward_convert(g, x, dt, backend=backend), ref)
-    if xdt == dt:  # equals masking after the downcast
-        assert_same_bits(ck.relu_backward_lowp(reference(g, dt), x, backend="numpy"), ref)
-    out = np.empty((512, 512), dt)
-    r = ck.relu_backward_convert(g.reshape(512, 512), x.reshape(512, 512), dt, out=out, backend=backend)
-    assert r is out
-    assert_same_bits(out.reshape(-1), ref)
+@pytest.mark.parametrize("overwrite_y", [False, True])
+def test_bias_act_convert_generic_path(overwrite_y):
+    rng = np.random.default_rng(4)
+    y = rng.standard_normal((64, 48)).astype(np.float32)
+    b = rng.standard_normal(48).astype(np.float32)
+    ref = (y + b).astype(F16)
+    given = y.copy().view(_NotAnNdarray)
+    got = ew.bias_act_convert(given, b, F16, overwrite_y=overwrite_y)
+    assert_same_bits(np.asarray(got), ref)
+    # Only with overwrite_y is the caller's buffer used for the sum.
+    assert_same_bits(np.asarray(given), y + b if overwrite_y else y)
+    small = y[:4, :16].copy()  # below SMALL: plain NumPy on an ndarray too
+    assert_same_bits(ew.bias_act_convert(small.copy(), b[:16], F16, relu=True, overwrite_y=overwrite_y),
+                     np.maximum(small + b[:16], 0).astype(F16))
 
 
 def test_broken_numba_falls_back(monkeypatch):
@@ -336,13 +332,68 @@ def test_broken_numba_falls_back(monkeypatch):
     def broken():
         raise ImportError("simulated")
 
-    monkeypatch.setattr(ck, "_nb_state", None)
-    monkeypatch.setattr(ck, "BACKEND", "numba")
-    monkeypatch.setattr(ck, "_load_numba", broken)
+    monkeypatch.setattr(cv, "_nb_state", None)
+    monkeypatch.setattr(cv, "BACKEND", "numba")
+    monkeypatch.setattr(cv, "_load_numba", broken)
     x = f32_random_bits(100_000, seed=3).view(np.float32)
     with pytest.warns(RuntimeWarning, match="numba cast kernels unavailable"):
         got = convert(x, F16)
-    assert ck.BACKEND == "numpy-bits"
+    assert cv.BACKEND == "numpy-bits"
     assert_same_bits(got, reference(x, F16))
     with pytest.raises(RuntimeError):
         convert(x, F16, backend="numba")
+
+
+# ---------------------------------------------------------------------------
+# each special value alone
+#
+# The random and boundary inputs above always hold +inf, -inf and NaNs of both
+# signs together, so a path that detects "some special value is present" from
+# one sign only (a max over the int16 view, say) still gets the others right by
+# accident. Here each special value is converted alone (the only special in the
+# array, with and without finite neighbours), on every path including astype,
+# against bit patterns written out by hand (IEEE 754: +-inf keep their sign;
+# the canonical quiet NaN keeps its sign and stays the canonical quiet NaN).
+
+SPECIAL_BITS = {  # dtype -> {name: bits}
+    F32: {"+inf": 0x7F800000, "-inf": 0xFF800000, "+nan": 0x7FC00000, "-nan": 0xFFC00000},
+    F16: {"+inf": 0x7C00, "-inf": 0xFC00, "+nan": 0x7E00, "-nan": 0xFE00},
+    BF16: {"+inf": 0x7F80, "-inf": 0xFF80, "+nan": 0x7FC0, "-nan": 0xFFC0},
+}
+FINITE = [1.5, -2.0, 0.0, 0.25]  # exact in all three formats
+
+
+@pytest.fixture(params=[pytest.param(("astype", None), id="astype")] + _backend_params)
+def any_backend(request):
+    name, impl = request.param
+    if impl is not None:
+        select_f16_impl(impl)
+    yield name
+    if HAVE_NUMBA:
+        select_f16_impl("hw" if cv.F16C else "int")
+
+
+def _with_special(dtype, special_bits, n, finite):
+    """n elements: every one the special value, or finite values with it at a few places."""
+    uint = {2: np.uint16, 4: np.uint32}[dtype.itemsize]
+    if finite:
+        x = np.resize(np.array(FINITE, np.float32), n).astype(dtype)
+        x.view(uint)[[0, n // 2, n - 1]] = special_bits
+        return x
+    return np.full(n, special_bits, uint).view(dtype)
+
+
+@pytest.mark.parametrize("special", ["+inf", "-inf", "+nan", "-nan"])
+@pytest.mark.parametrize("src,dst", PAIRS, ids=lambda p: str(p))
+@pytest.mark.parametrize("finite", [False, True], ids=["alone", "among-finite"])
+def test_each_special_value_alone(any_backend, src, dst, special, finite):
+    n = 4096  # above every size threshold, so backend=None would take the fast path too
+    x = _with_special(src, SPECIAL_BITS[src][special], n, finite)
+    got = bits(convert(x, dst, backend=any_backend))
+    expected = bits(np.resize(np.array(FINITE, np.float32), n).astype(dst)) if finite \
+        else np.empty(n, {2: np.uint16, 4: np.uint32}[dst.itemsize])
+    where = [0, n // 2, n - 1] if finite else slice(None)
+    expected[where] = SPECIAL_BITS[dst][special]
+    bad = np.flatnonzero(got != expected)
+    assert bad.size == 0, (f"{special} {src}->{dst} on {any_backend}: {bad.size} wrong, first at {bad[0]}: "
+                           f"{hex(got[bad[0]])}, expected {hex(expected[bad[0]])}")

@@ -1,58 +1,27 @@
-"""Fast, bit-exact CPU conversions between float32, float16 and bfloat16.
+"""Fast, bit-exact CPU conversions between float32, float16 and bfloat16, and the choice of CPU path.
 
-Why this module exists
-----------------------
-On the CPU, NumPy converts float16 <-> float32 with a scalar loop (about
-1.7 ns/element up and 2.5 ns/element down on the project's 2-core EPYC), and
-its float16 ufuncs cost 6-20 ns/element. In a CPU AMP training step these
-conversions and ufuncs, not the float32 GEMMs, take most of the time. This
-module gives the rest of tinyamp one entry point, :func:`convert`, that
-returns exactly what ``array.astype(dtype)`` returns (same bits, shape and
-dtype) but faster, plus fused helpers for the elementwise work AMP does
-around a GEMM.
+:func:`convert` returns exactly what ``array.astype(dtype)`` returns (same
+bits, shape and dtype), faster: on the CPU NumPy converts float16 <-> float32
+with a scalar loop, and in a CPU AMP step these conversions, not the float32
+GEMMs, took most of the time (figures: benchmarks/RESULTS.md, "bench_casts.py").
+The module also decides which implementation every 16-bit CPU kernel of this
+package runs (``BACKEND``, :func:`resolve`); the kernels themselves are in
+``cpu_numba.py`` (numba loops) and ``cpu_numpy.py`` (NumPy bit recipes), the
+ReLU and GEMM-epilogue kernels in ``elementwise_cpu.py``.
 
-Measured (ns/element, 1024x1024 and 128x1024, medians; the bench script):
-
-=====================  ==================  ==========  ===========
-operation              NumPy / ml_dtypes   numpy-bits  numba
-=====================  ==================  ==========  ===========
-float16 -> float32     1.66-1.89 astype    0.34-0.40   0.09-0.11
-float32 -> float16     2.48-2.61 astype    1.38-1.52   0.11-0.13
-float32 -> bfloat16    0.42-0.57 astype    (astype)    0.10-0.12
-bfloat16 -> float32    0.08 astype         (astype)    0.09 (=)
-float16 -> bfloat16    1.44-1.84 astype    0.79-0.83   0.20-0.21
-bfloat16 -> float16    0.84-0.87 astype    (astype)    0.08-0.10
-relu, float16          5.9-6.7 np.maximum  0.17-0.21   0.05-0.08
-relu backward, f16     8.0-8.4 np.where    0.28-0.32   0.07-0.10
-bias+relu+downcast     6.2 (float32 ufuncs 2.1-2.7     0.16-0.19
-                       + astype); 14.2 in
-                       float16 ufuncs
-=====================  ==================  ==========  ===========
-
-Where things live
------------------
-This file is the public API and the backend choice: :func:`convert`,
-:func:`warmup`, :func:`numba_available`, ``BACKEND`` and ``F16C``, and it
-re-exports the fused helpers (:func:`relu_lowp`, :func:`relu_backward_lowp`,
-:func:`bias_act_convert`, :func:`relu_backward_convert`, :func:`round_to`)
-from ``cast_kernels_fused.py``. The kernels are in ``cast_kernels_numba.py``
-(LLVM-IR/F16C numba loops) and ``cast_kernels_numpy.py`` (NumPy bit recipes
-and the dtype constants the cast modules share). Import from here.
-
-Backends (``BACKEND``)
-----------------------
+Paths (``BACKEND``)
+-------------------
 ``"numba"``
-    Used when numba is importable (optional extra ``tinyamp[jit]``). Serial
+    When numba is importable (optional extra ``tinyamp[jit]``). Serial
     ``nogil`` loops whose scalar conversion is written in LLVM IR on 32-bit
     integers; with F16C (``F16C``) LLVM emits ``vcvtps2ph``/``vcvtph2ps``
-    plus a NaN fix-up, otherwise an integer/float recipe. 10-25x faster than
-    ``astype``. Kernels compile lazily on first use (0.1-0.5 s each;
-    ``cache=True`` keeps them on disk), or all at once with :func:`warmup`.
+    plus a NaN fix-up, otherwise an integer/float recipe. Kernels compile
+    lazily on first use (``cache=True`` keeps them on disk), or all at once
+    with :func:`tinyamp.kernels.warmup`.
 ``"numpy-bits"``
-    Without numba. float16 -> float32 is 4 integer/float NumPy passes (5x
-    faster than ``astype``); float32 -> float16 is a 13-pass integer/float
-    recipe (1.9x); ml_dtypes' bfloat16 casts are already vectorised and are
-    kept. ReLU and its backward work on int16 views (25-45x).
+    Without numba. float16 -> float32 is 4 integer/float NumPy passes,
+    float32 -> float16 a 13-pass recipe; ml_dtypes' bfloat16 casts are already
+    vectorised and are kept. ReLU and its backward work on int16 views.
 ``"astype"``
     Plain ``astype`` everywhere (``TINYAMP_CAST_BACKEND=astype``).
 
@@ -62,13 +31,6 @@ module warns once, falls back to ``"numpy-bits"`` and updates ``BACKEND``.
 The environment variable ``TINYAMP_CAST_BACKEND`` (``numba``, ``numpy``,
 ``astype``) overrides the choice; every public function also takes
 ``backend=`` to force a path (the tests do).
-
-Rejected alternatives (numbers in ``benchmarks/bench_casts.py``): a
-65536-entry lookup table for float16 -> float32 (``np.take``: 1.2-1.4 ns);
-processing in L2-sized chunks (slower: the per-call ufunc overhead outweighs
-the cache gain at these sizes); numba ``parallel=True`` kernels (at best 2x,
-but 20-1000x slower whenever another process holds a core; see
-``cast_kernels_numba.py``).
 
 Exactness
 ---------
@@ -92,9 +54,8 @@ ties and a million random float32 patterns; the float32 -> float16 and
 float32 -> bfloat16 kernels were also checked against ``astype`` on all 2**32
 float32 bit patterns (0 mismatches). The results do not depend on DAZ/FTZ
 (no kernel feeds a subnormal into float arithmetic except
-``cast_kernels_numpy.f16_to_f32``, which checks and falls back to
-``astype``); like NumPy's own float ufuncs they assume the default
-round-to-nearest mode.
+``cpu_numpy.f16_to_f32``, which checks and falls back to ``astype``); like
+NumPy's own float ufuncs they assume the default round-to-nearest mode.
 
 Differences from ``astype`` that are not about values: ``astype`` raises
 NumPy's ``RuntimeWarning`` for overflow ("overflow encountered in cast") and
@@ -114,29 +75,12 @@ import warnings
 
 import numpy as np
 
-from . import cast_kernels_numba as _nb
-from . import cast_kernels_numpy as _npb
-from .cast_kernels_fused import (
-    bias_act_convert,
-    relu_backward_convert,
-    relu_backward_lowp,
-    relu_lowp,
-    round_to,
-)
-from .cast_kernels_numpy import BF16, F16, F32, U16, U32, flat
+from .. import dtypes as dt
+from . import cpu_numba
+from . import cpu_numpy
+from .cpu_numpy import U16, U32, flat
 
-__all__ = [
-    "BACKEND",
-    "F16C",
-    "convert",
-    "relu_lowp",
-    "relu_backward_lowp",
-    "bias_act_convert",
-    "relu_backward_convert",
-    "round_to",
-    "warmup",
-    "numba_available",
-]
+__all__ = ["BACKEND", "F16C", "convert", "numba_available", "resolve"]
 
 # Below this many elements the fixed cost of a fast path is larger than what it
 # saves, so ``convert`` uses ``astype``; forcing a backend with ``backend=``
@@ -145,7 +89,7 @@ __all__ = [
 # (break-even ~4-8K elements up, ~32-64K down). See the "small" groups of
 # benchmarks/bench_casts.py.
 SMALL = 1024
-SMALL_NUMPY = {(F16, F32): 8192, (F16, BF16): 8192, (F32, F16): 65536}
+SMALL_NUMPY = {(dt.float16, dt.float32): 8192, (dt.float16, dt.bfloat16): 8192, (dt.float32, dt.float16): 65536}
 
 
 def _numba_installed():
@@ -170,12 +114,11 @@ else:
 F16C = None
 
 # ---------------------------------------------------------------------------
-# numba kernels (loaded lazily, by cast_kernels_numba.load)
+# numba kernels (loaded lazily, by cpu_numba.load)
 # ---------------------------------------------------------------------------
 
 _nb_lock = threading.Lock()
 _nb_state = None  # None: not tried; True: loaded; False: failed
-_K = _nb.KERNELS  # name -> compiled numba function (the same dict)
 
 
 def numba_available():
@@ -206,12 +149,12 @@ def _numba_failed(exc):
 
 
 def _load_numba():
-    """Define the numba kernels (compiled on first call) into ``_K``; set ``F16C``.
+    """Define the numba kernels (compiled on first call) into ``cpu_numba.KERNELS``; set ``F16C``.
 
     Raises when numba is unusable; the tests replace it to simulate that.
     """
     global F16C
-    F16C = _nb.load()
+    F16C = cpu_numba.load()
 
 
 # ---------------------------------------------------------------------------
@@ -220,16 +163,16 @@ def _load_numba():
 
 # name of the numba kernel and the (input, output) integer views it takes
 _NB_PAIRS = {
-    (F16, F32): ("f16_to_f32", U16, U32),
-    (F32, F16): ("f32_to_f16", U32, U16),
-    (F32, BF16): ("f32_to_bf16", U32, U16),
-    (BF16, F32): ("bf16_to_f32", U16, U32),
-    (F16, BF16): ("f16_to_bf16", U16, U16),
-    (BF16, F16): ("bf16_to_f16", U16, U16),
+    (dt.float16, dt.float32): ("f16_to_f32", U16, U32),
+    (dt.float32, dt.float16): ("f32_to_f16", U32, U16),
+    (dt.float32, dt.bfloat16): ("f32_to_bf16", U32, U16),
+    (dt.bfloat16, dt.float32): ("bf16_to_f32", U16, U32),
+    (dt.float16, dt.bfloat16): ("f16_to_bf16", U16, U16),
+    (dt.bfloat16, dt.float16): ("bf16_to_f16", U16, U16),
 }
 
 
-def _resolve(backend):
+def resolve(backend):
     """The path a call takes: "numba", "numpy-bits" or "astype".
 
     ``backend=None`` follows ``BACKEND`` (loading numba on first use, and
@@ -273,24 +216,27 @@ def convert(array, dtype, out=None, backend=None):
     ``backend``: ``None`` (use ``BACKEND``), ``"numba"``, ``"numpy"`` or
     ``"astype"``.
     """
-    dt = np.dtype(dtype)
+    target = np.dtype(dtype)
     if type(array) is not np.ndarray:
-        return _astype_into(array, dt, out)
-    key = (array.dtype, dt)
+        return _astype_into(array, target, out)
+    key = (array.dtype, target)
     pair = _NB_PAIRS.get(key)
     if pair is None:
-        return _astype_into(array, dt, out)
-    path = _resolve(backend)
-    if backend is None and array.size < (SMALL if path == "numba" else SMALL_NUMPY.get(key, 1 << 62)):
-        path = "astype"
+        return _astype_into(array, target, out)
+    if backend is None and array.size < SMALL:
+        path = "astype"  # below every fast path's break-even (SMALL <= SMALL_NUMPY)
+    else:
+        path = resolve(backend)
+        if backend is None and array.size < (SMALL if path == "numba" else SMALL_NUMPY.get(key, 1 << 62)):
+            path = "astype"
     if path == "astype" or array.size == 0:
         with np.errstate(all="ignore"):  # never warn, whichever path runs
-            return _astype_into(array, dt, out)
+            return _astype_into(array, target, out)
 
     if out is not None:
-        if type(out) is not np.ndarray or out.dtype != dt or out.shape != array.shape:
+        if type(out) is not np.ndarray or out.dtype != target or out.shape != array.shape:
             raise ValueError(
-                f"out must be a numpy array of dtype {dt} and shape {array.shape}, "
+                f"out must be a numpy array of dtype {target} and shape {array.shape}, "
                 f"got {type(out).__name__} {getattr(out, 'dtype', None)} "
                 f"{getattr(out, 'shape', None)}"
             )
@@ -298,48 +244,19 @@ def convert(array, dtype, out=None, backend=None):
             array.flags.f_contiguous and out.flags.f_contiguous
         )
         if not same_order or np.may_share_memory(array, out):
-            np.copyto(out, convert(array, dt, backend=path if backend else None))
+            np.copyto(out, convert(array, target, backend=path if backend else None))
             return out
         res = out
     else:
         if not (array.flags.c_contiguous or array.flags.f_contiguous):
             array = np.ascontiguousarray(array)
-        res = np.empty_like(array, dtype=dt)
+        res = np.empty_like(array, dtype=target)
 
     x = flat(array)
     y = flat(res)
     if path == "numba":
         name, vin, vout = pair
-        _K[name](x.view(vin), y.view(vout))
+        cpu_numba.KERNELS[name](x.view(vin), y.view(vout))
     else:
-        _npb.convert_into(key[0], dt, x, y)
+        cpu_numpy.convert_into(key[0], target, x, y)
     return res
-
-
-# ---------------------------------------------------------------------------
-
-
-def warmup():
-    """Load and compile every kernel of the chosen backend now; return BACKEND.
-
-    With numba the first call of each kernel otherwise compiles it (about
-    0.3-0.5 s, or a few ms from numba's on-disk cache).
-    """
-    if BACKEND == "numba" and numba_available():
-        a32 = np.zeros(4, np.float32)
-        a16 = np.zeros(4, np.float16)
-        ab = np.zeros(4, BF16)
-        for src in (a32, a16, ab):
-            for dt in (F32, F16, BF16):
-                if src.dtype != dt:
-                    convert(src, dt, backend="numba")
-        relu_lowp(a16, backend="numba")
-        relu_backward_lowp(a16, a16, backend="numba")
-        y = np.zeros((2, 2), np.float32)
-        b = np.zeros(2, np.float32)
-        bias_act_convert(y, b, F16, relu=True, backend="numba")
-        bias_act_convert(y, b, BF16, relu=True, backend="numba")
-        for dt in (F16, BF16):
-            round_to(a32, dt, backend="numba")
-            relu_backward_convert(a32, a16, dt, backend="numba")
-    return BACKEND

@@ -15,7 +15,7 @@ import tinyamp
 
 from .. import backend
 from .. import dtypes as dt
-from ..amp.policy import NEUTRAL, PROMOTE
+from ..precision import NEUTRAL, PROMOTE
 from ..autograd.function import Function
 from ..tensor import Tensor
 from .broadcast import broadcasting, sum_to
@@ -104,7 +104,7 @@ class Where(Function):
         return broadcasting("where", xp.where, self.condition, a, b)
 
     def backward(self, gy: Tensor) -> tuple:
-        a_shape, b_shape = (m[0] for m in self._input_meta)
+        a_shape, b_shape = self.input_shapes
         da = sum_to(where(self.condition, gy, 0.0), a_shape) if self.needs_input_grad[0] else None
         db = sum_to(where(self.condition, 0.0, gy), b_shape) if self.needs_input_grad[1] else None
         return da, db

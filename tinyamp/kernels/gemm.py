@@ -28,25 +28,20 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
-from tinyamp import backend
-from tinyamp.ops.cast_kernels import convert
+from .. import backend
+from .. import dtypes as dt
+from .convert import convert
 
 Array = Any  # numpy.ndarray or cupy.ndarray
 DTypeLike = Any  # anything numpy.dtype() accepts
 
-FLOAT16 = np.dtype(np.float16)
-BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
-FLOAT32 = np.dtype(np.float32)
-FLOAT64 = np.dtype(np.float64)
-LOW_PRECISION = (FLOAT16, BFLOAT16)
-SUPPORTED = (FLOAT16, BFLOAT16, FLOAT32, FLOAT64)
+SUPPORTED = dt.FLOATING  # float16, bfloat16, float32, float64
 
 # cudaDataType_t values from CUDA's library_types.h (a stable ABI). Written out
 # because CuPy's runtime module does not export CUDA_R_16BF in every release.
-_CUDA_DATA_TYPE = {FLOAT16: 2, BFLOAT16: 14, FLOAT32: 0}
+_CUDA_DATA_TYPE = {dt.float16: 2, dt.bfloat16: 14, dt.float32: 0}
 
 # cuBLAS takes 32-bit sizes; folding a batch into M must stay below this.
 _INT32_MAX = 2**31 - 1
@@ -113,11 +108,6 @@ def _check(name: str, a: Array, b: Array, out_dtype: DTypeLike,
     return batch, int(m), int(k), int(n), out
 
 
-def _accumulate_dtype(dtype: np.dtype) -> np.dtype:
-    """float32 for 16-bit inputs; float32/float64 keep their own precision."""
-    return FLOAT32 if dtype in LOW_PRECISION else dtype
-
-
 # --------------------------------------------------------------------------
 # gemm
 # --------------------------------------------------------------------------
@@ -161,8 +151,8 @@ def _gemm_cpu(a: np.ndarray, b: np.ndarray, out: np.dtype,
     # The float16 -> float32 cast is a scalar loop in NumPy (~2.5 ns/element),
     # so each operand is converted exactly once (and only once when a is b,
     # as in x @ x.T), and transposes stay views that BLAS reads directly.
-    # convert() is astype, bit for bit, through the fast kernels of cast_kernels.
-    acc = _accumulate_dtype(a.dtype)
+    # convert() is astype, bit for bit, through the fast CPU kernels (convert.py).
+    acc = dt.opmath_dtype(a.dtype)  # float32 for 16-bit inputs; others keep their own
     a_acc = a if a.dtype == acc else convert(a, acc)
     b_acc = a_acc if b is a else (b if b.dtype == acc else convert(b, acc))
     if trans_a:
@@ -177,7 +167,7 @@ def _gemm_gpu(a: Array, b: Array, out: np.dtype, trans_a: bool, trans_b: bool,
               batch: tuple[int, ...], m: int, k: int, n: int) -> Array:
     cp = backend.cupy()
     with a.device:  # allocate and pick the cuBLAS handle on the operands' GPU
-        if a.dtype not in LOW_PRECISION:
+        if a.dtype not in dt.LOW_PRECISION:
             # float32/float64 already accumulate in their own precision.
             result = cp.matmul(a.swapaxes(-1, -2) if trans_a else a,
                                b.swapaxes(-1, -2) if trans_b else b)
@@ -190,7 +180,7 @@ def _gemm_gpu(a: Array, b: Array, out: np.dtype, trans_a: bool, trans_b: bool,
             return result if result.dtype == out else result.astype(out)
         # cuBLAS writes C in the input dtype or float32; anything else is a
         # float32 result plus one cast (still a single rounding).
-        c_dtype = out if out in (a.dtype, FLOAT32) else FLOAT32
+        c_dtype = out if out in (a.dtype, dt.float32) else dt.float32
         if m == 0 or n == 0 or math.prod(batch) == 0:
             return cp.empty(batch + (m, n), dtype=out)
         if k == 0:  # an empty sum; cuBLAS is not asked to define it
@@ -315,15 +305,15 @@ def gemm_fp16_accumulate(a: Array, b: Array) -> Array:
     so the hardware's result depends on the chip, while this one does not.
     """
     batch, m, k, n, _ = _check("gemm_fp16_accumulate", a, b, None, False, False)
-    if a.dtype != FLOAT16:
+    if a.dtype != dt.float16:
         raise ValueError("gemm_fp16_accumulate: float16 operands only: "
                          + _describe(a, b, False, False))
     xp = backend.array_module(a)
     # float64 holds a float16 sum plus an exact float16 product without error
     # for any realistic exponent gap, so astype(float16) is the one rounding.
-    a64, b64 = a.astype(FLOAT64), b.astype(FLOAT64)
-    total = xp.zeros(batch + (m, n), dtype=FLOAT64)
+    a64, b64 = a.astype(dt.float64), b.astype(dt.float64)
+    total = xp.zeros(batch + (m, n), dtype=dt.float64)
     for i in range(k):
         total = (total + a64[..., :, i:i + 1] * b64[..., i:i + 1, :])
-        total = total.astype(FLOAT16).astype(FLOAT64)
-    return total.astype(FLOAT16)
+        total = total.astype(dt.float16).astype(dt.float64)
+    return total.astype(dt.float16)

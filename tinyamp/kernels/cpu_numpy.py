@@ -1,6 +1,7 @@
 """NumPy bit recipes for float16/bfloat16/float32 conversion and 16-bit ReLU.
 
-The ``"numpy-bits"`` backend of :mod:`tinyamp.ops.cast_kernels`, used when
+The ``"numpy-bits"`` path of :mod:`tinyamp.kernels.convert` and
+:mod:`tinyamp.kernels.elementwise_cpu`, used when
 numba is missing or unusable: whole-array integer/float NumPy passes on the
 bit patterns, bit-identical to ``astype`` / ``np.maximum`` / ``np.where``.
 float16 -> float32 is 4 passes (5x faster than ``astype``); float32 ->
@@ -8,19 +9,17 @@ float16 is a 13-pass integer/float recipe (1.9x); ml_dtypes' bfloat16 casts
 are already vectorised and are kept. ReLU and its backward work on int16
 views (25-45x faster than NumPy's float16 ufuncs).
 
-Every function here takes 1-D contiguous views that ``cast_kernels``
-prepares (:func:`flat`). The module also holds the dtype constants the cast
-modules share. It imports only NumPy and ml_dtypes.
+Every function here takes 1-D contiguous views that its callers prepare
+(:func:`flat`). The module also holds the integer-view dtypes and the bit
+patterns of +inf that the CPU kernels share.
 """
 
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 
-F32 = np.dtype(np.float32)
-F16 = np.dtype(np.float16)
-BF16 = np.dtype(ml_dtypes.bfloat16)
+from .. import dtypes as dt
+
 U16 = np.dtype(np.uint16)
 U32 = np.dtype(np.uint32)
 I16 = np.dtype(np.int16)
@@ -28,7 +27,7 @@ I32 = np.dtype(np.int32)
 
 # Bits of +inf for the 16-bit formats; a 16-bit pattern p is NaN when
 # (p & 0x7fff) > INF16[dtype].
-INF16 = {F16: 0x7C00, BF16: 0x7F80}
+INF16 = {dt.float16: 0x7C00, dt.bfloat16: 0x7F80}
 
 _TWO112 = np.float32(2.0**112)
 _SIGN_EM_MASK = np.int32(-0x70002000)  # 0x8fffe000: sign + 15 exponent/mantissa bits << 13
@@ -62,13 +61,13 @@ def f16_to_f32(src: np.ndarray, dst: np.ndarray) -> None:
     subnormals on the way, which is why DAZ/FTZ mode falls back to astype).
     """
     if _denormals_flushed():
-        np.copyto(dst, src.view(F16))
+        np.copyto(dst, src.view(dt.float16))
         return
     h = src.view(I16)
     t = h.astype(I32)
     np.left_shift(t, 13, out=t)
     np.bitwise_and(t, _SIGN_EM_MASK, out=t)
-    np.multiply(t.view(F32), _TWO112, out=dst)
+    np.multiply(t.view(dt.float32), _TWO112, out=dst)
     # inf/nan: positive ones are >= 0x7c00 as int16, negative ones >= 0xfc00
     # as uint16.
     if h.max() >= 0x7C00 or src.max() >= 0xFC00:
@@ -81,7 +80,7 @@ def f32_to_f16(src: np.ndarray, dst: np.ndarray) -> None:
     """float32 (1-D) -> float16 bits (1-D), NumPy's exact rule.
 
     The same recipe as the numba integer kernel (``ir_f2h_int`` in
-    cast_kernels_numba): adding c = 2**13 float16 ulps above |x| makes the
+    cpu_numba): adding c = 2**13 float16 ulps above |x| makes the
     FPU round |x| to float16 precision (ties to even).
     """
     u = src.view(U32)
@@ -91,7 +90,7 @@ def f32_to_f16(src: np.ndarray, dst: np.ndarray) -> None:
     np.add(c, _U(13 << 23), out=c)
     s = np.empty_like(a)
     with np.errstate(all="ignore"):
-        np.add(a.view(F32), c.view(F32), out=s.view(F32))
+        np.add(a.view(dt.float32), c.view(dt.float32), out=s.view(dt.float32))
     np.subtract(s, c, out=s)
     np.right_shift(c, _U(13), out=c)
     np.add(s, c, out=s)
@@ -111,13 +110,13 @@ def f32_to_f16(src: np.ndarray, dst: np.ndarray) -> None:
 
 def convert_into(src_dt: np.dtype, dst_dt: np.dtype, x: np.ndarray, y: np.ndarray) -> None:
     """NumPy path on 1-D contiguous x (src_dt) into y (dst_dt)."""
-    if src_dt == F16 and dst_dt == F32:
+    if src_dt == dt.float16 and dst_dt == dt.float32:
         f16_to_f32(x.view(U16), y)
-    elif src_dt == F32 and dst_dt == F16:
+    elif src_dt == dt.float32 and dst_dt == dt.float16:
         f32_to_f16(x, y.view(U16))
-    elif src_dt == F16 and dst_dt == BF16:
+    elif src_dt == dt.float16 and dst_dt == dt.bfloat16:
         # exact upcast, then ml_dtypes' vectorised float32 -> bfloat16
-        t = np.empty(x.size, F32)
+        t = np.empty(x.size, dt.float32)
         f16_to_f32(x.view(U16), t)
         with np.errstate(all="ignore"):
             np.copyto(y, t, casting="unsafe")

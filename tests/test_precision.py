@@ -1,7 +1,7 @@
-"""The pure precision rule (tinyamp/amp/policy.py): tag + input dtypes + autocast dtype -> compute dtype.
+"""The pure precision rule (tinyamp/precision.py): tag + input dtypes + autocast dtype -> compute dtype.
 
-The expected values are written out by hand from DESIGN.md section 4, one
-table row per case, so a change to the rule shows up as a named row.
+The expected values are written out by hand from the tag table in the module's
+docstring, one table row per case, so a change to the rule shows up as a named row.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 import tinyamp as ta
-from tinyamp.amp.policy import FP32, LOWER, NEUTRAL, PROMOTE, Precision, as_precision, compute_dtype, needs_cast
+from tinyamp.precision import FP32, LOWER, NEUTRAL, PROMOTE, Precision, as_precision, compute_dtype, needs_cast
 
 f16, bf16, f32, f64, i64, b = ta.float16, ta.bfloat16, ta.float32, ta.float64, ta.int64, ta.bool
 

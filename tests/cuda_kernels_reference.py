@@ -1,8 +1,8 @@
-"""The fused CUDA kernels of ``cuda_kernels.py``, transcribed to NumPy statement by statement.
+"""The fused CUDA kernels of tinyamp/kernels/cuda_scaler.py and cuda_optim.py, transcribed to NumPy.
 
 Same float32 arithmetic in the same order, same branches, on NumPy arrays:
 what each kernel computes, readable without CUDA. The tests hold these and
-the kernels (run on the CPU through tests/cuda_emulation.py, and on a GPU)
+the kernels (run on the CPU through the CUDA stand-in, and on a GPU)
 against the scaler's and the optimizers' NumPy paths, bit for bit.
 """
 

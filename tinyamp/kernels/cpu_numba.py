@@ -1,26 +1,25 @@
-"""numba kernels for tinyamp.ops.cast_kernels (the ``"numba"`` backend).
+"""numba kernels of the 16-bit CPU paths (the ``"numba"`` path of :mod:`tinyamp.kernels.convert`).
 
-Serial ``nogil`` loops over 1-D contiguous integer views (and the 2-D GEMM
-epilogues), whose scalar conversion is written in LLVM IR on 32-bit
-integers: numba would widen Python-level integer code to 64 bits and run
+Conversions, ReLU forward/backward and the GEMM epilogue, for ``convert.py``
+and ``elementwise_cpu.py``. Serial ``nogil`` loops over 1-D contiguous
+integer views (and the 2-D GEMM epilogue), whose scalar conversion is
+written in LLVM IR on 32-bit integers: numba would widen Python-level integer code to 64 bits and run
 3-4x slower. With a hardware float16 conversion (F16C on x86) LLVM emits
 ``vcvtps2ph``/``vcvtph2ps`` plus a NaN fix-up, otherwise an integer/float
 recipe; both are bit-identical to NumPy/ml_dtypes and 10-25x faster than
 ``astype``.
 
 numba is optional (extra ``tinyamp[jit]``) and costs about a second to
-import, so nothing here imports it until :func:`load` runs; cast_kernels
+import, so nothing here imports it until :func:`load` runs; ``convert.py``
 calls that on first use of the numba backend and falls back to the NumPy
 recipes if it raises. Kernels then compile lazily on first call (0.1-0.5 s
 each; ``cache=True`` keeps them on disk). :data:`KERNELS` maps a kernel name
 to its compiled function; the names without ``_hw``/``_int`` are the
 float16 implementation :func:`select_f16_impl` chose.
 
-Rejected: numba ``parallel=True`` kernels. At best about 2x faster on 2
-idle cores, but 4-5x slower to compile, and when any other process or
-OpenBLAS's spinning threads hold a core their barrier waits make them
-20-1000x slower (7.6 ns/element at 1M elements, 60-90 ns at 128K, measured
-on the shared development machine; ``benchmarks/bench_casts.py``).
+The loops are serial on purpose: ``parallel=True`` kernels are at best 2x
+faster and far slower whenever another process holds a core (figures in
+benchmarks/RESULTS.md, "bench_casts.py").
 """
 
 from __future__ import annotations
@@ -38,8 +37,8 @@ KERNELS = {}
 def load() -> bool:  # noqa: C901 - one place that defines every kernel
     """Import numba, define every kernel into KERNELS and pick the float16 ones.
 
-    Returns whether the hardware float16 conversion is used (cast_kernels'
-    ``F16C``). Raises (ImportError, or numba/LLVM errors) when numba is
+    Returns whether the hardware float16 conversion is used (``convert.F16C``).
+    Raises (ImportError, or numba/LLVM errors) when numba is
     unusable.
     """
     # Names are declared global so that the jitted functions below see them as
@@ -211,7 +210,7 @@ def load() -> bool:  # noqa: C901 - one place that defines every kernel
             dst[i] = grad[i] if (v > 0 and v <= inf) else np.int16(0)
 
     @jit
-    def epi_f16_int(y, bias, dst, relu, has_bias):
+    def bias_act_f16_int(y, bias, dst, relu, has_bias):
         rows, cols = y.shape
         for r in range(rows):
             for c in range(cols):
@@ -221,7 +220,7 @@ def load() -> bool:  # noqa: C901 - one place that defines every kernel
                 dst[r, c] = np.uint16(_f2h_int(_nb_fbits(v)))
 
     @jit
-    def epi_f16_hw(y, bias, dst, relu, has_bias):
+    def bias_act_f16_hw(y, bias, dst, relu, has_bias):
         rows, cols = y.shape
         for r in range(rows):
             for c in range(cols):
@@ -231,7 +230,7 @@ def load() -> bool:  # noqa: C901 - one place that defines every kernel
                 dst[r, c] = np.uint16(_f2h_hw(_nb_fbits(v)))
 
     @jit
-    def epi_bf16(y, bias, dst, relu, has_bias):
+    def bias_act_bf16(y, bias, dst, relu, has_bias):
         rows, cols = y.shape
         for r in range(rows):
             for c in range(cols):
@@ -240,46 +239,7 @@ def load() -> bool:  # noqa: C901 - one place that defines every kernel
                     v = np.float32(0.0)
                 dst[r, c] = np.uint16(_f2b_bits(_nb_fbits(v)))
 
-    @jit
-    def rt_f16_int(src, dst):  # uint32 -> uint32: float16-rounded float32
-        for i in range(src.size):
-            dst[i] = _h2f_int(_f2h_int(src[i]))
-
-    @jit
-    def rt_f16_hw(src, dst):
-        for i in range(src.size):
-            dst[i] = _h2f_hw(_f2h_hw(src[i]))
-
-    @jit
-    def rt_bf16(src, dst):
-        for i in range(src.size):
-            dst[i] = _f2b_bits(src[i]) << np.uint32(16)
-
-    @jit
-    def rbc_f16_int(grad, x, dst, inf):  # grad uint32 (float32 bits), x int16
-        for i in range(x.size):
-            v = x[i]
-            dst[i] = np.uint16(_f2h_int(grad[i])) if (v > 0 and v <= inf) else np.uint16(0)
-
-    @jit
-    def rbc_f16_hw(grad, x, dst, inf):
-        for i in range(x.size):
-            v = x[i]
-            dst[i] = np.uint16(_f2h_hw(grad[i])) if (v > 0 and v <= inf) else np.uint16(0)
-
-    @jit
-    def rbc_bf16(grad, x, dst, inf):
-        for i in range(x.size):
-            v = x[i]
-            dst[i] = np.uint16(_f2b_bits(grad[i])) if (v > 0 and v <= inf) else np.uint16(0)
-
     kernels = dict(
-        rt_f16_int=rt_f16_int,
-        rt_f16_hw=rt_f16_hw,
-        rt_bf16=rt_bf16,
-        rbc_f16_int=rbc_f16_int,
-        rbc_f16_hw=rbc_f16_hw,
-        rbc_bf16=rbc_bf16,
         f16_to_f32_int=f16_to_f32_int,
         f16_to_f32_hw=f16_to_f32_hw,
         f32_to_f16_int=f32_to_f16_int,
@@ -292,9 +252,9 @@ def load() -> bool:  # noqa: C901 - one place that defines every kernel
         bf16_to_f16_hw=bf16_to_f16_hw,
         relu16=relu16,
         relu_bwd16=relu_bwd16,
-        epi_f16_int=epi_f16_int,
-        epi_f16_hw=epi_f16_hw,
-        epi_bf16=epi_bf16,
+        bias_act_f16_int=bias_act_f16_int,
+        bias_act_f16_hw=bias_act_f16_hw,
+        bias_act_bf16=bias_act_bf16,
     )
     KERNELS.clear()
     KERNELS.update(kernels)
@@ -344,6 +304,4 @@ def select_f16_impl(which: str) -> None:
     KERNELS["f16_to_bf16"] = KERNELS["f16_to_bf16_" + which]
     KERNELS["f32_to_f16"] = KERNELS["f32_to_f16_" + which]
     KERNELS["bf16_to_f16"] = KERNELS["bf16_to_f16_" + which]
-    KERNELS["epi_f16"] = KERNELS["epi_f16_" + which]
-    KERNELS["rt_f16"] = KERNELS["rt_f16_" + which]
-    KERNELS["rbc_f16"] = KERNELS["rbc_f16_" + which]
+    KERNELS["bias_act_f16"] = KERNELS["bias_act_f16_" + which]

@@ -6,16 +6,38 @@ The everyday use is on integers (``torch.arange(n) % k`` to make labels, bucket
 indices), where neither op records a gradient. On floating tensors remainder is
 differentiable (``da = gy``, ``db = -gy * floor(a / b)``, PyTorch's formula) and
 floor division is not (PyTorch has no derivative for it either).
+
+An integer (or bool) divisor holding a zero raises ``IntegerDivisionByZero`` on
+the CPU, as PyTorch's CPU kernels do (NumPy would return 0 with a warning).
+Floating operands follow IEEE 754 (``x // 0`` is +-inf, ``x % 0`` NaN). On the
+GPU nothing is checked: that would read the divisor back to the host on every
+call, and PyTorch's CUDA kernels do not check either.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..amp.policy import PROMOTE
+import numpy as np
+
+from .. import dtypes as dt
+from ..precision import PROMOTE
 from ..autograd.function import Function
 from ..tensor import Tensor
 from .broadcast import broadcasting, sum_to
+
+
+class IntegerDivisionByZero(ZeroDivisionError, RuntimeError):
+    """An integer ``//`` or ``%`` by zero: PyTorch raises RuntimeError("ZeroDivisionError"), Python
+    ZeroDivisionError, so this is both and ``except`` clauses written for either catch it."""
+
+
+def _refuse_integer_zero(op: str, xp: Any, a: Any, b: Any) -> None:
+    """Raise when an integer division would divide by zero (checked on the CPU only, as PyTorch)."""
+    if xp is np and b.dtype.kind in "biu" and a.dtype.kind in "biu" and not b.all():
+        raise IntegerDivisionByZero(
+            f"ZeroDivisionError: {op}: integer division by zero ({dt.dtype_name(a.dtype)} {list(a.shape)} "
+            f"by {dt.dtype_name(b.dtype)} {list(b.shape)} holding a 0); divide floating tensors for inf/nan")
 
 
 class FloorDivide(Function):
@@ -25,6 +47,7 @@ class FloorDivide(Function):
     name = "floor_divide"
 
     def forward(self, xp: Any, a: Any, b: Any) -> Any:
+        _refuse_integer_zero("floor_divide", xp, a, b)
         return broadcasting("floor_divide", xp.floor_divide, a, b)
 
     def backward(self, gy: Tensor) -> tuple:
@@ -37,13 +60,14 @@ class Remainder(Function):
 
     precision = PROMOTE
     save_inputs = (0, 1)
-    saved_input_readers = {0: (1,), 1: (1,)}  # da = gy needs neither operand
+    saved_input_needed_by = {0: (1,), 1: (1,)}  # da = gy needs neither operand
 
     def forward(self, xp: Any, a: Any, b: Any) -> Any:
+        _refuse_integer_zero("remainder", xp, a, b)
         return broadcasting("remainder", xp.remainder, a, b)
 
     def backward(self, gy: Tensor) -> tuple:
-        a_shape, b_shape = (m[0] for m in self._input_meta)
+        a_shape, b_shape = self.input_shapes
         da = sum_to(gy, a_shape) if self.needs_input_grad[0] else None
         db = None
         if self.needs_input_grad[1]:

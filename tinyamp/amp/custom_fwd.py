@@ -23,18 +23,18 @@ from typing import Any, Callable
 
 import numpy as np
 
-import tinyamp
-
 from .. import dtypes as dt
-from . import state as amp_state
+from .. import precision
+from ..ops.cast import cast
+from ..tensor import Tensor
 from .autocast import _check_device_type, autocast, get_autocast_dtype, is_autocast_enabled
 
 
 def _cast_floats(value: Any, dtype: np.dtype) -> Any:
     """Floating (not float64) Tensors inside ``value`` cast to ``dtype``; the rest untouched."""
-    if isinstance(value, tinyamp.Tensor):
+    if isinstance(value, Tensor):
         if value.dtype in dt.FLOATING and value.dtype != dt.float64 and value.dtype != dtype:
-            return tinyamp.ops.cast(value, dtype)
+            return cast(value, dtype)
         return value
     if isinstance(value, (list, tuple)):
         return type(value)(_cast_floats(v, dtype) for v in value)
@@ -67,7 +67,7 @@ def custom_fwd(fwd: "Callable | None" = None, *, device_type: "str | None" = Non
         on = is_autocast_enabled(device_type)
         ctx._dtype = get_autocast_dtype(device_type)
         if target is None:
-            ctx._autocast_at_forward = amp_state.current() if on else None
+            ctx._autocast_at_forward = precision.current_autocast() if on else None
             return fwd(ctx, *args, **kwargs)
         ctx._autocast_at_forward = None  # backward runs with autocast off, like forward
         if not on:
@@ -95,10 +95,10 @@ def custom_bwd(bwd: "Callable | None" = None, *, device_type: "str | None" = Non
     def decorate_bwd(ctx: Any, *args: Any, **kwargs: Any) -> Any:
         forward_state = getattr(ctx, "_autocast_at_forward", None)
         replay = None if forward_state is None else dataclasses.replace(forward_state, cache=None)
-        token = amp_state.set_state(replay)
+        token = precision.set_autocast(replay)
         try:
             return bwd(ctx, *args, **kwargs)
         finally:
-            amp_state.reset_state(token)
+            precision.reset_autocast(token)
 
     return decorate_bwd

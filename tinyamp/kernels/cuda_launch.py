@@ -1,0 +1,175 @@
+"""Compiling, launching and counting tinyamp's own CUDA kernels (the fused kernels' machinery).
+
+The fused kernels (``cuda_scaler.py``: loss scaling; ``cuda_optim.py``: the
+optimizer updates) are CuPy ``ElementwiseKernel``/``RawKernel`` sources; this
+module compiles each once (NVRTC, cached by name), counts launches by kernel
+name (``launches``), and keeps the small device tables the RawKernels read
+(pointer tables and chunk tables), reused while they repeat.
+
+CuPy is only reached through ``tinyamp.backend``, inside the functions:
+importing this module never imports CuPy. The seams to CuPy (``_cp``,
+``on_gpu``, ``_pointer``, ``_device``) are module functions so that the tests
+can run every launch through the CUDA stand-in (tinyamp/cuda_standin, whose
+kernels run the same sources compiled with g++).
+
+Same math, same bits as the NumPy paths: the kernel bodies are written in their
+operation order and compiled with ``--fmad=false``, so no ``a * b + c`` is
+fused into one rounding (NumPy rounds twice). float64 arrays stay on the CuPy
+ufunc path of the callers (``fusable``). No launch reads a device value on the
+host: a whole training step stays asynchronous.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from .. import backend
+from .. import dtypes as dt
+
+FUSED_DTYPES = (dt.float16, dt.bfloat16, dt.float32)
+NVRTC_OPTIONS = ("--fmad=false",)  # no contraction of a*b+c: the NumPy paths round each op
+
+launches: dict[str, int] = {}
+_kernels: dict[str, Any] = {}
+_chunk_tables: dict[tuple, Any] = {}
+_pointer_tables: dict[tuple, Any] = {}
+POINTER_TABLES_KEPT = 64
+
+
+# --------------------------------------------------------------- seams to CuPy
+def _cp() -> Any:
+    return backend.cupy()
+
+
+def on_gpu(array: Any) -> bool:
+    """True for a CuPy array: the callers' test for taking the fused path."""
+    return backend.is_cupy_array(array)
+
+
+def _pointer(array: Any) -> int:
+    return array.data.ptr
+
+
+def _device(array: Any) -> Any:
+    return array.device
+
+
+def fusable(*arrays: Any) -> bool:
+    """Whether the fused kernels take these dtypes (float64 stays on the CuPy ufunc path)."""
+    return all(a.dtype in FUSED_DTYPES for a in arrays)
+
+
+# ------------------------------------------------------------ kernel sources
+class KernelSpec(NamedTuple):
+    """An ``ElementwiseKernel``: CuPy's parameter strings and the loop body."""
+
+    name: str
+    in_params: str
+    out_params: str
+    body: str
+
+
+# Float <-> 16-bit conversions for RawKernels, which see raw 16-bit storage.
+# float16 uses the PTX conversion (round to nearest even) so that no CUDA
+# header is needed; bfloat16 is float32's upper half, rounded to nearest even.
+F16_CONVERSIONS = r"""
+__device__ __forceinline__ float tinyamp_f16_to_f32(unsigned short h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+__device__ __forceinline__ unsigned short tinyamp_f32_to_f16(float f) {
+    unsigned short h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+"""
+
+BF16_CONVERSIONS = r"""
+__device__ __forceinline__ float tinyamp_bf16_to_f32(unsigned short b) {
+    return __uint_as_float(((unsigned int)b) << 16);
+}
+__device__ __forceinline__ unsigned short tinyamp_f32_to_bf16(float f) {
+    unsigned int u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x0040u);  // NaN stays NaN
+    u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest, ties to even
+    return (unsigned short)(u >> 16);
+}
+__device__ __forceinline__ float tinyamp_f32_to_f32(float f) { return f; }
+"""
+
+# dtype -> (C storage type in a RawKernel, suffix of its tinyamp_*_to_* conversion)
+STORAGE = {dt.float32: ("float", "f32"), dt.float16: ("unsigned short", "f16"),
+           dt.bfloat16: ("unsigned short", "bf16")}
+
+
+# ------------------------------------------------------------------ launching
+def count(name: str) -> None:
+    """Count one launch of kernel ``name``."""
+    launches[name] = launches.get(name, 0) + 1
+
+
+def elementwise(spec: KernelSpec, *args: Any, size: "int | None" = None) -> None:
+    """Launch ``spec`` as an ``ElementwiseKernel`` (compiled on first use)."""
+    kernel = _kernels.get(spec.name)
+    if kernel is None:
+        kernel = _kernels[spec.name] = _cp().ElementwiseKernel(
+            spec.in_params, spec.out_params, spec.body, spec.name, options=NVRTC_OPTIONS)
+    count(spec.name)
+    if size is None:
+        kernel(*args)
+    else:
+        kernel(*args, size=size)
+
+
+def raw_kernel(name: str, source: str) -> Any:
+    """The compiled ``RawKernel`` ``name`` of ``source`` (compiled on first use)."""
+    kernel = _kernels.get(name)
+    if kernel is None:
+        kernel = _kernels[name] = _cp().RawKernel(source, name, options=NVRTC_OPTIONS)
+    return kernel
+
+
+def chunk_table(sizes: list[int], chunk: int) -> np.ndarray:
+    """(tensor index, start, end) rows covering every element once, ``chunk`` at a time."""
+    rows = [np.zeros((0, 3), dtype=np.int64)]
+    for t, n in enumerate(sizes):
+        starts = np.arange(0, n, chunk, dtype=np.int64)
+        rows.append(np.stack([np.full_like(starts, t), starts, np.minimum(starts + chunk, n)], axis=1))
+    return np.concatenate(rows)
+
+
+def device_chunk_table(dev: Any, sizes: tuple, chunk: int) -> Any:
+    """:func:`chunk_table` on the device; sizes repeat every step, so it is uploaded once."""
+    key = (dev.id, sizes, chunk)
+    table = _chunk_tables.get(key)
+    if table is None:
+        table = _chunk_tables[key] = _cp().asarray(chunk_table(list(sizes), chunk))
+    return table
+
+
+def pointer_table(dev: Any, pointers: list[int]) -> Any:
+    """The pointers as a device array, reused while they repeat.
+
+    Gradients are fresh arrays every step, but the memory pool hands out the
+    same addresses in the same order, so after the first steps the table is
+    found here and nothing is uploaded; otherwise it is a small asynchronous
+    copy. A table depends only on its key, so a stale entry is never wrong.
+    """
+    key = (dev.id, tuple(pointers))
+    table = _pointer_tables.pop(key, None)
+    if table is None:
+        table = _cp().asarray(np.array(pointers, dtype=np.uint64))
+        if len(_pointer_tables) >= POINTER_TABLES_KEPT:
+            del _pointer_tables[next(iter(_pointer_tables))]  # the least recently used
+    _pointer_tables[key] = table
+    return table
+
+
+@backend.on_cuda_switch
+def _forget_device_state() -> None:
+    """Compiled kernels and device tables belong to one CUDA backend (CuPy or the stand-in): drop them."""
+    for cache in (_kernels, _chunk_tables, _pointer_tables):
+        cache.clear()
