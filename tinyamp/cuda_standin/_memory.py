@@ -116,10 +116,10 @@ class MemoryPool:
 
     def malloc(self, size: int) -> MemoryPointer:
         """A block of at least ``size`` bytes: a freed one of the same rounded size if any."""
-        size = int(size)
-        if size == 0:
+        global _live_sorted
+        if not size:
             return MemoryPointer(Memory(0, 0, self.device_id, None, None), 0)
-        rounded = -(-size // ALLOCATION_UNIT) * ALLOCATION_UNIT
+        rounded = (size + ALLOCATION_UNIT - 1) // ALLOCATION_UNIT * ALLOCATION_UNIT
         free = self._free.get(rounded)
         if free:
             ptr, buffer = heapq.heappop(free)  # the lowest address: independent of the order of frees
@@ -131,7 +131,6 @@ class MemoryPool:
             buffer, ptr = _aligned_buffer(rounded)
             self._total += rounded
             self.device_mallocs += 1
-        global _live_sorted
         self._used += rounded
         memory = Memory(ptr, rounded, self.device_id, buffer, self)
         _live[ptr] = (size, buffer)  # what was asked for: a read past it is a bug even inside the block

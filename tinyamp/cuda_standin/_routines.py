@@ -22,7 +22,7 @@ from typing import Any, Callable
 import ml_dtypes
 import numpy as np
 
-from ._array import adopt, empty as _empty, host_to_device, ndarray, operand
+from ._array import adopt, empty as _empty, host_to_device, ndarray, operand, quiet_call
 from ._counters import counters
 
 _quiet = functools.partial(np.errstate, all="ignore")  # a fresh errstate each time: it is not reentrant
@@ -58,13 +58,10 @@ class ufunc:  # noqa: N801 - CuPy's name
         values = [operand(a) for a in args]
         if out is not None:
             target = _out(out, self.name)
-            with _quiet():
-                self._ufunc(*values, out=target._a, dtype=dtype, casting=casting)
+            quiet_call(self._ufunc, *values, out=target._a, dtype=dtype, casting=casting)
             counters.launch(self.name)
             return target
-        with _quiet():
-            result = self._ufunc(*values, dtype=dtype, casting=casting)
-        return adopt(result, self.name)
+        return adopt(quiet_call(self._ufunc, *values, dtype=dtype, casting=casting), self.name)
 
     def at(self, a: ndarray, indices: Any, b: Any = None) -> None:
         """Unbuffered in-place ``a[indices] op= b`` (``cupy.add.at``), one launch."""
