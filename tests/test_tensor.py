@@ -119,14 +119,33 @@ def test_device_strings() -> None:
 
 
 @pytest.mark.skipif(ta.cuda.is_available(), reason="checks the no-GPU error")
-def test_cuda_without_gpu_is_one_clear_error() -> None:
-    with pytest.raises(RuntimeError, match="CUDA is unavailable|CuPy") as info:
-        ta.device("cuda")
+def test_cuda_device_without_gpu_constructs_and_using_it_is_one_clear_error() -> None:
+    cuda = ta.device("cuda")  # as torch.device("cuda") on a CPU-only build
+    assert (cuda.type, cuda.index, str(cuda)) == ("cuda", 0, "cuda:0") and cuda == ta.device("cuda:0")
+    assert ta.device("cuda:3").index == 3  # the index is checked on use, as in PyTorch
+    with pytest.raises(RuntimeError, match="device 'cuda:0' requested but CUDA is unavailable") as info:
+        ta.zeros(2, device=cuda)
     message = str(info.value)
     assert "pip install" in message or "driver" in message
-    with pytest.raises(RuntimeError, match="cuda"):
-        ta.zeros(2).to("cuda")
+    for use in (lambda: ta.zeros(2).to("cuda"), lambda: ta.tensor([1.0], device="cuda"),
+                lambda: ta.randn(3, device=cuda), lambda: ta.zeros(2).cuda()):
+        with pytest.raises(RuntimeError, match="CUDA is unavailable"):
+            use()
     assert ta.cuda.is_available() is False
+
+
+def test_cuda_device_index_is_checked_on_use(cuda_backend) -> None:
+    count = ta.cuda.device_count()
+    assert ta.zeros(1, device=f"cuda:{count - 1}").is_cuda
+    with pytest.raises(RuntimeError, match=rf"device 'cuda:{count}' requested but only {count} CUDA device"):
+        ta.zeros(1, device=f"cuda:{count}")
+
+
+def test_devices_are_cached_values() -> None:
+    assert ta.device("cuda:1") is ta.device("cuda", 1) is ta.Device(ta.device("cuda:1"))
+    assert ta.device("cpu") is ta.device("cpu") and ta.device("cuda") is ta.device("cuda:0")
+    import pickle  # noqa: PLC0415
+    assert pickle.loads(pickle.dumps(ta.device("cuda:2"))) is ta.device("cuda:2")
 
 
 def test_repr_shows_dtype_and_grad() -> None:

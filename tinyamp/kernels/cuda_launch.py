@@ -9,7 +9,8 @@ name (``launches``), and keeps the small device tables the RawKernels read
 CuPy is only reached through ``tinyamp.backend``, inside the functions:
 importing this module never imports CuPy. The seams to CuPy (``_cp``,
 ``on_gpu``, ``_pointer``, ``_device``) are module functions so that the tests
-can run every launch through a CPU stand-in (tests/cuda_emulation.py).
+can run every launch through the CUDA stand-in (tinyamp/cuda_standin, whose
+kernels run the same sources compiled with g++).
 
 Same math, same bits as the NumPy paths: the kernel bodies are written in their
 operation order and compiled with ``--fmad=false``, so no ``a * b + c`` is
@@ -165,3 +166,10 @@ def pointer_table(dev: Any, pointers: list[int]) -> Any:
             del _pointer_tables[next(iter(_pointer_tables))]  # the least recently used
     _pointer_tables[key] = table
     return table
+
+
+@backend.on_cuda_switch
+def _forget_device_state() -> None:
+    """Compiled kernels and device tables belong to one CUDA backend (CuPy or the stand-in): drop them."""
+    for cache in (_kernels, _chunk_tables, _pointer_tables):
+        cache.clear()

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import backend
 from . import cuda_launch as launch
 from .cuda_launch import KernelSpec
 
@@ -152,3 +153,9 @@ def adam_step(w: Any, g: Any, m: Any, v: Any, v_max: Any, step: Any, keep: Any, 
                            1 - beta2, eps, weight_decay, 1 - lr * weight_decay, weight_decay != 0,
                            bool(decoupled), *outs)
 
+
+
+@backend.on_cuda_switch
+def _forget_device_flags() -> None:
+    """The keep flags are arrays of one CUDA backend (CuPy or the stand-in): drop them on a switch."""
+    _true_flags.clear()

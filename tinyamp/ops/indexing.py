@@ -52,7 +52,9 @@ def normalize_key(key: Any, device: backend.Device) -> tuple:
                                  f"got {dt.dtype_name(k.dtype)}")
             k = backend.to_device(k, device)
             if k.dtype == np.bool_ and k.ndim > 0:
-                result.extend(k.nonzero())  # a host sync on the GPU: the result size depends on it
+                if backend.is_cupy_array(k):
+                    backend.cuda.note_sync()  # the GPU's nonzero reads its count on the host
+                result.extend(k.nonzero())
                 continue
         result.append(k)
     return tuple(result)

@@ -115,7 +115,7 @@ class ClassIndexLoss(Function):
         self.w_t = (weight.astype(cdt)[self.safe] if weight is not None
                     else xp.ones(target.shape, dtype=cdt)) * valid
         if on_gpu:
-            self.w_t = xp.where(bad, xp.asarray(np.nan, dtype=cdt), self.w_t)
+            self.w_t = xp.where(bad, np.dtype(cdt).type(np.nan), self.w_t)  # a kernel argument, not an upload
         self.weight = weight
         self.count = self.w_t.sum()  # the "mean" divisor: the weight of the kept targets
 
