@@ -49,6 +49,8 @@ def _expected(tag: str, arrived: list[str], region: "str | None") -> list[str]:
         for wide in (F64, F32, F16, BF16):
             if wide in floats:
                 break
+        if F16 in floats and BF16 in floats and wide in LOW:
+            wide = F32  # neither 16-bit type holds the other
         return list(arrived) if all(d == wide for d in arrived) else [wide] * len(arrived)
     if region is None:
         return list(arrived)
