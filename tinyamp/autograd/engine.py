@@ -14,6 +14,8 @@ from __future__ import annotations
 import heapq
 from typing import Any, Sequence
 
+import numpy as np
+
 from .. import dtypes as dt
 from ..precision import current_trace, reset_autocast, set_autocast
 from ..tensor import Tensor
@@ -76,9 +78,13 @@ def run_backward(roots: Sequence[Tensor], root_grads: Sequence[Tensor], retain_g
 
     token_grad = _grad_enabled.set(bool(create_graph))
     token_amp = set_autocast(None)
+    # A scaled float16 backward overflows by design (the scaler skips the step):
+    # NumPy's floating-point warnings are off for the whole replay, set once per call.
+    quiet = np.errstate(all="ignore")
     tracer = current_trace()  # an open precision report (amp.report), else None
     if tracer is not None:
         tracer.begin_backward()
+    quiet.__enter__()
     try:
         while heap:
             _, node_id, node = heapq.heappop(heap)
@@ -120,6 +126,7 @@ def run_backward(roots: Sequence[Tensor], root_grads: Sequence[Tensor], retain_g
     finally:
         if tracer is not None:
             tracer.end_backward()
+        quiet.__exit__(None, None, None)
         reset_autocast(token_amp)
         _grad_enabled.reset(token_grad)
 
