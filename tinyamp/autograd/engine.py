@@ -23,7 +23,12 @@ from .grad_mode import _grad_enabled
 
 
 def _check_gradient(node: Any, index: int, grad: Tensor, shape: tuple, dtype: Any) -> None:
-    """A gradient must match its input exactly: never summed or cast to fit."""
+    """A gradient must match its input exactly: never summed or cast to fit.
+
+    A mismatch from a built-in op is a bug (often a missing Cast, which would
+    otherwise hide a precision loss). A user Function's gradients were fitted
+    already, as PyTorch fits them (``CustomFunction._run_backward``).
+    """
     if grad.shape != shape or grad.dtype != dtype:
         raise RuntimeError(
             f"Function {type(node).__name__}Backward returned an invalid gradient at index {index}: "
