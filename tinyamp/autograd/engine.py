@@ -46,6 +46,10 @@ def _zeros(shape: tuple, dtype: Any, like: Tensor) -> Tensor:
     return Tensor._wrap(xp.zeros(shape, dtype=dtype))
 
 
+# A scaled float16 backward overflows by design (the scaler skips the step), and
+# accumulating into .grad adds inf to -inf: NumPy's floating-point warnings are off
+# for the whole call, set once per backward, never per node.
+@np.errstate(all="ignore")
 def run_backward(roots: Sequence[Tensor], root_grads: Sequence[Tensor], retain_graph: bool,
                  create_graph: bool, inputs: Sequence[Tensor] | None = None,
                  accumulate: bool = True) -> "list[Tensor | None]":
@@ -83,13 +87,9 @@ def run_backward(roots: Sequence[Tensor], root_grads: Sequence[Tensor], retain_g
 
     token_grad = _grad_enabled.set(bool(create_graph))
     token_amp = set_autocast(None)
-    # A scaled float16 backward overflows by design (the scaler skips the step):
-    # NumPy's floating-point warnings are off for the whole replay, set once per call.
-    quiet = np.errstate(all="ignore")
     tracer = current_trace()  # an open precision report (amp.report), else None
     if tracer is not None:
         tracer.begin_backward()
-    quiet.__enter__()
     try:
         while heap:
             _, node_id, node = heapq.heappop(heap)
@@ -131,7 +131,6 @@ def run_backward(roots: Sequence[Tensor], root_grads: Sequence[Tensor], retain_g
     finally:
         if tracer is not None:
             tracer.end_backward()
-        quiet.__exit__(None, None, None)
         reset_autocast(token_amp)
         _grad_enabled.reset(token_grad)
 
