@@ -440,25 +440,24 @@ def test_functions_with_multiple_inputs_or_autocastable_ops(device: str) -> None
     np.testing.assert_array_equal(input2.grad.cpu().numpy(), mm16(a16.T, weights).astype(np.float32))
 
 
-class MyFloat32Func(torch.autograd.Function):
-    """y = x * exp(x), computed in float32 whatever autocast says."""
-
-    @staticmethod
-    @custom_fwd(device_type=None, cast_inputs=torch.float32)
-    def forward(ctx, input):
-        ctx.save_for_backward(input)
-        assert input.dtype == torch.float32 and not torch.is_autocast_enabled()
-        fwd_output = input * input.exp()
-        return fwd_output
-
-    @staticmethod
-    @custom_bwd(device_type=None)
-    def backward(ctx, grad):
-        (input,) = ctx.saved_tensors
-        return grad * (1 + input) * input.exp()
-
-
 def test_functions_that_need_a_particular_dtype(device: str) -> None:
+    class MyFloat32Func(torch.autograd.Function):
+        """y = x * exp(x), computed in float32 whatever autocast says."""
+
+        @staticmethod
+        @custom_fwd(device_type=device, cast_inputs=torch.float32)
+        def forward(ctx, input):
+            ctx.save_for_backward(input)
+            assert input.dtype == torch.float32 and not torch.is_autocast_enabled(device)
+            fwd_output = input * input.exp()
+            return fwd_output
+
+        @staticmethod
+        @custom_bwd(device_type=device)
+        def backward(ctx, grad):
+            (input,) = ctx.saved_tensors
+            return grad * (1 + input) * input.exp()
+
     func = MyFloat32Func.apply
     values = np.array([-2.0, -0.5, 0.25, 3.0, 7.5])
     input = torch.tensor(values, dtype=torch.float16, device=device, requires_grad=True)
