@@ -137,11 +137,17 @@ class Function:
         if target is not None:
             tensors = [insert_cast(self, t, target, state, tag) if needs_cast(tag, t.dtype, target) else t
                        for t in tensors]
+        if tag is not self.precision and self.precision is PROMOTE:
+            # An overridden PROMOTE op still needs equal operand dtypes.
+            target = compute_dtype(PROMOTE, [t.dtype for t in tensors], None)
+            if target is not None:
+                tensors = [insert_cast(self, t, target, state, PROMOTE) if needs_cast(PROMOTE, t.dtype, target)
+                           else t for t in tensors]
         promoted = self.promoted_inputs
-        if promoted is not None and tag is not PROMOTE:
+        if promoted is not None and tag is not PROMOTE and self.precision is not PROMOTE:
             # The tag's casts are done (an FP32 loss's float16 input is float32
             # now); the promoted inputs still need one dtype (float32 with
-            # float64 is float64). Also an overridden PROMOTE op's operands.
+            # float64 is float64).
             indices = range(len(tensors))[promoted]
             target = compute_dtype(PROMOTE, [tensors[i].dtype for i in indices], None)
             if target is not None:

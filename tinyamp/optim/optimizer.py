@@ -31,6 +31,7 @@ autocast weight-cast cache keys on, so it sees every optimizer update).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from collections import defaultdict
 from typing import Any, Callable, Iterable
@@ -219,10 +220,10 @@ class Optimizer:
             with tinyamp.enable_grad():
                 loss = closure()
         keeps: dict = {}
-        # A masked step computes with the inf/nan gradients it then discards, and a
-        # diverging run's inf is the user's to see in the values: NumPy's warnings
-        # would be noise (PyTorch prints none). Set once per step, not per parameter.
-        with tinyamp.no_grad(), np.errstate(all="ignore"):
+        # A masked step computes with the inf/nan gradients it then discards:
+        # NumPy's overflow/invalid warnings would be noise there.
+        quiet = np.errstate(over="ignore", invalid="ignore") if found_inf is not None else contextlib.nullcontext()
+        with tinyamp.no_grad(), quiet:
             for group in self.param_groups:
                 entries = []
                 for p in group["params"]:
