@@ -18,9 +18,12 @@ to autocast an op from this module, so the tape imports nothing from ``amp/``
   ========  ===============================  ==================
 
   float64 is never lowered and integer inputs of LOWER/FP32 ops pass through.
-  PROMOTE has no 0-d exception: float16 * a 0-d float32 tensor is float32
-  (PyTorch keeps float16, rounding the 0-d operand); only Python numbers take
-  the tensor's dtype.
+  PROMOTE's widest float is PyTorch's ``promote_types``: float16 with bfloat16
+  is float32. It has no 0-d exception: float16 * a 0-d float32 tensor is
+  float32 (PyTorch keeps float16, rounding the 0-d operand); only Python
+  numbers take the tensor's dtype. An op of another tag may name inputs that
+  PROMOTE joins after its own tag's casts (``Function.promoted_inputs``: a
+  loss's input and target, so ``mse_loss(float16, float32)`` is float32).
 - the **autocast state**, two context variables (so per thread and per asyncio
   task): the *state* is the innermost **enabled** region (dtype, overrides,
   weight-cast cache), or None inside an ``enabled=False`` region and outside

@@ -161,7 +161,8 @@ class GradScaler:
             raise ValueError(f"outputs must be a Tensor or an iterable of Tensors: GradScaler.scale takes a "
                              f"Tensor or nested lists/tuples of Tensors, got {type(value).__name__}")
 
-        return apply(outputs)
+        with np.errstate(all="ignore"):  # an inf loss (or loss * scale past float32) is the scaler's to handle
+            return apply(outputs)
 
     def _lazy_init(self, dev: backend.Device) -> None:
         xp = dev.xp

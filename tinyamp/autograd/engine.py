@@ -14,6 +14,8 @@ from __future__ import annotations
 import heapq
 from typing import Any, Sequence
 
+import numpy as np
+
 from .. import dtypes as dt
 from ..precision import current_trace, reset_autocast, set_autocast
 from ..tensor import Tensor
@@ -21,7 +23,12 @@ from .grad_mode import _grad_enabled
 
 
 def _check_gradient(node: Any, index: int, grad: Tensor, shape: tuple, dtype: Any) -> None:
-    """A gradient must match its input exactly: never summed or cast to fit."""
+    """A gradient must match its input exactly: never summed or cast to fit.
+
+    A mismatch from a built-in op is a bug (often a missing Cast, which would
+    otherwise hide a precision loss). A user Function's gradients were fitted
+    already, as PyTorch fits them (``CustomFunction._run_backward``).
+    """
     if grad.shape != shape or grad.dtype != dtype:
         raise RuntimeError(
             f"Function {type(node).__name__}Backward returned an invalid gradient at index {index}: "
@@ -39,6 +46,10 @@ def _zeros(shape: tuple, dtype: Any, like: Tensor) -> Tensor:
     return Tensor._wrap(xp.zeros(shape, dtype=dtype))
 
 
+# A scaled float16 backward overflows by design (the scaler skips the step), and
+# accumulating into .grad adds inf to -inf: NumPy's floating-point warnings are off
+# for the whole call, set once per backward, never per node.
+@np.errstate(all="ignore")
 def run_backward(roots: Sequence[Tensor], root_grads: Sequence[Tensor], retain_graph: bool,
                  create_graph: bool, inputs: Sequence[Tensor] | None = None,
                  accumulate: bool = True) -> "list[Tensor | None]":

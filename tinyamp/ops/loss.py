@@ -3,7 +3,10 @@
 All are FP32-tagged, as in PyTorch's autocast lists: a loss sums many terms and
 its gradient is the first thing loss scaling multiplies, so it runs in float32.
 Outside autocast, float16/bfloat16 inputs are computed in float32 internally and
-the result is rounded once to the input dtype.
+the result is rounded once to the input dtype. Mixed dtypes follow PyTorch:
+``mse_loss``/``l1_loss`` promote input and target to one dtype first
+(``promoted_inputs``: float16 with float32 is float32), while a class
+``weight`` must have the input's dtype.
 
 ``reduction`` is ``"none"``, ``"mean"`` or ``"sum"``. Shapes must match exactly:
 PyTorch broadcasts ``mse_loss(input, target)`` with a warning; tinyamp refuses
@@ -287,9 +290,10 @@ class NllLoss(ClassIndexLoss):
 
 # --------------------------------------------------------------- regression
 class PairLoss(Function):
-    """Shared checks of mse_loss and l1_loss: input and target of one shape and dtype."""
+    """Shared checks of mse_loss and l1_loss: input and target of one shape, promoted to one dtype."""
 
     precision = FP32
+    promoted_inputs = slice(0, 2)  # mse_loss(float16, float32) is float32, as in PyTorch
     save_inputs = (0, 1)
 
     def __init__(self, reduction: str) -> None:
@@ -300,8 +304,8 @@ class PairLoss(Function):
             raise ValueError(f"{self.name}: input shape {list(x.shape)} and target shape "
                              f"{list(t.shape)} differ; tinyamp does not broadcast a loss "
                              f"(reshape one of them explicitly)")
-        if x.dtype != t.dtype or x.dtype not in dt.FLOATING:
-            raise TypeError(f"{self.name}: input and target must share one floating dtype, got "
+        if x.dtype not in dt.FLOATING:  # the dtypes are one already (promoted_inputs)
+            raise TypeError(f"{self.name}: input and target must be floating tensors, got "
                             f"{describe(x)} and {describe(t)}")
         self.size = x.size
         cdt = dt.opmath_dtype(x.dtype)
