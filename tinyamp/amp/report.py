@@ -158,6 +158,14 @@ class Trace:
         if self._parent is not None:
             self._parent.record_op(op, inputs, outputs)
 
+    def record_gradients(self, node: Any, grads: tuple) -> None:
+        """The engine ran ``node``'s backward, which returned ``grads`` (one per input, or None).
+
+        The report keeps nothing of it; the shadow run (amp/shadow.py) compares them.
+        """
+        if self._parent is not None:
+            self._parent.record_gradients(node, grads)
+
     def record_cast(self, op: Any, source: Any, result: Any, direction: str, *, fused: bool) -> CastRecord:
         """Report that ``op`` rounded the array ``source`` into ``result`` (another dtype), in ``direction``.
 
