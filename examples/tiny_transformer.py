@@ -234,6 +234,10 @@ def overflow_study(model: nn.Module, x: ta.Tensor, y: ta.Tensor, say: Callable[.
         f"past 256):")
     say(f"    default tags: first bad op {first_bad(default)}")
     say(f"    FP32-tagged ops ({', '.join(fp32_tagged)}) overridden to LOWER: first bad op {first_bad(lowered)}")
+    fused = model.blocks[0].attn.sdpa
+    if fused:
+        say("    (nn.LayerNorm's op computes mean and variance in float32 inside, whatever its tag: lowering it "
+            "costs only the rounding of its input and output)")
     results["residual_default"], results["residual_lowered"] = _summary(default), _summary(lowered)
 
     big_logits = copy.deepcopy(model)
@@ -245,7 +249,10 @@ def overflow_study(model: nn.Module, x: ta.Tensor, y: ta.Tensor, say: Callable[.
         f"1/sqrt(d) scaling):")
     say(f"    default tags: first bad op {first_bad(scores)}")
     say(f"    matmul overridden to FP32 (PyTorch users' fix): first bad op {first_bad(fixed)}")
-    if not model.blocks[0].attn.sdpa:
+    if fused:
+        say("    (F.scaled_dot_product_attention is LOWER but keeps the scores and the softmax in float32 inside: "
+            "q @ k^T never exists in float16)")
+    else:
         say("    (--sdpa: F.scaled_dot_product_attention is LOWER but computes the scores in float32 inside)")
     results["logits_default"], results["logits_matmul_fp32"] = _summary(scores), _summary(fixed)
     say("  softmax itself does not overflow: it subtracts the row maximum first, so exp sees values <= 0; "

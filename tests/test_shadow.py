@@ -57,6 +57,9 @@ def test_exp_lowered_near_12_is_flagged_at_exp_and_not_before() -> None:
     assert "first op over the tolerance: forward #7 exp; backward #7 exp" in str(report)
 
 
+# add's backward also sums the gradient for the constant 12.0, which needs none (the engine drops
+# it): in float16 that unused sum overflows. The shadow run compares only gradients that are needed.
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")
 def test_the_same_model_under_the_default_tags_is_clean() -> None:
     model, (x, y) = _mlp(nn.Tanh()), _batch()
     report = ta.amp.shadow_run(_exp_near_12(lower_exp=False), model, x, y, scaler=ta.amp.GradScaler())

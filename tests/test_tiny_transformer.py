@@ -156,3 +156,32 @@ def test_copy_task_is_seeded_and_shaped() -> None:
     assert inputs[:, :3].max() <= 3
     with pytest.raises(ValueError, match="copy_task: vocab must be an integer >= 3, got 2"):
         ta.data.copy_task(4, vocab=2)
+
+
+def test_the_amp_loop_is_in_the_example_file() -> None:
+    import ast
+    with open(EXAMPLE) as f:
+        tree = ast.parse(f.read())
+    train = next(node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "train")
+
+    def name(node: ast.AST) -> str:
+        if isinstance(node, ast.Name):
+            return node.id
+        if isinstance(node, ast.Attribute):
+            return f"{name(node.value)}.{node.attr}"
+        if isinstance(node, ast.Call):
+            return f"{name(node.func)}()"
+        return "?"
+
+    calls = {name(node.func) for node in ast.walk(train) if isinstance(node, ast.Call)}
+    assert {"optimizer.zero_grad", "ta.amp.autocast", "scaler.scale().backward", "scaler.step",
+            "scaler.update"} <= calls
+
+
+def test_help_lists_the_flags() -> None:
+    result = subprocess.run([sys.executable, EXAMPLE, "--help"], capture_output=True, text=True, timeout=60,
+                            env=dict(os.environ, PYTHONPATH=ROOT))
+    assert result.returncode == 0, result.stderr
+    for flag in ("--amp", "--no-amp", "--steps", "--batch-size", "--lr", "--length", "--vocab", "--dim", "--heads",
+                 "--sdpa", "--seed", "--device", "--out", "--trace", "--json"):
+        assert flag in result.stdout
