@@ -221,3 +221,21 @@ def test_bad_arguments_are_named() -> None:
         ta.amp.shadow_run(lambda m, x: m(x).sum(), lambda: None, x)
     with pytest.raises(ValueError, match="tolerance must be a positive finite number, got -1"):
         ta.amp.shadow_run(lambda m, x: m(x).sum(), model, x, tolerance=-1)
+
+
+def test_bfloat16_runs_get_bfloat16s_tolerance_and_larger_errors() -> None:
+    model, (x, y) = _mlp(nn.GELU()), _batch(n=64)
+
+    def step(dtype: ta.dtype):
+        def run(m: nn.Module, x: ta.Tensor, y: ta.Tensor) -> ta.Tensor:
+            with ta.amp.autocast(dtype=dtype):
+                return F.cross_entropy(m(x), y)
+        return run
+
+    half = ta.amp.shadow_run(step(ta.float16), model, x, y)
+    brain = ta.amp.shadow_run(step(ta.bfloat16), model, x, y)
+    assert (half.tolerance, brain.tolerance) == (0.1, 0.2)
+    assert brain.ops[0].inputs == ["bfloat16"] * 3
+    assert brain.first_bad_forward is None and brain.first_bad_backward is None
+    # bfloat16 keeps 8 significant bits to float16's 11: about 8x the rounding error.
+    assert brain.worst("rms") > 4 * half.worst("rms")
