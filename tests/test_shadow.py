@@ -80,6 +80,10 @@ def test_a_model_safe_under_the_default_tags_stays_within_float16_tolerance(acti
     assert report.tolerance == 0.1
     assert report.first_bad_forward is None and report.first_bad_backward is None
     assert report.worst("rms") < report.tolerance
+    # A chain: each op's own backward ran after the one above it (the x cast before the first
+    # linear has no backward, the op does).
+    orders = [r.backward_order for r in report.ops]
+    assert None not in orders and orders == sorted(orders, reverse=True)
     assert all(p.error is not None for p in report.parameters) and len(report.parameters) == 6
     if not isinstance(activation, nn.ReLU):
         # Smooth ops compound float16's 2^-11 rounding to about 1e-3, even element by element;

@@ -205,6 +205,7 @@ class _Recorder(Trace):
         self.grads: dict[tuple[int, int], Any] = {}  # (id(node), position) -> float64 host gradient
         self.order: dict[int, int] = {}            # id(node) -> when its backward ran
         self._cast_outputs: dict[int, tuple] = {}  # id(cast output) -> (output, cast node, its input)
+        self.row_ops: dict[int, Any] = {}          # trace row -> the op (its node, when recorded)
 
     def __enter__(self) -> "_Recorder":
         super().__enter__()
@@ -222,6 +223,7 @@ class _Recorder(Trace):
             self._cast_outputs[id(outputs[0])] = (outputs[0], op, inputs[0])
             return
         self.outputs[row] = [_host(o.data) for o in outputs]
+        self.row_ops[row] = op
         sources = []
         for position, t in enumerate(inputs):
             source = (op, position)
@@ -253,8 +255,8 @@ class _Recorder(Trace):
         return grads if any(g is not None for g in grads) else None
 
     def backward_order(self, row: int) -> "int | None":
-        node = self.sources[row][0][0] if self.sources[row] else None
-        return None if node is None else self.order.get(id(node))
+        """When the op's own backward ran (0 first), or None if it did not."""
+        return self.order.get(id(self.row_ops[row]))
 
 
 def _host(array: Any) -> np.ndarray:
