@@ -34,7 +34,8 @@ to autocast an op from this module, so the tape imports nothing from ``amp/``
 - the **global per-op overrides** (``ta.amp.set_op_precision`` writes them);
 - two **hooks** the tape calls without importing what is above it: the open
   precision report (:func:`current_trace`, a context variable like autocast, so
-  a trace sees only its own thread's ops) and the function that inserts one
+  a trace sees only its own thread's ops; :func:`record_cast` reports a rounding
+  an op makes inside itself) and the function that inserts one
   recorded cast (:func:`insert_cast`; a ``Cast`` is an op, two layers up, so
   ``tinyamp.amp.casting`` installs it when tinyamp is imported).
 """
@@ -203,6 +204,18 @@ _trace: ContextVar[Any] = ContextVar("tinyamp_trace", default=None)
 current_trace: Callable[[], Any] = _trace.get
 set_trace = _trace.set
 reset_trace = _trace.reset
+
+
+def record_cast(op: Any, source: Any, result: Any, direction: str, *, fused: bool = True) -> None:
+    """Tell the open trace, if any, that ``op`` rounded array ``source`` into ``result`` (a fused cast).
+
+    For ops that convert inside themselves (no Cast node): one context-variable
+    read when no trace is open. ``direction``: "forward" or "backward". See
+    ``Trace.record_cast`` (tinyamp/amp/report.py) and docs/ARCHITECTURE.md.
+    """
+    tracer = _trace.get()
+    if tracer is not None:
+        tracer.record_cast(op, source, result, direction, fused=fused)
 
 _cast_function: "Callable[..., Any] | None" = None
 

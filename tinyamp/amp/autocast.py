@@ -15,8 +15,10 @@ it and dropped when the outermost one exits.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import warnings
+from contextvars import ContextVar
 from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
@@ -29,6 +31,21 @@ from .casting import WeightCastCache
 from .op_table import check_op_name
 
 _DEVICE_TYPES = ("cpu", "cuda")
+
+# True while every autocast region entered is made disabled (the float32 twin of
+# ta.amp.shadow_run runs the user's own code, autocast regions included, without
+# lowering anything). Read once per region entered, never per op.
+_regions_disabled: ContextVar[bool] = ContextVar("tinyamp_autocast_regions_disabled", default=False)
+
+
+@contextlib.contextmanager
+def regions_disabled() -> Any:
+    """Inside: every ``autocast`` region entered behaves as ``enabled=False`` (overrides kept, nothing lowered)."""
+    token = _regions_disabled.set(True)
+    try:
+        yield
+    finally:
+        _regions_disabled.reset(token)
 
 
 # --------------------------------------------------------------------------
@@ -126,7 +143,7 @@ class autocast:
         else:
             scope = precision.AutocastScope(outer.cache, {**outer.overrides, **self.overrides}, cache_enabled)
         state = None
-        if self._enabled:
+        if self._enabled and not _regions_disabled.get():
             state = precision.AutocastState(self.fast_dtype, self.device_type, cache_enabled,
                                             scope.overrides, scope.cache if cache_enabled else None)
         self._tokens.append((precision.set_scope(scope), precision.set_autocast(state), scope, outer is None))

@@ -111,6 +111,8 @@ def run_backward(roots: Sequence[Tensor], root_grads: Sequence[Tensor], retain_g
             grads = [g if g is not None else _zeros(shape, dtype, next(x for x in grads if x is not None))
                      for g, (shape, dtype) in zip(grads, node._output_meta)]
             input_grads = node._run_backward(grads)
+            if tracer is not None:
+                tracer.record_gradients(node, input_grads)  # what this node handed back (the shadow run reads it)
             if len(input_grads) != len(node._edges):
                 raise RuntimeError(f"{type(node).__name__}.backward returned {len(input_grads)} "
                                    f"gradients for {len(node._edges)} inputs")
