@@ -2,7 +2,7 @@
 
 Same float32 arithmetic in the same order, same branches, on NumPy arrays:
 what each kernel computes, readable without CUDA. The tests hold these and
-the kernels (run on the CPU through tests/cuda_emulation.py, and on a GPU)
+the kernels (run on the CPU through the CUDA stand-in, and on a GPU)
 against the scaler's and the optimizers' NumPy paths, bit for bit.
 """
 

@@ -75,9 +75,7 @@ def test_cpu_region_leaves_other_devices_off() -> None:
         assert ta.amp.is_autocast_enabled("cuda") and ta.amp.is_autocast_enabled("cpu")
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not ta.cuda.is_available(), reason="needs a CUDA GPU")
-def test_device_specific_regions_leave_the_other_device_alone() -> None:
+def test_device_specific_regions_leave_the_other_device_alone(cuda_backend) -> None:
     cpu_a, cpu_b = _leaf(4, 3), _leaf(3, 5, seed=1)
     gpu_a, gpu_b = cpu_a.detach().to("cuda"), cpu_b.detach().to("cuda")
     with ta.amp.autocast("cuda"):

@@ -4,7 +4,8 @@
 - every kernel's parameter list is well formed for CuPy (names, types, no
   write to a ``raw`` input, which CuPy declares ``const``), and every launch
   passes exactly its parameters with the right dtypes (checked by the CuPy
-  stand-in of tests/cuda_emulation.py without running anything);
+  stand-in's kernel classes, tinyamp/cuda_standin/kernels.py, without running
+  anything);
 - the NumPy references of the kernels agree with the scaler's and the
   optimizers' NumPy paths bit for bit;
 - ``ta.cuda``'s memory statistics: 0 without CUDA, and the peak tracking on a
@@ -24,11 +25,11 @@ import types
 import numpy as np
 import pytest
 
-import cuda_emulation as emu
 import fused_drivers as fd
 import tinyamp as ta
 import cuda_kernels_reference
 from tinyamp import backend
+from tinyamp.cuda_standin import kernels as standin_kernels
 from tinyamp.kernels import cuda_epilogue, cuda_launch, cuda_optim, cuda_scaler, loss_scale
 from tinyamp.kernels.round_through import ROUND_THROUGH, round_through
 
@@ -56,7 +57,7 @@ def test_importing_tinyamp_never_imports_cupy(tmp_path) -> None:
 # ---------------------------------------------------------------- sources
 @pytest.mark.parametrize("spec", SPECS, ids=[s.name for s in SPECS])
 def test_elementwise_parameter_lists_are_valid_cupy(spec: cuda_launch.KernelSpec) -> None:
-    ins, outs = emu.parse_params(spec.in_params), emu.parse_params(spec.out_params)
+    ins, outs = standin_kernels.parse_params(spec.in_params), standin_kernels.parse_params(spec.out_params)
     names = [name for _, _, name in ins + outs]
     assert len(set(names)) == len(names)
     assert not any(n in ("i", "n") or n.startswith("_") for n in names), "CuPy reserves i, n and _names"
@@ -74,77 +75,93 @@ def test_raw_kernel_signatures() -> None:
     sources = cuda_scaler.raw_sources()
     assert len({name for name, _ in sources}) == 9
     for name, source in sources:
-        params = emu.parse_signature(source, name)
+        params = standin_kernels.parse_signature(source, name)
         assert [t for t, _ in params] == ["unsigned long long*", "int", "long long*", "float*", "float*"]
         assert source.count("{") == source.count("}")
 
 
-def test_every_launch_matches_its_parameter_list(monkeypatch) -> None:
+@pytest.fixture
+def checking_standin(monkeypatch):
+    """The CUDA stand-in as backend, its kernels checking every call without running it (no compiler needed)."""
+    monkeypatch.setattr(standin_kernels.ElementwiseKernel, "execute", False)
+    monkeypatch.setattr(standin_kernels.RawKernel, "execute", False)
+    with backend.use_cuda_standin():
+        yield backend.cupy()
+
+
+def test_every_launch_matches_its_parameter_list(checking_standin) -> None:
     """All kernel variants launched once through the checking stand-in (nothing runs)."""
-    emu.install(monkeypatch, execute=False)
+    cp = checking_standin
+    before = dict(cuda_launch.launches)
     for g_dt in (fd.F32, fd.F16, fd.BF16):
         for o_dt in (fd.F32, fd.F16, fd.BF16):
-            rest = cuda_scaler.unscale_group([np.ones(3, g_dt)], [np.ones(3, o_dt)],
-                                              np.ones((), np.float32), np.zeros((), np.float32))
+            rest = cuda_scaler.unscale_group([cp.ones(3, g_dt)], [cp.ones(3, o_dt)],
+                                              cp.ones((), np.float32), cp.zeros((), np.float32))
             assert rest == []
-    scalars = [np.ones((), np.float32), np.zeros((), np.int32), np.ones((), np.int32), np.zeros((), np.float32)]
+    scalars = [cp.ones((), np.float32), cp.zeros((), np.int32), cp.ones((), np.int32), cp.zeros((), np.float32)]
     for max_scale in (None, 2.0 ** 24):
         cuda_scaler.update_scale(*scalars, growth_factor=2.0, backoff_factor=0.5, growth_interval=10,
                                   hysteresis=1, min_scale=None, max_scale=max_scale, floor=1e-38)
-    w, low = np.ones(4, np.float32), np.ones(4, np.float16)
-    hyper = np.zeros(5, np.float64)
+    w, low = cp.ones(4, np.float32), cp.ones(4, np.float16)
+    hyper = cp.zeros(5, np.float64)
     for momentum in (False, True):
-        for found in (None, np.zeros(1, np.float32)):
+        for found in (None, cp.zeros(1, np.float32)):
             for lo in (None, low):
-                state = [[w.copy()], [np.zeros((), np.float32)]] if momentum else [None, None]
+                state = [[w.copy()], [cp.zeros((), np.float32)]] if momentum else [None, None]
                 cuda_optim.sgd_group([w], [w.astype(np.float16)], *state, [lo], found, hyper, nesterov=False,
                                      maximize=False)
     for amsgrad in (False, True):
         for lo in (None, low):
             cuda_optim.adam_group([w], [w], [w.copy()], [w.copy()], [w.copy()] if amsgrad else None,
-                                  [np.zeros((), np.float32)], [lo], None, hyper, decoupled=True)
+                                  [cp.zeros((), np.float32)], [lo], None, hyper, decoupled=True)
     for dtype in ROUND_THROUGH:
-        round_through(np.ones(3, np.float32), dtype)
-    cuda_epilogue.bias_act_convert(np.ones((2, 3), np.float32), np.ones(3, np.float16), np.float16, True)
-    cuda_epilogue.relu_backward(np.ones(3, np.float16), np.ones(3, np.float16))
+        round_through(cp.ones(3, np.float32), dtype)
+    cuda_epilogue.bias_act_convert(cp.ones((2, 3), np.float32), cp.ones(3, np.float16), np.float16, True)
+    cuda_epilogue.relu_backward(cp.ones(3, np.float16), cp.ones(3, np.float16))
     expected = ({s.name for s in SPECS} | {name for name, _ in cuda_scaler.raw_sources()}
                 | {"tinyamp_sgd_group_f32_f16_f16", "tinyamp_advance_steps",
                    "tinyamp_adam_group_f32_f32_f16", "tinyamp_adam_prepare_group"})
-    assert set(cuda_launch.launches) == expected
+    assert {k for k, n in cuda_launch.launches.items() if n > before.get(k, 0)} == expected
 
 
-def test_pointer_tables_are_uploaded_once_while_the_pointers_repeat(monkeypatch) -> None:
-    emu.install(monkeypatch, execute=False)
+def test_pointer_tables_are_uploaded_once_while_the_pointers_repeat(checking_standin, monkeypatch) -> None:
+    cp = checking_standin
+    counters = ta.cuda.standin_counters()
     monkeypatch.setattr(cuda_launch, "POINTER_TABLES_KEPT", 2)
-    grads = [np.ones(5, np.float32) for _ in range(3)]
-    inv, found = np.ones((), np.float32), np.zeros((), np.float32)
+    grads = [cp.ones(5, np.float32) for _ in range(3)]
+    inv, found = cp.ones((), np.float32), cp.zeros((), np.float32)
     cuda_scaler.unscale_group(grads[:2], grads[:2], inv, found)
     (first,) = cuda_launch._pointer_tables.values()
+    counters.reset()
     cuda_scaler.unscale_group(grads[:2], grads[:2], inv, found)
     assert list(cuda_launch._pointer_tables.values()) == [first]  # found again, not uploaded again
-    assert first.tolist() == [g.ctypes.data for g in grads[:2]] * 2
+    assert counters.total("h2d") == 0 and counters.total("allocations") == 0
+    assert first.get().tolist() == [g.data.ptr for g in grads[:2]] * 2
     cuda_scaler.unscale_group(grads[1:], grads[1:], inv, found)
+    assert counters.total("h2d") == 1  # a new set of pointers: one upload
     cuda_scaler.unscale_group(grads[:1], grads[:1], inv, found)
     assert len(cuda_launch._pointer_tables) == 2  # the least recently used went
     assert all(t is not first for t in cuda_launch._pointer_tables.values())
 
 
-def test_the_stand_in_rejects_what_cupy_rejects(monkeypatch) -> None:
-    fake = emu.install(monkeypatch, execute=False)
+def test_the_stand_in_rejects_what_cupy_rejects(checking_standin) -> None:
+    cp = checking_standin
     spec = ROUND_THROUGH[fd.F16]
-    kernel = fake.ElementwiseKernel(spec.in_params, spec.out_params, spec.body, spec.name)
+    kernel = cp.ElementwiseKernel(spec.in_params, spec.out_params, spec.body, spec.name)
     with pytest.raises(TypeError, match="mismatched"):
-        kernel(np.zeros(1, np.float64), np.zeros(1, np.float64))  # float64 for a float32 parameter
+        kernel(cp.zeros(1, np.float64), cp.zeros(1, np.float64))  # float64 for a float32 parameter
+    with pytest.raises(TypeError, match="Unsupported type <class 'numpy.ndarray'>"):
+        kernel(np.zeros(1, np.float32), cp.zeros(1, np.float32))  # a host array is not a device pointer
     spec = cuda_scaler.UPDATE_SCALE
-    kernel = fake.ElementwiseKernel(spec.in_params, spec.out_params, spec.body, spec.name)
+    kernel = cp.ElementwiseKernel(spec.in_params, spec.out_params, spec.body, spec.name)
     with pytest.raises(ValueError, match="undecided"):  # every array is raw: size= is needed
-        kernel(np.zeros(1, np.float32), 2.0, 0.5, 10, 1, np.float32(1.0), False, 0.0, np.ones(1, np.float32),
-               np.zeros(1, np.int32), np.zeros(1, np.int32), np.zeros(2, np.float32))
+        kernel(cp.zeros(1, np.float32), 2.0, 0.5, 10, 1, np.float32(1.0), False, 0.0, cp.ones(1, np.float32),
+               cp.zeros(1, np.int32), cp.zeros(1, np.int32), cp.zeros(2, np.float32))
     name, source = cuda_scaler.unscale_source(fd.F32, fd.F32)
-    raw = fake.RawKernel(source, name)
+    raw = cp.RawKernel(source, name)
     with pytest.raises(TypeError, match="numpy.int32"):  # CuPy would pass a Python int as long long
-        raw((1,), (1,), (np.zeros(2, np.uint64), 1, np.zeros((1, 3), np.int64), np.ones((), np.float32),
-                         np.zeros((), np.float32)))
+        raw((1,), (1,), (cp.zeros(2, np.uint64), 1, cp.zeros((1, 3), np.int64), cp.ones((), np.float32),
+                         cp.zeros((), np.float32)))
 
 
 # ------------------------------------------------------------- references
@@ -255,15 +272,15 @@ class FakePool:
     def __init__(self, runtime: types.SimpleNamespace) -> None:
         self.runtime, self.used, self.cached = runtime, {0: 0, 1: 0}, {0: 0, 1: 0}
 
-    def malloc(self, nbytes: int) -> tuple:
+    def malloc(self, nbytes: int) -> types.SimpleNamespace:
         dev = self.runtime.current
         self.used[dev] += nbytes
         self.cached[dev] = max(self.cached[dev] - nbytes, 0)
-        return (dev, nbytes)
+        return types.SimpleNamespace(device_id=dev, size=nbytes)  # as a MemoryPointer: its device, its size
 
-    def free(self, handle: tuple) -> None:
-        self.used[handle[0]] -= handle[1]
-        self.cached[handle[0]] += handle[1]
+    def free(self, handle: types.SimpleNamespace) -> None:
+        self.used[handle.device_id] -= handle.size
+        self.cached[handle.device_id] += handle.size
 
     def used_bytes(self) -> int:
         return self.used[self.runtime.current]
@@ -272,7 +289,7 @@ class FakePool:
         return self.used[self.runtime.current] + self.cached[self.runtime.current]
 
 
-def fake_cuda_module() -> types.SimpleNamespace:
+def fake_cuda_module(version: str = "14.2.0") -> types.SimpleNamespace:
     runtime = types.SimpleNamespace(current=0)
     runtime.getDevice = lambda: runtime.current
     runtime.getDeviceCount = lambda: 2
@@ -293,7 +310,7 @@ def fake_cuda_module() -> types.SimpleNamespace:
                                  memory=types.SimpleNamespace(get_allocator=lambda: allocator.current),
                                  set_allocator=lambda f: setattr(allocator, "current", f))
     return types.SimpleNamespace(cuda=cuda, get_default_memory_pool=lambda: pool, pool=pool,
-                                 alloc=lambda n: allocator.current(n))
+                                 alloc=lambda n: allocator.current(n), __version__=version)
 
 
 @pytest.fixture
@@ -322,6 +339,23 @@ def test_peak_tracking_through_the_wrapped_allocator(fake_cuda, monkeypatch) -> 
     assert cuda.max_memory_allocated(1) == 700 and cuda.memory_allocated("cuda:1") == 0
     assert cuda.max_memory_allocated(0) == 1500  # device 1's allocation is not device 0's peak
     pool.free(a), pool.free(c)
+
+
+def test_tracking_is_opt_in_where_used_bytes_walks_the_pool(fake_cuda, monkeypatch) -> None:
+    """CuPy < 14.1 sums every live chunk in used_bytes(): a per-allocation read would cost O(live arrays)."""
+    monkeypatch.delenv("TINYAMP_CUDA_MEMORY_STATS", raising=False)
+    for version, tracked in (("13.6.0", False), ("14.0.1", False), ("14.1.0", True), ("15.0.0a1", True)):
+        monkeypatch.setattr(backend, "_tracker", None)
+        fake_cuda.__version__ = version
+        fake_cuda.cuda.set_allocator(fake_cuda.pool.malloc)
+        backend._install_tracker(fake_cuda)
+        assert (backend._tracker is not None) == tracked, version
+    monkeypatch.setattr(backend, "_tracker", None)
+    monkeypatch.setenv("TINYAMP_CUDA_MEMORY_STATS", "1")  # the opt-in
+    fake_cuda.__version__ = "13.6.0"
+    fake_cuda.cuda.set_allocator(fake_cuda.pool.malloc)
+    backend._install_tracker(fake_cuda)
+    assert backend._tracker is not None
 
 
 def test_no_tracking_with_a_foreign_allocator_or_when_disabled(fake_cuda, monkeypatch) -> None:
@@ -404,20 +438,19 @@ def test_group_kernel_sources_are_well_formed() -> None:
     sources = cuda_optim.group_raw_sources()
     assert len({name for name, _ in sources}) == len(sources) == 27 + 27 + 2
     for name, source in sources:
-        params = emu.parse_signature(source, name)
+        params = standin_kernels.parse_signature(source, name)
         assert params[0] == ("unsigned long long*", "ptrs" if "group" in name and "prepare" not in name else "steps")
         assert source.count("{") == source.count("}")
         # The hyper-parameters come from a device array, never from host scalars a captured graph would freeze.
         assert not any(t in ("float", "double") for t, _ in params), params
 
 
-def test_device_values_upload_only_when_they_change(monkeypatch) -> None:
-    emu.install(monkeypatch, execute=False)
-    uploads = []
-    monkeypatch.setattr(cuda_launch, "_upload_into", lambda a, h: (uploads.append(h.tolist()), a.__setitem__(..., h)))
-    mirror, dev = cuda_launch.DeviceValues(), emu.FakeDevice()
+def test_device_values_upload_only_when_they_change(checking_standin) -> None:
+    counters = ta.cuda.standin_counters()
+    mirror, dev = cuda_launch.DeviceValues(), checking_standin.cuda.Device(0)
     first = mirror.get(dev, (0.1, 0.9))
-    assert mirror.get(dev, (0.1, 0.9)) is first and uploads == []  # a steady step copies nothing
+    counters.reset()
+    assert mirror.get(dev, (0.1, 0.9)) is first and counters.total("h2d") == 0  # a steady step copies nothing
     again = mirror.get(dev, (0.05, 0.9))  # a scheduler moved the learning rate: same array, new contents
-    assert again is first and uploads == [[0.05, 0.9]] and first.tolist() == [0.05, 0.9]
+    assert again is first and counters.total("h2d") == 1 and first.get().tolist() == [0.05, 0.9]
     assert first.dtype == np.float64

@@ -637,19 +637,6 @@ def _tinyamp():
     return tinyamp
 
 
-def _devices():
-    devices = ["cpu"]
-    try:
-        import tinyamp
-
-        if tinyamp.cuda.is_available():
-            devices.append("cuda")
-    except Exception:  # package not importable yet: the CPU case will skip
-        pass
-    return devices
-
-
-@pytest.mark.parametrize("device", _devices())
 def test_loader_over_tensors(device):
     ta = _tinyamp()
     x = ta.tensor(np.arange(30, dtype=np.float32).reshape(10, 3), device=device)

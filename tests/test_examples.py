@@ -209,9 +209,10 @@ def test_cnn_runs_under_autocast_with_float16_convolutions() -> None:
     summary, text = _run("mnist_cnn", ["--steps", "3", "--batch-size", "32", "--trace"])
     assert summary["steps"] == 3 and np.isfinite(summary["final_loss"])
     assert summary["memory"]["activations_by_dtype"]["float16"] > 0
-    conv_rows = [line for line in text.splitlines() if " conv2d " in line and "forward" in line]
+    ops_table = text.split("information lost at casts")[0]  # the op rows, before the per-cast section
+    conv_rows = [line for line in ops_table.splitlines() if " conv2d " in line and "forward" in line]
     assert len(conv_rows) == 2 and all("LOWER" in row and "float16[" in row for row in conv_rows)
-    pool_rows = [line for line in text.splitlines() if " max_pool2d " in line and "forward" in line]
+    pool_rows = [line for line in ops_table.splitlines() if " max_pool2d " in line and "forward" in line]
     assert len(pool_rows) == 2 and all("NEUTRAL" in row and "float16[" in row for row in pool_rows)
     assert summary["memory"]["activations_by_dtype"]["int64"] > 0  # max-pool's argmax indices
 
@@ -234,17 +235,23 @@ def test_help_lists_the_flags(name: str) -> None:
     assert ("--hidden" in result.stdout) == (name == "mnist_mlp")
 
 
-def test_device_cuda_trains_on_a_gpu_or_says_why_not(capsys: pytest.CaptureFixture) -> None:
-    argv = ["--hidden", "16", "--steps", "2", "--device", "cuda"]
-    if ta.cuda.is_available():
-        summary, _ = _run("mnist_mlp", argv)
-        assert summary["device"].startswith("cuda") and "gpu_pool" in summary["memory"]
-    else:
-        with pytest.raises(SystemExit) as info:
-            _load("mnist_mlp").main(argv)
-        assert info.value.code == 2
-        assert capsys.readouterr().err == ("mnist_mlp.py: error: --device cuda: no usable CUDA GPU (install CuPy "
-                                           "with a driver, or use --device cpu) (see --help)\n")
+@pytest.mark.parametrize("name, argv", [
+    ("mnist_mlp", ["--hidden", "16", "--steps", "2", "--amp"]),
+    ("mnist_mlp", ["--hidden", "16", "--steps", "2", "--amp", "--level", "O2", "--optimizer", "adam"]),
+    ("mnist_cnn", ["--steps", "2", "--amp"]),
+], ids=["mlp-O1", "mlp-O2-adam", "cnn"])
+def test_device_cuda_trains(cuda_backend, name, argv) -> None:
+    summary, _ = _run(name, argv + ["--device", "cuda"])
+    assert summary["device"].startswith("cuda") and "gpu_pool" in summary["memory"]
+
+
+@pytest.mark.skipif(ta.cuda.is_available(), reason="checks the machine without CUDA")
+def test_device_cuda_without_a_gpu_says_why_not(capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as info:
+        _load("mnist_mlp").main(["--hidden", "16", "--steps", "2", "--device", "cuda"])
+    assert info.value.code == 2
+    assert capsys.readouterr().err == ("mnist_mlp.py: error: --device cuda: no usable CUDA GPU (install CuPy "
+                                       "with a driver, or use --device cpu) (see --help)\n")
 
 
 # ------------------------------------------------------------ gradient statistics

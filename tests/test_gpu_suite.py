@@ -1,14 +1,20 @@
-"""End-to-end checks that need a CUDA GPU (all marked ``gpu``; run with ``pytest -m gpu``).
+"""End-to-end checks of the CUDA paths, on the CUDA stand-in and on a GPU (``cuda_backend``).
+
+Every test runs on the strict stand-in (tinyamp/cuda_standin) and, marked
+``gpu``, on a real GPU (``pytest -m gpu``); the two that only a GPU can show
+(a spinning kernel, torch's CUDA matmul) take ``gpu_cp`` or branch on
+``backend.standin_active()``.
 
 - the fused kernels of tinyamp/kernels/cuda_*.py against the NumPy paths, bit for bit
   (the same drivers as the CPU tests; Adam's bias corrections checked first,
   because CUDA's double ``pow`` is not the C library's);
 - an AMP training step with tinyamp's optimizers and GradScaler never makes the
-  host wait for the GPU: ``ta.cuda.sync_count()`` does not move, and a GPU kept
-  busy by a spinning kernel is still busy when the step's host code returns;
+  host wait for the GPU: ``ta.cuda.sync_count()`` does not move, the stand-in
+  counts no sync or device-to-host copy, and a GPU kept busy by a spinning
+  kernel is still busy when the step's host code returns;
 - a skipped step leaves parameters, masters and optimizer state bit-identical;
 - gemm: CUBLAS_COMPUTE_32F, the length-4096 dot product of ones is exact,
-  float16 agrees with ``torch.matmul`` within one float16 ulp;
+  float16 (ours and ``torch.matmul``'s) within the standard dot-product bound;
 - an out-of-range class index gives a nan loss on the GPU (no host check);
 - the memory statistics follow allocations.
 """
@@ -25,13 +31,20 @@ import tinyamp as ta
 from tinyamp import backend
 from tinyamp.kernels import cuda_launch, cuda_optim, loss_scale
 
-HAS_GPU = backend.cuda.is_available()
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not HAS_GPU, reason="needs CuPy and a CUDA GPU")]
+from conftest import GPU  # noqa: E402 - the real-GPU parameter (marked gpu)
+from test_gemm import _within_dot_product_bound  # noqa: E402
 gemm_module = importlib.import_module("tinyamp.kernels.gemm")
 
 
 @pytest.fixture
-def cp():
+def cp(cuda_backend):
+    """CuPy on a GPU, or the CUDA stand-in (every test here runs on both unless it takes gpu_cp)."""
+    return backend.cupy()
+
+
+@pytest.fixture(params=[GPU])
+def gpu_cp(request):
+    """CuPy on a real GPU only: for what the stand-in cannot show (NVRTC, timing, torch on CUDA)."""
     return backend.cupy()
 
 
@@ -166,15 +179,17 @@ GPU_OPTIMIZERS = {
 
 def make_run(o2: bool, opt_name: str):
     ta.manual_seed(0)
-    model = ta.nn.Sequential(ta.nn.Linear(784, 512), ta.nn.ReLU(), ta.nn.Linear(512, 10)).to("cuda")
+    # The stand-in computes on the CPU: a smaller model checks the same syncs and bits there.
+    hidden, batch = (64, 32) if backend.standin_active() else (512, 256)
+    model = ta.nn.Sequential(ta.nn.Linear(784, hidden), ta.nn.ReLU(), ta.nn.Linear(hidden, 10)).to("cuda")
     if o2:
         model.half()
     params = list(model.parameters())
     opt = GPU_OPTIMIZERS[opt_name](params, master_weights=o2)
     scaler = ta.amp.GradScaler()
     rng = np.random.default_rng(0)
-    x = ta.tensor(rng.random((256, 784), dtype=np.float32), device="cuda")
-    y = ta.tensor(rng.integers(0, 10, 256), device="cuda")
+    x = ta.tensor(rng.random((batch, 784), dtype=np.float32), device="cuda")
+    y = ta.tensor(rng.integers(0, 10, batch), device="cuda")
 
     def step(poison: bool = False):
         opt.zero_grad()
@@ -194,13 +209,29 @@ def make_run(o2: bool, opt_name: str):
 @pytest.mark.parametrize("o2", [False, True], ids=["O1", "O2"])
 @pytest.mark.parametrize("opt_name", list(GPU_OPTIMIZERS))
 def test_amp_training_step_makes_no_host_sync(cp, o2, opt_name) -> None:
+    """No host read or wait in an AMP step after warm-up.
+
+    On the stand-in its sync and device-to-host counters must stay at zero; on
+    a GPU a spinning kernel must still be running when three steps' host code
+    has returned. (Host-to-device copies of rebuilt pointer tables are the
+    launch-and-transfer budget's business, issue 10 item 3: each table miss
+    allocates a small block that moves later gradients to other addresses, so
+    the tables take 3 to 20 steps to settle on the stand-in's pool.)
+    """
     _, _, _, step = make_run(o2, opt_name)
     for _ in range(3):  # warm-up: kernels compiled, memory pool grown
         step()
     cp.cuda.Device().synchronize()
     syncs = ta.cuda.sync_count()
     launches = sum(cuda_launch.launches.values())
-    assert host_never_waits(cp, lambda: [step() for _ in range(3)]), "the host waited for the GPU in a step"
+    if backend.standin_active():
+        counters = ta.cuda.standin_counters()
+        counters.reset()
+        for _ in range(3):
+            step()
+        assert (counters.total("syncs"), counters.total("d2h")) == (0, 0)
+    else:
+        assert host_never_waits(cp, lambda: [step() for _ in range(3)]), "the host waited for the GPU in a step"
     assert ta.cuda.sync_count() == syncs
     if opt_name in ("sgd", "adam"):
         assert sum(cuda_launch.launches.values()) > launches  # the fused kernels did the work
@@ -241,7 +272,8 @@ def test_length_4096_dot_product_of_ones_is_exact(cp) -> None:
     assert out.dtype == cp.float16 and float(out.get()[0, 0]) == 4096.0  # a float16 accumulator stops at 2048
 
 
-def test_float16_gemm_agrees_with_torch_within_one_ulp(cp) -> None:
+def test_float16_gemm_agrees_with_torch_within_the_dot_product_bound(gpu_cp) -> None:
+    cp = gpu_cp
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("torch without CUDA")
@@ -254,8 +286,10 @@ def test_float16_gemm_agrees_with_torch_within_one_ulp(cp) -> None:
         theirs = torch.matmul(torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()).cpu().numpy()
     finally:
         torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = flag
-    # Both sum the same products in float32 in different orders and round once: at most one ulp apart.
-    np.testing.assert_array_max_ulp(ours, theirs, maxulp=1)
+    # Both sum the same products in float32, in different orders, and round once: each is held to the
+    # standard dot-product bound against the exact product (one ulp apart is not promised: see the helper).
+    assert _within_dot_product_bound(ours, a, b, np.float16).all()
+    assert _within_dot_product_bound(theirs, a, b, np.float16).all()
 
 
 # ------------------------------------------------------- losses, memory
@@ -269,7 +303,7 @@ def test_out_of_range_class_index_gives_nan_without_a_host_check(cp) -> None:
     rows = ta.nn.functional.embedding(ta.tensor([0, 7], device="cuda"), weight)
     assert ta.cuda.sync_count() == syncs
     assert np.isnan(loss.item()) and np.isnan(logits.grad.numpy()).all()
-    assert np.isnan(rows.numpy()[1]).all() and not np.isnan(rows.numpy()[0]).any()
+    assert np.isnan(rows.detach().numpy()[1]).all() and not np.isnan(rows.detach().numpy()[0]).any()
     good = ta.nn.functional.cross_entropy(logits, ta.tensor([1, 9, 3, 0], device="cuda"))
     assert np.isfinite(good.item())
 

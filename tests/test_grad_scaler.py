@@ -66,7 +66,28 @@ def test_defaults_getters_setters_and_alias() -> None:
     s.set_backoff_factor(0.25)
     s.set_growth_interval(7)
     assert (s.get_growth_factor(), s.get_backoff_factor(), s.get_growth_interval()) == (3.0, 0.25, 7)
-    assert GradScaler("cuda").get_scale() == 2.0 ** 16  # PyTorch's device-first spelling
+    assert GradScaler("cpu", 2.0 ** 10).get_scale() == 2.0 ** 10  # PyTorch's device-first spelling
+
+
+def test_cuda_scaler_on_a_machine_with_cuda_stays_enabled(cuda_backend) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        scaler = GradScaler("cuda", init_scale=2.0 ** 12)
+    assert scaler.is_enabled() and scaler.get_scale() == 2.0 ** 12
+
+
+@pytest.mark.skipif(ta.cuda.is_available(), reason="checks the machine without CUDA")
+def test_cuda_scaler_without_cuda_warns_and_disables_itself() -> None:
+    with pytest.warns(UserWarning, match=r"^torch\.cuda\.amp\.GradScaler is enabled, but CUDA is not available\.  "
+                                         r"Disabling\.$"):
+        scaler = GradScaler("cuda")
+    assert not scaler.is_enabled() and scaler.get_scale() == 1.0
+    loss = ta.tensor(3.0, requires_grad=True)
+    assert scaler.scale(loss) is loss  # disabled: outputs pass through, as in PyTorch
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert GradScaler("cuda", enabled=False).is_enabled() is False  # no warning when asked to be off
+        assert GradScaler("cpu").is_enabled()
 
 
 @pytest.mark.parametrize("kwargs, match", [

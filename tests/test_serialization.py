@@ -138,9 +138,7 @@ def test_cuda_checkpoint_without_cuda_needs_map_location(tmp_path) -> None:
     assert loaded["w"].device == ta.device("cpu")
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not ta.cuda.is_available(), reason="no CUDA GPU")
-def test_map_location_to_and_from_cuda(tmp_path) -> None:
+def test_map_location_to_and_from_cuda(tmp_path, cuda_backend) -> None:
     ta.save({"w": ta.tensor([1.0, 2.0], dtype=ta.bfloat16)}, tmp_path / "c.ta")
     on_gpu = ta.load(tmp_path / "c.ta", map_location="cuda")["w"]
     assert on_gpu.is_cuda and on_gpu.dtype == ta.bfloat16

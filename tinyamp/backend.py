@@ -7,17 +7,28 @@ itself, so tinyamp installs and runs on machines without CuPy or a GPU.
 
 ``ta.cuda`` also counts host synchronisations and reports GPU memory the way
 ``torch.cuda`` does: ``memory_allocated``, ``max_memory_allocated``,
-``reset_peak_memory_stats``, ``memory_reserved`` (see ``_PeakTracker``).
+``reset_peak_memory_stats``, ``memory_reserved``, ``empty_cache`` (see
+``_PeakTracker``).
+
+The CUDA backend is CuPy, or the strict CUDA stand-in of
+``tinyamp/cuda_standin`` (CuPy's API over NumPy, for CI without a GPU) when
+``TINYAMP_CUDA=standin`` is set or inside :func:`use_cuda_standin`. Modules
+that cache device arrays register with :func:`on_cuda_switch` so a switch
+drops them.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
+import warnings
 from types import ModuleType
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
+
+from . import cuda_standin  # NumPy-only and light: importing it touches no GPU
 
 _INSTALL_HINT = (
     "install CuPy for your CUDA version with `pip install tinyamp[cuda12]` "
@@ -28,14 +39,26 @@ _cupy: ModuleType | None = None
 _cupy_checked = False
 _cupy_error: str | None = None
 _tracker: "_PeakTracker | None" = None
+_standin = False  # True while the strict CUDA stand-in (tinyamp.cuda_standin) plays CuPy's part
+_device_count: int | None = None  # cached: CUDA fixes the device count when it initialises
+_switch_hooks: list[Callable[[], None]] = []
+
+CUDA_LIBS = {"cupy_backends.cuda.libs.cublas": "cublas", "cupyx": "cupyx"}  # what the stand-in offers
 
 
 def _load_cupy() -> ModuleType | None:
-    """Import CuPy once; remember why it is unusable instead of raising."""
+    """Import CuPy (or the stand-in, with ``TINYAMP_CUDA=standin``) once; remember why it is unusable."""
     global _cupy, _cupy_checked, _cupy_error
     if _cupy_checked:
         return _cupy
     _cupy_checked = True
+    choice = os.environ.get("TINYAMP_CUDA", "cupy")
+    if choice == "standin":
+        _activate_standin()
+        return _cupy
+    if choice != "cupy":
+        _cupy_error = f"TINYAMP_CUDA={choice!r} is not one of 'cupy' (the default) or 'standin'"
+        return None
     try:
         import cupy  # noqa: PLC0415 - the one place CuPy is imported
     except ImportError:
@@ -57,43 +80,133 @@ def _load_cupy() -> ModuleType | None:
     return cupy
 
 
+def _activate_standin() -> None:
+    global _cupy, _cupy_checked, _cupy_error, _tracker, _standin
+    cuda_standin.cuda.set_allocator(None)  # its pool's own malloc: a tracker from an earlier activation goes
+    _cupy, _cupy_checked, _cupy_error, _tracker, _standin = cuda_standin, True, None, None, True
+    _install_tracker(cuda_standin)
+
+
+def on_cuda_switch(hook: Callable[[], None]) -> Callable[[], None]:
+    """Register ``hook`` to run whenever the CUDA backend changes (CuPy <-> the stand-in).
+
+    Modules that cache device arrays or kernels (pointer tables, flags,
+    generators) register one that drops them: an array of one backend must
+    never reach the other. Usable as a decorator.
+    """
+    _switch_hooks.append(hook)
+    return hook
+
+
+class use_cuda_standin:  # noqa: N801 - used like a function: use_cuda_standin() or `with use_cuda_standin():`
+    """Make the strict CUDA stand-in (``tinyamp.cuda_standin``) the CUDA backend, until ``restore()``.
+
+    Calling it switches at once; as a context manager it restores the previous
+    backend (CuPy, no CUDA, or the stand-in) on exit. Caches of device arrays
+    are dropped at each switch (see :func:`on_cuda_switch`).
+    ``TINYAMP_CUDA=standin`` in the environment does the same for a whole run.
+    """
+
+    def __init__(self) -> None:
+        self._previous = (_cupy, _cupy_checked, _cupy_error, _tracker, _standin)
+        _activate_standin()
+        _switched()
+
+    def restore(self) -> None:
+        global _cupy, _cupy_checked, _cupy_error, _tracker, _standin
+        _cupy, _cupy_checked, _cupy_error, _tracker, _standin = self._previous
+        if _standin:
+            _activate_standin()  # its allocator was reset by the activation being undone
+        else:
+            cuda_standin.cuda.set_allocator(None)  # no tracker left wrapping an inactive stand-in
+        _switched()
+
+    def __enter__(self) -> "use_cuda_standin":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.restore()
+
+
+def _switched() -> None:
+    global _device_count
+    _device_count = None
+    for hook in _switch_hooks:
+        hook()
+
+
+def cuda_built() -> bool:
+    """True when a CUDA backend is installed (CuPy importable, or the stand-in), GPU or not: PyTorch's CUDA build."""
+    if _load_cupy() is not None:
+        return True
+    return os.environ.get("TINYAMP_CUDA", "cupy") == "cupy" and importlib.util.find_spec("cupy") is not None
+
+
+def standin_active() -> bool:
+    """True while the CUDA stand-in plays CuPy's part."""
+    _load_cupy()
+    return _standin
+
+
+def _device_count_now() -> int:
+    global _device_count
+    if _device_count is None:
+        cupy = _load_cupy()
+        _device_count = 0 if cupy is None else int(cupy.cuda.runtime.getDeviceCount())
+    return _device_count
+
+
 class _PeakTracker:
     """CuPy's allocator, wrapped: after every allocation the pool's used bytes feed a peak per device.
 
     CuPy's pool keeps no high-water mark. Its used bytes (live arrays, each
     rounded up to 512 bytes) can only rise at an allocation, so reading them
-    right after each one gives the exact peak. The cost is one Python call per
-    allocation (well under a microsecond; a pool hit stays free of host syncs).
+    right after each one gives the exact peak. The cost per allocation is one
+    Python call and an O(1) read: the device comes from the allocation
+    itself, and ``used_bytes()`` is a counter read in CuPy >= 14.1 and in the
+    stand-in (older CuPy sums its live chunks, so there tracking is opt-in).
     """
 
-    def __init__(self, allocator: Any, pool: Any, current_device: Any) -> None:
-        self._allocator, self.pool, self._current_device = allocator, pool, current_device
+    def __init__(self, allocator: Any, pool: Any) -> None:
+        self._allocator, self.pool, self._used_bytes = allocator, pool, pool.used_bytes
         self.peak: dict[int, int] = {}
 
     def malloc(self, nbytes: int) -> Any:
         memory = self._allocator(nbytes)
-        used = self.pool.used_bytes()
-        device_id = self._current_device()
+        used = self._used_bytes()
+        device_id = memory.device_id
         if used > self.peak.get(device_id, 0):
             self.peak[device_id] = used
         return memory
 
 
-def _install_tracker(cupy: ModuleType) -> None:
-    """Wrap CuPy's current allocator when it is a pool that counts its bytes.
+def _used_bytes_is_constant_time(cupy: ModuleType) -> bool:
+    """CuPy >= 14.1 keeps used_bytes() as one counter; earlier ones walk every live chunk."""
+    if getattr(cupy, "IS_STANDIN", False):
+        return True
+    try:
+        major, minor = (int(part) for part in str(cupy.__version__).split(".")[:2])
+    except (AttributeError, ValueError):
+        return False
+    return (major, minor) >= (14, 1)
 
-    ``TINYAMP_CUDA_MEMORY_STATS=0`` leaves CuPy's allocator alone (then the peak
-    reads as the current value). An allocator set later with
+
+def _install_tracker(cupy: ModuleType) -> None:
+    """Wrap CuPy's current allocator when it is a pool that counts its bytes in O(1).
+
+    ``TINYAMP_CUDA_MEMORY_STATS=1`` tracks the peak on any CuPy, ``=0`` never
+    (then the peak reads as the current value). An allocator set later with
     ``cupy.cuda.set_allocator`` replaces the wrapper and stops the peak.
     """
     global _tracker
-    if os.environ.get("TINYAMP_CUDA_MEMORY_STATS", "1") == "0":
+    setting = os.environ.get("TINYAMP_CUDA_MEMORY_STATS", "auto")
+    if setting == "0" or (setting != "1" and not _used_bytes_is_constant_time(cupy)):
         return
     current = cupy.cuda.memory.get_allocator()
     pool = getattr(current, "__self__", None)
     if not (hasattr(pool, "used_bytes") and hasattr(pool, "total_bytes")):
         return  # a foreign allocator (RMM, torch's...): its pool is not ours to read
-    tracker = _PeakTracker(current, pool, cupy.cuda.runtime.getDevice)
+    tracker = _PeakTracker(current, pool)
     try:
         cupy.cuda.set_allocator(tracker.malloc)
     except ValueError:  # inside cupy.cuda.using_allocator(): CuPy refuses a global change
@@ -109,25 +222,37 @@ class _Cuda:
     ``reset_peak_memory_stats()``, and bytes reserved (live plus cached). Not
     counted: the CUDA context, cuBLAS workspaces, loaded kernels. ``device`` is
     None (the current GPU), an index, ``"cuda:N"`` or a Device. Without CUDA
-    (on the CPU) they return 0: for what a CPU step keeps alive, see
-    ``tinyamp.memory``.
+    (on the CPU) they return 0, as a CPU-only PyTorch build does: for what a
+    CPU step keeps alive, see ``tinyamp.memory``.
     """
 
     def __init__(self) -> None:
         self._sync_count = 0
 
     def is_available(self) -> bool:
-        """True when CuPy imports and sees at least one GPU."""
+        """True when CuPy imports and sees at least one GPU (or the CUDA stand-in is active)."""
         return _load_cupy() is not None
 
     def device_count(self) -> int:
-        cupy = _load_cupy()
-        return 0 if cupy is None else int(cupy.cuda.runtime.getDeviceCount())
+        return _device_count_now()
 
     def synchronize(self) -> None:
+        """Wait for the GPU's queued work (a host synchronisation; counted)."""
         cupy = _load_cupy()
         if cupy is not None:
+            self.note_sync()
             cupy.cuda.Device().synchronize()
+
+    def is_bf16_supported(self, including_emulation: bool = True) -> bool:
+        """True when the current GPU computes in bfloat16 natively (compute capability 8.0+); False without CUDA.
+
+        ``including_emulation`` is PyTorch's argument: tinyamp has no emulated
+        bfloat16 on older GPUs, so it does not change the answer.
+        """
+        cupy = _load_cupy()
+        if cupy is None:
+            return False
+        return int(cupy.cuda.Device().compute_capability) >= 80
 
     # Host syncs: every place that moves a device value to the host (item(),
     # numpy(), a host-side inf check) calls note_sync(). It counts on the CPU
@@ -141,6 +266,14 @@ class _Cuda:
 
     def reset_sync_count(self) -> None:
         self._sync_count = 0
+
+    def standin_counters(self) -> Any:
+        """The CUDA stand-in's counters (launches, allocations, copies, syncs per phase; see
+        ``tinyamp/cuda_standin/_counters.py``). RuntimeError unless the stand-in is active."""
+        if not standin_active():
+            raise RuntimeError("ta.cuda.standin_counters(): the CUDA stand-in is not active; run with "
+                               "TINYAMP_CUDA=standin or inside tinyamp.backend.use_cuda_standin()")
+        return _cupy.counters  # type: ignore[union-attr]
 
     # GPU memory (see the class docstring).
     def _pool_on(self, device: Any) -> "tuple[Any, Any, int] | None":
@@ -178,6 +311,12 @@ class _Cuda:
         if _tracker is not None:
             _tracker.peak[self._pool_on(device)[2]] = self.memory_allocated(device)  # type: ignore[index]
 
+    def reset_max_memory_allocated(self, device: Any = None) -> None:
+        """Deprecated in PyTorch for ``reset_peak_memory_stats``, which it calls (with PyTorch's FutureWarning)."""
+        warnings.warn("torch.cuda.reset_max_memory_allocated now calls torch.cuda.reset_peak_memory_stats, "
+                      "which resets /all/ peak memory stats.", FutureWarning, stacklevel=2)
+        self.reset_peak_memory_stats(device)
+
     def memory_reserved(self, device: Any = None) -> int:
         """Bytes CuPy's pool holds on ``device``: live arrays plus cached free blocks (0 without CUDA)."""
         found = self._pool_on(device)
@@ -187,44 +326,102 @@ class _Cuda:
         with cupy.cuda.Device(index):
             return int(pool.total_bytes())
 
+    def empty_cache(self) -> None:
+        """Give the pool's cached free blocks back to the device (live arrays stay); nothing without CUDA.
+
+        Not inside a training loop: freeing device memory synchronises the GPU.
+        """
+        found = self._pool_on(None)
+        if found is not None:
+            found[1].free_all_blocks()
+
 
 cuda = _Cuda()
 
 
+class _Accelerator:
+    """``ta.accelerator``: the device-agnostic view of the accelerator, as ``torch.accelerator``.
+
+    tinyamp's one accelerator is CUDA (CuPy, or the stand-in). It counts as
+    built when CuPy is installed (or the stand-in is active), as PyTorch's CUDA
+    build does, and as available when a GPU is usable. Without CuPy this is
+    PyTorch's CPU-only build: ``current_accelerator()`` is None and
+    ``is_available()`` False.
+    """
+
+    def is_available(self) -> bool:
+        """True when the accelerator was built and at least one device is usable."""
+        return self.current_accelerator() is not None and cuda.is_available()
+
+    def current_accelerator(self, check_available: bool = False) -> "Device | None":
+        """``device(type='cuda')`` when CUDA is built (and, with ``check_available``, usable); else None."""
+        if not cuda_built() or (check_available and not cuda.is_available()):
+            return None
+        return Device("cuda")
+
+    def device_count(self) -> int:
+        """Number of usable accelerator devices (0 without one)."""
+        return cuda.device_count() if self.current_accelerator() is not None else 0
+
+
+accelerator = _Accelerator()
+
+
+_DEVICES: dict[tuple[str, "int | None"], "Device"] = {}
+
+
 class Device:
-    """Where an array lives: ``Device("cpu")`` or ``Device("cuda:0")``."""
+    """Where an array lives: ``Device("cpu")`` or ``Device("cuda:0")``.
+
+    Devices are values, made once per (type, index) and cached, so naming a
+    device costs a dict lookup. Constructing a CUDA device never needs CuPy
+    (as ``torch.device("cuda")`` on a CPU-only build); using it for arrays
+    (``.xp``) raises the clear error that says what is missing.
+    """
 
     __slots__ = ("type", "index")
 
-    def __init__(self, spec: "str | Device" = "cpu", index: int | None = None) -> None:
+    def __new__(cls, spec: "str | Device" = "cpu", index: int | None = None) -> "Device":
         if isinstance(spec, Device):
-            self.type, self.index = spec.type, spec.index
-            return
+            return spec
         if not isinstance(spec, str):
             raise TypeError(f"device: expected a string like 'cpu' or 'cuda:0', got {spec!r}")
+        cached = _DEVICES.get((spec, index))
+        if cached is not None:
+            return cached
         kind, _, idx = spec.partition(":")
         if kind not in ("cpu", "cuda"):
             raise ValueError(f"device: unknown device type {spec!r}; expected 'cpu', 'cuda' or 'cuda:N'")
         if kind == "cpu":
             if idx or index not in (None, 0):
                 raise ValueError(f"device: 'cpu' takes no index, got {spec!r}")
-            self.type, self.index = "cpu", None
-            return
-        if idx:
-            if not idx.isdigit():
-                raise ValueError(f"device: bad cuda index in {spec!r}")
-            index = int(idx)
-        self.type, self.index = "cuda", 0 if index is None else int(index)
-        if _load_cupy() is None:
-            raise RuntimeError(f"device {spec!r} requested but CUDA is unavailable: {_cupy_error}")
-        count = cuda.device_count()
-        if self.index >= count:
-            raise RuntimeError(f"device {spec!r} requested but only {count} CUDA device(s) are present")
+            number = None
+        else:
+            if idx:
+                if not idx.isdigit():
+                    raise ValueError(f"device: bad cuda index in {spec!r}")
+                index = int(idx)
+            number = 0 if index is None else int(index)
+        made = _DEVICES.get((kind, number))
+        if made is None:
+            made = object.__new__(cls)
+            made.type, made.index = kind, number
+            _DEVICES[(kind, number)] = made
+        _DEVICES[(spec, index)] = made
+        return made
 
     @property
     def xp(self) -> ModuleType:
-        """The array module for this device (numpy or cupy)."""
-        return np if self.type == "cpu" else _cupy  # type: ignore[return-value]
+        """The array module for this device (numpy, cupy or the stand-in); RuntimeError if it cannot be used."""
+        if self.type == "cpu":
+            return np
+        cupy = _cupy if _cupy is not None else _load_cupy()
+        if cupy is None:
+            raise RuntimeError(f"device '{self}' requested but CUDA is unavailable: {_cupy_error}")
+        if self.index >= _device_count_now():  # type: ignore[operator]
+            raise RuntimeError(f"device '{self}' requested but only {_device_count_now()} CUDA device(s) "
+                               "are present")
+        return cupy
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, str):
@@ -234,6 +431,9 @@ class Device:
     def __hash__(self) -> int:
         return hash((self.type, self.index))
 
+    def __reduce__(self) -> tuple:
+        return (Device, (str(self),))
+
     def __str__(self) -> str:
         return "cpu" if self.type == "cpu" else f"cuda:{self.index}"
 
@@ -242,11 +442,23 @@ class Device:
 
 
 CPU = Device("cpu")
+_default_device = CPU
 
 
 def device(spec: "str | Device" = "cpu", index: int | None = None) -> Device:
-    """``ta.device("cpu" | "cuda" | "cuda:0")``."""
+    """``ta.device("cpu" | "cuda" | "cuda:0")`` (constructible without CuPy, as in PyTorch)."""
     return Device(spec, index)
+
+
+def set_default_device(spec: "str | Device | None") -> None:
+    """``torch.set_default_device``: where factory functions without ``device=`` put tensors (None: the CPU)."""
+    global _default_device
+    _default_device = CPU if spec is None else Device(spec)
+
+
+def get_default_device() -> Device:
+    """The device factory functions use when none is given (``torch.get_default_device``)."""
+    return _default_device
 
 
 def is_cupy_array(array: Any) -> bool:
@@ -260,7 +472,7 @@ def array_module(array: Any) -> ModuleType:
 
 def device_of(array: Any) -> Device:
     if is_cupy_array(array):
-        return Device(f"cuda:{array.device.id}")
+        return Device("cuda", array.device.id)
     return CPU
 
 
@@ -272,8 +484,9 @@ def to_device(array: Any, dev: Device) -> Any:
     if dev.type == "cpu":
         cuda.note_sync()  # device -> host copy waits for the GPU
         return _cupy.asnumpy(array)  # type: ignore[union-attr]
-    with _cupy.cuda.Device(dev.index):  # type: ignore[union-attr]
-        return _cupy.asarray(array)  # type: ignore[union-attr]
+    cupy = dev.xp  # the clear error when CUDA is unavailable
+    with cupy.cuda.Device(dev.index):
+        return cupy.asarray(array)
 
 
 def to_host(array: Any) -> np.ndarray:
@@ -285,18 +498,22 @@ def to_host(array: Any) -> np.ndarray:
 
 
 def cuda_lib(name: str) -> ModuleType:
-    """Import a CuPy submodule (e.g. ``cupy_backends.cuda.libs.cublas``).
+    """Import a CuPy submodule (e.g. ``cupy_backends.cuda.libs.cublas``); the stand-in's own under it.
 
     Used by GPU-only code paths (gemm, fused kernels) so that CuPy stays
     imported in this one module's namespace of responsibility.
     """
     if _load_cupy() is None:
         raise RuntimeError(f"CUDA is unavailable: {_cupy_error}")
+    if _standin:
+        if name not in CUDA_LIBS:
+            raise ImportError(f"the CUDA stand-in has no {name!r} (it offers {sorted(CUDA_LIBS)})")
+        return getattr(_cupy, CUDA_LIBS[name])
     return importlib.import_module(name)
 
 
 def cupy() -> ModuleType:
-    """The CuPy module itself (raises the clear error when unavailable)."""
+    """The CuPy module itself, or the stand-in (raises the clear error when unavailable)."""
     module = _load_cupy()
     if module is None:
         raise RuntimeError(f"CUDA is unavailable: {_cupy_error}")

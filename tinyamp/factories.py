@@ -1,7 +1,8 @@
 """Tensor factories: ``tensor``, ``zeros``, ``ones``, ``full``, ``arange``, random ones.
 
 Defaults follow PyTorch: Python floats become float32, ints int64, bools bool;
-NumPy arrays keep their dtype. ``device`` picks the array module. The
+NumPy arrays keep their dtype. ``device`` picks the array module; without one,
+``ta.set_default_device``'s device (the CPU unless set). The
 ``Tensor.new_*`` methods (``x.new_zeros(2, 3)``) are here too (``METHODS``).
 """
 
@@ -107,7 +108,7 @@ def _tensor_item(x: Any) -> Any:
 
 def _resolve(dtype: Any, device: Any) -> tuple["np.dtype | None", backend.Device]:
     return (None if dtype is None else dt.as_dtype(dtype),
-            backend.CPU if device is None else backend.Device(device))
+            backend.get_default_device() if device is None else backend.Device(device))
 
 
 def tensor(data: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
@@ -263,9 +264,14 @@ def rand_like(x: Tensor, dtype: Any = None, device: Any = None) -> Tensor:
 
 
 def randperm(n: int, device: Any = None, generator: Generator | None = None) -> Tensor:
+    """A random permutation of 0..n-1."""
     _, device = _resolve(None, device)
     gen = generator or default_generator(device)
-    return Tensor(gen.rng.permutation(n).astype(np.int64))
+    if device.type == "cpu":
+        return Tensor(gen.rng.permutation(n).astype(np.int64))
+    # CuPy's Generator has no permutation: the order that sorts n uniform draws is a uniform permutation
+    # (float64 draws tie with probability about n^2 / 2^53).
+    return Tensor(device.xp.argsort(gen.rng.random(n, dtype=np.float64)).astype(np.int64, copy=False))
 
 
 # ------------------------------------------------------------ Tensor.new_* methods

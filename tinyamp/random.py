@@ -70,3 +70,10 @@ def seed() -> int:
 
 def initial_seed() -> int:
     return _seed
+
+
+@backend.on_cuda_switch
+def _forget_cuda_generators() -> None:
+    """A CUDA generator draws with one backend's arrays (CuPy or the stand-in): a switch makes new ones."""
+    for dev in [d for d in _default if d.type != "cpu"]:
+        del _default[dev]

@@ -229,20 +229,21 @@ def low_copy(op: Any, position: int, tensor: Any, target: np.dtype, state: Autoc
     else:
         array = convert(tensor.data, target)
     if precision.current_trace() is not None:
-        note_fused_cast(op, position, tensor, target, state, tag, kind)
+        note_fused_cast(op, position, tensor, target, state, tag, kind, array)
     return array
 
 
 def note_fused_cast(op: Any, position: int, tensor: Any, target: np.dtype, state: "AutocastState | None",
-                    tag: "Precision | None", cache: "str | None" = None) -> None:
-    """``precision.note_fused_cast``: report a cast an op does itself to the open trace."""
-    tracer = precision.current_trace()
+                    tag: "Precision | None", cache: "str | None" = None, result: Any = None) -> None:
+    """``precision.note_fused_cast``: report a cast an op does itself, with autocast's rule."""
     cause = _cause(op, tag, tensor.dtype, target, state)
     if cache is not None:
         cause += "; cache hit" if cache == "hit" else "; cached"
     causes = op.__dict__.setdefault("_amp_fused_causes", {})
     causes[position] = cause  # the backward names the same rule when it rounds the gradient back
-    tracer.fused_cast(op, tensor, target, cause, cache)
+    if result is None:
+        result = convert(tensor.data, target)  # the op converts inside; the report needs the values
+    precision.record_cast(op, tensor.data, result, "forward", rule=cause, cache=cache, position=position)
 
 
 def low_copy_to_refresh(weight: Any) -> "tuple[np.dtype, Any] | None":

@@ -94,7 +94,8 @@ class GradScaler:
 
     The signature is ``torch.amp.GradScaler``'s: ``GradScaler("cuda", init_scale=...)``
     or ``GradScaler("cpu", 2.0 ** 10)``. The scale lives on the device of the
-    outputs you scale, so ``device`` is only informational.
+    outputs you scale, so ``device`` is otherwise informational; as in PyTorch,
+    ``GradScaler("cuda")`` on a machine without CUDA warns and disables itself.
     ``auto_disable_bf16=False`` keeps the scaler on under bfloat16.
     """
 
@@ -108,6 +109,11 @@ class GradScaler:
                             f"torch.amp.GradScaler, got {device!r}; pass init_scale={device!r} by keyword")
         self.device = device
         self._enabled = bool(enabled)
+        if device == "cuda" and self._enabled and not backend.cuda.is_available():
+            # PyTorch's behaviour and words: a CUDA scaler on a machine without CUDA turns itself off.
+            warnings.warn("torch.cuda.amp.GradScaler is enabled, but CUDA is not available.  Disabling.",
+                          UserWarning, stacklevel=2)
+            self._enabled = False
         self._init_scale = _check_positive("init_scale", init_scale)
         self._check_growth_factor(growth_factor)
         self._check_backoff_factor(backoff_factor)
@@ -155,7 +161,8 @@ class GradScaler:
             raise ValueError(f"outputs must be a Tensor or an iterable of Tensors: GradScaler.scale takes a "
                              f"Tensor or nested lists/tuples of Tensors, got {type(value).__name__}")
 
-        return apply(outputs)
+        with np.errstate(all="ignore"):  # an inf loss (or loss * scale past float32) is the scaler's to handle
+            return apply(outputs)
 
     def _scale_tensor(self, dev: backend.Device) -> Tensor:
         """The scale as a Tensor on ``dev``; on its own device one wrapper, kept (update rewrites the array)."""

@@ -24,7 +24,12 @@ from .grad_mode import _grad_enabled
 
 
 def _check_gradient(node: Any, index: int, grad: Tensor, shape: tuple, dtype: Any) -> None:
-    """A gradient must match its input exactly: never summed or cast to fit."""
+    """A gradient must match its input exactly: never summed or cast to fit.
+
+    A mismatch from a built-in op is a bug (often a missing Cast, which would
+    otherwise hide a precision loss). A user Function's gradients were fitted
+    already, as PyTorch fits them (``CustomFunction._run_backward``).
+    """
     if grad.shape != shape or grad.dtype != dtype:
         raise RuntimeError(
             f"Function {type(node).__name__}Backward returned an invalid gradient at index {index}: "
@@ -42,6 +47,10 @@ def _zeros(shape: tuple, dtype: Any, like: Tensor) -> Tensor:
     return Tensor._wrap(xp.zeros(shape, dtype=dtype))
 
 
+# A scaled float16 backward overflows by design (the scaler skips the step), and
+# accumulating into .grad adds inf to -inf: NumPy's floating-point warnings are off
+# for the whole call, set once per backward, never per node.
+@np.errstate(all="ignore")
 def run_backward(roots: Sequence[Tensor], root_grads: Sequence[Tensor], retain_graph: bool,
                  create_graph: bool, inputs: Sequence[Tensor] | None = None,
                  accumulate: bool = True) -> "list[Tensor | None]":
@@ -103,6 +112,8 @@ def run_backward(roots: Sequence[Tensor], root_grads: Sequence[Tensor], retain_g
             grads = [g if g is not None else _zeros(shape, dtype, next(x for x in grads if x is not None))
                      for g, (shape, dtype) in zip(grads, node._output_meta)]
             input_grads = node._run_backward(grads)
+            if tracer is not None:
+                tracer.record_gradients(node, input_grads)  # what this node handed back (the shadow run reads it)
             if len(input_grads) != len(node._edges):
                 raise RuntimeError(f"{type(node).__name__}.backward returned {len(input_grads)} "
                                    f"gradients for {len(node._edges)} inputs")

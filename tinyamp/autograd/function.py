@@ -57,6 +57,12 @@ class Function:
 
     # Required on every op class: what autocast does to its inputs.
     precision: ClassVar[Precision]
+    # The inputs type promotion brings to one dtype before forward, inside and
+    # outside autocast (PyTorch's binary-op rule: mse_loss(float16, float32) is
+    # float32). Every input of a PROMOTE op (set by __init_subclass__); a slice
+    # for an op of another tag whose leading inputs promote (a loss's input and
+    # target); None for the rest.
+    promoted_inputs: ClassVar["slice | None"] = None
     # The name autocast overrides and the precision report use; defaults to the
     # lower-cased class name.
     name: ClassVar[str]
@@ -100,6 +106,11 @@ class Function:
         super().__init_subclass__(**kwargs)
         if "name" not in cls.__dict__:
             cls.name = cls.__name__.lower()
+        if "promoted_inputs" not in cls.__dict__:
+            if getattr(cls, "precision", None) is PROMOTE:
+                cls.promoted_inputs = slice(None)
+            elif cls.promoted_inputs == slice(None):
+                cls.promoted_inputs = None  # a PROMOTE op's subclass with another tag
 
     # ------------------------------------------------------------------ ops
     def forward(self, xp: Any, *arrays: Any) -> Any:
@@ -112,7 +123,7 @@ class Function:
         """Prepare the inputs, autocast them, run ``forward``, record the node: the one way an op runs."""
         tensors = _as_tensors(self, args)
         state = current_autocast()  # None when autocast is off: one ContextVar read
-        if state is not None or (self.precision is PROMOTE and _mixed_dtypes(tensors)):
+        if state is not None or (self.promoted_inputs is not None and _mixed_dtypes(tensors)):
             tensors = self._apply_precision(tensors, state)
         arrays = [t.data for t in tensors]
         if self.lowered is not None:
@@ -158,6 +169,18 @@ class Function:
             if target is not None:
                 tensors = [insert_cast(self, t, target, state, PROMOTE) if needs_cast(PROMOTE, t.dtype, target)
                            else t for t in tensors]
+        promoted = self.promoted_inputs
+        if promoted is not None and tag is not PROMOTE and self.precision is not PROMOTE:
+            # The tag's casts are done (an FP32 loss's float16 input is float32
+            # now); the promoted inputs still need one dtype (float32 with
+            # float64 is float64).
+            indices = range(len(tensors))[promoted]
+            target = compute_dtype(PROMOTE, [tensors[i].dtype for i in indices], None)
+            if target is not None:
+                tensors = list(tensors)
+                for i in indices:
+                    if needs_cast(PROMOTE, tensors[i].dtype, target):
+                        tensors[i] = insert_cast(self, tensors[i], target, state, PROMOTE)
         return tensors
 
     def _cast_inputs(self, tensors: list[Tensor], target: np.dtype, state: "AutocastState | None",

@@ -4,6 +4,13 @@ The analytic vector-Jacobian product ``v^T J`` for a random cotangent ``v`` is
 compared with central differences of ``v . f(x)``, one input element at a time.
 gradgradcheck applies the same test to the function ``x, v -> grad(f(x), x, v)``
 built with ``create_graph=True``, so it checks the backward of the backward.
+
+Both work on any device: device values reach the host only through
+``backend.to_host`` (one read per objective evaluation), never through
+``numpy.asarray``, which CuPy refuses. An input is perturbed in place through
+a flat view, and its original values are read once on the host: on CuPy an
+indexed element is a 0-d *view*, so remembering ``flat[k]`` itself would
+remember the perturbed value.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from .. import backend
 from .. import dtypes as dt
 from ..tensor import Tensor
 from .engine import grad
@@ -47,22 +55,29 @@ def gradcheck(func: Callable, inputs: Sequence[Tensor], eps: float = 1e-6, atol:
         analytic = [None] * len(diff_inputs)
 
     def objective() -> float:
-        values = _outputs(func, inputs)
-        return float(sum(np.sum(np.asarray(o.data, dtype=np.float64) * np.asarray(v.data, dtype=np.float64))
-                         for o, v in zip(values, cotangents) if o.dtype in dt.FLOATING))
+        total = 0.0
+        for o, v in zip(_outputs(func, inputs), cotangents):
+            if o.dtype in dt.FLOATING:
+                xp = backend.array_module(o.data)
+                total += float(backend.to_host(xp.sum(o.data.astype(np.float64) * v.data.astype(np.float64))))
+        return total
 
     for position, (t, g) in enumerate(zip(diff_inputs, analytic)):
+        if not t.data.flags.c_contiguous:
+            raise ValueError(f"gradcheck: input {position} (shape {list(t.shape)}) is not contiguous; "
+                             f"perturbing it in place needs a contiguous tensor (pass x.contiguous())")
         expected = np.zeros(t.shape)
         flat = t.data.reshape(-1)  # a view: perturb in place, restore after
+        originals = backend.to_host(flat).copy()  # host floats: flat[k] would be a view on CuPy
         for k in range(flat.size):
-            original = flat[k]
+            original = originals[k]
             flat[k] = original + eps
             plus = objective()
             flat[k] = original - eps
             minus = objective()
             flat[k] = original
             expected.reshape(-1)[k] = (plus - minus) / (2 * eps)
-        got = np.zeros(t.shape) if g is None else np.asarray(g.data, dtype=np.float64)
+        got = np.zeros(t.shape) if g is None else backend.to_host(g.data).astype(np.float64)
         if not np.allclose(got, expected, atol=atol, rtol=rtol):
             if not raise_exception:
                 return False

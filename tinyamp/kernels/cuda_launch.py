@@ -9,7 +9,8 @@ name (``launches``), and keeps the small device tables the RawKernels read
 CuPy is only reached through ``tinyamp.backend``, inside the functions:
 importing this module never imports CuPy. The seams to CuPy (``_cp``,
 ``on_gpu``, ``_pointer``, ``_device``) are module functions so that the tests
-can run every launch through a CPU stand-in (tests/cuda_emulation.py).
+can run every launch through the CUDA stand-in (tinyamp/cuda_standin, whose
+kernels run the same sources compiled with g++).
 
 Same math, same bits as the NumPy paths: the kernel bodies are written in their
 operation order and compiled with ``--fmad=false``, so no ``a * b + c`` is
@@ -216,3 +217,10 @@ def no_inf_found(dev: Any) -> Any:
         with dev:
             flag = _zero_flags[dev.id] = _cp().zeros((1,), dtype=np.float32)
     return flag
+
+
+@backend.on_cuda_switch
+def _forget_device_state() -> None:
+    """Compiled kernels and device tables belong to one CUDA backend (CuPy or the stand-in): drop them."""
+    for cache in (_kernels, _chunk_tables, _pointer_tables, _zero_flags):
+        cache.clear()

@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import backend
 from .. import dtypes as dt
 from . import cuda_launch as launch
 from .cuda_launch import BF16_CONVERSIONS, F16_CONVERSIONS, STORAGE
@@ -340,3 +341,10 @@ def _placeholder(dev: Any) -> Any:
     if array is None:
         array = _placeholders[dev.id] = launch._cp().zeros(1, dtype=np.float32)
     return array
+
+
+@backend.on_cuda_switch
+def _forget_device_state() -> None:
+    """The tickets and placeholders are arrays of one CUDA backend (CuPy or the stand-in): drop them on a switch."""
+    _tickets.clear()
+    _placeholders.clear()

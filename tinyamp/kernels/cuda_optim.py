@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import backend
 from . import cuda_launch as launch
 
 # ------------------------------------------------ multi-tensor: one launch per group
@@ -158,6 +159,13 @@ extern "C" __global__ void tinyamp_adam_prepare_group(const unsigned long long* 
 """
 
 _coefs: dict[tuple, Any] = {}
+
+
+@backend.on_cuda_switch
+def _forget_device_state() -> None:
+    """The bias-correction buffers are arrays of one CUDA backend (CuPy or the stand-in): drop them on a switch."""
+    _coefs.clear()
+
 _FLOAT16 = np.dtype(np.float16)
 
 

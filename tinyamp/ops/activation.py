@@ -195,8 +195,9 @@ class LeakyRelu(Function):
         if x.dtype not in dt.FLOATING:  # the slope would be truncated to an integer (PyTorch refuses too)
             raise TypeError(f"leaky_relu: expected a floating input, got {dt.dtype_name(x.dtype)} of shape "
                             f"{list(x.shape)}")
-        # The slope as an array of x's dtype: NumPy turns bfloat16 * float into float32.
-        return xp.where(x > 0, x, x * xp.asarray(self.negative_slope, dtype=x.dtype))
+        # The slope as a scalar of x's dtype (NumPy turns bfloat16 * float into float32); a scalar is a
+        # kernel argument on a GPU, where an array would be copied from the host on every call.
+        return xp.where(x > 0, x, x * x.dtype.type(self.negative_slope))
 
     def backward(self, gy: Tensor) -> Tensor:
         (saved,) = self.saved_tensors

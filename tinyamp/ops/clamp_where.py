@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 import tinyamp
 
 from .. import backend
@@ -70,9 +72,10 @@ class Clamp(Function):
 
     def forward(self, xp: Any, x: Any) -> Any:
         # maximum/minimum (not clip) so NaN propagates, as torch.clamp does; the
-        # bounds become arrays of x's dtype (NumPy turns bfloat16 with a float into float32).
-        y = x if self.min is None else xp.maximum(x, xp.asarray(self.min, dtype=x.dtype))
-        return y if self.max is None else xp.minimum(y, xp.asarray(self.max, dtype=x.dtype))
+        # bounds become scalars of x's dtype (NumPy turns bfloat16 with a float into float32),
+        # kernel arguments on a GPU rather than arrays copied from the host on every call.
+        y = x if self.min is None else xp.maximum(x, np.asarray(self.min, dtype=x.dtype)[()])
+        return y if self.max is None else xp.minimum(y, np.asarray(self.max, dtype=x.dtype)[()])
 
     def backward(self, gy: Tensor) -> Tensor:
         (x,) = self.saved_tensors

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from .. import backend
 from .. import dtypes as dt
 from ..precision import NEUTRAL
@@ -61,7 +63,7 @@ class Embedding(Function):
         self.idx = idx  # an integer constant of the graph, kept for the scatter in backward
         out = weight[idx]
         if self.poison is not None and weight.dtype in dt.FLOATING:
-            out = xp.where(self.poison[..., None], xp.asarray(float("nan"), dtype=weight.dtype), out)
+            out = xp.where(self.poison[..., None], weight.dtype.type(np.nan), out)  # a scalar: no upload
         return out
 
     def backward(self, gy: Tensor) -> tuple:
@@ -86,7 +88,7 @@ class EmbeddingGrad(Function):
         out = xp.zeros((self.rows, dim), dtype=acc)
         values = gy.reshape(-1, dim).astype(acc, copy=False)
         if self.poison is not None:  # out-of-range indices on a GPU (see Embedding.forward)
-            values = xp.where(self.poison.reshape(-1, 1), xp.asarray(float("nan"), dtype=acc), values)
+            values = xp.where(self.poison.reshape(-1, 1), np.dtype(acc).type(np.nan), values)
         _scatter_add(xp, out, self.idx.reshape(-1), values)
         if self.padding_idx is not None:
             out[self.padding_idx] = 0

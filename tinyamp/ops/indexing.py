@@ -52,7 +52,9 @@ def normalize_key(key: Any, device: backend.Device) -> tuple:
                                  f"got {dt.dtype_name(k.dtype)}")
             k = backend.to_device(k, device)
             if k.dtype == np.bool_ and k.ndim > 0:
-                result.extend(k.nonzero())  # a host sync on the GPU: the result size depends on it
+                if backend.is_cupy_array(k):
+                    backend.cuda.note_sync()  # the GPU's nonzero reads its count on the host
+                result.extend(k.nonzero())
                 continue
         result.append(k)
     return tuple(result)
@@ -76,9 +78,14 @@ class GetItem(Function):
 
     def forward(self, xp: Any, x: Any) -> Any:
         try:
-            return x[self.key]  # basic keys give a view, advanced ones a copy
+            y = x[self.key]  # basic keys give a view, advanced ones a copy
         except (IndexError, ValueError, TypeError) as exc:
             raise _index_error(exc, x.shape, x.dtype) from None
+        if isinstance(y, np.generic):
+            # An integer per dimension: NumPy returns a scalar copy; a trailing
+            # Ellipsis gives the 0-d view PyTorch returns (x[0, 0].mul_(2) writes into x).
+            y = x[self.key + (Ellipsis,)]
+        return y
 
     def backward(self, gy: Tensor) -> Tensor:
         return GetItemGrad(self.key, self.input_shapes[0])(gy)

@@ -3,7 +3,10 @@
 All are FP32-tagged, as in PyTorch's autocast lists: a loss sums many terms and
 its gradient is the first thing loss scaling multiplies, so it runs in float32.
 Outside autocast, float16/bfloat16 inputs are computed in float32 internally and
-the result is rounded once to the input dtype.
+the result is rounded once to the input dtype. Mixed dtypes follow PyTorch:
+``mse_loss``/``l1_loss`` promote input and target to one dtype first
+(``promoted_inputs``: float16 with float32 is float32), while a class
+``weight`` must have the input's dtype.
 
 ``reduction`` is ``"none"``, ``"mean"`` or ``"sum"``. Shapes must match exactly:
 PyTorch broadcasts ``mse_loss(input, target)`` with a warning; tinyamp refuses
@@ -24,7 +27,7 @@ from ..precision import FP32
 from ..autograd.function import Function
 from ..autograd.grad_mode import is_grad_enabled
 from ..kernels import cross_entropy as fused_loss
-from ..precision import current_trace, fused_cause
+from ..precision import current_trace, fused_cause, record_cast
 from ..tensor import Tensor
 from .cast import cast
 from .reduce import sum as _sum
@@ -132,7 +135,7 @@ class ClassIndexLoss(Function):
         self.w_t = (weight.astype(cdt)[self.safe] if weight is not None
                     else xp.ones(target.shape, dtype=cdt)) * valid
         if on_gpu:
-            self.w_t = xp.where(bad, xp.asarray(np.nan, dtype=cdt), self.w_t)
+            self.w_t = xp.where(bad, np.dtype(cdt).type(np.nan), self.w_t)  # a kernel argument, not an upload
         self.weight = weight
         self.count = self.w_t.sum()  # the "mean" divisor: the weight of the kept targets
 
@@ -268,12 +271,12 @@ class CrossEntropy(ClassIndexLoss):
             gx = CrossEntropyGrad(self)(x, gy)
         return (gx, None) + ((None,) if self.weighted else ())
 
-    def fused_backward(self, x: Any, gy: Any) -> Any:
-        """The logits' gradient from the fused forward's state, in the logits' dtype."""
+    def fused_backward(self, x: Any, gy: Any, out_dtype: Any = None) -> Any:
+        """The logits' gradient from the fused forward's state, in the logits' dtype (or ``out_dtype``)."""
         target, weight = self.inputs
         return fused_loss.backward(x, target, weight, gy, self.fused, ignore_index=self.ignore_index,
                                    reduction=self.reduction, label_smoothing=self.label_smoothing,
-                                   out_dtype=x.dtype, via_float32=self.upcast)
+                                   out_dtype=x.dtype if out_dtype is None else out_dtype, via_float32=self.upcast)
 
     def general_state(self, xp: Any, x: Any) -> None:
         """The general path's per-target state (for double backward after a fused forward)."""
@@ -304,10 +307,13 @@ class CrossEntropyGrad(Function):
         # One fused pass: softmax from the saved log-sum-exp, scaled, minus the
         # target's weight at each sample's target (and the smoothing mass).
         loss = self.loss
-        if loss.upcast and dt.is_low_precision(x.dtype):
-            _note_rounded_back(self, x)
+        # Under autocast the float32 gradient is rounded to the 16-bit logits' dtype here (what the
+        # Cast node's backward did): an open report gets that rounding with both arrays.
+        tracer = current_trace() if loss.upcast and dt.is_low_precision(x.dtype) else None
         if loss.fused is not None:
-            return loss.fused_backward(x, gy)
+            if tracer is None:
+                return loss.fused_backward(x, gy)
+            return self._rounded_back(loss.fused_backward(x, gy, dt.float32), x.dtype)
         cdt = dt.opmath_dtype(x.dtype)
         u = gy.astype(cdt, copy=False)
         if loss.reduction == "none":
@@ -321,7 +327,16 @@ class CrossEntropyGrad(Function):
             g -= smooth * u
         if loss.upcast:
             g = g.astype(dt.float32, copy=False)  # the float32 gradient a Cast's backward rounded
+            if tracer is not None:
+                return self._rounded_back(g, x.dtype)
         return g.astype(x.dtype, copy=False)
+
+    def _rounded_back(self, g32: Any, dtype: Any) -> Any:
+        """``g32`` rounded to the logits' 16-bit dtype, reported to the open trace as a backward cast."""
+        g = g32.astype(dtype)
+        cause = fused_cause(self.loss, 0, dtype, dt.float32)
+        record_cast(self, g32, g, "backward", rule=f"gradient back to {dt.dtype_name(dtype)} (backward of {cause})")
+        return g
 
     def backward(self, ggx: Tensor) -> tuple:
         x, gy = self.saved_tensors
@@ -364,19 +379,12 @@ class NllLoss(ClassIndexLoss):
         return (gx, None) + ((None,) if self.weighted else ())
 
 
-def _note_rounded_back(op: Function, x: Tensor) -> None:
-    """Report the gradient's rounding from float32 to the 16-bit logits' dtype to an open trace."""
-    tracer = current_trace()
-    if tracer is not None:
-        cause = fused_cause(op.loss, 0, x.dtype, dt.float32)
-        tracer.fused_backward_cast(op, dt.float32, x.dtype, x.shape, cause)
-
-
 # --------------------------------------------------------------- regression
 class PairLoss(Function):
-    """Shared checks of mse_loss and l1_loss: input and target of one shape and dtype."""
+    """Shared checks of mse_loss and l1_loss: input and target of one shape, promoted to one dtype."""
 
     precision = FP32
+    promoted_inputs = slice(0, 2)  # mse_loss(float16, float32) is float32, as in PyTorch
     save_inputs = (0, 1)
 
     def __init__(self, reduction: str) -> None:
@@ -387,8 +395,8 @@ class PairLoss(Function):
             raise ValueError(f"{self.name}: input shape {list(x.shape)} and target shape "
                              f"{list(t.shape)} differ; tinyamp does not broadcast a loss "
                              f"(reshape one of them explicitly)")
-        if x.dtype != t.dtype or x.dtype not in dt.FLOATING:
-            raise TypeError(f"{self.name}: input and target must share one floating dtype, got "
+        if x.dtype not in dt.FLOATING:  # the dtypes are one already (promoted_inputs)
+            raise TypeError(f"{self.name}: input and target must be floating tensors, got "
                             f"{describe(x)} and {describe(t)}")
         self.size = x.size
         cdt = dt.opmath_dtype(x.dtype)

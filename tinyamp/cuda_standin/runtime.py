@@ -1,0 +1,84 @@
+"""``cupy.cuda.runtime`` of the stand-in: one device, its properties, and CUDA's error type.
+
+The stand-in has one device, id 0, reported as compute capability 8.0 (so
+bfloat16 and float16 tensor-core paths are taken, as on an A100/H100). The
+current device is per host thread, as in the CUDA runtime.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from ._counters import counters
+from ._memory import get_default_memory_pool
+
+DEVICE_COUNT = 1
+COMPUTE_CAPABILITY = (8, 0)
+TOTAL_MEMORY = 16 * 1024 ** 3  # what memGetInfo reports as the device's size
+
+# cudaDataType_t (library_types.h)
+CUDA_R_32F = 0
+CUDA_R_64F = 1
+CUDA_R_16F = 2
+CUDA_C_32F = 4
+CUDA_C_64F = 5
+CUDA_R_16BF = 14
+
+cudaErrorInvalidDevice = 101
+_ERRORS = {cudaErrorInvalidDevice: ("cudaErrorInvalidDevice", "invalid device ordinal")}
+
+is_hip = False
+_local = threading.local()
+
+
+class CUDARuntimeError(RuntimeError):
+    """``cupy_backends.cuda.api.runtime.CUDARuntimeError``: ``'<name>: <message>'`` and ``.status``."""
+
+    def __init__(self, status: int) -> None:
+        self.status = status
+        name, message = _ERRORS.get(status, (f"cudaError{status}", "unknown error"))
+        super().__init__(f"{name}: {message}")
+
+    def __reduce__(self) -> tuple:
+        return (type(self), (self.status,))
+
+
+def getDeviceCount() -> int:  # noqa: N802 - CUDA's name
+    return DEVICE_COUNT
+
+
+def getDevice() -> int:  # noqa: N802
+    return getattr(_local, "device", 0)
+
+
+def setDevice(device: int) -> None:  # noqa: N802
+    device = int(device)
+    if not 0 <= device < DEVICE_COUNT:
+        raise CUDARuntimeError(cudaErrorInvalidDevice)
+    _local.device = device
+
+
+def deviceSynchronize() -> None:  # noqa: N802
+    """Wait for the device: one synchronisation (the work itself is already done here)."""
+    counters.add("syncs", "deviceSynchronize")
+
+
+def memGetInfo() -> tuple[int, int]:  # noqa: N802
+    """(free, total) bytes of the device: total minus what the stand-in's pools hold."""
+    return TOTAL_MEMORY - get_default_memory_pool().total_bytes(), TOTAL_MEMORY
+
+
+def getDeviceProperties(device: int) -> dict:  # noqa: N802
+    if not 0 <= int(device) < DEVICE_COUNT:
+        raise CUDARuntimeError(cudaErrorInvalidDevice)
+    major, minor = COMPUTE_CAPABILITY
+    return {"name": b"tinyamp CUDA stand-in (NumPy)", "totalGlobalMem": TOTAL_MEMORY, "major": major,
+            "minor": minor, "multiProcessorCount": 1}
+
+
+def runtimeGetVersion() -> int:  # noqa: N802
+    return 13000
+
+
+def driverGetVersion() -> int:  # noqa: N802
+    return 13000
