@@ -266,6 +266,7 @@ def test_one_launch_updates_a_mixed_group_as_the_numpy_path_does_per_tensor(cp, 
     per_step = {"sgd": "tinyamp_advance_steps", "adam": "tinyamp_adam_prepare_group"}[optimizer]
     launched = {k: n - before.get(k, 0) for k, n in cuda_launch.launches.items() if n > before.get(k, 0)}
     triples = {(w, g, fd.F16 if lo is None else lo) for _, w, g, lo in GROUP_TENSORS}
+    launched.pop("tinyamp_fill_pointers", None)  # new pointer tables (the first steps)
     assert launched.pop(per_step) == len(fd.KEEPS)
     assert sum(launched.values()) == len(triples) * len(fd.KEEPS) == 5 * 6, launched
 

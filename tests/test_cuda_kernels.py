@@ -119,29 +119,38 @@ def test_every_launch_matches_its_parameter_list(checking_standin) -> None:
     cuda_epilogue.bias_act_convert(cp.ones((2, 3), np.float32), cp.ones(3, np.float16), np.float16, True)
     cuda_epilogue.relu_backward(cp.ones(3, np.float16), cp.ones(3, np.float16))
     expected = ({s.name for s in SPECS} | {name for name, _ in cuda_scaler.raw_sources()}
-                | {"tinyamp_sgd_group_f32_f16_f16", "tinyamp_advance_steps",
+                | {"tinyamp_sgd_group_f32_f16_f16", "tinyamp_advance_steps", "tinyamp_fill_pointers",
                    "tinyamp_adam_group_f32_f32_f16", "tinyamp_adam_prepare_group"})
     assert {k for k, n in cuda_launch.launches.items() if n > before.get(k, 0)} == expected
 
 
-def test_pointer_tables_are_uploaded_once_while_the_pointers_repeat(checking_standin, monkeypatch) -> None:
-    cp = checking_standin
-    counters = ta.cuda.standin_counters()
-    monkeypatch.setattr(cuda_launch, "POINTER_TABLES_KEPT", 2)
-    grads = [cp.ones(5, np.float32) for _ in range(3)]
-    inv, found = cp.ones((), np.float32), cp.zeros((), np.float32)
-    cuda_scaler.unscale_group(grads[:2], grads[:2], inv, found)
-    (first,) = cuda_launch._pointer_tables.values()
-    counters.reset()
-    cuda_scaler.unscale_group(grads[:2], grads[:2], inv, found)
-    assert list(cuda_launch._pointer_tables.values()) == [first]  # found again, not uploaded again
-    assert counters.total("h2d") == 0 and counters.total("allocations") == 0
-    assert first.get().tolist() == [g.data.ptr for g in grads[:2]] * 2
-    cuda_scaler.unscale_group(grads[1:], grads[1:], inv, found)
-    assert counters.total("h2d") == 1  # a new set of pointers: one upload
-    cuda_scaler.unscale_group(grads[:1], grads[:1], inv, found)
-    assert len(cuda_launch._pointer_tables) == 2  # the least recently used went
-    assert all(t is not first for t in cuda_launch._pointer_tables.values())
+@pytest.mark.skipif(standin_kernels.CXX is None, reason="the CUDA stand-in runs kernels through g++")
+def test_pointer_tables_are_written_once_while_the_pointers_repeat(monkeypatch) -> None:
+    monkeypatch.setattr(cuda_launch, "SITE_TABLES_KEPT", 2)
+    with backend.use_cuda_standin():
+        cp = backend.cupy()
+        counters = ta.cuda.standin_counters()
+        grads = [cp.ones(5, np.float32) for _ in range(4)]
+        scale, found = cp.ones((), np.float32), cp.zeros((), np.float32)
+        cuda_scaler.unscale_group(grads[:2], grads[:2], scale, found)
+        ((site, tables),) = cuda_launch._site_tables.items()
+        (first,) = tables.values()
+        counters.reset()
+        cuda_scaler.unscale_group(grads[:2], grads[:2], scale, found)
+        assert list(tables.values()) == [first]  # found again, not written again
+        assert counters.total("allocations") == 0 and "tinyamp_fill_pointers" not in counters.kernels()
+        assert first.get().tolist() == [g.data.ptr for g in grads[:2]] * 2
+        cuda_scaler.unscale_group(grads[1:3], grads[1:3], scale, found)
+        # A new set of pointers: written by a kernel taking them as arguments, never copied from the host.
+        assert counters.kernels()["tinyamp_fill_pointers"] == 1 and counters.total("h2d") == 0
+        assert counters.total("allocations") == 1 and len(tables) == 2
+        counters.reset()
+        cuda_scaler.unscale_group(grads[2:], grads[2:], scale, found)
+        # The site keeps two tables: the least recently used one (the first) is rewritten in place.
+        assert counters.total("allocations") == 0 and counters.kernels()["tinyamp_fill_pointers"] == 1
+        assert len(tables) == 2 and any(t is first for t in tables.values())
+        assert first.get().tolist() == [g.data.ptr for g in grads[2:]] * 2
+        assert site == (0, ("unscale", np.dtype(np.float32), np.dtype(np.float32), 2))  # (device, site)
 
 
 def test_the_stand_in_rejects_what_cupy_rejects(checking_standin) -> None:

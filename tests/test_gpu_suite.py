@@ -81,7 +81,9 @@ def test_fused_unscale_matches_the_numpy_path(cp, pair, bad) -> None:
     with np.errstate(all="ignore"):
         loss_scale.unscale_group(np, host_grads, outs, scale, found)
     loss_scale.unscale_group(cp, d_grads, d_outs, cp.asarray(scale), d_found)
-    assert sum(cuda_launch.launches.values()) == sum(before.values()) + 1  # one launch for the group
+    launched = {k: n - before.get(k, 0) for k, n in cuda_launch.launches.items() if n > before.get(k, 0)}
+    launched.pop("tinyamp_fill_pointers", None)  # a new pointer table is written by a launch of its own
+    assert sum(launched.values()) == 1  # one launch for the group
     fd.assert_same_bits([o.get() for o in d_outs] + [d_found.get()], outs + [found], "unscale")
 
 

@@ -35,7 +35,9 @@ launches: dict[str, int] = {}
 _kernels: dict[str, Any] = {}
 _chunk_tables: dict[tuple, Any] = {}
 _pointer_tables: dict[tuple, Any] = {}
+_site_tables: dict[tuple, dict] = {}  # (device id, site) -> {pointers: table}, least recently used first
 POINTER_TABLES_KEPT = 64
+SITE_TABLES_KEPT = 4
 
 
 # --------------------------------------------------------------- seams to CuPy
@@ -160,22 +162,54 @@ def device_chunk_table(dev: Any, sizes: tuple, chunk: int) -> Any:
     return table
 
 
-def pointer_table(dev: Any, pointers: list[int]) -> Any:
+FILL_POINTERS_BATCH = 64  # pointers per launch of the fill kernel (kernel arguments: 4 KiB at most)
+FILL_POINTERS_NAME = "tinyamp_fill_pointers"
+FILL_POINTERS = ('extern "C" __global__ void tinyamp_fill_pointers(unsigned long long* table, const int count, '
+                 + ", ".join(f"const unsigned long long p{k}" for k in range(FILL_POINTERS_BATCH)) + ") {\n"
+                 + "    const unsigned long long p[] = {" + ", ".join(f"p{k}" for k in range(FILL_POINTERS_BATCH))
+                 + "};\n    for (int k = 0; k < count; ++k) table[k] = p[k];\n}\n")
+
+
+def pointer_table(dev: Any, pointers: list[int], site: Any = None) -> Any:
     """The pointers as a device array, reused while they repeat.
 
     Gradients are fresh arrays every step, but the memory pool hands out the
     same addresses in the same order, so after the first steps the table is
-    found here and nothing is uploaded; otherwise it is a small asynchronous
-    copy. A table depends only on its key, so a stale entry is never wrong.
+    found here. A new set of pointers is written by a kernel that takes them as
+    launch arguments (64 a launch): no host-to-device copy, which from pageable
+    memory would make the host wait for the stream.
+
+    ``site`` names the call (a kernel and its dtypes): each site keeps its last
+    ``SITE_TABLES_KEPT`` tables and rewrites the least recently used one in
+    place for a new set, so the tables stop allocating after the first steps
+    (a new allocation every step would move the pool's addresses, and with
+    them the next step's gradients). Without a site, tables are kept by their
+    pointers alone (``POINTER_TABLES_KEPT`` of them).
     """
-    key = (dev.id, tuple(pointers))
-    table = _pointer_tables.pop(key, None)
+    pointers = tuple(pointers)
+    tables = _pointer_tables if site is None else _site_tables.setdefault((dev.id, site), {})
+    kept = POINTER_TABLES_KEPT if site is None else SITE_TABLES_KEPT
+    key = (dev.id, pointers) if site is None else pointers
+    table = tables.pop(key, None)
     if table is None:
-        table = _cp().asarray(np.array(pointers, dtype=np.uint64))
-        if len(_pointer_tables) >= POINTER_TABLES_KEPT:
-            del _pointer_tables[next(iter(_pointer_tables))]  # the least recently used
-    _pointer_tables[key] = table
+        if len(tables) >= kept:
+            table = tables.pop(next(iter(tables)))  # the least recently used: rewritten, or dropped
+            if site is None or table.size != max(len(pointers), 1):
+                table = None
+        if table is None:
+            table = _cp().empty(max(len(pointers), 1), dtype=np.uint64)
+        _fill_pointers(table, pointers)
+    tables[key] = table
     return table
+
+
+def _fill_pointers(table: Any, pointers: tuple) -> None:
+    fill = raw_kernel(FILL_POINTERS_NAME, FILL_POINTERS)
+    for start in range(0, len(pointers), FILL_POINTERS_BATCH):
+        batch = list(pointers[start:start + FILL_POINTERS_BATCH])
+        count(FILL_POINTERS_NAME)
+        fill((1,), (1,), (table[start:], np.int32(len(batch)),
+                          *(np.uint64(p) for p in batch + [0] * (FILL_POINTERS_BATCH - len(batch)))))
 
 
 class DeviceValues:
@@ -222,5 +256,5 @@ def no_inf_found(dev: Any) -> Any:
 @backend.on_cuda_switch
 def _forget_device_state() -> None:
     """Compiled kernels and device tables belong to one CUDA backend (CuPy or the stand-in): drop them."""
-    for cache in (_kernels, _chunk_tables, _pointer_tables, _zero_flags):
+    for cache in (_kernels, _chunk_tables, _pointer_tables, _site_tables, _zero_flags):
         cache.clear()

@@ -196,10 +196,10 @@ def group_raw_sources() -> list[tuple[str, str]]:
                ("tinyamp_adam_prepare_group", conversions + ADAM_PREPARE_GROUP)])
 
 
-def _launch_tables(dev: Any, columns: list[list], sizes: list[int]) -> tuple[Any, Any]:
+def _launch_tables(dev: Any, columns: list[list], sizes: list[int], site: tuple) -> tuple[Any, Any]:
     """(pointer table, chunk table) on the device; a column is one role's arrays (None: a 0 pointer)."""
     pointers = [0 if a is None else launch._pointer(a) for column in columns for a in column]
-    return (launch.pointer_table(dev, pointers),
+    return (launch.pointer_table(dev, pointers, site=site + (len(pointers),)),
             launch.device_chunk_table(dev, tuple(sizes), GROUP_CHUNK))
 
 
@@ -241,7 +241,7 @@ def sgd_group(weights: list, grads: list, bufs: "list | None", steps: "list | No
             columns = [pick(weights), pick(grads), pick(bufs) if momentum_on else none,
                        pick(steps) if momentum_on else none, pick(lows)]
             sizes = [weights[i].size for i in index]
-            ptrs, chunks = _launch_tables(dev, columns, sizes)
+            ptrs, chunks = _launch_tables(dev, columns, sizes, ("sgd", w_dt, g_dt, lo_dt))
             if chunks.shape[0] == 0:
                 continue
             name, source = sgd_group_source(w_dt, g_dt, lo_dt)
@@ -284,7 +284,7 @@ def adam_group(weights: list, grads: list, ms: list, vs: list, v_maxs: "list | N
             pick = (lambda column, index=index: [column[i] for i in index])
             columns = [pick(weights), pick(grads), pick(ms), pick(vs),
                        pick(v_maxs) if amsgrad else [None] * len(index), pick(steps), pick(lows)]
-            ptrs, chunks = _launch_tables(dev, columns, [weights[i].size for i in index])
+            ptrs, chunks = _launch_tables(dev, columns, [weights[i].size for i in index], ("adam", w_dt, g_dt, lo_dt))
             rows = coef[2 * offset:]
             offset += len(index)
             if chunks.shape[0] == 0:

@@ -119,7 +119,8 @@ def unscale_group(grads: list, outs: list, scale: Any, found_inf: Any) -> list[t
             kernel = launch.raw_kernel(name, source)
             chunks = launch.device_chunk_table(dev, tuple(g.size for g, _ in pairs), UNSCALE_CHUNK)
             ptrs = launch.pointer_table(dev, [launch._pointer(g) for g, _ in pairs]
-                                        + [launch._pointer(o) for _, o in pairs])
+                                        + [launch._pointer(o) for _, o in pairs],
+                                        site=("unscale", g_dtype, o_dtype, len(pairs)))
             launch.count(name)
             kernel((chunks.shape[0],), (UNSCALE_BLOCK,),
                    (ptrs, np.int32(len(pairs)), chunks, scale, found_inf))
