@@ -17,6 +17,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .. import dtypes as dt
+from .. import backend
 from ..backend import array_module
 from ..precision import current_trace, reset_autocast, set_autocast
 from ..tensor import Tensor
@@ -188,6 +189,7 @@ def _as_list(x: "Tensor | Sequence[Tensor] | None") -> list:
 
 
 _ONES: dict = {}  # (module, device, dtype) -> a read-only 0-d one, the seed of every scalar loss
+backend.on_cuda_switch(_ONES.clear)  # arrays of one CUDA backend never reach the other
 
 
 def _ones(like: Any) -> Any:

@@ -33,6 +33,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from .. import dtypes as dt
+from .. import backend
 from ..backend import array_module
 from ..precision import (FP32, LOWER, PROMOTE, AutocastState, Precision, compute_dtype, current_autocast,
                          current_trace, global_overrides, insert_cast, low_copy, needs_cast, note_fused_cast)
@@ -368,6 +369,7 @@ def _scalar_tensor(value: Any, reference: "Tensor | None") -> Tensor:
 
 _DEVICE_SCALARS: dict = {}  # (module, device id, dtype, type, value) -> 0-d device array, never written
 _DEVICE_SCALARS_KEPT = 1024
+backend.on_cuda_switch(_DEVICE_SCALARS.clear)  # arrays of one CUDA backend never reach the other
 
 
 def device_scalar(xp: Any, like: Any, value: Any, dtype: np.dtype) -> Any:
