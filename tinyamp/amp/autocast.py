@@ -8,9 +8,10 @@ user-defined Functions are in :mod:`tinyamp.amp.custom_fwd`; the global per-op
 overrides in :mod:`tinyamp.amp.op_table`.
 
 Regions form a stack kept in context variables (so per thread): an inner region
-(``enabled=False``, another dtype, more overrides) is undone on exit, and the
-weight-cast cache made by the outermost region is shared by every region inside
-it and dropped when the outermost one exits.
+(``enabled=False``, another dtype, more overrides) is undone on exit. The
+weight-cast cache (``casting.WEIGHT_CACHE``) outlives the regions: a float32
+weight is converted once per version (see ``casting.py`` for how this differs
+from PyTorch, which empties its cache at the outermost exit).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from .. import backend
 from .. import dtypes as dt
 from .. import precision
 from ..precision import FP32, LOWER, NEUTRAL, PROMOTE, Precision, as_precision
-from .casting import WeightCastCache
+from .casting import WEIGHT_CACHE
 from .op_table import check_op_name
 
 _DEVICE_TYPES = ("cpu", "cuda")
@@ -139,7 +140,7 @@ class autocast:
         cache_enabled = (outer.cache_enabled if outer is not None else True) \
             if self._cache_enabled is None else self._cache_enabled
         if outer is None:
-            scope = precision.AutocastScope(WeightCastCache(), dict(self.overrides), cache_enabled)
+            scope = precision.AutocastScope(WEIGHT_CACHE, dict(self.overrides), cache_enabled)
         else:
             scope = precision.AutocastScope(outer.cache, {**outer.overrides, **self.overrides}, cache_enabled)
         state = None
@@ -159,8 +160,6 @@ class autocast:
 
     def __exit__(self, *exc: Any) -> bool:
         scope_token, state_token, scope, outermost = self._tokens.pop()
-        if outermost:
-            scope.cache.clear()
         precision.reset_autocast(state_token)
         precision.reset_scope(scope_token)
         quiet = self._errstates.pop()

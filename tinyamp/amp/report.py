@@ -99,7 +99,7 @@ class Trace:
         self._pending: Any = None    # (op, cause, cache) for the Cast about to run
         self._awaiting: list[tuple[Any, int, int]] = []  # (op, cast index, id(cast output))
         self._seen: dict[int, Any] = {}  # id(array) -> weakref, so each array counts once
-        self._fused_pending: list[tuple[Any, int]] = []  # (op, cast index) until the op itself is recorded
+        self._fused_pending: list[tuple[Any, int, Any]] = []  # (op, cast index, input) until the op is recorded
         self._rows: dict[int, tuple[Any, int]] = {}     # id(op) -> (weakref, OpRecord index), forward ops
         self._open = False
 
@@ -166,7 +166,9 @@ class Trace:
         if self._parent is not None:
             self._parent.record_gradients(node, grads)
 
-    def record_cast(self, op: Any, source: Any, result: Any, direction: str, *, fused: bool) -> CastRecord:
+    def record_cast(self, op: Any, source: Any, result: Any, direction: str, *, fused: bool,
+                    rule: "str | None" = None, cache: "str | None" = None, position: "int | None" = None
+                    ) -> CastRecord:
         """Report that ``op`` rounded the array ``source`` into ``result`` (another dtype), in ``direction``.
 
         The one way a rounding reaches the report: an op that converts an array
@@ -175,31 +177,46 @@ class Trace:
         arrays; ``op`` is the op instance (or a name). ``direction`` is
         ``"forward"`` or ``"backward"``. Cast nodes reach the same accounting
         through the tape's op hook (``fused=False``). Returns the record.
+
+        When autocast made the op do the cast (``Function.upcasts_inputs`` /
+        ``lowers_weights``, through ``amp.casting``), ``rule`` is the autocast
+        rule, as a Cast node's would be ("LOWER: float32 -> float16 for linear"),
+        ``cache`` says "hit" (the weight-cast cache's copy: nothing converted)
+        or "miss", and ``position`` is the input the cast was for, so the op's
+        row shows what that input arrived as and what the op computed in.
         """
         if direction not in ("forward", "backward"):
             raise ValueError(f"record_cast: direction must be 'forward' or 'backward', got {direction!r}")
         name = op if isinstance(op, str) else op.name
-        stats = rounding_stats(source, result)
-        record = self._record_fused(op, name, source, result, direction, fused, stats)
+        stats = None if cache == "hit" else rounding_stats(source, result)
+        record = self._record_fused(op, name, source, result, direction, fused, stats, rule, cache, position)
         return record
 
     def _record_fused(self, op: Any, name: str, source: Any, result: Any, direction: str, fused: bool,
-                      stats: RoundingStats) -> CastRecord:
+                      stats: "RoundingStats | None", rule: "str | None" = None, cache: "str | None" = None,
+                      position: "int | None" = None) -> CastRecord:
         move = f"{dt.dtype_name(source.dtype)} -> {dt.dtype_name(result.dtype)}"
         what = "gradient " if direction == "backward" else ""
-        rule = f"{'fused' if fused else 'reported'}: {what}{move} inside {name}"
+        if rule is None:
+            kind = "fused" if fused else "reported"
+            rule = f"{kind}: {what}{move} inside {name}"
+        else:  # an autocast cast the op did itself: the kind its Cast node would have had
+            kind = "backward" if direction == "backward" else "cache hit" if cache == "hit" else "autocast"
+        if cache == "miss":
+            self.cache_misses += 1
+        elif cache == "hit":
+            self.cache_hits += 1
         record = CastRecord(len(self.casts), direction, dt.dtype_name(source.dtype), dt.dtype_name(result.dtype),
-                            name, rule, "fused" if fused else "reported", list(source.shape), fused=fused,
-                            rounding=stats)
+                            name, rule, kind, list(source.shape), fused=fused, rounding=stats)
         self.casts.append(record)
         if not isinstance(op, str):
             row = self._rows.get(id(op))
             if row is not None and row[0]() is op:
                 record.op_index = row[1]     # made by an op already recorded (its backward)
             else:
-                self._fused_pending.append((op, record.index))  # the op is recorded after its forward
+                self._fused_pending.append((op, record.index, position))  # recorded after its forward
         if self._parent is not None:
-            self._parent._record_fused(op, name, source, result, direction, fused, stats)
+            self._parent._record_fused(op, name, source, result, direction, fused, stats, rule, cache, position)
         return record
 
     # ------------------------------------------------------------ recording
@@ -233,14 +250,19 @@ class Trace:
                     record.op_index = index
                     arrived[position] = record.source
                     casts.append(cast_index)
+        computed = [dt.dtype_name(t.dtype) for t in inputs]
         if self._fused_pending:
             keep_fused = []
-            for owner, cast_index in self._fused_pending:
+            for owner, cast_index, position in self._fused_pending:
                 if owner is op:
-                    self.casts[cast_index].op_index = index
+                    record = self.casts[cast_index]
+                    record.op_index = index
                     casts.append(cast_index)
+                    if position is not None and position < len(inputs):
+                        # The op got this input as it arrived and computed in the cast's dtype.
+                        arrived[position], computed[position] = record.source, record.target
                 else:
-                    keep_fused.append((owner, cast_index))
+                    keep_fused.append((owner, cast_index, position))
             self._fused_pending = keep_fused
         if not self._depth:
             self._rows[id(op)] = (_ref(op), index)
@@ -249,7 +271,7 @@ class Trace:
         if self._depth and self._node is not None:
             during = self._node.name
         record = OpRecord(index, self.phase, op.name, tag, arrived,
-                          [dt.dtype_name(t.dtype) for t in inputs], [list(t.shape) for t in inputs],
+                          computed, [list(t.shape) for t in inputs],
                           [dt.dtype_name(t.dtype) for t in outputs], sorted(casts), 0, during)
         record.saved_bytes = self._count_saved(op)
         self.ops.append(record)
@@ -271,8 +293,10 @@ class Trace:
             record = self._add_cast(source, target, owner.name, cause,
                                     "cache hit" if cache == "hit" else "autocast", shape, rounding)
             self._awaiting.append((owner, record.index, id(outputs[0])))
-        elif self._depth and isinstance(self._node, Cast):
-            cause = getattr(self._node, "_amp_cause", None) or "a cast"
+        elif self._depth and (isinstance(self._node, Cast) or getattr(op, "_amp_backward_of", None)):
+            # A Cast node's backward, or an op's backward widening the gradient of a
+            # weight it lowered itself (linear's dW/db: what a Cast node's backward did).
+            cause = getattr(op, "_amp_backward_of", None) or getattr(self._node, "_amp_cause", None) or "a cast"
             record = self._add_cast(source, target, _cause_op(cause),
                                     f"gradient back to {target} (backward of {cause})", "backward", shape, rounding)
         else:

@@ -17,6 +17,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from .. import dtypes as dt
+from .. import backend
+from ..backend import array_module
 from ..precision import current_trace, reset_autocast, set_autocast
 from ..tensor import Tensor
 from .grad_mode import _grad_enabled
@@ -186,6 +188,29 @@ def _as_list(x: "Tensor | Sequence[Tensor] | None") -> list:
     return [x] if isinstance(x, Tensor) else list(x)
 
 
+_ONES: dict = {}  # (module, device, dtype) -> a read-only 0-d one, the seed of every scalar loss
+backend.on_cuda_switch(_ONES.clear)  # arrays of one CUDA backend never reach the other
+
+
+def _ones(like: Any) -> Any:
+    """Ones shaped like ``like``: for a scalar, a kept 0-d array (a fill per backward saved on a GPU).
+
+    It is never written: a leaf that would receive it as its ``.grad`` gets a
+    copy (the "handed out" rule of ``run_backward``), and NumPy's copy is
+    read-only so any write would raise.
+    """
+    xp = array_module(like)
+    if like.ndim != 0:
+        return xp.ones(like.shape, dtype=like.dtype)
+    key = (id(xp), None if xp is np else like.device.id, like.dtype)
+    one = _ONES.get(key)
+    if one is None:
+        one = _ONES[key] = xp.ones((), dtype=like.dtype)
+        if xp is np:
+            one.flags.writeable = False
+    return one
+
+
 def _seed_gradients(outputs: list, grad_outputs: list, caller: str) -> list:
     """One gradient per output; an implicit one only for scalars."""
     if grad_outputs and len(grad_outputs) != len(outputs):
@@ -202,7 +227,7 @@ def _seed_gradients(outputs: list, grad_outputs: list, caller: str) -> list:
             if out.data.size != 1:
                 raise RuntimeError(f"{caller}: grad can be implicitly created only for scalar outputs; "
                                    f"output {i} has shape {list(out.shape)}, pass a gradient")
-            g = Tensor._wrap(out.device.xp.ones(out.shape, dtype=out.dtype))
+            g = Tensor._wrap(_ones(out.data))
         elif not isinstance(g, Tensor):
             raise TypeError(f"{caller}: gradients must be Tensors or None, got {type(g).__name__}")
         elif g.shape != out.shape or g.dtype != out.dtype:

@@ -35,7 +35,9 @@ launches: dict[str, int] = {}
 _kernels: dict[str, Any] = {}
 _chunk_tables: dict[tuple, Any] = {}
 _pointer_tables: dict[tuple, Any] = {}
+_site_tables: dict[tuple, dict] = {}  # (device id, site) -> {pointers: table}, least recently used first
 POINTER_TABLES_KEPT = 64
+SITE_TABLES_KEPT = 4
 
 
 # --------------------------------------------------------------- seams to CuPy
@@ -54,6 +56,11 @@ def _pointer(array: Any) -> int:
 
 def _device(array: Any) -> Any:
     return array.device
+
+
+def _upload_into(array: Any, host: np.ndarray) -> None:
+    """Copy ``host`` into the existing device ``array`` (same address: a captured graph still reads it)."""
+    array.set(host)
 
 
 def fusable(*arrays: Any) -> bool:
@@ -83,6 +90,11 @@ __device__ __forceinline__ float tinyamp_f16_to_f32(unsigned short h) {
 __device__ __forceinline__ unsigned short tinyamp_f32_to_f16(float f) {
     unsigned short h;
     asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+__device__ __forceinline__ unsigned short tinyamp_f64_to_f16(double d) {  // one rounding, as NumPy's astype
+    unsigned short h;
+    asm("cvt.rn.f16.f64 %0, %1;" : "=h"(h) : "d"(d));
     return h;
 }
 """
@@ -150,26 +162,99 @@ def device_chunk_table(dev: Any, sizes: tuple, chunk: int) -> Any:
     return table
 
 
-def pointer_table(dev: Any, pointers: list[int]) -> Any:
+FILL_POINTERS_BATCH = 64  # pointers per launch of the fill kernel (kernel arguments: 4 KiB at most)
+FILL_POINTERS_NAME = "tinyamp_fill_pointers"
+FILL_POINTERS = ('extern "C" __global__ void tinyamp_fill_pointers(unsigned long long* table, const int count, '
+                 + ", ".join(f"const unsigned long long p{k}" for k in range(FILL_POINTERS_BATCH)) + ") {\n"
+                 + "    const unsigned long long p[] = {" + ", ".join(f"p{k}" for k in range(FILL_POINTERS_BATCH))
+                 + "};\n    for (int k = 0; k < count; ++k) table[k] = p[k];\n}\n")
+
+
+def pointer_table(dev: Any, pointers: list[int], site: Any = None) -> Any:
     """The pointers as a device array, reused while they repeat.
 
     Gradients are fresh arrays every step, but the memory pool hands out the
     same addresses in the same order, so after the first steps the table is
-    found here and nothing is uploaded; otherwise it is a small asynchronous
-    copy. A table depends only on its key, so a stale entry is never wrong.
+    found here. A new set of pointers is written by a kernel that takes them as
+    launch arguments (64 a launch): no host-to-device copy, which from pageable
+    memory would make the host wait for the stream.
+
+    ``site`` names the call (a kernel and its dtypes): each site keeps its last
+    ``SITE_TABLES_KEPT`` tables and rewrites the least recently used one in
+    place for a new set, so the tables stop allocating after the first steps
+    (a new allocation every step would move the pool's addresses, and with
+    them the next step's gradients). Without a site, tables are kept by their
+    pointers alone (``POINTER_TABLES_KEPT`` of them).
     """
-    key = (dev.id, tuple(pointers))
-    table = _pointer_tables.pop(key, None)
+    pointers = tuple(pointers)
+    tables = _pointer_tables if site is None else _site_tables.setdefault((dev.id, site), {})
+    kept = POINTER_TABLES_KEPT if site is None else SITE_TABLES_KEPT
+    key = (dev.id, pointers) if site is None else pointers
+    table = tables.pop(key, None)
     if table is None:
-        table = _cp().asarray(np.array(pointers, dtype=np.uint64))
-        if len(_pointer_tables) >= POINTER_TABLES_KEPT:
-            del _pointer_tables[next(iter(_pointer_tables))]  # the least recently used
-    _pointer_tables[key] = table
+        if len(tables) >= kept:
+            table = tables.pop(next(iter(tables)))  # the least recently used: rewritten, or dropped
+            if site is None or table.size != max(len(pointers), 1):
+                table = None
+        if table is None:
+            table = _cp().empty(max(len(pointers), 1), dtype=np.uint64)
+        _fill_pointers(table, pointers)
+    tables[key] = table
     return table
+
+
+def _fill_pointers(table: Any, pointers: tuple) -> None:
+    fill = raw_kernel(FILL_POINTERS_NAME, FILL_POINTERS)
+    for start in range(0, len(pointers), FILL_POINTERS_BATCH):
+        batch = list(pointers[start:start + FILL_POINTERS_BATCH])
+        count(FILL_POINTERS_NAME)
+        fill((1,), (1,), (table[start:], np.int32(len(batch)),
+                          *(np.uint64(p) for p in batch + [0] * (FILL_POINTERS_BATCH - len(batch)))))
+
+
+class DeviceValues:
+    """A few host numbers mirrored in one small device array, uploaded again only when they change.
+
+    Kernels read hyper-parameters (a learning rate a scheduler moves) from here
+    rather than as launch arguments, so a steady training step copies nothing
+    to the device and a captured CUDA graph sees a new value. The array keeps
+    its address; only its contents are rewritten.
+    """
+
+    def __init__(self, dtype: Any = np.float64) -> None:
+        self.dtype = np.dtype(dtype)
+        self._mirrors: dict[int, tuple] = {}  # device id -> (host values, device array)
+
+    def get(self, dev: Any, values: tuple) -> Any:
+        """The device array holding ``values`` on ``dev``."""
+        mirror = self._mirrors.get(dev.id)
+        if mirror is not None and mirror[0] == values:
+            return mirror[1]
+        host = np.array(values, dtype=self.dtype)
+        if mirror is None or mirror[1].shape != host.shape:
+            with dev:
+                array = _cp().asarray(host)
+        else:
+            array = mirror[1]
+            _upload_into(array, host)
+        self._mirrors[dev.id] = (values, array)
+        return array
+
+
+_zero_flags: dict[int, Any] = {}
+
+
+def no_inf_found(dev: Any) -> Any:
+    """A persistent one-element float32 zero on ``dev``: the ``found_inf`` of a step without AMP."""
+    flag = _zero_flags.get(dev.id)
+    if flag is None:
+        with dev:
+            flag = _zero_flags[dev.id] = _cp().zeros((1,), dtype=np.float32)
+    return flag
 
 
 @backend.on_cuda_switch
 def _forget_device_state() -> None:
     """Compiled kernels and device tables belong to one CUDA backend (CuPy or the stand-in): drop them."""
-    for cache in (_kernels, _chunk_tables, _pointer_tables):
+    for cache in (_kernels, _chunk_tables, _pointer_tables, _site_tables, _zero_flags):
         cache.clear()

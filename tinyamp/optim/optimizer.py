@@ -24,6 +24,17 @@ raw arrays; everything they share lives here:
   still multiplied by that factor; the step multiplies by its reciprocal
   (computed in float64, stored float32). GradScaler never passes ``grad_scale``:
   it unscales first (one pass that also finds infs) and passes only ``found_inf``.
+  On the CPU reading ``found_inf`` costs nothing, so the keep flag is a Python
+  bool there and a kept step takes the plain update (the same values as the
+  masked one); on a GPU it stays on the device, and SGD/Adam's fused kernels
+  (``_kernels_read_found_inf``) read ``found_inf`` themselves.
+- **Fused GPU updates.** SGD and Adam/AdamW update a whole group with one
+  kernel launch (``kernels/cuda_optim.py``), reading the group's
+  hyper-parameters from a small device array that is rewritten only when a
+  value changes (a scheduler), and writing each weight's low-precision copy in
+  the same pass: the O2 parameter, or the autocast weight-cast cache's copy of
+  a float32 weight (re-stamped with the new version, so the next forward
+  converts nothing).
 
 Updates write in place into ``p.data`` (and bump ``p._version``, which the
 autocast weight-cast cache keys on, so it sees every optimizer update).
@@ -45,6 +56,9 @@ import tinyamp
 
 from .. import backend
 from .. import dtypes as dt
+from ..amp.casting import low_copy_to_refresh, restamp_low_copy
+from ..kernels import cuda_launch
+from ..kernels.loss_scale import inverse_scale
 from ..tensor import Tensor
 from . import swamping
 
@@ -92,6 +106,9 @@ class Optimizer:
 
     # Overridden to True by the optimizers that implement the masked-update contract.
     _step_supports_amp_scaling = False
+    # True for optimizers whose GPU kernels read found_inf themselves: their keep
+    # flag on a GPU is then found_inf (one-element float32), not a computed mask.
+    _kernels_read_found_inf = False
     # Update-swamping measurement (optim/swamping.py): off unless track_swamping() turns it on.
     _swamping_dtype: "np.dtype | None" = None
     _swamping_names: "dict[int, str] | None" = None
@@ -107,6 +124,11 @@ class Optimizer:
         self._master_versions: dict[Tensor, int] = {}
         # Parameters whose low-precision copy a fused GPU kernel already wrote this step.
         self._written_back_by_kernel: set = set()
+        # Float32 parameters whose weight-cast cache copy a fused kernel rewrote this step
+        # (parameter -> dtype), re-stamped with the version the update gives them.
+        self._refreshed_low_copies: dict = {}
+        # Each group's hyper-parameters on the device, for the fused kernels (id(group) -> mirror).
+        self._device_hyper: dict[int, cuda_launch.DeviceValues] = {}
         if isinstance(params, Tensor):
             raise TypeError("params argument given to the optimizer should be an iterable of Tensors "
                             f"or dicts, but got {type(params).__name__}")
@@ -291,8 +313,7 @@ class Optimizer:
         dev = p.device
         xp = dev.xp
         if dev not in keeps:
-            keeps[dev] = (True if found_inf is None
-                          else xp.equal(backend.to_device(as_array(found_inf), dev).reshape(()), 0))
+            keeps[dev] = self._keep_flag(dev, found_inf)
         master = self._master(p, group)
         if master is not None and master.grad is not None:
             if grad_scale is not None:
@@ -303,10 +324,51 @@ class Optimizer:
             grad = p.grad.data if master is None else p.grad.data.astype(np.float32)
             if grad_scale is not None:
                 scale = backend.to_device(as_array(grad_scale), dev)
-                inv = xp.reciprocal(scale.astype(np.float64)).astype(np.float32)
-                grad = dt.opmath(grad) * inv.reshape(())
+                grad = dt.opmath(grad) * inverse_scale(xp, scale).reshape(())
         weight = p.data if master is None else master.data
         return p, weight, grad, keeps[dev], master
+
+    def _keep_flag(self, dev: backend.Device, found_inf: Any) -> Any:
+        """Whether this step's update applies, for the parameters on ``dev``.
+
+        True without AMP. On the CPU a Python bool (the host reads found_inf for
+        free). On a GPU a 0-d device bool, or for optimizers whose kernels read it
+        themselves found_inf as a one-element float32 device array.
+        """
+        if found_inf is None:
+            return True
+        found = backend.to_device(as_array(found_inf), dev)
+        if dev.type == "cpu":
+            return bool(found.reshape(()) == 0)
+        if self._kernels_read_found_inf:
+            return found.reshape(1) if found.dtype == dt.float32 else found.astype(dt.float32).reshape(1)
+        return dev.xp.equal(found.reshape(()), 0)
+
+    @staticmethod
+    def _keep_mask(keep: Any) -> Any:
+        """A keep flag as ``masked_write`` takes it (found_inf of a fused-kernel optimizer: found == 0)."""
+        if keep is True or keep is False or keep.dtype == dt.bool_:
+            return keep
+        return backend.array_module(keep).equal(keep.reshape(()), 0)
+
+    def _hyper_on_device(self, group: dict, like: Any, values: tuple) -> Any:
+        """``values`` (the group's hyper-parameters) as a float64 array on ``like``'s GPU, uploaded when they change."""
+        mirror = self._device_hyper.get(id(group))
+        if mirror is None:
+            mirror = self._device_hyper[id(group)] = cuda_launch.DeviceValues()
+        return mirror.get(cuda_launch._device(like), values)
+
+    def _low_output(self, p: Tensor, master: "Tensor | None") -> Any:
+        """Where a fused kernel writes ``p``'s rounded new value: the O2 parameter, the
+        weight-cast cache's current copy of a float32 parameter, or nowhere (None)."""
+        if master is not None:
+            self._written_back_by_kernel.add(p)
+            return p.data
+        refresh = low_copy_to_refresh(p)
+        if refresh is None:
+            return None
+        self._refreshed_low_copies[p] = refresh[0]
+        return refresh[1]
 
     def _finish(self, p: Tensor, master: "Tensor | None") -> None:
         """After the update: round masters back into the parameter, bump the version."""
@@ -322,6 +384,10 @@ class Optimizer:
         p._version[0] += 1
         if master is not None:
             self._master_versions[p] = p._version[0]
+        if self._refreshed_low_copies:
+            low = self._refreshed_low_copies.pop(p, None)
+            if low is not None:  # the kernel wrote round(new weight) into the cached copy
+                restamp_low_copy(p, low)
 
     def _update_group(self, group: dict, entries: list) -> None:
         raise NotImplementedError(f"{type(self).__name__} must implement _update_group")
