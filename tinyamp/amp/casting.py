@@ -84,23 +84,28 @@ class WeightCastCache:
 
         self._entries[key] = (weakref.ref(weight, forget), weight._version[0], array)
 
-    def refresh(self, weight: Any, dtype: np.dtype) -> Any:
-        """Convert ``weight`` (a miss): into its stale entry's array when it has one, else a new entry.
+    def current(self, weight: Any, dtype: np.dtype) -> "tuple[Any, bool]":
+        """(the converted array of ``weight``, whether it was cached): converted now on a miss.
 
-        Reusing the array saves an allocation per weight and step on the CPU,
-        where the optimizer does not write the copy; whoever kept the old copy
-        for backward shares the weight's version counter and sees the update.
+        A stale entry on the CPU is reconverted into its own array: that saves an
+        allocation per weight and step there, where the optimizer does not write
+        the copy; whoever kept the old copy for backward shares the weight's
+        version counter and sees the update.
         """
-        self.misses += 1
-        entry = self._entries.get((id(weight), dtype))
-        if entry is not None and entry[0]() is weight and not cuda_launch.on_gpu(entry[2]):
-            convert(weight.data, dtype, out=entry[2])
-            self._entries[(id(weight), dtype)] = (entry[0], weight._version[0], entry[2])
-            return entry[2]
+        key = (id(weight), dtype)
+        entry = self._entries.get(key)
+        if entry is not None and entry[0]() is weight:
+            if entry[1] == weight._version[0]:
+                self.hits += 1
+                return entry[2], True
+            if not cuda_launch.on_gpu(entry[2]):
+                self.misses += 1
+                convert(weight.data, dtype, out=entry[2])
+                self._entries[key] = (entry[0], weight._version[0], entry[2])
+                return entry[2], False
         array = convert(weight.data, dtype)
-        self.misses -= 1  # put counts it
         self.put(weight, dtype, array)
-        return array
+        return array, False
 
     def to_refresh(self, weight: Any) -> "tuple[np.dtype, Any] | None":
         """(dtype, array) of a current entry of ``weight`` that an update may overwrite, else None.
@@ -222,10 +227,8 @@ def low_copy(op: Any, position: int, tensor: Any, target: np.dtype, state: Autoc
         return None
     cache, kind = state.cache, None
     if cache is not None:
-        array = cache.get(tensor, target)
-        kind = "hit"
-        if array is None:
-            array, kind = cache.refresh(tensor, target), "miss"
+        array, cached = cache.current(tensor, target)
+        kind = "hit" if cached else "miss"
     else:
         array = convert(tensor.data, target)
     if precision.current_trace() is not None:

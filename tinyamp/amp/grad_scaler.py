@@ -132,6 +132,8 @@ class GradScaler:
         self._init_growth_tracker = 0
         self._init_hysteresis_tracker = self._hysteresis
         self._scale: Any = None
+        self._scale_device: "backend.Device | None" = None
+        self._scale_wrapper: "Tensor | None" = None
         self._growth_tracker: Any = None
         self._hysteresis_tracker: Any = None
         self._per_optimizer_states: defaultdict = defaultdict(_refresh_per_optimizer_state)
@@ -145,37 +147,38 @@ class GradScaler:
         self._maybe_disable_for_bfloat16(outputs)
         if not self._enabled:
             return outputs
-        per_device: dict = {}
-
-        def apply(value: Any) -> Any:
-            if isinstance(value, Tensor):
-                if self._scale is None:
-                    self._lazy_init(value.device)
-                dev = value.device
-                if dev not in per_device:
-                    per_device[dev] = self._scale_tensor(dev)
-                return value * per_device[dev]
-            if isinstance(value, (list, tuple)):
-                items = [apply(item) for item in value]
-                return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
-            raise ValueError(f"outputs must be a Tensor or an iterable of Tensors: GradScaler.scale takes a "
-                             f"Tensor or nested lists/tuples of Tensors, got {type(value).__name__}")
-
         with np.errstate(all="ignore"):  # an inf loss (or loss * scale past float32) is the scaler's to handle
-            return apply(outputs)
+            if isinstance(outputs, Tensor):  # the usual call: one loss
+                return outputs * self._scale_on(outputs.device, None)
+            return self._scale_nested(outputs, {})
 
-    def _scale_tensor(self, dev: backend.Device) -> Tensor:
-        """The scale as a Tensor on ``dev``; on its own device one wrapper, kept (update rewrites the array)."""
-        if backend.device_of(self._scale) != dev:
+    def _scale_nested(self, value: Any, moved: dict) -> Any:
+        if isinstance(value, Tensor):
+            return value * self._scale_on(value.device, moved)
+        if isinstance(value, (list, tuple)):
+            items = [self._scale_nested(item, moved) for item in value]
+            return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
+        raise ValueError(f"outputs must be a Tensor or an iterable of Tensors: GradScaler.scale takes a "
+                         f"Tensor or nested lists/tuples of Tensors, got {type(value).__name__}")
+
+    def _scale_on(self, dev: backend.Device, moved: "dict | None") -> Tensor:
+        """The scale as a Tensor on ``dev``: on its own device one kept wrapper (update rewrites its
+        array in place); on another device a copy, made once per ``scale()`` call (``moved``)."""
+        if self._scale is None:
+            self._lazy_init(dev)
+        if dev == self._scale_device:
+            return self._scale_wrapper
+        if moved is None:
             return Tensor._wrap(backend.to_device(self._scale, dev))
-        wrapper = self.__dict__.get("_scale_wrapper")
-        if wrapper is None or wrapper.data is not self._scale:
-            wrapper = self._scale_wrapper = Tensor._wrap(self._scale)
-        return wrapper
+        if dev not in moved:
+            moved[dev] = Tensor._wrap(backend.to_device(self._scale, dev))
+        return moved[dev]
 
     def _lazy_init(self, dev: backend.Device) -> None:
         xp = dev.xp
         self._scale = xp.full((), self._init_scale, dtype=np.float32)
+        self._scale_device = dev
+        self._scale_wrapper = Tensor._wrap(self._scale)  # what scale() multiplies by, kept
         self._growth_tracker = xp.full((), self._init_growth_tracker, dtype=np.int32)
         self._hysteresis_tracker = xp.full((), self._init_hysteresis_tracker, dtype=np.int32)
 
@@ -218,26 +221,29 @@ class GradScaler:
     def _unscale_grads_(self, optimizer: Any) -> dict:
         """One ``unscale_group`` call per (device, dtype); returns {device: found_inf array}."""
         master_of = getattr(optimizer, "_master", None)
-        groups: dict = defaultdict(lambda: ([], [], []))
+        groups: dict = {}  # (device, dtype) -> (grads, outs, tensors written)
         refused = []
         for gi, group in enumerate(optimizer.param_groups):
             for pi, p in enumerate(group["params"]):
-                if p.grad is None:
+                grad = p.grad
+                if grad is None:
                     continue
                 master = master_of(p, group) if master_of is not None else None
-                if master is None and p.grad.dtype == dt.float16:
+                data = grad.data
+                if master is None and data.dtype == dt.float16:
                     refused.append(f"param_groups[{gi}]['params'][{pi}] (shape {list(p.shape)})")
                     continue
-                grads, outs, tensors = groups[(p.grad.device, p.grad.dtype)]
-                grads.append(p.grad.data)
+                key = (backend.device_of(data), data.dtype)
+                bucket = groups.get(key)
+                if bucket is None:
+                    bucket = groups[key] = ([], [], [])
+                bucket[0].append(data)
                 if master is not None:
                     if master.grad is None:
                         master.grad = Tensor._wrap(p.device.xp.empty(p.shape, dtype=np.float32))
-                    outs.append(master.grad.data)
-                    tensors.append(master.grad)
-                else:
-                    outs.append(p.grad.data)
-                    tensors.append(p.grad)
+                    grad = master.grad
+                bucket[1].append(grad.data)
+                bucket[2].append(grad)
         if refused:
             raise ValueError(
                 f"Attempting to unscale FP16 gradients. GradScaler.unscale_: {len(refused)} float16 parameter(s) "
@@ -246,13 +252,13 @@ class GradScaler:
                 f"ta.optim.Adam(model.parameters(), master_weights=True)) to keep float32 master weights, or keep "
                 f"the parameters in float32 and use autocast (O1).")
         found_per_device: dict = {}
-        scale_per_device: dict = {}
-        for (dev, _), (grads, outs, tensors) in groups.items():
-            if dev not in found_per_device:
-                found_per_device[dev] = dev.xp.zeros((), dtype=np.float32)
-                scale_per_device[dev] = backend.to_device(self._scale, dev)
-            unscale_group(dev.xp, grads, outs, scale_per_device[dev], found_per_device[dev])
-            for t in tensors:
+        moved: dict = {}  # the scale copied to another device, once per device
+        for (dev, _), (grads, outs, written) in groups.items():
+            found = found_per_device.get(dev)
+            if found is None:
+                found = found_per_device[dev] = dev.xp.zeros((), dtype=np.float32)
+            unscale_group(dev.xp, grads, outs, self._scale_on(dev, moved).data, found)
+            for t in written:
                 t._version[0] += 1
         return found_per_device
 
@@ -288,10 +294,11 @@ class GradScaler:
 
     @staticmethod
     def _sum_found(values: Any, dev: backend.Device) -> Any:
-        values = [backend.to_device(v, dev) for v in values]
-        total = values[0]
-        for value in values[1:]:
-            total = total + value
+        """The found_inf flags summed on ``dev`` (the flag itself when there is one: the usual step)."""
+        total = None
+        for value in values:
+            value = backend.to_device(value, dev)
+            total = value if total is None else total + value
         return total
 
     def found_inf(self, optimizer: Any) -> Tensor:
@@ -313,9 +320,9 @@ class GradScaler:
             return
         self._check_scale_growth_tracker("update")
         xp = backend.array_module(self._scale)
-        dev = backend.device_of(self._scale)
+        dev = self._scale_device
         found = [v for s in self._per_optimizer_states.values() for v in s["found_inf_per_device"].values()]
-        combined = self._sum_found(found, dev) if found else None
+        combined = self._sum_found(found, dev)
         if new_scale is not None:
             before = self._scale.copy()
             self._set_scale(new_scale, xp, dev)

@@ -222,16 +222,23 @@ def convert(array, dtype, out=None, backend=None):
     ``backend``: ``None`` (use ``BACKEND``), ``"numba"``, ``"numpy"`` or
     ``"astype"``.
     """
-    if (out is None and backend is None and _nb_state is True and BACKEND == "numba"
+    if (backend is None and _nb_state is True and BACKEND == "numba"
             and type(array) is np.ndarray and array.flags.c_contiguous):
         plan = _PLANS.get((array.dtype, dtype))
         if plan is not None:  # the common call, on every op under autocast: no checks left to make
             name, vin, vout, target, exact = plan
-            if exact and array.size < SMALL:
-                return array.astype(target)  # a small widening: astype's own loop, nothing to silence
-            res = np.empty(array.shape, target)
-            cpu_numba.KERNELS[name](array.reshape(-1).view(vin), res.reshape(-1).view(vout))
-            return res
+            if out is None:
+                if exact and array.size < SMALL:
+                    return array.astype(target)  # a small widening: astype's own loop, nothing to silence
+                res = np.empty(array.shape, target)
+            elif (type(out) is np.ndarray and out.dtype == target and out.shape == array.shape
+                  and out.flags.c_contiguous and not np.may_share_memory(array, out)):
+                res = out  # a plain destination (a weight's cached copy, reconverted in place)
+            else:
+                res = None  # an odd destination: the checks below
+            if res is not None:
+                cpu_numba.KERNELS[name](array.reshape(-1).view(vin), res.reshape(-1).view(vout))
+                return res
     target = np.dtype(dtype)
     if type(array) is not np.ndarray:
         return _astype_into(array, target, out)

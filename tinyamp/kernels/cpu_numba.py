@@ -266,6 +266,16 @@ def load() -> bool:  # noqa: C901 - one place that defines every kernel
         return bad
 
     @jit
+    def unscale_f32_inplace(buf, inv):  # unscale_f32 with dst = src: LLVM only vectorizes the
+        bad = False                     # two-array loop when the arrays do not overlap
+        for i in range(buf.size):
+            v = buf[i] * inv
+            buf[i] = v
+            if not (v - v == np.float32(0.0)):
+                bad = True
+        return bad
+
+    @jit
     def sgd_f32(w, g, buf, lr, momentum, dampening_c, weight_decay, use_wd, maximize, momentum_on, started,
                 nesterov):  # float32[::1] arrays, float32 scalars: optim.sgd's update, one pass
         for i in range(w.size):
@@ -309,6 +319,7 @@ def load() -> bool:  # noqa: C901 - one place that defines every kernel
         sgd_f32=sgd_f32,
         adam_f32=adam_f32,
         unscale_f32=unscale_f32,
+        unscale_f32_inplace=unscale_f32_inplace,
         round_f16_int=round_f16_int,
         round_f16_hw=round_f16_hw,
         round_bf16=round_bf16,
