@@ -18,7 +18,7 @@ from tinyamp.kernels import convert as cv
 from tinyamp.kernels import elementwise_cpu as ew
 from tinyamp.kernels.convert import convert
 from tinyamp.kernels.cpu_numba import select_f16_impl
-from tinyamp.kernels.round_through import round_through
+from tinyamp.kernels.round_through import LowCopy, round_through
 
 F32 = np.dtype(np.float32)
 F16 = np.dtype(np.float16)
@@ -366,6 +366,56 @@ def test_round_through_layouts_and_errors():
         round_through(x.astype(np.float64), F16)
     with pytest.raises(ValueError, match="through float32"):
         round_through(x, F32)
+
+
+# ---------------------------------------------------------------------------
+# the calls without backend= (the hot paths of an AMP step), a weight's copies
+
+
+def test_default_calls_take_numba_with_the_same_bits(backend):
+    """Each kernel's call without ``backend=`` (its short path) gives the explicit path's bits."""
+    if backend != "numba":
+        pytest.skip("the short paths are numba's")
+    x32 = np.concatenate([f32_boundary_cases(), f32_random_bits(100_000)]).view(np.float32)
+    for dt in LOWP:
+        y = x32.copy()
+        assert round_through(y, dt) is y
+        assert_same_bits(y, reference(reference(x32, dt), F32))
+        out = np.empty(x32.shape, dt)
+        assert convert(x32, dt, out=out) is out
+        assert_same_bits(out, reference(x32, dt))
+        x = ALL16.view(dt).reshape(256, 256)
+        assert_same_bits(ew.relu_lowp(x), ew.relu_lowp(x, backend="numba"))
+        g = np.random.default_rng(2).permutation(ALL16).view(dt).reshape(256, 256)
+        assert_same_bits(ew.relu_backward_lowp(g, x), ew.relu_backward_lowp(g, x, backend="numba"))
+        acc = x32[: 300 * 200].reshape(300, 200)
+        b = np.random.default_rng(3).standard_normal(200).astype(np.float32)
+        for relu in (False, True):
+            assert_same_bits(ew.bias_act_convert(acc, b, dt, relu=relu),
+                             ew.bias_act_convert(acc, b, dt, relu=relu, backend="numba"))
+
+
+@pytest.mark.parametrize("dt", LOWP, ids=str)
+def test_low_copy_and_its_widening(backend, dt):
+    w = np.concatenate([f32_boundary_cases(), f32_random_bits(100_000)]).view(np.float32)
+    w = w[: w.size // 8 * 8].reshape(-1, 8)
+    copy = LowCopy.of(w, dt)
+    assert_same_bits(copy.low, reference(w, dt))
+    assert copy.wide is None  # made on first request
+    assert_same_bits(copy.widened(), reference(reference(w, dt), F32))
+    with np.errstate(all="ignore"):  # the inputs hold infinities and NaNs
+        w[::2] *= np.float32(-3.0)  # an update in place: rewrite() refreshes both copies
+    low, wide = copy.low, copy.wide
+    copy.rewrite(w)
+    assert copy.low is low and copy.wide is wide
+    assert_same_bits(low, reference(w, dt))
+    assert_same_bits(wide, reference(reference(w, dt), F32))
+    replaced = w[:, ::-1].copy()  # the weight's array itself replaced: new arrays, old ones untouched
+    copy.rewrite(replaced)
+    assert copy.low is not low and copy.wide is not wide
+    assert_same_bits(copy.low, reference(replaced, dt))
+    assert_same_bits(copy.widened(), reference(reference(replaced, dt), F32))
+    assert_same_bits(low, reference(w, dt))
 
 
 # ---------------------------------------------------------------------------

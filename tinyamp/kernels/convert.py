@@ -80,7 +80,7 @@ from . import cpu_numba
 from . import cpu_numpy
 from .cpu_numpy import U16, U32, flat
 
-__all__ = ["BACKEND", "F16C", "convert", "numba_available", "resolve"]
+__all__ = ["BACKEND", "F16C", "convert", "numba_available", "numba_default", "resolve"]
 
 # Below this many elements the fixed cost of a fast path is larger than what it
 # saves, so ``convert`` uses ``astype``; forcing a backend with ``backend=``
@@ -134,6 +134,15 @@ def numba_available():
                     _nb_state = False
                     _numba_failed(exc)
     return _nb_state
+
+
+def numba_default():
+    """True when calls without ``backend=`` take the numba path and its kernels are loaded.
+
+    The test at the head of the kernels' fast paths (the common call on every
+    op under autocast); ``False`` before the first :func:`resolve` loads numba.
+    """
+    return _nb_state is True and BACKEND == "numba"
 
 
 def _numba_failed(exc):
@@ -222,8 +231,7 @@ def convert(array, dtype, out=None, backend=None):
     ``backend``: ``None`` (use ``BACKEND``), ``"numba"``, ``"numpy"`` or
     ``"astype"``.
     """
-    if (backend is None and _nb_state is True and BACKEND == "numba"
-            and type(array) is np.ndarray and array.flags.c_contiguous):
+    if backend is None and numba_default() and type(array) is np.ndarray and array.flags.c_contiguous:
         plan = _PLANS.get((array.dtype, dtype))
         if plan is not None:  # the common call, on every op under autocast: no checks left to make
             name, vin, vout, target, exact = plan
