@@ -372,10 +372,16 @@ def test_round_through_layouts_and_errors():
 # the calls without backend= (the hot paths of an AMP step), a weight's copies
 
 
-def test_default_calls_take_numba_with_the_same_bits(backend):
+@pytest.fixture(params=[p for p in _backend_params if p.values[0][0] == "numba"])
+def numba_impl(request):
+    """numba's float16 kernels (integer, then F16C), selected for the calls without ``backend=``."""
+    select_f16_impl(request.param[1])
+    yield request.param[1]
+    select_f16_impl("hw" if cv.F16C else "int")
+
+
+def test_default_calls_take_numba_with_the_same_bits(numba_impl):
     """Each kernel's call without ``backend=`` (its short path) gives the explicit path's bits."""
-    if backend != "numba":
-        pytest.skip("the short paths are numba's")
     x32 = np.concatenate([f32_boundary_cases(), f32_random_bits(100_000)]).view(np.float32)
     for dt in LOWP:
         y = x32.copy()
