@@ -43,6 +43,7 @@ from .. import dtypes as dt
 from .. import precision
 from ..autograd.graph import reachable_nodes
 from ..kernels.loss_scale import DEFAULT_MIN_SCALE, unscale_group, update_scale
+from ..ops.elementwise import ScaleBy
 from ..tensor import Tensor
 from .scaler_step import ScalerStep, read_host
 
@@ -149,12 +150,21 @@ class GradScaler:
             return outputs
         with np.errstate(all="ignore"):  # an inf loss (or loss * scale past float32) is the scaler's to handle
             if isinstance(outputs, Tensor):  # the usual call: one loss
-                return outputs * self._scale_on(outputs.device, None)
+                return self._scaled(outputs, None)
             return self._scale_nested(outputs, {})
+
+    def _scaled(self, value: Tensor, moved: "dict | None") -> Tensor:
+        """``value * scale``: a float32 loss on the scale's device (the usual case) through the light
+        ``scale_by`` node (one input recorded, its backward on arrays); anything else through ``mul``,
+        which promotes (a float16 output times the float32 scale is float32)."""
+        scale = self._scale_on(value.device, moved)
+        if value.data.dtype == scale.data.dtype:
+            return ScaleBy(scale.data)(value)
+        return value * scale
 
     def _scale_nested(self, value: Any, moved: dict) -> Any:
         if isinstance(value, Tensor):
-            return value * self._scale_on(value.device, moved)
+            return self._scaled(value, moved)
         if isinstance(value, (list, tuple)):
             items = [self._scale_nested(item, moved) for item in value]
             return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
@@ -223,15 +233,15 @@ class GradScaler:
         master_of = getattr(optimizer, "_master", None)
         groups: dict = {}  # (device, dtype) -> (grads, outs, tensors written)
         refused = []
-        for gi, group in enumerate(optimizer.param_groups):
-            for pi, p in enumerate(group["params"]):
+        for group in optimizer.param_groups:
+            for p in group["params"]:
                 grad = p.grad
                 if grad is None:
                     continue
                 master = master_of(p, group) if master_of is not None else None
                 data = grad.data
                 if master is None and data.dtype == dt.float16:
-                    refused.append(f"param_groups[{gi}]['params'][{pi}] (shape {list(p.shape)})")
+                    refused.append(p)
                     continue
                 key = (backend.device_of(data), data.dtype)
                 bucket = groups.get(key)
@@ -245,9 +255,12 @@ class GradScaler:
                 bucket[1].append(grad.data)
                 bucket[2].append(grad)
         if refused:
+            where = [f"param_groups[{gi}]['params'][{pi}] (shape {list(p.shape)})"
+                     for gi, group in enumerate(optimizer.param_groups)
+                     for pi, p in enumerate(group["params"]) if any(p is q for q in refused)]
             raise ValueError(
                 f"Attempting to unscale FP16 gradients. GradScaler.unscale_: {len(refused)} float16 parameter(s) "
-                f"have float16 gradients and no float32 master copy: {', '.join(refused)}. Unscaling in float16 "
+                f"have float16 gradients and no float32 master copy: {', '.join(where)}. Unscaling in float16 "
                 f"would flush small gradients to zero. Build the optimizer with master_weights=True (for example "
                 f"ta.optim.Adam(model.parameters(), master_weights=True)) to keep float32 master weights, or keep "
                 f"the parameters in float32 and use autocast (O1).")
@@ -283,9 +296,9 @@ class GradScaler:
         if len(found) == 0:
             raise RuntimeError("No inf checks were recorded for this optimizer.")
         if getattr(optimizer, "_step_supports_amp_scaling", False):
-            first = next(iter(found))
-            retval = optimizer.step(*args, found_inf=Tensor._wrap(self._sum_found(found.values(), first)),
-                                    **kwargs)
+            # One device (the usual step): its flag as it is; else the flags summed on the first device.
+            total = next(iter(found.values())) if len(found) == 1 else self._sum_found(found.values(), next(iter(found)))
+            retval = optimizer.step(*args, found_inf=Tensor._wrap(total), **kwargs)
         else:
             total = sum(read_host(value) for value in found.values())
             retval = optimizer.step(*args, **kwargs) if total == 0 else None
@@ -319,8 +332,8 @@ class GradScaler:
             self.last_step = ScalerStep(None, None, None)
             return
         self._check_scale_growth_tracker("update")
-        xp = backend.array_module(self._scale)
         dev = self._scale_device
+        xp = dev.xp
         found = [v for s in self._per_optimizer_states.values() for v in s["found_inf_per_device"].values()]
         combined = self._sum_found(found, dev)
         if new_scale is not None:

@@ -20,6 +20,7 @@ from .. import dtypes as dt
 from ..autograd.function import Function
 from ..autograd.grad_mode import is_grad_enabled
 from ..kernels import cuda_epilogue, cuda_launch
+from ..kernels.convert import convert
 from ..kernels.elementwise_cpu import bias_act_convert
 from ..kernels.gemm import gemm, gemm_widened
 from ..kernels.round_through import round_through
@@ -218,13 +219,16 @@ class Linear(Function):
         g_rows = _rows(g) if g.ndim != 2 else g
         needs = self.needs_input_grad
         dx = dw = db = None
+        # A 16-bit gradient that both CPU GEMMs read is widened once, for both.
+        g32 = convert(g_rows, dt.float32) if (needs[0] and needs[1] and dt.is_low_precision(g.dtype)
+                                              and not cuda_launch.on_gpu(g)) else None
         if needs[0]:
-            dx = Tensor._wrap(gemm(g_rows, lowered.get(1, w.data if w is not None else None),
+            dx = Tensor._wrap(gemm(g_rows, lowered.get(1, w.data if w is not None else None), a_widened=g32,
                                    b_widened=(self.widened or {}).get(1)).reshape(self.input_shapes[0]))
         if needs[1]:
             x_rows = _rows(x.data) if x.ndim != 2 else x.data
-            dw = Tensor._wrap(gemm_widened(g_rows, x_rows, trans_a=True) if 1 in lowered
-                              else gemm(g_rows, x_rows, trans_a=True))
+            dw = Tensor._wrap(gemm_widened(g_rows, x_rows, trans_a=True, a_widened=g32) if 1 in lowered
+                              else gemm(g_rows, x_rows, trans_a=True, a_widened=g32))
         if len(needs) == 2:
             return dx, dw
         if needs[2]:
