@@ -475,7 +475,7 @@ def array_module(array: Any) -> ModuleType:
 
 
 def device_of(array: Any) -> Device:
-    if is_cupy_array(array):
+    if _cupy is not None and isinstance(array, _cupy.ndarray):  # is_cupy_array, inlined: every Tensor.device
         return Device("cuda", array.device.id)
     return CPU
 

@@ -234,11 +234,14 @@ class GradScaler:
         groups: dict = {}  # (device, dtype) -> (grads, outs, tensors written)
         refused = []
         for group in optimizer.param_groups:
+            # Only a group that keeps master weights can hold a parameter with one (the optimizer's
+            # _master decides which): the usual O1 group skips the per-parameter call.
+            masters = master_of is not None and group.get("master_weights")
             for p in group["params"]:
                 grad = p.grad
                 if grad is None:
                     continue
-                master = master_of(p, group) if master_of is not None else None
+                master = master_of(p, group) if masters else None
                 data = grad.data
                 if master is None and data.dtype == dt.float16:
                     refused.append(p)
@@ -297,7 +300,8 @@ class GradScaler:
             raise RuntimeError("No inf checks were recorded for this optimizer.")
         if getattr(optimizer, "_step_supports_amp_scaling", False):
             # One device (the usual step): its flag as it is; else the flags summed on the first device.
-            total = next(iter(found.values())) if len(found) == 1 else self._sum_found(found.values(), next(iter(found)))
+            total = (next(iter(found.values())) if len(found) == 1
+                     else self._sum_found(found.values(), next(iter(found))))
             retval = optimizer.step(*args, found_inf=Tensor._wrap(total), **kwargs)
         else:
             total = sum(read_host(value) for value in found.values())

@@ -35,8 +35,8 @@ import numpy as np
 from .. import dtypes as dt
 from .. import backend
 from ..backend import array_module
-from ..precision import (FP32, LOWER, PROMOTE, AutocastState, Precision, cast_plan, current_autocast, current_trace,
-                         global_overrides, insert_cast, low_copy, note_fused_cast)
+from ..precision import (FP32, LOWER, NEUTRAL, PROMOTE, AutocastState, Precision, cast_plan, current_autocast,
+                         current_trace, global_overrides, insert_cast, low_copy, note_fused_cast)
 from ..tensor import Tensor
 from .grad_mode import _grad_enabled
 
@@ -157,6 +157,8 @@ class Function:
                 tensors[0].device.type != state.device_type:
             state = None  # a device-specific region leaves other devices' ops alone
         tag = self.effective_precision(state)
+        if tag is NEUTRAL and self.promoted_inputs is None:
+            return tensors  # nothing moves (relu, reshapes): the usual NEUTRAL op under autocast
         target, moves = cast_plan(tag, tuple([t.data.dtype for t in tensors]),
                                   None if state is None else state.dtype)
         if target is not None:

@@ -2,7 +2,8 @@
 
 Conversions, ReLU forward/backward, the GEMM epilogues, a weight's 16-bit copy
 with its float32 widening, the loss-scale unscale pass and the SGD/Adam updates,
-for ``convert.py``, ``elementwise_cpu.py``, ``round_through.py``, ``loss_scale.py`` and ``cpu_optim.py``. Serial ``nogil`` loops over 1-D contiguous
+for ``convert.py``, ``elementwise_cpu.py``, ``round_through.py``, ``loss_scale.py``
+and ``cpu_optim.py``. Serial ``nogil`` loops over 1-D contiguous
 integer views (and the 2-D GEMM epilogue), whose scalar conversion is
 written in LLVM IR on 32-bit integers: numba would widen Python-level integer code to 64 bits and run
 3-4x slower. With a hardware float16 conversion (F16C on x86) LLVM emits

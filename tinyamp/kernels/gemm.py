@@ -180,8 +180,9 @@ def _gemm_cpu(a: np.ndarray, b: np.ndarray, out: np.dtype, trans_a: bool, trans_
     # transposes stay views that BLAS reads directly.
     # convert() is astype, bit for bit, through the fast CPU kernels (convert.py).
     acc = dt.opmath_dtype(a.dtype)  # float32 for 16-bit inputs; others keep their own
-    a_acc = a if a.dtype == acc else _widened("a", a, acc, a_widened)
-    b_acc = a_acc if b is a else (b if b.dtype == acc else _widened("b", b, acc, b_widened))
+    a_acc = a if a.dtype == acc else convert(a, acc) if a_widened is None else _given("a", a, acc, a_widened)
+    b_acc = a_acc if b is a else (b if b.dtype == acc else convert(b, acc) if b_widened is None
+                                  else _given("b", b, acc, b_widened))
     if trans_a:
         a_acc = a_acc.swapaxes(-1, -2)
     if trans_b:
@@ -190,10 +191,8 @@ def _gemm_cpu(a: np.ndarray, b: np.ndarray, out: np.dtype, trans_a: bool, trans_
     return result if result.dtype == out else convert(result, out)
 
 
-def _widened(name: str, x: np.ndarray, acc: np.dtype, given: "np.ndarray | None") -> np.ndarray:
-    """``x`` in the accumulation dtype: the caller's widening when it gave one, else converted now."""
-    if given is None:
-        return convert(x, acc)
+def _given(name: str, x: np.ndarray, acc: np.dtype, given: np.ndarray) -> np.ndarray:
+    """The caller's widening of operand ``x``, checked."""
     if given.shape != x.shape or given.dtype != acc:
         raise ValueError(f"gemm: {name}_widened must be {name} ({x.dtype.name} {list(x.shape)}) as "
                          f"{acc.name}, got {given.dtype.name} {list(given.shape)}")
