@@ -9,6 +9,8 @@ when numba is installed, on both numba float16 kernels (hardware F16C and
 integer).
 """
 
+import importlib
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -19,6 +21,8 @@ from tinyamp.kernels import elementwise_cpu as ew
 from tinyamp.kernels.convert import convert
 from tinyamp.kernels.cpu_numba import select_f16_impl
 from tinyamp.kernels.round_through import LowCopy, round_through
+
+round_through_module = importlib.import_module("tinyamp.kernels.round_through")  # the package exports a function
 
 F32 = np.dtype(np.float32)
 F16 = np.dtype(np.float16)
@@ -402,7 +406,8 @@ def test_default_calls_take_numba_with_the_same_bits(numba_impl):
 
 
 @pytest.mark.parametrize("dt", LOWP, ids=str)
-def test_low_copy_and_its_widening(backend, dt):
+def test_low_copy_and_its_widening(backend, dt, monkeypatch):
+    monkeypatch.setattr(round_through_module, "WIDEN_MAX", 1 << 30)  # every input below is widened
     w = np.concatenate([f32_boundary_cases(), f32_random_bits(100_000)]).view(np.float32)
     w = w[: w.size // 8 * 8].reshape(-1, 8)
     copy = LowCopy.of(w, dt)
@@ -422,6 +427,14 @@ def test_low_copy_and_its_widening(backend, dt):
     assert_same_bits(copy.low, reference(replaced, dt))
     assert_same_bits(copy.widened(), reference(reference(replaced, dt), F32))
     assert_same_bits(low, reference(w, dt))
+
+
+def test_low_copy_keeps_no_widening_of_a_large_weight(monkeypatch):
+    monkeypatch.setattr(round_through_module, "WIDEN_MAX", 8)
+    small, large = LowCopy.of(np.ones(8, F32), F16), LowCopy.of(np.ones(9, F32), F16)
+    assert small.widened() is not None and large.widened() is None  # the GEMM widens a large one itself
+    large.rewrite(large.source * 2)
+    assert_same_bits(large.low, np.full(9, 2.0, F16))
 
 
 # ---------------------------------------------------------------------------

@@ -71,6 +71,13 @@ def round_through(y: Any, dtype: Any, backend: "str | None" = None) -> Any:
     return y
 
 
+# The largest weight (elements) whose float32 widening LowCopy keeps. Below it a GEMM's own
+# widening costs more in per-call overhead than the kept array; above it the extra float32 array
+# costs more in memory traffic than the widening it saves (a step of MLP 784-H-10 at batch 4 is
+# 4% faster at H=16..128 with the widening kept, 7-20% slower at H=256..1024; RESULTS.md).
+WIDEN_MAX = 1 << 17
+
+
 class LowCopy:
     """A float32 array's 16-bit copy ``low`` and, on the CPU, ``wide = float32(low)``, rewritable in place.
 
@@ -79,7 +86,8 @@ class LowCopy:
     is a float32), so a CPU GEMM given it (``gemm(..., b_widened=...)``)
     computes the bits it computes from ``low`` without widening the weight on
     every call, at the cost of a float32 array per weight; it is made on first
-    request (:meth:`widened`), and None on a GPU, where cuBLAS reads ``low``.
+    request (:meth:`widened`), for weights of at most ``WIDEN_MAX`` elements,
+    and None otherwise and on a GPU, where cuBLAS reads ``low``.
     :meth:`rewrite` refreshes the copies from the weight's current values: with
     numba one pass over bit views prepared once, so re-lowering a weight after
     a CPU optimizer step is a single kernel call.
@@ -96,8 +104,9 @@ class LowCopy:
         return cls(source, convert(source, dtype))
 
     def widened(self) -> Any:
-        """``low`` as float32 on the CPU (made on first use, rewritten with ``low`` afterwards); None on a GPU."""
-        if self.wide is None and not cuda_launch.on_gpu(self.low):
+        """``low`` as float32 on the CPU (made on first use, rewritten with ``low`` afterwards); None for a
+        weight of more than ``WIDEN_MAX`` elements and on a GPU."""
+        if self.wide is None and self.low.size <= WIDEN_MAX and not cuda_launch.on_gpu(self.low):
             self.wide = convert(self.low, dt.float32)
             source = self.source
             if type(source) is np.ndarray and source.flags.c_contiguous and resolve(None) == "numba":
