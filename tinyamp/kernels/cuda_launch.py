@@ -4,7 +4,10 @@ The fused kernels (``cuda_scaler.py``: loss scaling; ``cuda_optim.py``: the
 optimizer updates) are CuPy ``ElementwiseKernel``/``RawKernel`` sources; this
 module compiles each once (NVRTC, cached by name), counts launches by kernel
 name (``launches``), and keeps the small device tables the RawKernels read
-(pointer tables and chunk tables), reused while they repeat.
+(pointer tables and chunk tables), reused while they repeat. During a CUDA
+graph capture a missing table is written by a kernel carrying its values as
+launch arguments (an upload cannot be captured), and the graph holds every
+table it reads.
 
 CuPy is only reached through ``tinyamp.backend``, inside the functions:
 importing this module never imports CuPy. The seams to CuPy (``_cp``,
@@ -146,8 +149,8 @@ def device_chunk_table(dev: Any, sizes: tuple, chunk: int) -> Any:
     key = (dev.id, sizes, chunk)
     table = _chunk_tables.get(key)
     if table is None:
-        table = _chunk_tables[key] = _cp().asarray(chunk_table(list(sizes), chunk))
-    return table
+        table = _chunk_tables[key] = _device_constant(chunk_table(list(sizes), chunk))
+    return _held_by_capture(table)
 
 
 def pointer_table(dev: Any, pointers: list[int]) -> Any:
@@ -161,10 +164,68 @@ def pointer_table(dev: Any, pointers: list[int]) -> Any:
     key = (dev.id, tuple(pointers))
     table = _pointer_tables.pop(key, None)
     if table is None:
-        table = _cp().asarray(np.array(pointers, dtype=np.uint64))
+        table = _device_constant(np.array(pointers, dtype=np.uint64))
         if len(_pointer_tables) >= POINTER_TABLES_KEPT:
             del _pointer_tables[next(iter(_pointer_tables))]  # the least recently used
     _pointer_tables[key] = table
+    return _held_by_capture(table)
+
+
+# Values written by a kernel's arguments, for a capture (which cannot copy from the host): the arguments
+# are frozen in the graph, so each replay writes the same table before the kernels that read it.
+CONSTANTS_PER_LAUNCH = 16
+WRITE_CONSTANTS = r"""
+extern "C" __global__ void tinyamp_write_constants(unsigned long long* out, const int n,
+        const unsigned long long v0, const unsigned long long v1, const unsigned long long v2,
+        const unsigned long long v3, const unsigned long long v4, const unsigned long long v5,
+        const unsigned long long v6, const unsigned long long v7, const unsigned long long v8,
+        const unsigned long long v9, const unsigned long long v10, const unsigned long long v11,
+        const unsigned long long v12, const unsigned long long v13, const unsigned long long v14,
+        const unsigned long long v15) {
+    const unsigned long long v[16] = {v0, v1, v2, v3, v4, v5, v6, v7, v8, v9, v10, v11, v12, v13, v14, v15};
+    const int i = threadIdx.x;
+    if (i < n) out[i] = v[i];
+}
+"""
+
+
+def write_constants(array: Any, host: np.ndarray) -> None:
+    """``array[...] = host`` for a small contiguous device array of 8-byte values.
+
+    Outside a capture an upload. During a CUDA graph capture, which cannot copy
+    from the host, kernels that carry the values as launch arguments, 16 at a
+    time (a graph keeps launch arguments, so each replay rewrites the same
+    values before the kernels that read them).
+    """
+    host = np.ascontiguousarray(host, dtype=array.dtype).reshape(-1)
+    if backend.current_capture() is None:
+        array.set(host.reshape(array.shape))
+        return
+    if host.dtype.itemsize != 8:
+        raise TypeError(f"write_constants: 8-byte values only during a capture, got {host.dtype}")
+    bits, flat = host.view(np.uint64), array.reshape(-1).view(np.uint64)
+    kernel = raw_kernel("tinyamp_write_constants", WRITE_CONSTANTS)
+    for start in range(0, bits.size, CONSTANTS_PER_LAUNCH):
+        part = bits[start:start + CONSTANTS_PER_LAUNCH]
+        values = [np.uint64(v) for v in part] + [np.uint64(0)] * (CONSTANTS_PER_LAUNCH - part.size)
+        count("tinyamp_write_constants")
+        kernel((1,), (CONSTANTS_PER_LAUNCH,), (flat[start:start + part.size], np.int32(part.size), *values))
+
+
+def _device_constant(host: np.ndarray) -> Any:
+    """``host`` (8-byte values) as a new device array (see :func:`write_constants`)."""
+    if backend.current_capture() is None:
+        return _cp().asarray(host)
+    table = _cp().empty(host.shape, dtype=host.dtype)
+    write_constants(table, host)
+    return table
+
+
+def _held_by_capture(table: Any) -> Any:
+    """A table a capture's kernels read must outlive the cache entry: the graph holds it too."""
+    capture = backend.current_capture()
+    if capture is not None:
+        capture.keep_alive(table)
     return table
 
 

@@ -219,6 +219,7 @@ class Optimizer:
         if closure is not None:
             with tinyamp.enable_grad():
                 loss = closure()
+        backend.observe(self)  # a graphed step learns which optimizers it replays (tinyamp/cuda_graphs)
         keeps: dict = {}
         # A masked step computes with the inf/nan gradients it then discards:
         # NumPy's overflow/invalid warnings would be noise there.
