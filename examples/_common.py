@@ -1,4 +1,4 @@
-"""Plumbing shared by the MNIST examples: flags and their checks, data, progress, report, plots.
+"""Plumbing shared by the examples: flags and their checks, data, progress, report, plots.
 
 The training itself, the PyTorch AMP recipe written with tinyamp, is in each
 example (``mnist_mlp.py``, ``mnist_cnn.py``) so a reader sees it where it runs;
@@ -83,10 +83,15 @@ def positive_float(text: str) -> float:
     return value
 
 
+def make_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    """An empty parser that reports a bad flag in one line and exits with status 2."""
+    return _Parser(prog=prog, description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+
+
 def build_parser(prog: str, description: str, *, epochs: int, lr: float,
                  batch_size: int = 128) -> argparse.ArgumentParser:
-    """The flags every example shares; the example adds its model's own."""
-    p = _Parser(prog=prog, description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    """The flags the MNIST examples share; the example adds its model's own."""
+    p = make_parser(prog, description)
     p.add_argument("--amp", action=argparse.BooleanOptionalAction, default=True,
                    help="mixed precision (autocast + loss scaling); --no-amp trains in float32")
     p.add_argument("--level", choices=["O1", "O2"], default="O1",
@@ -125,7 +130,12 @@ def parse_args(parser: argparse.ArgumentParser, argv: "list[str] | None") -> arg
         parser.error("--device cuda: no usable CUDA GPU (install CuPy with a driver, or use --device cpu)")
     if args.data is not None and os.path.isfile(args.data):
         parser.error(f"--data {args.data}: is a file; give the folder that holds the four MNIST files")
-    # Outputs are written at the end of the run: find out now that they cannot be.
+    check_output_flags(parser, args)
+    return args
+
+
+def check_output_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """``--out`` and ``--json`` are written at the end of the run: find out now that they cannot be."""
     if args.out is not None:
         problem = _folder_problem(args.out)
         if problem:
@@ -134,7 +144,6 @@ def parse_args(parser: argparse.ArgumentParser, argv: "list[str] | None") -> arg
         problem = _file_problem(args.json)
         if problem:
             parser.error(f"--json {args.json}: {problem}")
-    return args
 
 
 def _folder_problem(folder: str) -> "str | None":

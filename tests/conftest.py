@@ -63,3 +63,4 @@ def cuda_backend(request: pytest.FixtureRequest) -> Iterator[str]:
 @pytest.fixture(autouse=True)
 def _seed() -> None:
     ta.manual_seed(0)
+    ta.amp.clear_autocast_cache()  # the weight-cast cache outlives regions: each test starts empty

@@ -15,9 +15,9 @@ import numpy as np
 _f32 = np.float32
 
 
-def unscale_reference(grads: list, outs: list, inv_scale: Any, found_inf: Any) -> None:
+def unscale_reference(grads: list, outs: list, scale: Any, found_inf: Any) -> None:
     """What ``unscale_group``'s kernel does, on NumPy arrays."""
-    s = _f32(inv_scale)
+    s = _f32(1.0 / np.float64(scale))
     for g, o in zip(grads, outs):
         v = g.astype(np.float32) * s
         if not np.isfinite(v).all():
@@ -52,7 +52,7 @@ def update_scale_reference(scale: Any, growth_tracker: Any, hysteresis_tracker: 
 
 def sgd_reference(w: Any, g: Any, buf: Any, step: Any, keep: Any, *, low: Any = None, lr: float,
                   momentum: float, dampening: float, weight_decay: float, nesterov: bool, maximize: bool) -> None:
-    """``sgd_spec``'s body and ``ADVANCE_STEP``, on NumPy arrays."""
+    """``SGD_GROUP``'s loop body for one tensor and ``ADVANCE_STEPS``, on NumPy arrays."""
     if not bool(keep):
         return
     w32, d = w.astype(np.float32), g.astype(np.float32)
@@ -75,7 +75,7 @@ def sgd_reference(w: Any, g: Any, buf: Any, step: Any, keep: Any, *, low: Any = 
 def adam_reference(w: Any, g: Any, m: Any, v: Any, v_max: Any, step: Any, keep: Any, *, low: Any = None,
                    lr: float, beta1: float, beta2: float, eps: float, weight_decay: float,
                    decoupled: bool) -> None:
-    """``ADAM_PREPARE`` and ``adam_spec``'s body, on NumPy arrays."""
+    """``ADAM_PREPARE_GROUP`` and ``ADAM_GROUP``'s loop body for one tensor, on NumPy arrays."""
     t = np.float64(step + _f32(1))
     step_size = _f32(lr / (1.0 - np.power(beta1, t)))
     bias2_sqrt = _f32(np.sqrt(1.0 - np.power(beta2, t)))

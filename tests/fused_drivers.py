@@ -1,7 +1,8 @@
 """Shared drivers for the fused-kernel tests: one optimizer run, three implementations.
 
-``sgd_run`` and ``adam_run`` take an ``update`` function with the signature of
-``cuda_optim.sgd_step`` / ``adam_step`` and run a few steps on fresh arrays
+``sgd_run`` and ``adam_run`` take an ``update`` function for one parameter
+(``numpy_sgd``/``numpy_adam``, or the group kernels through ``sgd_as_group``/
+``adam_as_group``) and run a few steps on fresh arrays
 (some steps skipped with inf gradients), returning a snapshot of every array
 after every step. The tests hand them the NumPy path of the optimizers, the
 NumPy reference of the kernels, the emulated kernels (CPU) and the real ones
@@ -122,3 +123,29 @@ def numpy_adam(w: Any, g: Any, m: Any, v: Any, v_max: Any, step: Any, keep: Any,
 
 def case_id(case: dict) -> str:
     return "-".join(f"{k}={v}" for k, v in case.items() if v not in (0, 0.0, False) and k != "lr")
+
+
+# ----------------------------------------------------- multi-tensor kernels
+def found_of(keep: Any) -> Any:
+    """The scaler's found_inf for a driver's keep flag (None: no AMP)."""
+    return None if keep is True else np.full((1,), 0.0 if bool(keep) else 1.0, np.float32)
+
+
+def sgd_as_group(sgd_group: Callable, to_device: Callable = np.asarray) -> Callable:
+    """A driver ``update`` running ``cuda_optim.sgd_group`` on a group of one tensor."""
+    def update(w, g, buf, step, keep, *, low=None, lr, momentum, dampening, weight_decay, nesterov, maximize):
+        hyper = to_device(np.array([lr, momentum, dampening, weight_decay], np.float64))
+        found = found_of(keep)
+        sgd_group([w], [g], None if buf is None else [buf], None if step is None else [step], [low],
+                  None if found is None else to_device(found), hyper, nesterov=nesterov, maximize=maximize)
+    return update
+
+
+def adam_as_group(adam_group: Callable, to_device: Callable = np.asarray) -> Callable:
+    """A driver ``update`` running ``cuda_optim.adam_group`` on a group of one tensor."""
+    def update(w, g, m, v, v_max, step, keep, *, low=None, lr, beta1, beta2, eps, weight_decay, decoupled):
+        hyper = to_device(np.array([lr, beta1, beta2, eps, weight_decay], np.float64))
+        found = found_of(keep)
+        adam_group([w], [g], [m], [v], None if v_max is None else [v_max], [step], [low],
+                   None if found is None else to_device(found), hyper, decoupled=decoupled)
+    return update

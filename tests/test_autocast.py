@@ -230,12 +230,18 @@ def test_a_new_thread_starts_with_autocast_off() -> None:
 
 # ------------------------------------------------------------ casts on tape
 def test_lower_op_saves_low_precision_inputs() -> None:
-    x, w = _leaf(8, 6), _leaf(5, 6, seed=1)
+    x, w = _leaf(8, 6), _leaf(6, 5, seed=1)
     with ta.amp.autocast():
-        y = ta.linear(x, w)
+        y = ta.matmul(x, w)
     saved = y.grad_fn.saved_tensors
     assert [t.dtype for t in saved] == [f16, f16]
     assert all(isinstance(t.grad_fn, Cast) for t in saved)  # the casts are on the tape
+    # linear lowers its float32 weight itself: x's cast is a node, the weight's copy is what is kept.
+    with ta.amp.autocast():
+        y = ta.linear(x, w.detach().T.contiguous().requires_grad_())
+    kept = y.grad_fn.saved_items()
+    assert [a.dtype for a, _ in kept] == [f16, f16] and isinstance(kept[0][1].grad_fn, Cast)
+    assert kept[1][1].dtype == f32 and kept[1][1].grad_fn is None
 
 
 def test_float32_leaves_receive_float32_gradients() -> None:

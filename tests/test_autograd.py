@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 
 import tinyamp as ta
+from tinyamp.autograd.function import Function
+from tinyamp.precision import NEUTRAL
 
 
 def test_reused_subexpression_accumulates() -> None:
@@ -303,19 +305,29 @@ def test_integer_tensor_cannot_require_grad() -> None:
         ta.tensor([1, 2], requires_grad=True)
 
 
-def test_engine_refuses_gradient_of_wrong_dtype() -> None:
-    class Bad(ta.autograd.Function):
-        @staticmethod
-        def forward(ctx, x):
-            return x * 2.0
+def test_engine_refuses_gradient_of_wrong_dtype_or_shape_from_a_builtin_op() -> None:
+    # Built-in ops get no help (a user Function's gradient is fitted: test_custom_function_grads.py):
+    # a float16 gradient for a float32 input, or a missing sum over a broadcast dim, is a bug.
+    class Double(Function):
+        """y = 2 x; dx = 2 gy (wrong on purpose: see ``bad``)"""
 
-        @staticmethod
-        def backward(ctx, gy):
-            return gy.double()
+        precision = NEUTRAL
+        bad = None
 
-    x = ta.tensor([1.0], requires_grad=True)
-    with pytest.raises(RuntimeError, match="invalid gradient.*float64.*float32"):
-        Bad.apply(x).sum().backward()
+        def forward(self, xp, x):
+            return x * 2
+
+        def backward(self, gy):
+            return self.bad(gy)
+
+    x = ta.tensor([1.0, 2.0], requires_grad=True)
+    Double.bad = staticmethod(lambda gy: (gy * 2).half())
+    with pytest.raises(RuntimeError, match=r"Function DoubleBackward returned an invalid gradient at index 0: got "
+                                           r"shape \[2\] dtype float16, expected shape \[2\] dtype float32"):
+        Double()(x).sum().backward()
+    Double.bad = staticmethod(lambda gy: ta.stack([gy, gy]) * 2)
+    with pytest.raises(RuntimeError, match=r"got shape \[2, 2\] dtype float32, expected shape \[2\]"):
+        Double()(x).sum().backward()
 
 
 def test_custom_function_save_for_backward_and_needs_input_grad() -> None:
@@ -420,6 +432,10 @@ def test_a_node_reports_its_inputs_as_recorded_after_autocast() -> None:
     x = ta.ones(4, 3, requires_grad=True)
     w = ta.ones(2, 3, requires_grad=True)
     with ta.amp.autocast():
-        y = ta.nn.functional.linear(x, w)
-    assert y.grad_fn.input_shapes == ((4, 3), (2, 3))
+        y = ta.matmul(x, w.detach().T.contiguous().requires_grad_())
+        z = ta.nn.functional.linear(x, w)
+    assert y.grad_fn.input_shapes == ((4, 3), (3, 2))
     assert y.grad_fn.input_dtypes == (ta.float16, ta.float16)  # the casts' outputs, not the float32 leaves
+    # linear lowers its float32 weight itself (no Cast node): that input is the weight as it is.
+    assert z.grad_fn.input_shapes == ((4, 3), (2, 3))
+    assert z.grad_fn.input_dtypes == (ta.float16, ta.float32)

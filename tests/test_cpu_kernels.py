@@ -1,4 +1,4 @@
-"""Bit-exactness of tinyamp/kernels/convert.py and elementwise_cpu.py against astype / np.maximum / np.where.
+"""Bit-exactness of tinyamp/kernels/convert.py, elementwise_cpu.py and round_through.py against astype / np.maximum / np.where.
 
 Every fast path is compared bit for bit with the NumPy/ml_dtypes reference:
 exhaustively over all 65536 16-bit patterns, and for float32 sources over
@@ -18,6 +18,7 @@ from tinyamp.kernels import convert as cv
 from tinyamp.kernels import elementwise_cpu as ew
 from tinyamp.kernels.convert import convert
 from tinyamp.kernels.cpu_numba import select_f16_impl
+from tinyamp.kernels.round_through import round_through
 
 F32 = np.dtype(np.float32)
 F16 = np.dtype(np.float16)
@@ -345,6 +346,29 @@ def test_broken_numba_falls_back(monkeypatch):
 
 
 # ---------------------------------------------------------------------------
+# round_through: the 16-bit gradient of a float32 weight, widened (dW, db under autocast)
+
+
+@pytest.mark.parametrize("dt", LOWP, ids=str)
+def test_round_through_boundaries_and_random_patterns(backend, dt):
+    x = np.concatenate([f32_boundary_cases(), f32_random_bits(200_000)]).view(np.float32)
+    y = x.copy()
+    assert round_through(y, dt, backend=backend) is y
+    assert_same_bits(y, reference(reference(x, dt), F32))
+
+
+def test_round_through_layouts_and_errors():
+    x = (np.random.default_rng(0).standard_normal((40, 60)) * 1e3).astype(F32)
+    for y in (x.copy().T, x.copy()[:, ::2], x[:0].copy()):
+        want = reference(reference(y, F16), F32)
+        assert_same_bits(round_through(y, F16), want)  # strided and empty arrays take the conversions
+    with pytest.raises(ValueError, match="round_through: expected a float32 array"):
+        round_through(x.astype(np.float64), F16)
+    with pytest.raises(ValueError, match="through float32"):
+        round_through(x, F32)
+
+
+# ---------------------------------------------------------------------------
 # each special value alone
 #
 # The random and boundary inputs above always hold +inf, -inf and NaNs of both
@@ -397,3 +421,47 @@ def test_each_special_value_alone(any_backend, src, dst, special, finite):
     bad = np.flatnonzero(got != expected)
     assert bad.size == 0, (f"{special} {src}->{dst} on {any_backend}: {bad.size} wrong, first at {bad[0]}: "
                            f"{hex(got[bad[0]])}, expected {hex(expected[bad[0]])}")
+
+
+# ---------------------------------------------------------------------------
+# cpu_optim: SGD and Adam in one numba pass, bit for bit the NumPy path
+
+import fused_drivers as fd  # noqa: E402
+from tinyamp.kernels import cpu_optim  # noqa: E402
+
+
+def _fused_or_numpy(fused, numpy_path):
+    """A driver update: the numba pass on kept float32 steps, the NumPy path otherwise."""
+    def update(*args, low=None, **case):
+        keep = args[-1]
+        if (keep is True or bool(keep)) and fused(*args[:-1], **case):
+            if low is not None:
+                low[...] = args[0].astype(low.dtype)
+            return
+        numpy_path(*args, low=low, **case)
+    return update
+
+
+@pytest.mark.skipif(not HAVE_NUMBA, reason="numba not installed or not selected")
+@pytest.mark.parametrize("dtypes", fd.DTYPE_CASES, ids=lambda d: "-".join(str(x) for x in d))
+@pytest.mark.parametrize("case", fd.SGD_CASES, ids=fd.case_id)
+def test_numba_sgd_matches_the_numpy_path(case, dtypes):
+    want = fd.sgd_run(fd.numpy_sgd, case, dtypes)
+    got = fd.sgd_run(_fused_or_numpy(cpu_optim.sgd_update, fd.numpy_sgd), case, dtypes)
+    for step, (a, b) in enumerate(zip(got, want)):
+        fd.assert_same_bits(a, b, f"sgd step {step}")
+
+
+@pytest.mark.skipif(not HAVE_NUMBA, reason="numba not installed or not selected")
+@pytest.mark.parametrize("dtypes", fd.DTYPE_CASES, ids=lambda d: "-".join(str(x) for x in d))
+@pytest.mark.parametrize("case", fd.ADAM_CASES, ids=fd.case_id)
+def test_numba_adam_matches_the_numpy_path(case, dtypes):
+    def fused(w, g, m, v, v_max, step, *, amsgrad=None, **case):
+        return cpu_optim.adam_update(w, g, m, v, v_max, step, **case)
+
+    want = fd.adam_run(fd.numpy_adam, case, dtypes)
+    got = fd.adam_run(_fused_or_numpy(fused, fd.numpy_adam), case, dtypes)
+    for step, (a, b) in enumerate(zip(got, want)):
+        fd.assert_same_bits(a, b, f"adam step {step}")
+    # float32 weights with float32 gradients took the numba pass (the others are not its case).
+    assert cpu_optim._applies(np.zeros(2, np.float32)) == (cv.BACKEND == "numba")

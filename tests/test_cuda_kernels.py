@@ -30,10 +30,11 @@ import tinyamp as ta
 import cuda_kernels_reference
 from tinyamp import backend
 from tinyamp.cuda_standin import kernels as standin_kernels
-from tinyamp.kernels import cuda_launch, cuda_optim, cuda_scaler, loss_scale
+from tinyamp.kernels import cuda_epilogue, cuda_launch, cuda_optim, cuda_scaler, loss_scale
+from tinyamp.kernels.round_through import ROUND_THROUGH, round_through
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SPECS = cuda_scaler.elementwise_specs() + cuda_optim.elementwise_specs()
+SPECS = cuda_scaler.elementwise_specs() + list(ROUND_THROUGH.values()) + cuda_epilogue.elementwise_specs()
 
 
 def test_importing_tinyamp_never_imports_cupy(tmp_path) -> None:
@@ -43,7 +44,7 @@ def test_importing_tinyamp_never_imports_cupy(tmp_path) -> None:
     (fake / "__init__.py").write_text(f"open({str(marker)!r}, 'w').close()\nraise ImportError('stand-in')\n")
     code = ("import tinyamp, tinyamp.optim\n"
             "from tinyamp.kernels import cuda_launch, cuda_optim, cuda_scaler, loss_scale\n"
-            "cuda_scaler.elementwise_specs(), cuda_optim.elementwise_specs(), cuda_scaler.raw_sources()\n")
+            "cuda_scaler.elementwise_specs(), cuda_optim.group_raw_sources(), cuda_scaler.raw_sources()\n")
     env = dict(os.environ, PYTHONPATH=f"{tmp_path}{os.pathsep}{REPO}")
     subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=tmp_path)
     assert not marker.exists(), "importing tinyamp imported cupy"
@@ -102,51 +103,69 @@ def test_every_launch_matches_its_parameter_list(checking_standin) -> None:
         cuda_scaler.update_scale(*scalars, growth_factor=2.0, backoff_factor=0.5, growth_interval=10,
                                   hysteresis=1, min_scale=None, max_scale=max_scale, floor=1e-38)
     w, low = cp.ones(4, np.float32), cp.ones(4, np.float16)
-    for momentum in (0.0, 0.9):
-        for keep in (True, cp.asarray(False)):
+    hyper = cp.zeros(5, np.float64)
+    for momentum in (False, True):
+        for found in (None, cp.zeros(1, np.float32)):
             for lo in (None, low):
-                cuda_optim.sgd_step(w, w.astype(np.float16), w.copy(), cp.zeros((), np.float32), keep, low=lo,
-                                      lr=0.1, momentum=momentum, dampening=0.0, weight_decay=0.0,
-                                      nesterov=False, maximize=False)
+                state = [[w.copy()], [cp.zeros((), np.float32)]] if momentum else [None, None]
+                cuda_optim.sgd_group([w], [w.astype(np.float16)], *state, [lo], found, hyper, nesterov=False,
+                                     maximize=False)
     for amsgrad in (False, True):
         for lo in (None, low):
-            cuda_optim.adam_step(w, w, w.copy(), w.copy(), w.copy() if amsgrad else None,
-                                   cp.zeros((), np.float32), True, low=lo, lr=1e-3, beta1=0.9, beta2=0.999,
-                                   eps=1e-8, weight_decay=0.0, decoupled=True)
-    expected = {s.name for s in SPECS} | {name for name, _ in cuda_scaler.raw_sources()}
+            cuda_optim.adam_group([w], [w], [w.copy()], [w.copy()], [w.copy()] if amsgrad else None,
+                                  [cp.zeros((), np.float32)], [lo], None, hyper, decoupled=True)
+    for dtype in ROUND_THROUGH:
+        round_through(cp.ones(3, np.float32), dtype)
+    cuda_epilogue.bias_act_convert(cp.ones((2, 3), np.float32), cp.ones(3, np.float16), np.float16, True)
+    cuda_epilogue.relu_backward(cp.ones(3, np.float16), cp.ones(3, np.float16))
+    expected = ({s.name for s in SPECS} | {name for name, _ in cuda_scaler.raw_sources()}
+                | {"tinyamp_sgd_group_f32_f16_f16", "tinyamp_advance_steps", "tinyamp_fill_pointers",
+                   "tinyamp_adam_group_f32_f32_f16", "tinyamp_adam_prepare_group"})
     assert {k for k, n in cuda_launch.launches.items() if n > before.get(k, 0)} == expected
 
 
-def test_pointer_tables_are_uploaded_once_while_the_pointers_repeat(checking_standin, monkeypatch) -> None:
-    cp = checking_standin
-    counters = ta.cuda.standin_counters()
-    monkeypatch.setattr(cuda_launch, "POINTER_TABLES_KEPT", 2)
-    grads = [cp.ones(5, np.float32) for _ in range(3)]
-    inv, found = cp.ones((), np.float32), cp.zeros((), np.float32)
-    cuda_scaler.unscale_group(grads[:2], grads[:2], inv, found)
-    (first,) = cuda_launch._pointer_tables.values()
-    counters.reset()
-    cuda_scaler.unscale_group(grads[:2], grads[:2], inv, found)
-    assert list(cuda_launch._pointer_tables.values()) == [first]  # found again, not uploaded again
-    assert counters.total("h2d") == 0 and counters.total("allocations") == 0
-    assert first.get().tolist() == [g.data.ptr for g in grads[:2]] * 2
-    cuda_scaler.unscale_group(grads[1:], grads[1:], inv, found)
-    assert counters.total("h2d") == 1  # a new set of pointers: one upload
-    cuda_scaler.unscale_group(grads[:1], grads[:1], inv, found)
-    assert len(cuda_launch._pointer_tables) == 2  # the least recently used went
-    assert all(t is not first for t in cuda_launch._pointer_tables.values())
+@pytest.mark.skipif(standin_kernels.CXX is None, reason="the CUDA stand-in runs kernels through g++")
+def test_pointer_tables_are_written_once_while_the_pointers_repeat(monkeypatch) -> None:
+    monkeypatch.setattr(cuda_launch, "SITE_TABLES_KEPT", 2)
+    with backend.use_cuda_standin():
+        cp = backend.cupy()
+        counters = ta.cuda.standin_counters()
+        grads = [cp.ones(5, np.float32) for _ in range(4)]
+        scale, found = cp.ones((), np.float32), cp.zeros((), np.float32)
+        cuda_scaler.unscale_group(grads[:2], grads[:2], scale, found)
+        ((site, tables),) = cuda_launch._site_tables.items()
+        (first,) = tables.values()
+        counters.reset()
+        cuda_scaler.unscale_group(grads[:2], grads[:2], scale, found)
+        assert list(tables.values()) == [first]  # found again, not written again
+        assert counters.total("allocations") == 0 and "tinyamp_fill_pointers" not in counters.kernels()
+        assert first.get().tolist() == [g.data.ptr for g in grads[:2]] * 2
+        cuda_scaler.unscale_group(grads[1:3], grads[1:3], scale, found)
+        # A new set of pointers: written by a kernel taking them as arguments, never copied from the host.
+        assert counters.kernels()["tinyamp_fill_pointers"] == 1 and counters.total("h2d") == 0
+        assert counters.total("allocations") == 1 and len(tables) == 2
+        counters.reset()
+        cuda_scaler.unscale_group(grads[2:], grads[2:], scale, found)
+        # The site keeps two tables: the least recently used one (the first) is rewritten in place.
+        assert counters.total("allocations") == 0 and counters.kernels()["tinyamp_fill_pointers"] == 1
+        assert len(tables) == 2 and any(t is first for t in tables.values())
+        assert first.get().tolist() == [g.data.ptr for g in grads[2:]] * 2
+        assert site == (0, ("unscale", np.dtype(np.float32), np.dtype(np.float32), 2))  # (device, site)
 
 
 def test_the_stand_in_rejects_what_cupy_rejects(checking_standin) -> None:
     cp = checking_standin
-    spec = cuda_optim.ADVANCE_STEP
+    spec = ROUND_THROUGH[fd.F16]
     kernel = cp.ElementwiseKernel(spec.in_params, spec.out_params, spec.body, spec.name)
     with pytest.raises(TypeError, match="mismatched"):
-        kernel(cp.ones(1, bool), cp.zeros(1, np.float64), size=1)  # float64 step for a float32 parameter
-    with pytest.raises(ValueError, match="undecided"):
-        kernel(cp.ones(1, bool), cp.zeros(1, np.float32))
+        kernel(cp.zeros(1, np.float64), cp.zeros(1, np.float64))  # float64 for a float32 parameter
     with pytest.raises(TypeError, match="Unsupported type <class 'numpy.ndarray'>"):
-        kernel(np.ones(1, bool), cp.zeros(1, np.float32), size=1)  # a host array is not a device pointer
+        kernel(np.zeros(1, np.float32), cp.zeros(1, np.float32))  # a host array is not a device pointer
+    spec = cuda_scaler.UPDATE_SCALE
+    kernel = cp.ElementwiseKernel(spec.in_params, spec.out_params, spec.body, spec.name)
+    with pytest.raises(ValueError, match="undecided"):  # every array is raw: size= is needed
+        kernel(cp.zeros(1, np.float32), 2.0, 0.5, 10, 1, np.float32(1.0), False, 0.0, cp.ones(1, np.float32),
+               cp.zeros(1, np.int32), cp.zeros(1, np.int32), cp.zeros(2, np.float32))
     name, source = cuda_scaler.unscale_source(fd.F32, fd.F32)
     raw = cp.RawKernel(source, name)
     with pytest.raises(TypeError, match="numpy.int32"):  # CuPy would pass a Python int as long long
@@ -169,17 +188,17 @@ def unscale_inputs(g_dt: np.dtype, o_dt: np.dtype, bad: float | None, sizes=(1, 
 
 @pytest.mark.parametrize("pair", UNSCALE_PAIRS, ids=lambda p: f"{p[0]}->{p[1]}")
 @pytest.mark.parametrize("bad", [None, np.inf, -np.inf, np.nan])
-@pytest.mark.parametrize("inv", [2.0 ** -16, 1 / 3, 2.0 ** 120])  # exact, rounded, overflowing to inf
-def test_unscale_reference_matches_the_numpy_path(pair, bad, inv) -> None:
+@pytest.mark.parametrize("scale", [2.0 ** 16, 3.0, 2.0 ** -120])  # 1/scale exact, rounded; results overflow
+def test_unscale_reference_matches_the_numpy_path(pair, bad, scale) -> None:
     results = []
     for run in (lambda *a: loss_scale.unscale_group(np, *a), cuda_kernels_reference.unscale_reference):
         grads, outs = unscale_inputs(*pair, bad)
         found = np.zeros((), np.float32)
         with np.errstate(all="ignore"):
-            run(grads, outs, np.full((), inv, np.float32), found)
+            run(grads, outs, np.full((), scale, np.float32), found)
         results.append(outs + [found])
     fd.assert_same_bits(results[0], results[1], "unscale")
-    assert (results[0][-1] == 1.0) == (bad is not None or inv > 1e30)
+    assert (results[0][-1] == 1.0) == (bad is not None or scale < 1e-30)
 
 
 HYPERS = [
@@ -421,3 +440,26 @@ def test_gpu_range_behaviour_of_losses_and_embedding_on_numpy(monkeypatch) -> No
     assert np.isnan(out[[1, 2]]).all() and np.isfinite(out[[0, 3]]).all()
     rows.sum().backward()
     assert np.isnan(weight.grad.numpy()[0]).all()  # the out-of-range positions read row 0 and poison its gradient
+
+
+# ----------------------------------------------------- multi-tensor kernels
+def test_group_kernel_sources_are_well_formed() -> None:
+    sources = cuda_optim.group_raw_sources()
+    assert len({name for name, _ in sources}) == len(sources) == 27 + 27 + 2
+    for name, source in sources:
+        params = standin_kernels.parse_signature(source, name)
+        assert params[0] == ("unsigned long long*", "ptrs" if "group" in name and "prepare" not in name else "steps")
+        assert source.count("{") == source.count("}")
+        # The hyper-parameters come from a device array, never from host scalars a captured graph would freeze.
+        assert not any(t in ("float", "double") for t, _ in params), params
+
+
+def test_device_values_upload_only_when_they_change(checking_standin) -> None:
+    counters = ta.cuda.standin_counters()
+    mirror, dev = cuda_launch.DeviceValues(), checking_standin.cuda.Device(0)
+    first = mirror.get(dev, (0.1, 0.9))
+    counters.reset()
+    assert mirror.get(dev, (0.1, 0.9)) is first and counters.total("h2d") == 0  # a steady step copies nothing
+    again = mirror.get(dev, (0.05, 0.9))  # a scheduler moved the learning rate: same array, new contents
+    assert again is first and counters.total("h2d") == 1 and first.get().tolist() == [0.05, 0.9]
+    assert first.dtype == np.float64

@@ -75,13 +75,15 @@ def test_fused_unscale_matches_the_numpy_path(cp, pair, bad) -> None:
     d_grads = [cp.asarray(g) for g in grads]
     d_outs = [g if o_dt == g_dt else cp.empty(g.shape, o_dt) for g in d_grads]
     host_grads = [o if o_dt == g_dt else g for g, o in zip(grads, outs)]
-    inv = np.full((), 1 / 3, np.float32)
+    scale = np.full((), 3.0, np.float32)
     found, d_found = np.zeros((), np.float32), cp.zeros((), cp.float32)
     before = dict(cuda_launch.launches)
     with np.errstate(all="ignore"):
-        loss_scale.unscale_group(np, host_grads, outs, inv, found)
-    loss_scale.unscale_group(cp, d_grads, d_outs, cp.asarray(inv), d_found)
-    assert sum(cuda_launch.launches.values()) == sum(before.values()) + 1  # one launch for the group
+        loss_scale.unscale_group(np, host_grads, outs, scale, found)
+    loss_scale.unscale_group(cp, d_grads, d_outs, cp.asarray(scale), d_found)
+    launched = {k: n - before.get(k, 0) for k, n in cuda_launch.launches.items() if n > before.get(k, 0)}
+    launched.pop("tinyamp_fill_pointers", None)  # a new pointer table is written by a launch of its own
+    assert sum(launched.values()) == 1  # one launch for the group
     fd.assert_same_bits([o.get() for o in d_outs] + [d_found.get()], outs + [found], "unscale")
 
 
@@ -105,7 +107,7 @@ def test_fused_update_scale_matches_the_numpy_path(cp, hyper) -> None:
 @pytest.mark.parametrize("case", fd.SGD_CASES, ids=fd.case_id)
 def test_fused_sgd_matches_the_numpy_path(cp, case, dtypes) -> None:
     want = fd.sgd_run(fd.numpy_sgd, case, dtypes)
-    got = fd.sgd_run(on_device(cuda_optim.sgd_step), case, dtypes)
+    got = fd.sgd_run(on_device(fd.sgd_as_group(cuda_optim.sgd_group, cp.asarray)), case, dtypes)
     for step, (a, b) in enumerate(zip(got, want)):
         fd.assert_same_bits(a, b, f"sgd step {step}")
 
@@ -116,10 +118,10 @@ def test_adam_bias_corrections_match_numpy(cp) -> None:
     mismatches = []
     for beta1, beta2 in [(0.9, 0.999), (0.8, 0.99), (0.9, 0.95)]:
         for t in range(1000):
-            step = cp.full((1,), t, cp.float32)
+            step = cp.full((), t, cp.float32)
             coef = cp.empty((2,), cp.float32)
-            cuda_launch.elementwise(cuda_optim.ADAM_PREPARE, cp.zeros((1,), bool), 1e-3, beta1, beta2,
-                                      step, coef, size=1)
+            cuda_optim.adam_bias_corrections([step], cp.zeros((1,), cp.float32),
+                                             cp.asarray([1e-3, beta1, beta2, 0.0, 0.0]), coef)
             tt = np.float64(np.float32(t) + np.float32(1))
             want = [np.float32(1e-3 / (1 - beta1 ** tt)), np.float32(np.sqrt(1 - beta2 ** tt))]
             if coef.get().tolist() != [float(w) for w in want]:
@@ -132,7 +134,7 @@ def test_adam_bias_corrections_match_numpy(cp) -> None:
 def test_fused_adam_matches_the_numpy_path(cp, case, dtypes) -> None:
     # Bit for bit given equal bias corrections (test_adam_bias_corrections_match_numpy).
     want = fd.adam_run(fd.numpy_adam, case, dtypes)
-    got = fd.adam_run(on_device(cuda_optim.adam_step), case, dtypes)
+    got = fd.adam_run(on_device(fd.adam_as_group(cuda_optim.adam_group, cp.asarray)), case, dtypes)
     for step, (a, b) in enumerate(zip(got, want)):
         fd.assert_same_bits(a, b, f"adam step {step}")
 

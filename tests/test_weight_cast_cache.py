@@ -1,5 +1,6 @@
-"""The weight-cast cache (tinyamp/amp/autocast.py): one conversion per float32 weight
-per outermost region, keyed on identity and version, a Cast node per use.
+"""The weight-cast cache (tinyamp/amp/casting.py): one conversion per float32 weight and
+version, kept across regions, keyed on identity and version; linear lowers its weights
+itself from it, other LOWER ops get a Cast node per use over the cached copy.
 """
 
 from __future__ import annotations
@@ -7,6 +8,7 @@ from __future__ import annotations
 import weakref
 
 import numpy as np
+import pytest
 
 import tinyamp as ta
 from tinyamp.amp.casting import WeightCastCache
@@ -35,20 +37,34 @@ def _cast_count(trace: "ta.amp.Trace", phase: str = "forward") -> int:
     return sum(1 for c in trace.casts if c.phase == phase and c.converted)
 
 
-def test_weight_is_cast_once_per_region() -> None:
+def test_weight_is_converted_once_and_linear_lowers_it_itself() -> None:
     x1, x2, w = _activation(4, 6), _activation(2, 6, seed=1), _leaf(5, 6, seed=2)
     with ta.amp.trace() as t:
         with ta.amp.autocast():
             y1 = ta.linear(x1, w)
             y2 = ta.linear(x2, w)
             info = ta.amp.autocast_cache_info()
+    assert y1.grad_fn.lowered[1] is y2.grad_fn.lowered[1]      # one conversion, one array
+    assert y1.grad_fn.lowered[1].dtype == f16
+    assert y1.grad_fn.saved_tensors[1] is w                     # no Cast node: the edge goes to w
+    assert info["entries"] == 1 and info["hits"] == 1 and info["misses"] == 1
+    assert t.cache_hits == 1 and t.cache_misses == 1
+    # x's casts are nodes (ops 0 and 2); w's are done by linear (ops 1 and 3), and still reported.
+    assert [(c.kind, c.op_index, c.fused) for c in t.casts] == [
+        ("autocast", 1, False), ("autocast", 1, True), ("autocast", 3, False), ("cache hit", 3, True)]
+    (y1.sum() + y2.sum()).backward()
+    assert w.grad.dtype == f32
+
+
+def test_other_lower_ops_get_a_cast_node_per_use_over_the_cached_copy() -> None:
+    x1, x2, w = _activation(4, 6), _activation(2, 6, seed=1), _leaf(6, 5, seed=2)
+    with ta.amp.autocast():
+        y1 = ta.matmul(x1, w)
+        y2 = ta.matmul(x2, w)
     w16_first, w16_again = y1.grad_fn.saved_tensors[1], y2.grad_fn.saved_tensors[1]
     assert w16_first.data is w16_again.data                    # one conversion, one array
     assert w16_first.grad_fn is not w16_again.grad_fn          # a Cast node per use
-    assert info["entries"] == 1 and info["hits"] == 1 and info["misses"] == 1
-    assert t.cache_hits == 1 and t.cache_misses == 1
-    assert [(c.kind, c.op_index) for c in t.casts] == [("autocast", 2), ("autocast", 2), ("autocast", 5),
-                                                        ("cache hit", 5)]
+    assert w16_first._version is w._version                    # the copy changes when the weight does
     (y1.sum() + y2.sum()).backward()
     assert w.grad.dtype == f32
 
@@ -98,23 +114,42 @@ def test_inplace_update_invalidates_the_cached_cast() -> None:
                                np.broadcast_to(x.detach().numpy().sum(1, keepdims=True), (4, 5)),
                                rtol=1e-2, atol=1e-2)
     assert t.cache_hits == 0 and t.cache_misses == 2
-    assert y1.grad_fn.saved_tensors[1].data is not y2.grad_fn.saved_tensors[1].data
+    # Converted again (on the CPU into the same array: the old copy's readers see the version move).
+    np.testing.assert_array_equal(y2.grad_fn.lowered[1], w.detach().numpy().astype(np.float16))
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y1.sum().backward()  # y1's node read the old weight: its backward must not use the new one
 
 
-def test_cache_is_shared_by_nested_regions_and_cleared_at_outermost_exit() -> None:
+def test_cache_outlives_regions_until_the_weight_changes_or_it_is_cleared() -> None:
     x, w = _activation(4, 6), _leaf(5, 6, seed=2)
     with ta.amp.autocast():
         with ta.amp.autocast():
-            first = ta.linear(x, w).grad_fn.saved_tensors[1]
+            first = ta.linear(x, w).grad_fn.lowered[1]
         assert ta.amp.autocast_cache_info()["entries"] == 1   # inner exit keeps it
         with ta.amp.autocast(enabled=False):
             with ta.amp.autocast():                            # across a disabled region
-                again = ta.linear(x, w).grad_fn.saved_tensors[1]
-        assert again.data is first.data
-    assert ta.amp.autocast_cache_info()["entries"] == 0
+                again = ta.linear(x, w).grad_fn.lowered[1]
+        assert again is first
+    assert ta.amp.autocast_cache_info()["entries"] == 1       # and so does the outermost exit (not PyTorch)
     with ta.amp.autocast():
-        fresh = ta.linear(x, w).grad_fn.saved_tensors[1]
-    assert fresh.data is not first.data
+        assert ta.linear(x, w).grad_fn.lowered[1] is first    # the next step converts nothing
+    with ta.no_grad():
+        w.mul_(2.0)                                            # an optimizer step: a new version
+    with ta.amp.autocast():
+        fresh = ta.linear(x, w).grad_fn.lowered[1]
+    np.testing.assert_array_equal(fresh, w.detach().numpy().astype(np.float16))  # converted again
+    assert ta.amp.autocast_cache_info()["misses"] == 2
+    ta.amp.clear_autocast_cache()
+    assert ta.amp.autocast_cache_info() == {"entries": 0, "hits": 0, "misses": 0, "bytes": 0}
+
+
+def test_an_entry_goes_with_its_weight() -> None:
+    x, w = _input(4, 6), _leaf(5, 6, seed=2)
+    with ta.amp.autocast():
+        ta.linear(x, w)
+    assert ta.amp.autocast_cache_info()["entries"] == 1
+    del w
+    assert ta.amp.autocast_cache_info()["entries"] == 0
 
 
 def test_cache_keeps_dtypes_apart() -> None:
@@ -176,4 +211,4 @@ def test_cache_enabled_none_inherits_and_clear_empties() -> None:
             ta.amp.clear_autocast_cache()
             assert ta.amp.autocast_cache_info()["entries"] == 0
             ta.linear(x, w)
-        assert ta.amp.autocast_cache_info()["misses"] == 2
+        assert ta.amp.autocast_cache_info()["misses"] == 1  # counted since the clear

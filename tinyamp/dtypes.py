@@ -105,17 +105,29 @@ def dtype_name(dtype: np.dtype) -> str:
 
 
 def widest_float(dtypes: "list[np.dtype]") -> np.dtype:
-    """The widest floating dtype among ``dtypes``; float16 with bfloat16 is an error.
+    """The floating dtype that holds every floating dtype in ``dtypes`` (PyTorch's ``promote_types``).
 
-    float16 and bfloat16 have the same width but neither holds the other
-    (float16 has more mantissa, bfloat16 more range), so mixing them is refused
-    rather than silently resolved.
+    The widest one, except that float16 with bfloat16 is float32: they have the
+    same width but neither holds the other (float16 has more mantissa, bfloat16
+    more range), and float32 holds both exactly.
     """
     floats = [d for d in dtypes if d in FLOATING]
-    if float16 in floats and bfloat16 in floats and not (float32 in floats or float64 in floats):
-        raise TypeError("cannot promote float16 with bfloat16: neither holds the other; "
-                        "cast one of them explicitly (e.g. .float())")
-    return max(floats, key=lambda d: d.itemsize)
+    widest = max(floats, key=lambda d: d.itemsize)
+    if widest.itemsize == 2 and float16 in floats and bfloat16 in floats:
+        return float32
+    return widest
+
+
+def can_cast_in_place(source: np.dtype, destination: np.dtype) -> bool:
+    """Whether an in-place op may store a ``source`` result into a ``destination`` tensor.
+
+    PyTorch's rule (``canCast``): ``h.add_(f)`` computes in float32 and rounds into
+    float16, but a float result never goes into an integer tensor, and only a
+    bool result goes into a bool tensor.
+    """
+    if source in FLOATING and destination not in FLOATING:
+        return False
+    return destination != bool_ or source == bool_
 
 
 def finfo(dtype: Any = None) -> Any:

@@ -18,9 +18,12 @@ to autocast an op from this module, so the tape imports nothing from ``amp/``
   ========  ===============================  ==================
 
   float64 is never lowered and integer inputs of LOWER/FP32 ops pass through.
-  PROMOTE has no 0-d exception: float16 * a 0-d float32 tensor is float32
-  (PyTorch keeps float16, rounding the 0-d operand); only Python numbers take
-  the tensor's dtype.
+  PROMOTE's widest float is PyTorch's ``promote_types``: float16 with bfloat16
+  is float32. It has no 0-d exception: float16 * a 0-d float32 tensor is
+  float32 (PyTorch keeps float16, rounding the 0-d operand); only Python
+  numbers take the tensor's dtype. An op of another tag may name inputs that
+  PROMOTE joins after its own tag's casts (``Function.promoted_inputs``: a
+  loss's input and target, so ``mse_loss(float16, float32)`` is float32).
 - the **autocast state**, two context variables (so per thread and per asyncio
   task): the *state* is the innermost **enabled** region (dtype, overrides,
   weight-cast cache), or None inside an ``enabled=False`` region and outside
@@ -31,7 +34,8 @@ to autocast an op from this module, so the tape imports nothing from ``amp/``
 - the **global per-op overrides** (``ta.amp.set_op_precision`` writes them);
 - two **hooks** the tape calls without importing what is above it: the open
   precision report (:func:`current_trace`, a context variable like autocast, so
-  a trace sees only its own thread's ops) and the function that inserts one
+  a trace sees only its own thread's ops; :func:`record_cast` reports a rounding
+  an op makes inside itself) and the function that inserts one
   recorded cast (:func:`insert_cast`; a ``Cast`` is an op, two layers up, so
   ``tinyamp.amp.casting`` installs it when tinyamp is imported).
 """
@@ -201,13 +205,36 @@ current_trace: Callable[[], Any] = _trace.get
 set_trace = _trace.set
 reset_trace = _trace.reset
 
+
+def record_cast(op: Any, source: Any, result: Any, direction: str, *, fused: bool = True, **context: Any) -> None:
+    """Tell the open trace, if any, that ``op`` rounded array ``source`` into ``result`` (a fused cast).
+
+    For ops that convert inside themselves (no Cast node): one context-variable
+    read when no trace is open. ``direction``: "forward" or "backward";
+    ``context``: the ``rule``/``cache``/``position`` of a cast autocast asked
+    for. See ``Trace.record_cast`` (tinyamp/amp/report.py) and docs/ARCHITECTURE.md.
+    """
+    tracer = _trace.get()
+    if tracer is not None:
+        tracer.record_cast(op, source, result, direction, fused=fused, **context)
+
+
 _cast_function: "Callable[..., Any] | None" = None
+_fused_cast_function: "Callable[..., Any] | None" = None
+_low_copy_function: "Callable[..., Any] | None" = None
 
 
-def install_cast_function(function: Callable[..., Any]) -> None:
-    """Make ``function`` the one that :func:`insert_cast` calls (tinyamp.amp.casting does, on import)."""
-    global _cast_function
+def install_cast_function(function: Callable[..., Any], fused: "Callable[..., Any] | None" = None,
+                          low_copy: "Callable[..., Any] | None" = None) -> None:
+    """Make ``function`` the one that :func:`insert_cast` calls, ``fused`` the one behind
+    :func:`note_fused_cast` and ``low_copy`` the one behind :func:`low_copy` (tinyamp.amp.casting
+    installs all three, on import)."""
+    global _cast_function, _fused_cast_function, _low_copy_function
     _cast_function = function
+    if fused is not None:
+        _fused_cast_function = fused
+    if low_copy is not None:
+        _low_copy_function = low_copy
 
 
 def insert_cast(op: Any, tensor: Any, target: np.dtype, state: "AutocastState | None",
@@ -219,3 +246,42 @@ def insert_cast(op: Any, tensor: Any, target: np.dtype, state: "AutocastState | 
     ``custom_fwd(cast_inputs=...)``). Implemented by ``amp.casting.cast_input``.
     """
     return _cast_function(op, tensor, target, state, tag)
+
+
+def note_fused_cast(op: Any, position: int, tensor: Any, target: np.dtype, state: "AutocastState | None",
+                    tag: "Precision | None", cache: "str | None" = None, result: Any = None) -> None:
+    """Tell the open trace that ``op`` converts its input ``position`` to ``target`` itself.
+
+    Some ops take an input in its stored dtype and convert it inside (an FP32 op
+    widening float16 logits, a LOWER op reading a float32 weight's cached
+    low-precision copy): no Cast node, but the same cast, reported through
+    :func:`record_cast` with autocast's rule (``cache``: "hit"/"miss" for
+    weight-cache copies; ``result``: the converted array, when the caller has
+    it). Call it only while a trace is open (``current_trace()`` is not None).
+    """
+    _fused_cast_function(op, position, tensor, target, state, tag, cache, result)
+
+
+def low_copy(op: Any, position: int, tensor: Any, target: np.dtype, state: AutocastState, tag: Precision) -> Any:
+    """The ``target`` copy of the float32 weight ``tensor`` for ``op``, from the weight-cast cache.
+
+    For LOWER ops that lower their weights themselves (``Function.lowers_weights``):
+    the array a Cast node would have produced (converted now, or the cached
+    copy), without the node. Returns None when the tensor is not a cacheable
+    weight (then the op gets an ordinary recorded cast). Reports the cast to an
+    open trace.
+    """
+    return _low_copy_function(op, position, tensor, target, state, tag)
+
+
+def fused_cause(op: Any, position: int, source: np.dtype, target: np.dtype) -> str:
+    """The rule of the ``source -> target`` cast ``op`` did itself for input ``position``.
+
+    The op's backward names it when it rounds the gradient back. The forward may
+    have run without a trace (then nothing was noted) and the rule is rebuilt
+    from the op's tag.
+    """
+    causes = op.__dict__.get("_amp_fused_causes")
+    if causes and position in causes:
+        return causes[position]
+    return f"{op.precision.name}: {dt.dtype_name(source)} -> {dt.dtype_name(target)} for {op.name}"

@@ -26,6 +26,7 @@ import tinyamp
 
 from . import backend
 from . import dtypes as dt
+from .kernels.convert import convert
 
 _ITEM = "Tensor.item() (which float(t), int(t), bool(t) and f'{t:.4f}' call)"  # how a host read is named
 
@@ -69,7 +70,15 @@ class Tensor:
 
     @classmethod
     def _wrap(cls, array: Any) -> "Tensor":
-        """Fast constructor for op outputs: no checks, no conversion."""
+        """Fast constructor for op outputs: no checks; a NumPy scalar becomes a 0-d array.
+
+        NumPy hands back a 0-d result (``x.sum()``, ``a0 * b0``) as an immutable
+        scalar, where CuPy keeps a 0-d array. A Tensor's data is always an array,
+        so in-place writes (``x.sum().mul_(2)``, ``s[()] = v``) and views work on
+        both backends. The ndarray test comes first: it is the common case.
+        """
+        if array.__class__ is not np.ndarray and isinstance(array, np.generic):
+            array = np.asarray(array)
         t = object.__new__(cls)
         t.data = array
         t.grad = None
@@ -260,10 +269,15 @@ class Tensor:
         return True
 
     def _check_result(self, name: str, result: "Tensor") -> None:
-        if result.shape != self.shape or result.dtype != self.dtype:
+        """The result fits: self's shape, and a dtype that may be rounded into self's (PyTorch's rules)."""
+        if result.shape != self.shape:
             raise RuntimeError(f"{name}: result of shape {list(result.shape)} and dtype "
                                f"{dt.dtype_name(result.dtype)} cannot be written in place into a tensor of "
                                f"shape {list(self.shape)} and dtype {dt.dtype_name(self.dtype)}")
+        if result.dtype != self.dtype and not dt.can_cast_in_place(result.dtype, self.dtype):
+            raise RuntimeError(f"{name}: result type {dt.dtype_name(result.dtype)} can't be cast to the "
+                               f"desired output type {dt.dtype_name(self.dtype)} (shape {list(self.shape)}); "
+                               f"an in-place op keeps its tensor's dtype: use the out-of-place op")
 
     def _old_value(self) -> "Tensor":
         """The tensor as it is now, as a separate node input for a recorded in-place op."""
@@ -279,17 +293,32 @@ class Tensor:
         self fail loudly at backward instead of reading the new values.
         """
         self._check_result(name, result)
+        if result.dtype != self.dtype:  # h.mul_(f): computed in float32, rounded into float16 (recorded)
+            result = tinyamp.ops.cast(result, self.dtype)
         self.data = result.data
         self.grad_fn, self._out_index, self._requires_grad = result.grad_fn, result._out_index, True
         self._version[0] += 1
         return self
 
     def _write(self, name: str, result: "Tensor") -> "Tensor":
-        """An unrecorded in-place op: write into self's buffer (views see it)."""
+        """An unrecorded in-place op: write into self's buffer (views see it), in self's dtype."""
         self._check_result(name, result)
-        self.data[...] = result.data
-        self._version[0] += 1
+        self._store(name, ..., result.data)
         return self
+
+    def _store(self, name: str, key: Any, value: Any) -> None:
+        """``data[key] = value`` (cast to self's dtype) and a version bump: every unrecorded write."""
+        try:
+            self.data[key] = value
+        except ValueError:
+            if not getattr(self.data.flags, "writeable", True):
+                # NumPy's broadcast views (expand) are read-only; PyTorch refuses the write too.
+                raise RuntimeError(f"{name}: unsupported operation: more than one element of the written-to "
+                                   f"tensor (shape {list(self.shape)}, an expanded view) refers to a single "
+                                   f"memory location. Please clone() the tensor before performing the "
+                                   f"operation.") from None
+            raise
+        self._version[0] += 1
 
     def _inplace_binary(self, name: str, op: Callable, other: Any) -> "Tensor":
         if self._check_inplace(name, other):
@@ -334,8 +363,7 @@ class Tensor:
     def fill_(self, value: Any) -> "Tensor":
         if self._check_inplace("fill_", None):
             raise RuntimeError("fill_: cannot fill a non-leaf tensor that requires grad in place")
-        self.data[...] = value
-        self._version[0] += 1
+        self._store("fill_", ..., value)
         return self
 
     def copy_(self, src: "Tensor") -> "Tensor":
@@ -348,8 +376,7 @@ class Tensor:
         if self._check_inplace("copy_", src):
             converted = src.to(self.device).to(self.dtype)
             return self._rebind("copy_", tinyamp.ops.clone(converted))
-        self.data[...] = backend.to_device(src.data, self.device).astype(self.dtype, copy=False)
-        self._version[0] += 1
+        self._store("copy_", ..., _converted(backend.to_device(src.data, self.device), self.dtype))
         return self
 
     def __setitem__(self, key: Any, value: Any) -> None:
@@ -358,12 +385,10 @@ class Tensor:
                                f"is not recorded by autograd; build the result with ta.where or ta.cat, "
                                f"or assign under ta.no_grad()")
         if isinstance(value, Tensor):
-            if value.dtype != self.dtype:
-                raise TypeError(f"index assignment: value dtype {dt.dtype_name(value.dtype)} differs from "
-                                f"tensor dtype {dt.dtype_name(self.dtype)}; cast it explicitly")
-            value = value.data
-        self.data[_index_key(key)] = value
-        self._version[0] += 1
+            # Stored in self's dtype, as PyTorch's index_put_/copy_ do (a float16
+            # tensor takes a float32 value rounded; this is the explicit write).
+            value = _converted(value.data, self.dtype)
+        self._store("index assignment", _index_key(key), value)
 
     # ------------------------------------------------------ Python operators
     def __add__(self, other: Any) -> "Tensor":
@@ -530,6 +555,18 @@ class Tensor:
         if method is None:
             raise AttributeError(f"'Tensor' object has no attribute '{name}'")
         return method.__get__(self, Tensor)
+
+
+def _converted(array: Any, dtype: np.dtype) -> Any:
+    """``array`` in ``dtype`` for an explicit write: rounded as PyTorch's ``copy_``, quietly.
+
+    A value past float16's range becomes inf, as in PyTorch, without NumPy's
+    "overflow encountered in cast" warning.
+    """
+    if array.dtype == dtype:
+        return array
+    with np.errstate(all="ignore"):
+        return convert(array, dtype)
 
 
 def _index_key(key: Any) -> Any:

@@ -10,6 +10,7 @@ from .custom_fwd import custom_bwd, custom_fwd
 from .op_table import OpInfo, OpTable, get_op_precision, op_table, reset_op_precision, set_op_precision
 from .grad_scaler import AmpScaler, GradScaler
 from .report import Trace, trace
+from .shadow import ShadowReport, shadow_run
 from . import grad_stats
 from .grad_stats import exponent_histogram, plot_exponent_histogram
 
@@ -17,5 +18,5 @@ __all__ = ["autocast", "is_autocast_enabled", "get_autocast_dtype", "Precision",
            "PROMOTE", "NEUTRAL", "compute_dtype", "custom_fwd", "custom_bwd", "set_op_precision",
            "get_op_precision", "reset_op_precision", "op_table", "OpTable", "OpInfo", "trace", "Trace",
            "clear_autocast_cache", "autocast_cache_info", "is_autocast_cache_enabled", "is_autocast_available"]
-__all__ += ["GradScaler", "AmpScaler"]
+__all__ += ["GradScaler", "AmpScaler", "shadow_run", "ShadowReport"]
 __all__ += ["grad_stats", "exponent_histogram", "plot_exponent_histogram"]

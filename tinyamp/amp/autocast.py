@@ -8,15 +8,18 @@ user-defined Functions are in :mod:`tinyamp.amp.custom_fwd`; the global per-op
 overrides in :mod:`tinyamp.amp.op_table`.
 
 Regions form a stack kept in context variables (so per thread): an inner region
-(``enabled=False``, another dtype, more overrides) is undone on exit, and the
-weight-cast cache made by the outermost region is shared by every region inside
-it and dropped when the outermost one exits.
+(``enabled=False``, another dtype, more overrides) is undone on exit. The
+weight-cast cache (``casting.WEIGHT_CACHE``) outlives the regions: a float32
+weight is converted once per version (see ``casting.py`` for how this differs
+from PyTorch, which empties its cache at the outermost exit).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import warnings
+from contextvars import ContextVar
 from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
@@ -25,10 +28,25 @@ from .. import backend
 from .. import dtypes as dt
 from .. import precision
 from ..precision import FP32, LOWER, NEUTRAL, PROMOTE, Precision, as_precision
-from .casting import WeightCastCache
+from .casting import WEIGHT_CACHE
 from .op_table import check_op_name
 
 _DEVICE_TYPES = ("cpu", "cuda")
+
+# True while every autocast region entered is made disabled (the float32 twin of
+# ta.amp.shadow_run runs the user's own code, autocast regions included, without
+# lowering anything). Read once per region entered, never per op.
+_regions_disabled: ContextVar[bool] = ContextVar("tinyamp_autocast_regions_disabled", default=False)
+
+
+@contextlib.contextmanager
+def regions_disabled() -> Any:
+    """Inside: every ``autocast`` region entered behaves as ``enabled=False`` (overrides kept, nothing lowered)."""
+    token = _regions_disabled.set(True)
+    try:
+        yield
+    finally:
+        _regions_disabled.reset(token)
 
 
 # --------------------------------------------------------------------------
@@ -111,6 +129,7 @@ class autocast:
                           "(use device_type='cpu' or None to autocast CPU ops)", stacklevel=2)
             self._enabled = False
         self._tokens: list[tuple[Any, Any, Any, bool]] = []
+        self._errstates: list = []  # per entry: NumPy's errstate of an outermost region, else None
 
     @property
     def enabled(self) -> bool:
@@ -121,22 +140,31 @@ class autocast:
         cache_enabled = (outer.cache_enabled if outer is not None else True) \
             if self._cache_enabled is None else self._cache_enabled
         if outer is None:
-            scope = precision.AutocastScope(WeightCastCache(), dict(self.overrides), cache_enabled)
+            scope = precision.AutocastScope(WEIGHT_CACHE, dict(self.overrides), cache_enabled)
         else:
             scope = precision.AutocastScope(outer.cache, {**outer.overrides, **self.overrides}, cache_enabled)
         state = None
-        if self._enabled:
+        if self._enabled and not _regions_disabled.get():
             state = precision.AutocastState(self.fast_dtype, self.device_type, cache_enabled,
                                             scope.overrides, scope.cache if cache_enabled else None)
         self._tokens.append((precision.set_scope(scope), precision.set_autocast(state), scope, outer is None))
+        # Inf and nan are expected in a low-precision forward (the scaler deals with
+        # them): NumPy's floating-point warnings are off for the whole region, as
+        # PyTorch prints none. Set once by the outermost region, not per op (an
+        # errstate costs ~1 us); nested regions inherit it.
+        quiet = np.errstate(all="ignore") if outer is None else None
+        if quiet is not None:
+            quiet.__enter__()
+        self._errstates.append(quiet)
         return self
 
     def __exit__(self, *exc: Any) -> bool:
         scope_token, state_token, scope, outermost = self._tokens.pop()
-        if outermost:
-            scope.cache.clear()
         precision.reset_autocast(state_token)
         precision.reset_scope(scope_token)
+        quiet = self._errstates.pop()
+        if quiet is not None:
+            quiet.__exit__(*exc)
         return False
 
     def __call__(self, func: Callable) -> Callable:

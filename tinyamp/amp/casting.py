@@ -8,8 +8,19 @@ op, so the tape cannot import this module). A cast is an ordinary recorded
 float16 tensors for backward and the Cast's backward hands float32 gradients to
 float32 weights (docs/ARCHITECTURE.md, "The life of one op call").
 
-The weight-cast cache made by the outermost autocast region lives in the
-region's state; this module defines it and decides when it is used.
+Two kinds of op do the cast themselves, with the same numerics and no node
+(``Function.upcasts_inputs``, ``Function.lowers_weights``): :func:`low_copy`
+hands a LOWER op the cached low-precision copy of a float32 weight, and
+:func:`note_fused_cast` tells an open precision report about every such cast,
+so ``ta.amp.trace()`` lists each rounding as before.
+
+The weight-cast cache (:data:`WEIGHT_CACHE`) is persistent: an entry lives as
+long as its weight and is used while the weight's version is unchanged, across
+regions and steps. An optimizer that updates the weight on a GPU writes the
+rounded new weight into the entry and re-stamps it (:func:`low_copy_to_refresh`),
+so the next step's forward converts nothing. PyTorch instead empties its cache
+whenever the outermost region exits (one conversion per weight per step);
+``ta.amp.clear_autocast_cache()`` empties this one.
 """
 
 from __future__ import annotations
@@ -21,27 +32,31 @@ import numpy as np
 
 from .. import dtypes as dt
 from .. import precision
-from ..ops.cast import Cast, cast
+from ..kernels import cuda_launch
+from ..kernels.convert import convert
+from ..ops.cast import CachedCast, Cast, cast
+from ..tensor import Tensor
 from ..precision import PROMOTE, AutocastState, Precision
 
 
 class WeightCastCache:
-    """Low-precision copies of float32 leaf weights, converted once per outermost region.
+    """Low-precision copies of float32 leaf weights, converted once per weight version.
 
     An entry is keyed on the weight's identity and the target dtype, and holds
     a weak reference to the weight, the weight's version at conversion time and
     the converted array. It is used only while the reference still points at
     the same tensor (ids are reused after garbage collection) and the version
-    is unchanged (an in-place update, such as an optimizer step inside the
-    region, bumps it). PyTorch and Apex key on identity alone and have served
-    stale casts.
+    is unchanged (an in-place update, such as an optimizer step, bumps it).
+    PyTorch and Apex key on identity alone and have served stale casts. An
+    entry goes when its weight is garbage collected.
 
     The cache holds arrays, not graph nodes: every use gets its own recorded
-    Cast node over the shared array (no conversion runs). So a use under
-    ``no_grad`` can never leave a later use without its link to the weight
-    (PyTorch's cache can), and each use's gradient is upcast and summed in
-    float32 at the weight, bit for bit as without the cache (a shared node
-    would sum the uses' float16 gradients in float16 first).
+    Cast node over the shared array (no conversion runs), or none when the op
+    lowers the weight itself. So a use under ``no_grad`` can never leave a later
+    use without its link to the weight (PyTorch's cache can), and each use's
+    gradient is upcast and summed in float32 at the weight, bit for bit as
+    without the cache (a shared node would sum the uses' float16 gradients in
+    float16 first).
     """
 
     def __init__(self) -> None:
@@ -59,10 +74,56 @@ class WeightCastCache:
 
     def put(self, weight: Any, dtype: np.dtype, array: Any) -> None:
         self.misses += 1
-        self._entries[(id(weight), dtype)] = (weakref.ref(weight), weight._version[0], array)
+        key = (id(weight), dtype)
+        entries = self._entries
+
+        def forget(ref: Any, key: tuple = key) -> None:  # the weight was collected: drop its copy
+            entry = entries.get(key)
+            if entry is not None and entry[0] is ref:
+                del entries[key]
+
+        self._entries[key] = (weakref.ref(weight, forget), weight._version[0], array)
+
+    def refresh(self, weight: Any, dtype: np.dtype) -> Any:
+        """Convert ``weight`` (a miss): into its stale entry's array when it has one, else a new entry.
+
+        Reusing the array saves an allocation per weight and step on the CPU,
+        where the optimizer does not write the copy; whoever kept the old copy
+        for backward shares the weight's version counter and sees the update.
+        """
+        self.misses += 1
+        entry = self._entries.get((id(weight), dtype))
+        if entry is not None and entry[0]() is weight and not cuda_launch.on_gpu(entry[2]):
+            convert(weight.data, dtype, out=entry[2])
+            self._entries[(id(weight), dtype)] = (entry[0], weight._version[0], entry[2])
+            return entry[2]
+        array = convert(weight.data, dtype)
+        self.misses -= 1  # put counts it
+        self.put(weight, dtype, array)
+        return array
+
+    def to_refresh(self, weight: Any) -> "tuple[np.dtype, Any] | None":
+        """(dtype, array) of a current entry of ``weight`` that an update may overwrite, else None.
+
+        The optimizer writes the rounded updated weight into the array and then
+        calls :meth:`restamp`; other dtypes' entries of the weight become stale.
+        """
+        for dtype in (dt.float16, dt.bfloat16):
+            entry = self._entries.get((id(weight), dtype))
+            if entry is not None and entry[0]() is weight and entry[1] == weight._version[0]:
+                return dtype, entry[2]
+        return None
+
+    def restamp(self, weight: Any, dtype: np.dtype) -> None:
+        """The entry of ``weight`` holds the weight's current value (written by the optimizer)."""
+        entry = self._entries.get((id(weight), dtype))
+        if entry is not None and entry[0]() is weight:
+            self._entries[(id(weight), dtype)] = (entry[0], weight._version[0], entry[2])
 
     def clear(self) -> None:
+        """Drop every entry and start the hit and miss counts again."""
         self._entries.clear()
+        self.hits = self.misses = 0
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -70,20 +131,6 @@ class WeightCastCache:
     def info(self) -> dict:
         nbytes = sum(e[2].nbytes for e in self._entries.values())
         return {"entries": len(self._entries), "hits": self.hits, "misses": self.misses, "bytes": int(nbytes)}
-
-
-class CachedCast(Cast):
-    """y = x as dtype, from the region's weight-cast cache; dx = gy as x's dtype"""
-
-    name = "cast"
-
-    def __init__(self, dtype: np.dtype, array: Any) -> None:
-        super().__init__(dtype)
-        self.array = array
-
-    def forward(self, xp: Any, x: Any) -> Any:
-        self.source = x.dtype
-        return self.array
 
 
 def _cacheable(tensor: Any, target: np.dtype) -> bool:
@@ -107,6 +154,10 @@ def _cause(op: Any, tag: "Precision | None", source: np.dtype, target: np.dtype,
     return rule
 
 
+WEIGHT_CACHE = WeightCastCache()
+"""The process's weight-cast cache (used by every region with ``cache_enabled``)."""
+
+
 def cast_input(op: Any, tensor: Any, target: np.dtype, state: "AutocastState | None",
                tag: "Precision | None") -> Any:
     """The recorded cast of one of ``op``'s inputs to ``target``.
@@ -122,13 +173,14 @@ def cast_input(op: Any, tensor: Any, target: np.dtype, state: "AutocastState | N
         if array is not None:
             node = CachedCast(target, array)
             if tracer is None:
-                return node(tensor)
-            return _traced_cast(node, tensor, tracer, op, _cause(op, tag, tensor.dtype, target, state)
-                                + "; cache hit", "hit")
+                return _shares_version(node(tensor), tensor)
+            return _shares_version(_traced_cast(node, tensor, tracer, op, _cause(op, tag, tensor.dtype, target,
+                                                                                 state) + "; cache hit", "hit"),
+                                   tensor)
         cause = None if tracer is None else _cause(op, tag, tensor.dtype, target, state) + "; cached"
         out = _make_cast(tensor, target, tracer, op, cause, "miss")
         cache.put(tensor, target, out.data)
-        return out
+        return _shares_version(out, tensor)
     cause = None if tracer is None else _cause(op, tag, tensor.dtype, target, state)
     return _make_cast(tensor, target, tracer, op, cause, None)
 
@@ -136,6 +188,9 @@ def cast_input(op: Any, tensor: Any, target: np.dtype, state: "AutocastState | N
 def _make_cast(tensor: Any, target: np.dtype, tracer: Any, op: Any, cause: "str | None",
                cache: "str | None") -> Any:
     if tracer is None:
+        if not tensor._requires_grad:
+            # Nothing to record (an input batch): the conversion alone, without the node's machinery.
+            return Tensor._wrap(convert(tensor.data, target))
         return cast(tensor, target)
     return _traced_cast(Cast(target), tensor, tracer, op, cause, cache)
 
@@ -148,19 +203,67 @@ def _traced_cast(node: Any, tensor: Any, tracer: Any, op: Any, cause: str, cache
     return out
 
 
+def _shares_version(out: Any, weight: Any) -> Any:
+    """A cached copy changes when its weight does (an optimizer may rewrite it in place on a GPU):
+    the cast output takes the weight's version counter, so a node that saved it sees the update."""
+    out._version = weight._version
+    return out
+
+
+def low_copy(op: Any, position: int, tensor: Any, target: np.dtype, state: AutocastState,
+             tag: Precision) -> Any:
+    """``precision.low_copy``: the ``target`` copy of a float32 weight for an op that lowers it itself.
+
+    None when ``tensor`` is not a float32 leaf that requires grad (the op then
+    gets a recorded Cast). With the cache on, the copy is the cached one
+    (converted on a miss); without, a fresh conversion.
+    """
+    if not _cacheable(tensor, target):
+        return None
+    cache, kind = state.cache, None
+    if cache is not None:
+        array = cache.get(tensor, target)
+        kind = "hit"
+        if array is None:
+            array, kind = cache.refresh(tensor, target), "miss"
+    else:
+        array = convert(tensor.data, target)
+    if precision.current_trace() is not None:
+        note_fused_cast(op, position, tensor, target, state, tag, kind, array)
+    return array
+
+
+def note_fused_cast(op: Any, position: int, tensor: Any, target: np.dtype, state: "AutocastState | None",
+                    tag: "Precision | None", cache: "str | None" = None, result: Any = None) -> None:
+    """``precision.note_fused_cast``: report a cast an op does itself, with autocast's rule."""
+    cause = _cause(op, tag, tensor.dtype, target, state)
+    if cache is not None:
+        cause += "; cache hit" if cache == "hit" else "; cached"
+    causes = op.__dict__.setdefault("_amp_fused_causes", {})
+    causes[position] = cause  # the backward names the same rule when it rounds the gradient back
+    if result is None:
+        result = convert(tensor.data, target)  # the op converts inside; the report needs the values
+    precision.record_cast(op, tensor.data, result, "forward", rule=cause, cache=cache, position=position)
+
+
+def low_copy_to_refresh(weight: Any) -> "tuple[np.dtype, Any] | None":
+    """(dtype, array) of ``weight``'s current cached copy, for an optimizer to overwrite, else None."""
+    return WEIGHT_CACHE.to_refresh(weight)
+
+
+def restamp_low_copy(weight: Any, dtype: np.dtype) -> None:
+    """After the optimizer wrote the rounded new weight into the copy: it is current again."""
+    WEIGHT_CACHE.restamp(weight, dtype)
+
+
 def clear_autocast_cache() -> None:
-    """Empty the weight-cast cache of the current region stack (PyTorch's name)."""
-    scope = precision.current_scope()
-    if scope is not None:
-        scope.cache.clear()
+    """Empty the weight-cast cache (PyTorch's name)."""
+    WEIGHT_CACHE.clear()
 
 
 def autocast_cache_info() -> dict:
-    """Entries, hits, misses and bytes of the current region stack's weight-cast cache."""
-    scope = precision.current_scope()
-    if scope is None:
-        return {"entries": 0, "hits": 0, "misses": 0, "bytes": 0}
-    return scope.cache.info()
+    """Entries, hits, misses and bytes of the weight-cast cache."""
+    return WEIGHT_CACHE.info()
 
 
-precision.install_cast_function(cast_input)
+precision.install_cast_function(cast_input, fused=note_fused_cast, low_copy=low_copy)

@@ -153,7 +153,7 @@ class GradScaler:
                     self._lazy_init(value.device)
                 dev = value.device
                 if dev not in per_device:
-                    per_device[dev] = Tensor._wrap(backend.to_device(self._scale, dev))
+                    per_device[dev] = self._scale_tensor(dev)
                 return value * per_device[dev]
             if isinstance(value, (list, tuple)):
                 items = [apply(item) for item in value]
@@ -161,7 +161,17 @@ class GradScaler:
             raise ValueError(f"outputs must be a Tensor or an iterable of Tensors: GradScaler.scale takes a "
                              f"Tensor or nested lists/tuples of Tensors, got {type(value).__name__}")
 
-        return apply(outputs)
+        with np.errstate(all="ignore"):  # an inf loss (or loss * scale past float32) is the scaler's to handle
+            return apply(outputs)
+
+    def _scale_tensor(self, dev: backend.Device) -> Tensor:
+        """The scale as a Tensor on ``dev``; on its own device one wrapper, kept (update rewrites the array)."""
+        if backend.device_of(self._scale) != dev:
+            return Tensor._wrap(backend.to_device(self._scale, dev))
+        wrapper = self.__dict__.get("_scale_wrapper")
+        if wrapper is None or wrapper.data is not self._scale:
+            wrapper = self._scale_wrapper = Tensor._wrap(self._scale)
+        return wrapper
 
     def _lazy_init(self, dev: backend.Device) -> None:
         xp = dev.xp
@@ -202,12 +212,10 @@ class GradScaler:
             raise RuntimeError("unscale_() has already been called on this optimizer since the last update().")
         if state["stage"] is OptState.STEPPED:
             raise RuntimeError("unscale_() is being called after step().")
-        xp = backend.array_module(self._scale)
-        inv_scale = xp.reciprocal(self._scale.astype(np.float64)).astype(np.float32)
-        state["found_inf_per_device"] = self._unscale_grads_(optimizer, inv_scale)
+        state["found_inf_per_device"] = self._unscale_grads_(optimizer)
         state["stage"] = OptState.UNSCALED
 
-    def _unscale_grads_(self, optimizer: Any, inv_scale: Any) -> dict:
+    def _unscale_grads_(self, optimizer: Any) -> dict:
         """One ``unscale_group`` call per (device, dtype); returns {device: found_inf array}."""
         master_of = getattr(optimizer, "_master", None)
         groups: dict = defaultdict(lambda: ([], [], []))
@@ -238,13 +246,12 @@ class GradScaler:
                 f"ta.optim.Adam(model.parameters(), master_weights=True)) to keep float32 master weights, or keep "
                 f"the parameters in float32 and use autocast (O1).")
         found_per_device: dict = {}
-        inv_per_device: dict = {}
+        scale_per_device: dict = {}
         for (dev, _), (grads, outs, tensors) in groups.items():
             if dev not in found_per_device:
                 found_per_device[dev] = dev.xp.zeros((), dtype=np.float32)
-                inv_per_device[dev] = backend.to_device(inv_scale, dev)
-            with np.errstate(over="ignore", invalid="ignore"):  # inf/nan is what we look for
-                unscale_group(dev.xp, grads, outs, inv_per_device[dev], found_per_device[dev])
+                scale_per_device[dev] = backend.to_device(self._scale, dev)
+            unscale_group(dev.xp, grads, outs, scale_per_device[dev], found_per_device[dev])
             for t in tensors:
                 t._version[0] += 1
         return found_per_device
@@ -313,20 +320,22 @@ class GradScaler:
         self._check_scale_growth_tracker("update")
         xp = backend.array_module(self._scale)
         dev = backend.device_of(self._scale)
-        before = self._scale.copy()
         found = [v for s in self._per_optimizer_states.values() for v in s["found_inf_per_device"].values()]
         combined = self._sum_found(found, dev) if found else None
         if new_scale is not None:
+            before = self._scale.copy()
             self._set_scale(new_scale, xp, dev)
+            self.last_step = ScalerStep(combined, before, self._scale.copy())
         else:
             if combined is None:
                 raise RuntimeError("No inf checks were recorded prior to update.")
-            with np.errstate(over="ignore"):  # a growth past float32's range is computed, then refused
-                update_scale(xp, self._scale, self._growth_tracker, self._hysteresis_tracker, combined,
-                              growth_factor=self._growth_factor, backoff_factor=self._backoff_factor,
-                              growth_interval=self._growth_interval, hysteresis=self._hysteresis,
-                              min_scale=self._min_scale, max_scale=self._max_scale)
-        self.last_step = ScalerStep(combined, before, self._scale.copy())
+            # The rule writes the scale before and after into a fresh pair (kept by last_step): no copies.
+            record = xp.empty((2,), dtype=np.float32)
+            update_scale(xp, self._scale, self._growth_tracker, self._hysteresis_tracker, combined,
+                         growth_factor=self._growth_factor, backoff_factor=self._backoff_factor,
+                         growth_interval=self._growth_interval, hysteresis=self._hysteresis,
+                         min_scale=self._min_scale, max_scale=self._max_scale, record=record)
+            self.last_step = ScalerStep(combined, record[0:1], record[1:2])
         self._per_optimizer_states = defaultdict(_refresh_per_optimizer_state)
         backend.observe(self)  # a graphed step counts this update's skipped step (tinyamp/cuda_graphs)
 

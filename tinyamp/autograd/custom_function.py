@@ -21,7 +21,10 @@ for the whole call through the same code as a built-in op
 (``Function._record_and_trace``); the node is the ``ctx``. A user Function runs
 in the dtypes it receives (``precision = NEUTRAL``) unless ``amp.custom_fwd``
 says otherwise; its ``cast_inputs`` casts are inserted here, as recorded casts,
-before the node records its inputs.
+before the node records its inputs. The gradients ``backward`` returns are
+fitted to the inputs as PyTorch's engine fits them: cast to each input's dtype
+(``custom_bwd``'s float16 gradient for a float32 argument) and summed over
+the dims the input was broadcast along (see ``_run_backward``).
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+
+import tinyamp
 
 from .. import dtypes as dt
 from ..precision import NEUTRAL, current_autocast, insert_cast
@@ -131,13 +136,52 @@ class CustomFunction(Function):
         self._freed = True
 
     def _run_backward(self, grads: list[Tensor]) -> tuple:
-        """Call the static backward; check it returned one gradient per forward argument."""
+        """Call the static backward; one gradient per forward argument, each fitted to its input.
+
+        PyTorch's rules (``PyNode::apply`` and the engine's ``validate_outputs``):
+        extra trailing Nones are dropped; a non-Tensor argument gets None; a
+        gradient of another dtype is cast to the input's dtype (a float16
+        gradient for a float32 input, as ``custom_bwd`` under autocast gives);
+        a gradient of a shape the input broadcasts to is summed down to the
+        input's shape; any other shape is an error. Built-in ops get no such
+        help: their gradients must match exactly (engine.py).
+        """
+        name = f"{type(self).__name__}Backward"
         result = type(self).backward(self, *grads)
         result = result if isinstance(result, tuple) else (result,)
-        if len(result) != len(self._arg_is_tensor):
-            raise RuntimeError(f"function {type(self).__name__}.backward returned {len(result)} "
-                               f"gradients, expected {len(self._arg_is_tensor)} (one per forward argument)")
-        return tuple(g for g, is_tensor in zip(result, self._arg_is_tensor) if is_tensor)
+        expected = len(self._arg_is_tensor)
+        if len(result) > expected and all(g is None for g in result[expected:]):
+            result = result[:expected]
+        if len(result) != expected:
+            raise RuntimeError(f"function {name} returned an incorrect number of gradients (expected "
+                               f"{expected}, got {len(result)}): one per argument of forward")
+        fitted = []
+        for position, (grad, is_tensor) in enumerate(zip(result, self._arg_is_tensor)):
+            if grad is not None and not isinstance(grad, Tensor):
+                raise RuntimeError(f"function {name} returned a {type(grad).__name__} as the gradient at "
+                                   f"position {position + 1}; expected a Tensor or None")
+            if not is_tensor:
+                if grad is not None:
+                    raise RuntimeError(f"function {name} returned a gradient different than None at position "
+                                       f"{position + 1}, but the corresponding forward input was not a Tensor")
+                continue
+            index = len(fitted)  # the gradient's index among the tensor inputs, as PyTorch counts
+            if grad is not None and index < len(self._input_meta) and self._edges[index] is not None:
+                grad = _fit_gradient(name, index, grad, *self._input_meta[index])
+            fitted.append(grad)
+        return tuple(fitted)
+
+
+def _fit_gradient(name: str, index: int, grad: Tensor, shape: tuple, dtype: np.dtype) -> Tensor:
+    """``grad`` summed to ``shape`` if ``shape`` broadcasts to it, then cast to ``dtype`` (recorded ops)."""
+    if grad.shape != shape:
+        if len(shape) > grad.ndim or not all(s == g or s == 1 for s, g in zip(shape[::-1], grad.shape[::-1])):
+            raise RuntimeError(f"Function {name} returned an invalid gradient at index {index} - got "
+                               f"{list(grad.shape)} but expected shape compatible with {list(shape)}")
+        grad = tinyamp.ops.sum_to(grad, shape)  # summed in its own dtype, as PyTorch's sum_to
+    if grad.dtype != dtype:
+        grad = tinyamp.ops.cast(grad, dtype)
+    return grad
 
 
 def _custom_fwd_casts(ctx: CustomFunction, args: tuple, dtype: np.dtype, device_type: "str | None") -> tuple:

@@ -14,14 +14,23 @@ from __future__ import annotations
 import heapq
 from typing import Any, Sequence
 
+import numpy as np
+
 from .. import dtypes as dt
+from .. import backend
+from ..backend import array_module
 from ..precision import current_trace, reset_autocast, set_autocast
 from ..tensor import Tensor
 from .grad_mode import _grad_enabled
 
 
 def _check_gradient(node: Any, index: int, grad: Tensor, shape: tuple, dtype: Any) -> None:
-    """A gradient must match its input exactly: never summed or cast to fit."""
+    """A gradient must match its input exactly: never summed or cast to fit.
+
+    A mismatch from a built-in op is a bug (often a missing Cast, which would
+    otherwise hide a precision loss). A user Function's gradients were fitted
+    already, as PyTorch fits them (``CustomFunction._run_backward``).
+    """
     if grad.shape != shape or grad.dtype != dtype:
         raise RuntimeError(
             f"Function {type(node).__name__}Backward returned an invalid gradient at index {index}: "
@@ -39,6 +48,10 @@ def _zeros(shape: tuple, dtype: Any, like: Tensor) -> Tensor:
     return Tensor._wrap(xp.zeros(shape, dtype=dtype))
 
 
+# A scaled float16 backward overflows by design (the scaler skips the step), and
+# accumulating into .grad adds inf to -inf: NumPy's floating-point warnings are off
+# for the whole call, set once per backward, never per node.
+@np.errstate(all="ignore")
 def run_backward(roots: Sequence[Tensor], root_grads: Sequence[Tensor], retain_graph: bool,
                  create_graph: bool, inputs: Sequence[Tensor] | None = None,
                  accumulate: bool = True) -> "list[Tensor | None]":
@@ -100,6 +113,8 @@ def run_backward(roots: Sequence[Tensor], root_grads: Sequence[Tensor], retain_g
             grads = [g if g is not None else _zeros(shape, dtype, next(x for x in grads if x is not None))
                      for g, (shape, dtype) in zip(grads, node._output_meta)]
             input_grads = node._run_backward(grads)
+            if tracer is not None:
+                tracer.record_gradients(node, input_grads)  # what this node handed back (the shadow run reads it)
             if len(input_grads) != len(node._edges):
                 raise RuntimeError(f"{type(node).__name__}.backward returned {len(input_grads)} "
                                    f"gradients for {len(node._edges)} inputs")
@@ -173,6 +188,29 @@ def _as_list(x: "Tensor | Sequence[Tensor] | None") -> list:
     return [x] if isinstance(x, Tensor) else list(x)
 
 
+_ONES: dict = {}  # (module, device, dtype) -> a read-only 0-d one, the seed of every scalar loss
+backend.on_cuda_switch(_ONES.clear)  # arrays of one CUDA backend never reach the other
+
+
+def _ones(like: Any) -> Any:
+    """Ones shaped like ``like``: for a scalar, a kept 0-d array (a fill per backward saved on a GPU).
+
+    It is never written: a leaf that would receive it as its ``.grad`` gets a
+    copy (the "handed out" rule of ``run_backward``), and NumPy's copy is
+    read-only so any write would raise.
+    """
+    xp = array_module(like)
+    if like.ndim != 0:
+        return xp.ones(like.shape, dtype=like.dtype)
+    key = (id(xp), None if xp is np else like.device.id, like.dtype)
+    one = _ONES.get(key)
+    if one is None:
+        one = _ONES[key] = xp.ones((), dtype=like.dtype)
+        if xp is np:
+            one.flags.writeable = False
+    return one
+
+
 def _seed_gradients(outputs: list, grad_outputs: list, caller: str) -> list:
     """One gradient per output; an implicit one only for scalars."""
     if grad_outputs and len(grad_outputs) != len(outputs):
@@ -189,7 +227,7 @@ def _seed_gradients(outputs: list, grad_outputs: list, caller: str) -> list:
             if out.data.size != 1:
                 raise RuntimeError(f"{caller}: grad can be implicitly created only for scalar outputs; "
                                    f"output {i} has shape {list(out.shape)}, pass a gradient")
-            g = Tensor._wrap(out.device.xp.ones(out.shape, dtype=out.dtype))
+            g = Tensor._wrap(_ones(out.data))
         elif not isinstance(g, Tensor):
             raise TypeError(f"{caller}: gradients must be Tensors or None, got {type(g).__name__}")
         elif g.shape != out.shape or g.dtype != out.dtype:

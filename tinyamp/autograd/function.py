@@ -33,9 +33,10 @@ from typing import Any, ClassVar
 import numpy as np
 
 from .. import dtypes as dt
+from .. import backend
 from ..backend import array_module
-from ..precision import (PROMOTE, AutocastState, Precision, compute_dtype, current_autocast, current_trace,
-                         global_overrides, insert_cast, needs_cast)
+from ..precision import (FP32, LOWER, PROMOTE, AutocastState, Precision, compute_dtype, current_autocast,
+                         current_trace, global_overrides, insert_cast, low_copy, needs_cast, note_fused_cast)
 from ..tensor import Tensor
 from .grad_mode import _grad_enabled
 
@@ -57,6 +58,12 @@ class Function:
 
     # Required on every op class: what autocast does to its inputs.
     precision: ClassVar[Precision]
+    # The inputs type promotion brings to one dtype before forward, inside and
+    # outside autocast (PyTorch's binary-op rule: mse_loss(float16, float32) is
+    # float32). Every input of a PROMOTE op (set by __init_subclass__); a slice
+    # for an op of another tag whose leading inputs promote (a loss's input and
+    # target); None for the rest.
+    promoted_inputs: ClassVar["slice | None"] = None
     # The name autocast overrides and the precision report use; defaults to the
     # lower-cased class name.
     name: ClassVar[str]
@@ -67,6 +74,23 @@ class Function:
     # none of whose gradients is needed is not kept (saved_tensors gives None):
     # x @ W with a constant x keeps x only, not the (float16 copy of the) weight.
     saved_input_needed_by: ClassVar["dict[int, tuple[int, ...]] | None"] = None
+    # An FP32 op that widens float16/bfloat16 inputs itself (exactly, inside its
+    # kernel) sets this: autocast then passes those inputs unchanged and sets
+    # ``upcast`` on the call instead of recording Cast nodes. The op returns
+    # float32 (what it would return for float32 inputs) and hands each input's
+    # gradient back in the input's own dtype, rounded once from float32: bit for
+    # bit what the Cast nodes and their backward gave.
+    upcasts_inputs: ClassVar[bool] = False
+    # A LOWER op lists here the input positions of weights it lowers itself: a
+    # float32 leaf that requires grad arrives unchanged (the node's edge goes to
+    # the weight), ``forward`` gets its low-precision copy from the weight-cast
+    # cache (``lowered``), and backward returns the weight's gradient in float32
+    # as float32(round(gradient)), which is what a Cast node's backward gave.
+    lowers_weights: ClassVar[tuple[int, ...]] = ()
+
+    # Per-call state set by autocast (see upcasts_inputs / lowers_weights).
+    upcast: bool = False
+    lowered: "dict[int, Any] | None" = None  # input position -> the low-precision array forward got
 
     # Per-node state, filled in by _record().
     seq: int = -1
@@ -83,6 +107,11 @@ class Function:
         super().__init_subclass__(**kwargs)
         if "name" not in cls.__dict__:
             cls.name = cls.__name__.lower()
+        if "promoted_inputs" not in cls.__dict__:
+            if getattr(cls, "precision", None) is PROMOTE:
+                cls.promoted_inputs = slice(None)
+            elif cls.promoted_inputs == slice(None):
+                cls.promoted_inputs = None  # a PROMOTE op's subclass with another tag
 
     # ------------------------------------------------------------------ ops
     def forward(self, xp: Any, *arrays: Any) -> Any:
@@ -95,9 +124,12 @@ class Function:
         """Prepare the inputs, autocast them, run ``forward``, record the node: the one way an op runs."""
         tensors = _as_tensors(self, args)
         state = current_autocast()  # None when autocast is off: one ContextVar read
-        if state is not None or (self.precision is PROMOTE and _mixed_dtypes(tensors)):
+        if state is not None or (self.promoted_inputs is not None and _mixed_dtypes(tensors)):
             tensors = self._apply_precision(tensors, state)
         arrays = [t.data for t in tensors]
+        if self.lowered is not None:
+            for position, array in self.lowered.items():
+                arrays[position] = array
         xp = array_module(arrays[0]) if arrays else np
         outputs = self.forward(xp, *arrays)
         single = not isinstance(outputs, tuple)
@@ -124,15 +156,51 @@ class Function:
         tag = self.effective_precision(state)
         target = compute_dtype(tag, [t.dtype for t in tensors], None if state is None else state.dtype)
         if target is not None:
-            tensors = [insert_cast(self, t, target, state, tag) if needs_cast(tag, t.dtype, target) else t
-                       for t in tensors]
+            if tag is FP32 and self.upcasts_inputs:
+                self.upcast = True  # the op widens its 16-bit inputs itself
+                if current_trace() is not None:
+                    for position, t in enumerate(tensors):
+                        if needs_cast(tag, t.dtype, target):
+                            note_fused_cast(self, position, t, target, state, tag)
+            else:
+                tensors = self._cast_inputs(tensors, target, state, tag)
         if tag is not self.precision and self.precision is PROMOTE:
             # An overridden PROMOTE op still needs equal operand dtypes.
             target = compute_dtype(PROMOTE, [t.dtype for t in tensors], None)
             if target is not None:
                 tensors = [insert_cast(self, t, target, state, PROMOTE) if needs_cast(PROMOTE, t.dtype, target)
                            else t for t in tensors]
+        promoted = self.promoted_inputs
+        if promoted is not None and tag is not PROMOTE and self.precision is not PROMOTE:
+            # The tag's casts are done (an FP32 loss's float16 input is float32
+            # now); the promoted inputs still need one dtype (float32 with
+            # float64 is float64).
+            indices = range(len(tensors))[promoted]
+            target = compute_dtype(PROMOTE, [tensors[i].dtype for i in indices], None)
+            if target is not None:
+                tensors = list(tensors)
+                for i in indices:
+                    if needs_cast(PROMOTE, tensors[i].dtype, target):
+                        tensors[i] = insert_cast(self, tensors[i], target, state, PROMOTE)
         return tensors
+
+    def _cast_inputs(self, tensors: list[Tensor], target: np.dtype, state: "AutocastState | None",
+                     tag: Precision) -> list[Tensor]:
+        """Recorded casts of the inputs that must move; weights a LOWER op lowers itself stay."""
+        out = []
+        for position, t in enumerate(tensors):
+            if needs_cast(tag, t.dtype, target):
+                if tag is LOWER and position in self.lowers_weights and state is not None:
+                    array = low_copy(self, position, t, target, state, tag)
+                    if array is not None:
+                        if self.lowered is None:
+                            self.lowered = {}
+                        self.lowered[position] = array
+                        out.append(t)
+                        continue
+                t = insert_cast(self, t, target, state, tag)
+            out.append(t)
+        return out
 
     def effective_precision(self, state: "AutocastState | None") -> Precision:
         """The op's tag after any per-region or global override by name (autocast regions only)."""
@@ -294,4 +362,28 @@ def _scalar_tensor(value: Any, reference: "Tensor | None") -> Tensor:
     elif isinstance(value, int) and not isinstance(value, bool) and dtype == dt.bool_:
         dtype = dt.int64
     xp = array_module(reference.data)
-    return Tensor._wrap(xp.asarray(value, dtype=dtype))
+    if xp is np:
+        return Tensor._wrap(np.asarray(value, dtype=dtype))
+    return Tensor._wrap(device_scalar(xp, reference.data, value, dtype))
+
+
+_DEVICE_SCALARS: dict = {}  # (module, device id, dtype, type, value) -> 0-d device array, never written
+_DEVICE_SCALARS_KEPT = 1024
+backend.on_cuda_switch(_DEVICE_SCALARS.clear)  # arrays of one CUDA backend never reach the other
+
+
+def device_scalar(xp: Any, like: Any, value: Any, dtype: np.dtype) -> Any:
+    """A 0-d device array holding ``value`` on ``like``'s device, made once and kept.
+
+    ``x * 0.5`` on a GPU would otherwise copy the 0.5 to the device on every
+    call (a host-to-device transfer, which a captured CUDA graph cannot hold).
+    The arrays are only ever op inputs, never written.
+    """
+    key = (id(xp), like.device.id, dtype, type(value), value)
+    array = _DEVICE_SCALARS.get(key)
+    if array is None:
+        if len(_DEVICE_SCALARS) >= _DEVICE_SCALARS_KEPT:
+            _DEVICE_SCALARS.clear()
+        with like.device:
+            array = _DEVICE_SCALARS[key] = xp.asarray(value, dtype=dtype)
+    return array

@@ -98,6 +98,7 @@ class CUDAGraph:
         self._stream: Any = None
         self._open: "contextlib.ExitStack | None" = None  # the allocator and capture marks of a capture in progress
         self._kept: list = []  # device arrays the graph reads that their owners (caches) might drop
+        self._uploads: list[tuple[Any, Any]] = []  # (device array, host values) to copy when the capture ends
 
     def capture_begin(self, pool: "GraphPool | None" = None, capture_error_mode: str = "relaxed") -> None:
         """Begin capturing the work issued on the current stream (which must not be the default stream)."""
@@ -133,6 +134,9 @@ class CUDAGraph:
             self._graph = self._stream.end_capture()
         finally:
             opened.close()
+            uploads, self._uploads = self._uploads, []
+            for array, host in uploads:  # copies are allowed again (a failed capture is over too)
+                array.set(host)
 
     def _abandon_capture(self) -> None:
         """End a capture that an exception interrupted, keeping no graph (its own error says less)."""
@@ -167,6 +171,18 @@ class CUDAGraph:
         tables, device constants) and might otherwise drop: a replay reading
         freed memory reads whatever the pool put there next.
         """
+        self._kept.append(array)
+
+    def upload_after_capture(self, array: Any, host: Any) -> None:
+        """Copy ``host`` into the device ``array`` right after the capture ends, before the graph first runs.
+
+        For host values kept in device memory that the graph reads and the
+        host rewrites between replays (``kernels.cuda_launch.DeviceValues``):
+        a capture cannot copy from the host, and a copy recorded in the graph
+        would write the capture's value back at every replay. The graph holds
+        ``array``.
+        """
+        self._uploads.append((array, host))
         self._kept.append(array)
 
 

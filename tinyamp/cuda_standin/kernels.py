@@ -18,9 +18,11 @@ float16 is GCC's ``_Float16`` (conversions round to nearest even, arithmetic in
 float, as CuPy's ``float16``); bfloat16 is a struct rounding to nearest even,
 as CuPy's. Arithmetic is x86-64 SSE float/double, compiled with
 ``-ffp-contract=off`` as kernels compiled with ``--fmad=false`` are. The PTX
-float16 conversions (``asm("cvt.f32.f16 ...")`` and ``asm("cvt.rn.f16.f32
-...")``) are recognised in a RawKernel source and replaced by the same C++
-conversions; any other inline assembly is refused. What this cannot check:
+float16 conversions (``asm("cvt.f32.f16 ...")``, ``asm("cvt.rn.f16.f32 ...")``
+and ``asm("cvt.rn.f16.f64 ...")``) are recognised in a RawKernel source and
+replaced by the same C++ conversions; any other inline assembly is refused.
+``atomicAdd`` on an int and ``__threadfence`` run as plain code (threads run
+one after another). What this cannot check:
 NVRTC itself, CuPy's code generation, races between threads and the device's
 libm (``pow``).
 
@@ -66,6 +68,12 @@ static inline float standin_half_bits_to_float(unsigned short h) { float16 x; st
 static inline unsigned short standin_float_to_half_bits(float f) {
     float16 x = (float16)f; unsigned short h; std::memcpy(&h, &x, 2); return h;
 }
+static inline unsigned short standin_double_to_half_bits(double d) {  // GCC rounds double -> _Float16 once
+    float16 x = (float16)d; unsigned short h; std::memcpy(&h, &x, 2); return h;
+}
+// Threads run one after another here: a fence has nothing to order and an atomic is a plain update.
+#define __threadfence()
+static inline int atomicAdd(int* address, int value) { int old = *address; *address += value; return old; }
 """
 
 # CuPy's bfloat16 type for ElementwiseKernel code: float32's upper half, rounded to nearest even.
@@ -83,8 +91,10 @@ struct bfloat16 {
 };
 """
 
-# The two PTX conversions CUDA code uses for float16 bits, as C++ statements.
+# The PTX conversions CUDA code uses for float16 bits, as C++ statements.
 _PTX_CONVERSIONS = [
+    (re.compile(r'asm\s*\(\s*"cvt\.rn\.f16\.f64\s+%0\s*,\s*%1\s*;"\s*:\s*"=h"\s*\(\s*(\w+)\s*\)\s*:'
+                r'\s*"d"\s*\(\s*(\w+)\s*\)\s*\)\s*;'), r"\1 = standin_double_to_half_bits(\2);"),
     (re.compile(r'asm\s*\(\s*"cvt\.f32\.f16\s+%0\s*,\s*%1\s*;"\s*:\s*"=f"\s*\(\s*(\w+)\s*\)\s*:'
                 r'\s*"h"\s*\(\s*(\w+)\s*\)\s*\)\s*;'), r"\1 = standin_half_bits_to_float(\2);"),
     (re.compile(r'asm\s*\(\s*"cvt\.rn\.f16\.f32\s+%0\s*,\s*%1\s*;"\s*:\s*"=h"\s*\(\s*(\w+)\s*\)\s*:'
@@ -100,6 +110,8 @@ _CTYPES_SCALAR = {"float": ctypes.c_float, "double": ctypes.c_double, "bool": ct
                   "unsigned char": ctypes.c_ubyte, "unsigned long long": ctypes.c_ulonglong}
 _NUMPY_OF_C = {"float": np.float32, "double": np.float64, "int": np.int32, "long long": np.int64,
                "unsigned long long": np.uint64, "unsigned short": np.uint16, "bool": np.bool_}
+# A RawKernel sees 16-bit floats as their bits: CuPy passes a float16/bfloat16 array's pointer as is.
+_STORAGE_16 = (np.dtype(np.uint16), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
 
 
 def parse_params(text: str) -> list[tuple[bool, str, str]]:
@@ -296,7 +308,8 @@ class RawKernel:
                 want = np.dtype(_NUMPY_OF_C[ctype[:-1]])
                 if type(a) is not ndarray:
                     raise _not_an_array(a, self.name, pname)
-                if a.dtype != want or not a._a.flags.c_contiguous:
+                same = a.dtype == want or (want in _STORAGE_16 and a.dtype in _STORAGE_16)
+                if not same or not a._a.flags.c_contiguous:
                     raise TypeError(f"{self.name}: {pname} wants a contiguous {want} array, got {a.dtype} "
                                     f"shape {a.shape} (c_contiguous={a._a.flags.c_contiguous})")
                 call_args.append(ctypes.c_void_p(a.data.ptr))

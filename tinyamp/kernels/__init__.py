@@ -9,11 +9,18 @@ CPU and CUDA side by side, one responsibility per file:
   fused GEMM epilogue (bias in float32 + optional ReLU + downcast).
 - ``gemm.py``: the GEMM with float32 accumulation every LOWER contraction
   reaches (float32 BLAS on the CPU, cuBLAS ``gemmEx`` on a GPU).
+- ``round_through.py``: float32 rounded through float16/bfloat16 in place, the
+  epilogue giving a float32 weight its gradient from a 16-bit op.
 - ``loss_scale.py``: the loss-scale math (unscale with inf/nan detection, the
   dynamic scale rule) on NumPy or CuPy arrays.
+- ``cross_entropy.py``: cross-entropy of 2-D logits, forward and backward in
+  one pass each (NumPy; ``cuda_loss.py`` holds the CUDA kernels).
+- ``cpu_optim.py``: SGD and Adam/AdamW on one float32 parameter in one numba
+  pass (the CPU twin of ``cuda_optim.py``).
 - ``cuda_launch.py``: compiling, launching and counting CUDA kernels;
   ``cuda_scaler.py`` and ``cuda_optim.py`` are the fused loss-scale and
-  optimizer kernels.
+  optimizer kernels; ``cuda_epilogue.py`` linear's bias + ReLU + downcast
+  epilogue and ReLU's backward.
 
 Every module here imports only NumPy, ml_dtypes, ``tinyamp.backend`` and
 ``tinyamp.dtypes`` (CuPy and numba only through them or lazily).
@@ -26,6 +33,7 @@ import numpy as np
 from .. import dtypes as dt
 from . import convert as _convert
 from .elementwise_cpu import bias_act_convert, relu_backward_lowp, relu_lowp
+from .round_through import round_through
 
 __all__ = ["warmup"]
 
@@ -50,4 +58,6 @@ def warmup() -> str:
         b = np.zeros(2, dt.float32)
         bias_act_convert(y, b, dt.float16, relu=True, backend="numba")
         bias_act_convert(y, b, dt.bfloat16, relu=True, backend="numba")
+        round_through(np.zeros(4, dt.float32), dt.float16, backend="numba")
+        round_through(np.zeros(4, dt.float32), dt.bfloat16, backend="numba")
     return _convert.BACKEND

@@ -172,6 +172,12 @@ _NB_PAIRS = {
 }
 
 
+# Conversions that are exact (every value of the source is one of the target).
+_EXACT = {(dt.float16, dt.float32), (dt.bfloat16, dt.float32)}
+# (source dtype, target as the caller passed it) -> (kernel name, views, target dtype, exact), with numba.
+_PLANS: dict[tuple, tuple] = {}
+
+
 def resolve(backend):
     """The path a call takes: "numba", "numpy-bits" or "astype".
 
@@ -216,6 +222,16 @@ def convert(array, dtype, out=None, backend=None):
     ``backend``: ``None`` (use ``BACKEND``), ``"numba"``, ``"numpy"`` or
     ``"astype"``.
     """
+    if (out is None and backend is None and _nb_state is True and BACKEND == "numba"
+            and type(array) is np.ndarray and array.flags.c_contiguous):
+        plan = _PLANS.get((array.dtype, dtype))
+        if plan is not None:  # the common call, on every op under autocast: no checks left to make
+            name, vin, vout, target, exact = plan
+            if exact and array.size < SMALL:
+                return array.astype(target)  # a small widening: astype's own loop, nothing to silence
+            res = np.empty(array.shape, target)
+            cpu_numba.KERNELS[name](array.reshape(-1).view(vin), res.reshape(-1).view(vout))
+            return res
     target = np.dtype(dtype)
     if type(array) is not np.ndarray:
         return _astype_into(array, target, out)
@@ -223,6 +239,12 @@ def convert(array, dtype, out=None, backend=None):
     pair = _NB_PAIRS.get(key)
     if pair is None:
         return _astype_into(array, target, out)
+    if backend is None and out is None and resolve(None) == "numba":
+        # Remember the plan for this pair (keyed by the dtype as the caller spells it); a narrowing
+        # of a small array takes numba too: astype would need an errstate, which costs more.
+        _PLANS[(array.dtype, dtype)] = (*pair, target, key in _EXACT)
+        if array.size and array.flags.c_contiguous:
+            return convert(array, dtype)
     if backend is None and array.size < SMALL:
         path = "astype"  # below every fast path's break-even (SMALL <= SMALL_NUMPY)
     else:
@@ -230,6 +252,8 @@ def convert(array, dtype, out=None, backend=None):
         if backend is None and array.size < (SMALL if path == "numba" else SMALL_NUMPY.get(key, 1 << 62)):
             path = "astype"
     if path == "astype" or array.size == 0:
+        if key in _EXACT:  # a widening never overflows: no warning to silence (errstate costs ~1 us)
+            return _astype_into(array, target, out)
         with np.errstate(all="ignore"):  # never warn, whichever path runs
             return _astype_into(array, target, out)
 

@@ -1,7 +1,8 @@
 """numba kernels of the 16-bit CPU paths (the ``"numba"`` path of :mod:`tinyamp.kernels.convert`).
 
-Conversions, ReLU forward/backward and the GEMM epilogue, for ``convert.py``
-and ``elementwise_cpu.py``. Serial ``nogil`` loops over 1-D contiguous
+Conversions, ReLU forward/backward, the GEMM epilogues, the loss-scale unscale
+pass and the SGD/Adam updates, for ``convert.py``, ``elementwise_cpu.py``,
+``round_through.py``, ``loss_scale.py`` and ``cpu_optim.py``. Serial ``nogil`` loops over 1-D contiguous
 integer views (and the 2-D GEMM epilogue), whose scalar conversion is
 written in LLVM IR on 32-bit integers: numba would widen Python-level integer code to 64 bits and run
 3-4x slower. With a hardware float16 conversion (F16C on x86) LLVM emits
@@ -239,7 +240,78 @@ def load() -> bool:  # noqa: C901 - one place that defines every kernel
                     v = np.float32(0.0)
                 dst[r, c] = np.uint16(_f2b_bits(_nb_fbits(v)))
 
+    @jit
+    def round_f16_int(buf):  # uint32 view, in place: float32 -> float16 -> float32
+        for i in range(buf.size):
+            buf[i] = _h2f_int(_f2h_int(buf[i]))
+
+    @jit
+    def round_f16_hw(buf):
+        for i in range(buf.size):
+            buf[i] = _h2f_hw(_f2h_hw(buf[i]))
+
+    @jit
+    def round_bf16(buf):  # uint32 view, in place: float32 -> bfloat16 -> float32
+        for i in range(buf.size):
+            buf[i] = _f2b_bits(buf[i]) << np.uint32(16)
+
+    @jit
+    def unscale_f32(src, dst, inv):  # float32[::1] (dst may be src), float32 inv; True if a result is inf/nan
+        bad = False
+        for i in range(src.size):
+            v = src[i] * inv  # float32 times float32: one rounding, as NumPy's multiply
+            dst[i] = v
+            if not (v - v == np.float32(0.0)):  # inf - inf and nan - nan are nan
+                bad = True
+        return bad
+
+    @jit
+    def sgd_f32(w, g, buf, lr, momentum, dampening_c, weight_decay, use_wd, maximize, momentum_on, started,
+                nesterov):  # float32[::1] arrays, float32 scalars: optim.sgd's update, one pass
+        for i in range(w.size):
+            w32 = w[i]
+            d = g[i]
+            if maximize:
+                d = -d
+            if use_wd:
+                d = d + weight_decay * w32
+            if momentum_on:
+                b = momentum * buf[i] + dampening_c * d if started else d
+                d = d + momentum * b if nesterov else b
+                buf[i] = b
+            w[i] = w32 - lr * d
+
+    @jit
+    def adam_f32(w, g, m, v, v_max, step_size, bias2_sqrt, beta1_c, beta2, beta2_c, eps, weight_decay, decay,
+                 use_wd, decoupled, amsgrad):  # optim.adam's update, one pass
+        for i in range(w.size):
+            w32 = w[i]
+            g32 = g[i]
+            if use_wd:
+                if decoupled:
+                    w32 = w32 * decay
+                else:
+                    g32 = g32 + weight_decay * w32
+            m32 = m[i]
+            m_new = m32 + beta1_c * (g32 - m32)
+            v_new = beta2 * v[i] + beta2_c * (g32 * g32)
+            second = v_new
+            if amsgrad:
+                vm = v_max[i]
+                second = vm if (vm >= v_new or vm != vm) else v_new  # NumPy's maximum: nan wins
+                v_max[i] = second
+            denom = np.sqrt(second) / bias2_sqrt + eps
+            w[i] = w32 - step_size * (m_new / denom)
+            m[i] = m_new
+            v[i] = v_new
+
     kernels = dict(
+        sgd_f32=sgd_f32,
+        adam_f32=adam_f32,
+        unscale_f32=unscale_f32,
+        round_f16_int=round_f16_int,
+        round_f16_hw=round_f16_hw,
+        round_bf16=round_bf16,
         f16_to_f32_int=f16_to_f32_int,
         f16_to_f32_hw=f16_to_f32_hw,
         f32_to_f16_int=f32_to_f16_int,
@@ -305,3 +377,4 @@ def select_f16_impl(which: str) -> None:
     KERNELS["f32_to_f16"] = KERNELS["f32_to_f16_" + which]
     KERNELS["bf16_to_f16"] = KERNELS["bf16_to_f16_" + which]
     KERNELS["bias_act_f16"] = KERNELS["bias_act_f16_" + which]
+    KERNELS["round_f16"] = KERNELS["round_f16_" + which]

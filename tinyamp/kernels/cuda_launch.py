@@ -4,10 +4,12 @@ The fused kernels (``cuda_scaler.py``: loss scaling; ``cuda_optim.py``: the
 optimizer updates) are CuPy ``ElementwiseKernel``/``RawKernel`` sources; this
 module compiles each once (NVRTC, cached by name), counts launches by kernel
 name (``launches``), and keeps the small device tables the RawKernels read
-(pointer tables and chunk tables), reused while they repeat. During a CUDA
-graph capture a missing table is written by a kernel carrying its values as
-launch arguments (an upload cannot be captured), and the graph holds every
-table it reads.
+(pointer tables and chunk tables), reused while they repeat, and the small
+arrays of host values kernels read (``DeviceValues``). During a CUDA graph
+capture (``backend.current_capture()``), which cannot copy from the host, a
+missing table is written by a kernel carrying its values as launch arguments
+and belongs to the graph, and a changed host value is copied when the capture
+ends.
 
 CuPy is only reached through ``tinyamp.backend``, inside the functions:
 importing this module never imports CuPy. The seams to CuPy (``_cp``,
@@ -38,7 +40,9 @@ launches: dict[str, int] = {}
 _kernels: dict[str, Any] = {}
 _chunk_tables: dict[tuple, Any] = {}
 _pointer_tables: dict[tuple, Any] = {}
+_site_tables: dict[tuple, dict] = {}  # (device id, site) -> {pointers: table}, least recently used first
 POINTER_TABLES_KEPT = 64
+SITE_TABLES_KEPT = 4
 
 
 # --------------------------------------------------------------- seams to CuPy
@@ -57,6 +61,21 @@ def _pointer(array: Any) -> int:
 
 def _device(array: Any) -> Any:
     return array.device
+
+
+def _upload_into(array: Any, host: np.ndarray) -> None:
+    """Copy ``host`` into the existing device ``array`` (same address: a captured graph still reads it).
+
+    During a CUDA graph capture the copy is made when the capture ends: a
+    capture cannot copy from the host, and a write recorded in the graph would
+    put this value back at every replay, over the newer ones the host writes
+    between replays (a scheduler's learning rate).
+    """
+    capture = backend.current_capture()
+    if capture is None:
+        array.set(host)
+    else:
+        capture.upload_after_capture(array, host)
 
 
 def fusable(*arrays: Any) -> bool:
@@ -86,6 +105,11 @@ __device__ __forceinline__ float tinyamp_f16_to_f32(unsigned short h) {
 __device__ __forceinline__ unsigned short tinyamp_f32_to_f16(float f) {
     unsigned short h;
     asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+__device__ __forceinline__ unsigned short tinyamp_f64_to_f16(double d) {  // one rounding, as NumPy's astype
+    unsigned short h;
+    asm("cvt.rn.f16.f64 %0, %1;" : "=h"(h) : "d"(d));
     return h;
 }
 """
@@ -149,88 +173,130 @@ def device_chunk_table(dev: Any, sizes: tuple, chunk: int) -> Any:
     key = (dev.id, sizes, chunk)
     table = _chunk_tables.get(key)
     if table is None:
-        table = _chunk_tables[key] = _device_constant(chunk_table(list(sizes), chunk))
-    return _held_by_capture(table)
+        table = _device_constant(chunk_table(list(sizes), chunk))
+        if backend.current_capture() is None:  # one a capture writes holds values only once the graph runs
+            _chunk_tables[key] = table
+    return table
 
 
-def pointer_table(dev: Any, pointers: list[int]) -> Any:
+FILL_POINTERS_BATCH = 64  # pointers per launch of the fill kernel (kernel arguments: 4 KiB at most)
+FILL_POINTERS_NAME = "tinyamp_fill_pointers"
+FILL_POINTERS = ('extern "C" __global__ void tinyamp_fill_pointers(unsigned long long* table, const int count, '
+                 + ", ".join(f"const unsigned long long p{k}" for k in range(FILL_POINTERS_BATCH)) + ") {\n"
+                 + "    const unsigned long long p[] = {" + ", ".join(f"p{k}" for k in range(FILL_POINTERS_BATCH))
+                 + "};\n    for (int k = 0; k < count; ++k) table[k] = p[k];\n}\n")
+
+
+def pointer_table(dev: Any, pointers: list[int], site: Any = None) -> Any:
     """The pointers as a device array, reused while they repeat.
 
     Gradients are fresh arrays every step, but the memory pool hands out the
     same addresses in the same order, so after the first steps the table is
-    found here and nothing is uploaded; otherwise it is a small asynchronous
-    copy. A table depends only on its key, so a stale entry is never wrong.
+    found here. A new set of pointers is written by a kernel that takes them as
+    launch arguments (64 a launch): no host-to-device copy, which from pageable
+    memory would make the host wait for the stream.
+
+    ``site`` names the call (a kernel and its dtypes): each site keeps its last
+    ``SITE_TABLES_KEPT`` tables and rewrites the least recently used one in
+    place for a new set, so the tables stop allocating after the first steps
+    (a new allocation every step would move the pool's addresses, and with
+    them the next step's gradients). Without a site, tables are kept by their
+    pointers alone (``POINTER_TABLES_KEPT`` of them).
+
+    A table a CUDA graph capture uses leaves the cache and belongs to the
+    graph (``keep_alive``): a replay reads it, so it must never be rewritten
+    for other pointers or freed. A table the capture writes is recorded with
+    the fill kernel, whose arguments (the pointers) the graph keeps.
     """
-    key = (dev.id, tuple(pointers))
-    table = _pointer_tables.pop(key, None)
+    pointers = tuple(pointers)
+    capture = backend.current_capture()
+    tables = _pointer_tables if site is None else _site_tables.setdefault((dev.id, site), {})
+    kept = POINTER_TABLES_KEPT if site is None else SITE_TABLES_KEPT
+    key = (dev.id, pointers) if site is None else pointers
+    table = tables.pop(key, None)
     if table is None:
-        table = _device_constant(np.array(pointers, dtype=np.uint64))
-        if len(_pointer_tables) >= POINTER_TABLES_KEPT:
-            del _pointer_tables[next(iter(_pointer_tables))]  # the least recently used
-    _pointer_tables[key] = table
-    return _held_by_capture(table)
+        if capture is not None:
+            table = _cp().empty(max(len(pointers), 1), dtype=np.uint64)  # the graph's own (see the docstring)
+        elif len(tables) >= kept:
+            table = tables.pop(next(iter(tables)))  # the least recently used: rewritten, or dropped
+            if site is None or table.size != max(len(pointers), 1):
+                table = None
+        if table is None:
+            table = _cp().empty(max(len(pointers), 1), dtype=np.uint64)
+        _fill_pointers(table, pointers)
+    if capture is not None:
+        capture.keep_alive(table)  # out of the cache for good: never rewritten for other pointers
+    else:
+        tables[key] = table
+    return table
 
 
-# Values written by a kernel's arguments, for a capture (which cannot copy from the host): the arguments
-# are frozen in the graph, so each replay writes the same table before the kernels that read it.
-CONSTANTS_PER_LAUNCH = 16
-WRITE_CONSTANTS = r"""
-extern "C" __global__ void tinyamp_write_constants(unsigned long long* out, const int n,
-        const unsigned long long v0, const unsigned long long v1, const unsigned long long v2,
-        const unsigned long long v3, const unsigned long long v4, const unsigned long long v5,
-        const unsigned long long v6, const unsigned long long v7, const unsigned long long v8,
-        const unsigned long long v9, const unsigned long long v10, const unsigned long long v11,
-        const unsigned long long v12, const unsigned long long v13, const unsigned long long v14,
-        const unsigned long long v15) {
-    const unsigned long long v[16] = {v0, v1, v2, v3, v4, v5, v6, v7, v8, v9, v10, v11, v12, v13, v14, v15};
-    const int i = threadIdx.x;
-    if (i < n) out[i] = v[i];
-}
-"""
-
-
-def write_constants(array: Any, host: np.ndarray) -> None:
-    """``array[...] = host`` for a small contiguous device array of 8-byte values.
-
-    Outside a capture an upload. During a CUDA graph capture, which cannot copy
-    from the host, kernels that carry the values as launch arguments, 16 at a
-    time (a graph keeps launch arguments, so each replay rewrites the same
-    values before the kernels that read them).
-    """
-    host = np.ascontiguousarray(host, dtype=array.dtype).reshape(-1)
-    if backend.current_capture() is None:
-        array.set(host.reshape(array.shape))
-        return
-    if host.dtype.itemsize != 8:
-        raise TypeError(f"write_constants: 8-byte values only during a capture, got {host.dtype}")
-    bits, flat = host.view(np.uint64), array.reshape(-1).view(np.uint64)
-    kernel = raw_kernel("tinyamp_write_constants", WRITE_CONSTANTS)
-    for start in range(0, bits.size, CONSTANTS_PER_LAUNCH):
-        part = bits[start:start + CONSTANTS_PER_LAUNCH]
-        values = [np.uint64(v) for v in part] + [np.uint64(0)] * (CONSTANTS_PER_LAUNCH - part.size)
-        count("tinyamp_write_constants")
-        kernel((1,), (CONSTANTS_PER_LAUNCH,), (flat[start:start + part.size], np.int32(part.size), *values))
+def _fill_pointers(table: Any, pointers: tuple) -> None:
+    """``table[:len(pointers)] = pointers`` (any 8-byte values as uint64 bits) by kernels carrying them as
+    arguments: no host copy, so a capture can record it."""
+    fill = raw_kernel(FILL_POINTERS_NAME, FILL_POINTERS)
+    for start in range(0, len(pointers), FILL_POINTERS_BATCH):
+        batch = list(pointers[start:start + FILL_POINTERS_BATCH])
+        count(FILL_POINTERS_NAME)
+        fill((1,), (1,), (table[start:], np.int32(len(batch)),
+                          *(np.uint64(p) for p in batch + [0] * (FILL_POINTERS_BATCH - len(batch)))))
 
 
 def _device_constant(host: np.ndarray) -> Any:
-    """``host`` (8-byte values) as a new device array (see :func:`write_constants`)."""
-    if backend.current_capture() is None:
-        return _cp().asarray(host)
-    table = _cp().empty(host.shape, dtype=host.dtype)
-    write_constants(table, host)
-    return table
-
-
-def _held_by_capture(table: Any) -> Any:
-    """A table a capture's kernels read must outlive the cache entry: the graph holds it too."""
+    """``host`` (8-byte values) as a new device array: an upload, or during a capture (which cannot copy from
+    the host) the fill kernel, recorded with its values; the graph holds the array."""
     capture = backend.current_capture()
-    if capture is not None:
-        capture.keep_alive(table)
-    return table
+    if capture is None:
+        return _cp().asarray(host)
+    array = _cp().empty(host.shape, dtype=host.dtype)
+    _fill_pointers(array.reshape(-1).view(np.uint64), tuple(int(v) for v in host.reshape(-1).view(np.uint64)))
+    capture.keep_alive(array)
+    return array
+
+
+class DeviceValues:
+    """A few host numbers mirrored in one small device array, uploaded again only when they change.
+
+    Kernels read hyper-parameters (a learning rate a scheduler moves) from here
+    rather than as launch arguments, so a steady training step copies nothing
+    to the device and a captured CUDA graph sees a new value. The array keeps
+    its address; only its contents are rewritten.
+    """
+
+    def __init__(self, dtype: Any = np.float64) -> None:
+        self.dtype = np.dtype(dtype)
+        self._mirrors: dict[int, tuple] = {}  # device id -> (host values, device array)
+
+    def get(self, dev: Any, values: tuple) -> Any:
+        """The device array holding ``values`` on ``dev``."""
+        mirror = self._mirrors.get(dev.id)
+        if mirror is not None and mirror[0] == values:
+            return mirror[1]
+        host = np.array(values, dtype=self.dtype)
+        if mirror is None or mirror[1].shape != host.shape:
+            with dev:
+                array = _cp().empty(host.shape, dtype=host.dtype)
+        else:
+            array = mirror[1]
+        _upload_into(array, host)
+        self._mirrors[dev.id] = (values, array)
+        return array
+
+
+_zero_flags: dict[int, Any] = {}
+
+
+def no_inf_found(dev: Any) -> Any:
+    """A persistent one-element float32 zero on ``dev``: the ``found_inf`` of a step without AMP."""
+    flag = _zero_flags.get(dev.id)
+    if flag is None:
+        with dev:
+            flag = _zero_flags[dev.id] = _cp().zeros((1,), dtype=np.float32)
+    return flag
 
 
 @backend.on_cuda_switch
 def _forget_device_state() -> None:
     """Compiled kernels and device tables belong to one CUDA backend (CuPy or the stand-in): drop them."""
-    for cache in (_kernels, _chunk_tables, _pointer_tables):
+    for cache in (_kernels, _chunk_tables, _pointer_tables, _site_tables, _zero_flags):
         cache.clear()

@@ -1,13 +1,22 @@
-"""Fused CUDA kernels for the optimizers: one launch per parameter for SGD and Adam/AdamW.
+"""Fused CUDA kernels for the optimizers: SGD and Adam/AdamW over a whole parameter group.
 
-On a GPU, ``optim/sgd.py`` and ``optim/adam.py`` call :func:`sgd_step` /
-:func:`adam_step` instead of chains of CuPy ufuncs (NumPy twins, statement by
-statement: tests/cuda_kernels_reference.py). Each is one ``ElementwiseKernel``
-that reads float16/bfloat16/float32 gradients, does nothing when the keep flag
-(``found_inf == 0``) is false, updates the float32 weights (the masters under
-O2) and state, and writes the rounded float16/bfloat16 copy of the weights
-(O2). One-thread kernels advance the device-side step counter (and compute
-Adam's bias corrections from it).
+On a GPU, ``optim/sgd.py`` and ``optim/adam.py`` call :func:`sgd_group` /
+:func:`adam_group` instead of chains of CuPy ufuncs (NumPy twins, statement by
+statement: tests/cuda_kernels_reference.py). Each update is one ``RawKernel``
+launch per group (per dtype combination of weights, gradients and low copies),
+reaching the tensors through cached tables of pointers and 8192-element
+chunks. It reads float16/bfloat16/float32 gradients, does nothing when the
+scaler's ``found_inf`` is non-zero, updates the float32 weights (the masters
+under O2) and state, and writes each weight's rounded float16/bfloat16 copy
+when it has one (O2 parameters, autocast's cached copies). One launch with a
+thread per tensor advances the step counters (and computes Adam's bias
+corrections from them).
+
+Hyper-parameters are read from a float64 device array
+(``cuda_launch.DeviceValues``) and converted in the kernel exactly as the host
+converted them for the float32 launch arguments of the previous per-parameter
+kernels, so a learning rate a scheduler changes is a new array content, not a
+new launch argument (a captured CUDA graph keeps working).
 
 Same bits as the NumPy paths, except:
 
@@ -30,132 +39,270 @@ import numpy as np
 
 from .. import backend
 from . import cuda_launch as launch
-from .cuda_launch import KernelSpec
 
-_true_flags: dict[int, Any] = {}
+# ------------------------------------------------ multi-tensor: one launch per group
+# A group's tensors are reached through a device table of pointers (one column
+# per role, a row per tensor: 0 where a tensor has no such buffer) and a table
+# of 8192-element chunks, one block each; both are cached by their contents,
+# so a steady training step uploads nothing. Every kernel reads ``found_inf``
+# itself (a skipped step writes nothing) and the hyper-parameters from a
+# float64 device array (``cuda_launch.DeviceValues``), converting each as the
+# NumPy path does: to float32 where a Python float meets float32 arrays
+# (``(float)(1.0 - dampening)``, rounded once from the double), in double where
+# NumPy computes in float64 (Adam's bias corrections).
+GROUP_CHUNK = 8192  # elements per block
+GROUP_BLOCK = 256  # threads per block
+SGD_SLOTS = ("w", "g", "buf", "step", "low")
+ADAM_SLOTS = ("w", "g", "m", "v", "v_max", "step", "low")
 
-ADVANCE_STEP = KernelSpec("tinyamp_advance_step", "raw bool keep", "raw float32 step",
-                          "if (keep[0]) step[0] = step[0] + 1.0f;")
+SGD_GROUP = r"""
+extern "C" __global__ void {name}(const unsigned long long* ptrs, const int ntensors, const long long* chunks,
+        const float* found_inf, const double* hyper, const int momentum_on, const int nesterov,
+        const int maximize) {{
+    if (found_inf[0] != 0.0f) return;  // keep = found_inf == 0: a skipped step writes nothing
+    const long long* chunk = chunks + 3 * (long long)blockIdx.x;  // (tensor, start, end)
+    const int t = (int)chunk[0];
+    {w}* w = reinterpret_cast<{w}*>(ptrs[t]);
+    const {g}* grad = reinterpret_cast<const {g}*>(ptrs[ntensors + t]);
+    {w}* buf = reinterpret_cast<{w}*>(ptrs[2 * ntensors + t]);
+    const float* step = reinterpret_cast<const float*>(ptrs[3 * ntensors + t]);
+    {l}* low = reinterpret_cast<{l}*>(ptrs[4 * ntensors + t]);
+    // hyper = (lr, momentum, dampening, weight_decay), rounded as the float32 launch arguments were.
+    const float lr = (float)hyper[0], momentum = (float)hyper[1], dampening_c = (float)(1.0 - hyper[2]);
+    const float weight_decay = (float)hyper[3];
+    const bool use_wd = hyper[3] != 0.0;
+    const bool started = momentum_on && step[0] > 0.0f;  // the step counter is advanced after this launch
+    for (long long j = chunk[1] + threadIdx.x; j < chunk[2]; j += blockDim.x) {{
+        const float w32 = tinyamp_{wc}_to_f32(w[j]);
+        float d = tinyamp_{gc}_to_f32(grad[j]);
+        if (maximize) d = -d;
+        if (use_wd) d = d + weight_decay * w32;
+        if (momentum_on) {{
+            const float b = started ? momentum * tinyamp_{wc}_to_f32(buf[j]) + dampening_c * d : d;
+            d = nesterov ? d + momentum * b : b;
+            buf[j] = tinyamp_f32_to_{wc}(b);
+        }}
+        const float w_new = w32 - lr * d;
+        w[j] = tinyamp_f32_to_{wc}(w_new);
+        if (low) low[j] = tinyamp_f32_to_{lc}(w_new);  // the low-precision copy (O2 weights, autocast's copy)
+    }}
+}}
+"""
 
-ADAM_PREPARE = KernelSpec(
-    "tinyamp_adam_prepare", "raw bool keep, float64 lr, float64 beta1, float64 beta2",
-    "raw float32 step, raw float32 coef",
-    r"""
-    const double t = (double)(step[0] + 1.0f);
-    coef[0] = (float)(lr / (1.0 - pow(beta1, t)));   // step size
-    coef[1] = (float)sqrt(1.0 - pow(beta2, t));      // sqrt of the second bias correction
-    if (keep[0]) step[0] = step[0] + 1.0f;
-    """)
+ADAM_GROUP = r"""
+extern "C" __global__ void {name}(const unsigned long long* ptrs, const int ntensors, const long long* chunks,
+        const float* found_inf, const double* hyper, const float* coef, const int decoupled,
+        const int amsgrad) {{
+    if (found_inf[0] != 0.0f) return;
+    const long long* chunk = chunks + 3 * (long long)blockIdx.x;
+    const int t = (int)chunk[0];
+    {w}* w = reinterpret_cast<{w}*>(ptrs[t]);
+    const {g}* grad = reinterpret_cast<const {g}*>(ptrs[ntensors + t]);
+    {w}* m = reinterpret_cast<{w}*>(ptrs[2 * ntensors + t]);
+    {w}* v = reinterpret_cast<{w}*>(ptrs[3 * ntensors + t]);
+    {w}* v_max = reinterpret_cast<{w}*>(ptrs[4 * ntensors + t]);
+    {l}* low = reinterpret_cast<{l}*>(ptrs[6 * ntensors + t]);
+    // hyper = (lr, beta1, beta2, eps, weight_decay); coef = (step size, sqrt of the second bias correction).
+    const float beta1_c = (float)(1.0 - hyper[1]), beta2 = (float)hyper[2], beta2_c = (float)(1.0 - hyper[2]);
+    const float eps = (float)hyper[3], weight_decay = (float)hyper[4], decay = (float)(1.0 - hyper[0] * hyper[4]);
+    const bool use_wd = hyper[4] != 0.0;
+    const float step_size = coef[2 * t], bias2_sqrt = coef[2 * t + 1];
+    for (long long j = chunk[1] + threadIdx.x; j < chunk[2]; j += blockDim.x) {{
+        float w32 = tinyamp_{wc}_to_f32(w[j]);
+        float g32 = tinyamp_{gc}_to_f32(grad[j]);
+        if (use_wd) {{
+            if (decoupled) w32 = w32 * decay;
+            else g32 = g32 + weight_decay * w32;
+        }}
+        const float m32 = tinyamp_{wc}_to_f32(m[j]);
+        const float m_new = m32 + beta1_c * (g32 - m32);
+        const float v_new = beta2 * tinyamp_{wc}_to_f32(v[j]) + beta2_c * (g32 * g32);
+        float second = v_new;
+        if (amsgrad) {{
+            const float vm = tinyamp_{wc}_to_f32(v_max[j]);
+            second = (vm >= v_new || isnan(vm)) ? vm : v_new;  // NumPy's maximum: nan wins
+            v_max[j] = tinyamp_f32_to_{wc}(second);
+        }}
+        const float denom = sqrtf(second) / bias2_sqrt + eps;
+        const float w_new = w32 - step_size * (m_new / denom);
+        w[j] = tinyamp_f32_to_{wc}(w_new);
+        m[j] = tinyamp_f32_to_{wc}(m_new);
+        v[j] = tinyamp_f32_to_{wc}(v_new);
+        if (low) low[j] = tinyamp_f32_to_{lc}(w_new);
+    }}
+}}
+"""
 
+# One thread per tensor: the step counters (after SGD's update, which reads them) ...
+ADVANCE_STEPS = r"""
+extern "C" __global__ void tinyamp_advance_steps(const unsigned long long* steps, const int ntensors,
+        const float* found_inf) {
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= ntensors || found_inf[0] != 0.0f) return;
+    float* step = reinterpret_cast<float*>(steps[t]);
+    step[0] = step[0] + 1.0f;
+}
+"""
 
-def sgd_spec(momentum: bool, low_copy: bool) -> KernelSpec:
-    """The SGD update, with or without a momentum buffer and a low-precision weight copy."""
-    ins = "G g, raw bool keep, float32 lr, float32 weight_decay, bool use_wd, bool maximize"
-    outs = "W w"
-    if momentum:
-        ins += ", raw float32 step, float32 momentum, float32 dampening_c, bool nesterov"
-        outs += ", W buf"
-    if low_copy:
-        outs += ", L w_low"
-    body = ["if (keep[0]) {",
-            "    const float w32 = static_cast<float>(w);",
-            "    float d = static_cast<float>(g);",
-            "    if (maximize) d = -d;",
-            "    if (use_wd) d = d + weight_decay * w32;"]
-    if momentum:
-        body += ["    const float b = step[0] > 0.0f ? momentum * static_cast<float>(buf) + dampening_c * d : d;",
-                 "    d = nesterov ? d + momentum * b : b;",
-                 "    buf = b;"]
-    body += ["    const float w_new = w32 - lr * d;", "    w = w_new;"]
-    if low_copy:
-        body.append("    w_low = w_new;")
-    body.append("}")
-    name = "tinyamp_sgd" + ("_momentum" if momentum else "") + ("_low" if low_copy else "")
-    return KernelSpec(name, ins, outs, "\n".join(body))
+# ... and Adam's bias corrections from them (before its update), in double as on the host.
+ADAM_PREPARE_GROUP = r"""
+extern "C" __global__ void tinyamp_adam_prepare_group(const unsigned long long* steps, const int ntensors,
+        const float* found_inf, const double* hyper, float* coef) {
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= ntensors) return;
+    float* step = reinterpret_cast<float*>(steps[t]);
+    const double count = (double)(step[0] + 1.0f);
+    coef[2 * t] = (float)(hyper[0] / (1.0 - pow(hyper[1], count)));
+    coef[2 * t + 1] = (float)sqrt(1.0 - pow(hyper[2], count));
+    if (found_inf[0] == 0.0f) step[0] = step[0] + 1.0f;
+}
+"""
 
-
-def adam_spec(amsgrad: bool, low_copy: bool) -> KernelSpec:
-    """The Adam/AdamW update (``coef`` from ``ADAM_PREPARE``), optionally AMSGrad and a low copy."""
-    ins = ("G g, raw bool keep, raw float32 coef, float32 beta1_c, float32 beta2, float32 beta2_c, "
-           "float32 eps, float32 weight_decay, float32 decay, bool use_wd, bool decoupled")
-    outs = "W w, W m, W v" + (", W v_max" if amsgrad else "") + (", L w_low" if low_copy else "")
-    body = ["if (keep[0]) {",
-            "    float w32 = static_cast<float>(w);",
-            "    float g32 = static_cast<float>(g);",
-            "    if (use_wd) {",
-            "        if (decoupled) w32 = w32 * decay;",
-            "        else g32 = g32 + weight_decay * w32;",
-            "    }",
-            "    const float m32 = static_cast<float>(m);",
-            "    const float m_new = m32 + beta1_c * (g32 - m32);",
-            "    const float v_new = beta2 * static_cast<float>(v) + beta2_c * (g32 * g32);",
-            "    float second = v_new;"]
-    if amsgrad:
-        body += ["    const float vm = static_cast<float>(v_max);",
-                 "    second = (vm >= v_new || isnan(vm)) ? vm : v_new;  // NumPy's maximum: nan wins",
-                 "    v_max = second;"]
-    body += ["    const float denom = sqrtf(second) / coef[1] + eps;",
-             "    const float w_new = w32 - coef[0] * (m_new / denom);",
-             "    w = w_new;", "    m = m_new;", "    v = v_new;"]
-    if low_copy:
-        body.append("    w_low = w_new;")
-    body.append("}")
-    name = "tinyamp_adam" + ("_amsgrad" if amsgrad else "") + ("_low" if low_copy else "")
-    return KernelSpec(name, ins, outs, "\n".join(body))
-
-
-def elementwise_specs() -> list[KernelSpec]:
-    """Every ElementwiseKernel this module can launch (all variants)."""
-    return ([ADVANCE_STEP, ADAM_PREPARE]
-            + [sgd_spec(m, lo) for m in (False, True) for lo in (False, True)]
-            + [adam_spec(a, lo) for a in (False, True) for lo in (False, True)])
-
-
-def _keep_flag(keep: Any, like: Any) -> Any:
-    """The optimizer's keep mask as a 1-element device bool (``True`` means no AMP mask)."""
-    if keep is True:
-        dev = launch._device(like)
-        flag = _true_flags.get(dev.id)
-        if flag is None:
-            with dev:
-                flag = _true_flags[dev.id] = launch._cp().ones((1,), dtype=np.bool_)
-        return flag
-    return keep.reshape(1)
-
-
-def sgd_step(w: Any, g: Any, buf: Any, step: Any, keep: Any, *, low: Any = None, lr: float, momentum: float,
-             dampening: float, weight_decay: float, nesterov: bool, maximize: bool) -> None:
-    """Fused ``optim.sgd._sgd_param`` (``buf``/``step`` None without momentum); writes ``low`` too."""
-    with launch._device(w):
-        flag = _keep_flag(keep, w)
-        args = [g, flag, lr, weight_decay, weight_decay != 0, bool(maximize)]
-        outs = [w]
-        if momentum != 0:
-            args += [step.reshape(1), momentum, 1 - dampening, bool(nesterov)]
-            outs.append(buf)
-        if low is not None:
-            outs.append(low)
-        launch.elementwise(sgd_spec(momentum != 0, low is not None), *args, *outs)
-        if momentum != 0:  # after the update, which read the old count
-            launch.elementwise(ADVANCE_STEP, flag, step.reshape(1), size=1)
-
-
-def adam_step(w: Any, g: Any, m: Any, v: Any, v_max: Any, step: Any, keep: Any, *, low: Any = None,
-              lr: float, beta1: float, beta2: float, eps: float, weight_decay: float, decoupled: bool) -> None:
-    """Fused ``optim.adam._adam_param`` (``v_max`` None without AMSGrad); writes ``low`` too."""
-    with launch._device(w):
-        flag = _keep_flag(keep, w)
-        coef = launch._cp().empty((2,), dtype=np.float32)
-        launch.elementwise(ADAM_PREPARE, flag, float(lr), float(beta1), float(beta2), step.reshape(1), coef,
-                           size=1)
-        outs = [w, m, v] + ([v_max] if v_max is not None else []) + ([low] if low is not None else [])
-        launch.elementwise(adam_spec(v_max is not None, low is not None), g, flag, coef, 1 - beta1, beta2,
-                           1 - beta2, eps, weight_decay, 1 - lr * weight_decay, weight_decay != 0,
-                           bool(decoupled), *outs)
-
+_coefs: dict[tuple, Any] = {}
 
 
 @backend.on_cuda_switch
-def _forget_device_flags() -> None:
-    """The keep flags are arrays of one CUDA backend (CuPy or the stand-in): drop them on a switch."""
-    _true_flags.clear()
+def _forget_device_state() -> None:
+    """The bias-correction buffers are arrays of one CUDA backend (CuPy or the stand-in): drop them on a switch."""
+    _coefs.clear()
+
+_FLOAT16 = np.dtype(np.float16)
+
+
+def _group_source(template: str, prefix: str, w_dtype: Any, g_dtype: Any, low_dtype: Any) -> tuple[str, str]:
+    (w, wc), (g, gc), (lo, lc) = (launch.STORAGE[np.dtype(d)] for d in (w_dtype, g_dtype, low_dtype))
+    name = f"{prefix}_{wc}_{gc}_{lc}"
+    return name, (launch.F16_CONVERSIONS + launch.BF16_CONVERSIONS
+                  + template.format(name=name, w=w, wc=wc, g=g, gc=gc, l=lo, lc=lc))
+
+
+def sgd_group_source(w_dtype: Any, g_dtype: Any, low_dtype: Any) -> tuple[str, str]:
+    """(name, source) of the multi-tensor SGD update for one (weight, gradient, low copy) dtype triple."""
+    return _group_source(SGD_GROUP, "tinyamp_sgd_group", w_dtype, g_dtype, low_dtype)
+
+
+def adam_group_source(w_dtype: Any, g_dtype: Any, low_dtype: Any) -> tuple[str, str]:
+    """(name, source) of the multi-tensor Adam/AdamW update for one dtype triple."""
+    return _group_source(ADAM_GROUP, "tinyamp_adam_group", w_dtype, g_dtype, low_dtype)
+
+
+def group_raw_sources() -> list[tuple[str, str]]:
+    """(name, source) of every multi-tensor kernel variant."""
+    fused = launch.FUSED_DTYPES
+    conversions = launch.F16_CONVERSIONS + launch.BF16_CONVERSIONS
+    return ([sgd_group_source(w, g, lo) for w in fused for g in fused for lo in fused]
+            + [adam_group_source(w, g, lo) for w in fused for g in fused for lo in fused]
+            + [("tinyamp_advance_steps", conversions + ADVANCE_STEPS),
+               ("tinyamp_adam_prepare_group", conversions + ADAM_PREPARE_GROUP)])
+
+
+def _launch_tables(dev: Any, columns: list[list], sizes: list[int], site: tuple) -> tuple[Any, Any]:
+    """(pointer table, chunk table) on the device; a column is one role's arrays (None: a 0 pointer)."""
+    pointers = [0 if a is None else launch._pointer(a) for column in columns for a in column]
+    return (launch.pointer_table(dev, pointers, site=site + (len(pointers),)),
+            launch.device_chunk_table(dev, tuple(sizes), GROUP_CHUNK))
+
+
+def _signatures(weights: list, grads: list, lows: list) -> dict:
+    """Tensor indices by (weight, gradient, low copy) dtype: one launch each (low float16 when absent)."""
+    groups: dict[tuple, list] = {}
+    for i, (w, g, lo) in enumerate(zip(weights, grads, lows)):
+        key = (w.dtype, g.dtype, _FLOAT16 if lo is None else lo.dtype)
+        groups.setdefault(key, []).append(i)
+    return groups
+
+
+
+def _per_tensor_threads(kernel: Any, name: str, args: tuple, ntensors: int) -> None:
+    launch.count(name)
+    kernel(((ntensors + GROUP_BLOCK - 1) // GROUP_BLOCK,), (GROUP_BLOCK,), args)
+
+
+def sgd_group(weights: list, grads: list, bufs: "list | None", steps: "list | None", lows: "list | None",
+              found_inf: Any, hyper: Any, *, nesterov: bool, maximize: bool) -> None:
+    """SGD on a whole parameter group: one launch per dtype triple, plus one advancing the step counters.
+
+    ``bufs``/``steps`` are None without momentum; ``lows`` holds each tensor's
+    low-precision copy to write, or None; ``found_inf`` is the scaler's
+    one-element float32 flag, or None without AMP; ``hyper`` the float64
+    device array (lr, momentum, dampening, weight_decay).
+    """
+    count = len(weights)
+    if count == 0:
+        return
+    dev = launch._device(weights[0])
+    momentum_on = bufs is not None
+    lows = lows if lows is not None else [None] * count
+    with dev:
+        found = launch.no_inf_found(dev) if found_inf is None else found_inf
+        for (w_dt, g_dt, lo_dt), index in _signatures(weights, grads, lows).items():
+            pick = (lambda column, index=index: [column[i] for i in index])
+            none = [None] * len(index)
+            columns = [pick(weights), pick(grads), pick(bufs) if momentum_on else none,
+                       pick(steps) if momentum_on else none, pick(lows)]
+            sizes = [weights[i].size for i in index]
+            ptrs, chunks = _launch_tables(dev, columns, sizes, ("sgd", w_dt, g_dt, lo_dt))
+            if chunks.shape[0] == 0:
+                continue
+            name, source = sgd_group_source(w_dt, g_dt, lo_dt)
+            launch.count(name)
+            launch.raw_kernel(name, source)((chunks.shape[0],), (GROUP_BLOCK,),
+                                            (ptrs, np.int32(len(index)), chunks, found, hyper,
+                                             np.int32(momentum_on), np.int32(nesterov), np.int32(maximize)))
+        if momentum_on:  # after every update of the group, which read the old counts
+            table = launch.pointer_table(dev, [launch._pointer(s) for s in steps])
+            kernel = launch.raw_kernel("tinyamp_advance_steps",
+                                       launch.F16_CONVERSIONS + launch.BF16_CONVERSIONS + ADVANCE_STEPS)
+            _per_tensor_threads(kernel, "tinyamp_advance_steps", (table, np.int32(count), found), count)
+
+
+def adam_group(weights: list, grads: list, ms: list, vs: list, v_maxs: "list | None", steps: list,
+               lows: "list | None", found_inf: Any, hyper: Any, *, decoupled: bool) -> None:
+    """Adam/AdamW on a whole parameter group: one launch for the step counters and bias corrections,
+    one per dtype triple for the update.
+
+    ``hyper`` is the float64 device array (lr, beta1, beta2, eps, weight_decay);
+    the rest as in :func:`sgd_group` (``v_maxs`` None without AMSGrad).
+    """
+    count = len(weights)
+    if count == 0:
+        return
+    dev = launch._device(weights[0])
+    lows = lows if lows is not None else [None] * count
+    amsgrad = v_maxs is not None
+    with dev:
+        found = launch.no_inf_found(dev) if found_inf is None else found_inf
+        coef = _coefs.get((dev.id, count))
+        if coef is None:
+            coef = _coefs[(dev.id, count)] = launch._cp().empty((2 * count,), dtype=np.float32)
+        signatures = _signatures(weights, grads, lows)
+        # Prepare in signature order, so each update launch reads its tensors' rows of coef from an offset.
+        order = [i for index in signatures.values() for i in index]
+        adam_bias_corrections([steps[i] for i in order], found, hyper, coef)
+        offset = 0
+        for (w_dt, g_dt, lo_dt), index in signatures.items():
+            pick = (lambda column, index=index: [column[i] for i in index])
+            columns = [pick(weights), pick(grads), pick(ms), pick(vs),
+                       pick(v_maxs) if amsgrad else [None] * len(index), pick(steps), pick(lows)]
+            ptrs, chunks = _launch_tables(dev, columns, [weights[i].size for i in index], ("adam", w_dt, g_dt, lo_dt))
+            rows = coef[2 * offset:]
+            offset += len(index)
+            if chunks.shape[0] == 0:
+                continue
+            name, source = adam_group_source(w_dt, g_dt, lo_dt)
+            launch.count(name)
+            launch.raw_kernel(name, source)((chunks.shape[0],), (GROUP_BLOCK,),
+                                            (ptrs, np.int32(len(index)), chunks, found, hyper, rows,
+                                             np.int32(decoupled), np.int32(amsgrad)))
+
+
+def adam_bias_corrections(steps: list, found_inf: Any, hyper: Any, coef: Any) -> None:
+    """One launch, a thread per step counter: ``coef[2t:2t+2]`` = (lr / (1 - beta1^k), sqrt(1 - beta2^k))
+    with k = steps[t] + 1, computed in double; then each counter advances unless found_inf is set."""
+    dev = launch._device(coef)
+    with dev:
+        table = launch.pointer_table(dev, [launch._pointer(s) for s in steps])
+        prepare = launch.raw_kernel("tinyamp_adam_prepare_group",
+                                    launch.F16_CONVERSIONS + launch.BF16_CONVERSIONS + ADAM_PREPARE_GROUP)
+        _per_tensor_threads(prepare, "tinyamp_adam_prepare_group",
+                            (table, np.int32(len(steps)), found_inf, hyper, coef), len(steps))

@@ -5,8 +5,10 @@ over to these (NumPy twins, statement by statement: tests/cuda_kernels_reference
 
 - :func:`unscale_group`: one pass over a group of gradients (a ``RawKernel``
   fed a table of pointers and 8192-element chunks): ``out = grad * inv_scale``
-  and ``found_inf = 1`` if any result is inf/nan. Every thread that sees one
-  writes 1.0, so the race between them is benign.
+  with ``inv_scale = float32(1 / float64(scale))`` computed by each block from
+  the scale itself (no launch for the reciprocal), and ``found_inf = 1`` if any
+  result is inf/nan. Every thread that sees one writes 1.0, so the race
+  between them is benign.
 - :func:`update_scale`: the dynamic scale rule of ``loss_scale.update_scale``
   as one thread on the device arrays.
 
@@ -28,12 +30,12 @@ UNSCALE_BLOCK = 256  # threads per block
 
 UNSCALE_BODY = r"""
 extern "C" __global__ void {name}(const unsigned long long* ptrs, const int ntensors,
-                                  const long long* chunks, const float* inv_scale, float* found_inf) {{
+                                  const long long* chunks, const float* scale, float* found_inf) {{
     const long long* chunk = chunks + 3 * (long long)blockIdx.x;  // (tensor, start, end)
     const int t = (int)chunk[0];
     const {g}* grad = reinterpret_cast<const {g}*>(ptrs[t]);
     {o}* out = reinterpret_cast<{o}*>(ptrs[ntensors + t]);
-    const float s = inv_scale[0];
+    const float s = (float)(1.0 / (double)scale[0]);  // = reciprocal(float64(scale)).astype(float32)
     bool bad = false;
     for (long long j = chunk[1] + threadIdx.x; j < chunk[2]; j += blockDim.x) {{
         const float v = tinyamp_{gc}_to_f32(grad[j]) * s;
@@ -56,9 +58,10 @@ UPDATE_SCALE = KernelSpec(
     "tinyamp_update_scale",
     "raw float32 found_inf, float64 growth_factor, float64 backoff_factor, int32 growth_interval, "
     "int32 hysteresis, float32 scale_floor, bool has_max, float64 max_scale",
-    "raw float32 scale, raw int32 growth_tracker, raw int32 hysteresis_tracker",
+    "raw float32 scale, raw int32 growth_tracker, raw int32 hysteresis_tracker, raw float32 record",
     r"""
     const float current = scale[0];
+    record[0] = current;  // the scale before and after, for GradScaler.last_step (no copies)
     const int hyst_left = hysteresis_tracker[0] > 1 ? hysteresis_tracker[0] - 1 : 0;
     const int successful = growth_tracker[0] + 1;
     if (found_inf[0] > 0.0f) {
@@ -78,6 +81,7 @@ UPDATE_SCALE = KernelSpec(
     } else {
         growth_tracker[0] = successful;
     }
+    record[1] = scale[0];
     """)
 
 
@@ -91,7 +95,7 @@ def raw_sources() -> list[tuple[str, str]]:
     return [unscale_source(g, o) for g in FUSED_DTYPES for o in FUSED_DTYPES]
 
 
-def unscale_group(grads: list, outs: list, inv_scale: Any, found_inf: Any) -> list[tuple]:
+def unscale_group(grads: list, outs: list, scale: Any, found_inf: Any) -> list[tuple]:
     """Fused ``loss_scale.unscale_group``; returns the (grad, out) pairs it did not take.
 
     Pairs of contiguous float16/bfloat16/float32 arrays go through one launch per
@@ -115,20 +119,24 @@ def unscale_group(grads: list, outs: list, inv_scale: Any, found_inf: Any) -> li
             kernel = launch.raw_kernel(name, source)
             chunks = launch.device_chunk_table(dev, tuple(g.size for g, _ in pairs), UNSCALE_CHUNK)
             ptrs = launch.pointer_table(dev, [launch._pointer(g) for g, _ in pairs]
-                                        + [launch._pointer(o) for _, o in pairs])
+                                        + [launch._pointer(o) for _, o in pairs],
+                                        site=("unscale", g_dtype, o_dtype, len(pairs)))
             launch.count(name)
             kernel((chunks.shape[0],), (UNSCALE_BLOCK,),
-                   (ptrs, np.int32(len(pairs)), chunks, inv_scale, found_inf))
+                   (ptrs, np.int32(len(pairs)), chunks, scale, found_inf))
     return rest
 
 
 def update_scale(scale: Any, growth_tracker: Any, hysteresis_tracker: Any, found_inf: Any, *,
                  growth_factor: float, backoff_factor: float, growth_interval: int, hysteresis: int,
-                 min_scale: "float | None", max_scale: "float | None", floor: float) -> None:
-    """Fused ``loss_scale.update_scale`` on the 0-d device arrays, in place."""
+                 min_scale: "float | None", max_scale: "float | None", floor: float, record: Any = None) -> None:
+    """Fused ``loss_scale.update_scale`` on the 0-d device arrays, in place; ``record`` gets (before, after)."""
     with launch._device(scale):
+        if record is None:
+            record = launch._cp().empty((2,), dtype=np.float32)
         launch.elementwise(UPDATE_SCALE, found_inf.reshape(1), float(growth_factor), float(backoff_factor),
                            int(growth_interval), int(hysteresis),
                            np.float32(floor if min_scale is None else min_scale),
                            max_scale is not None, float(0.0 if max_scale is None else max_scale),
-                           scale.reshape(1), growth_tracker.reshape(1), hysteresis_tracker.reshape(1), size=1)
+                           scale.reshape(1), growth_tracker.reshape(1), hysteresis_tracker.reshape(1), record,
+                           size=1)

@@ -165,7 +165,8 @@ def bias_act_convert(y, bias=None, dtype=dt.float16, relu=False, out=None, backe
         or y.ndim == 0
         or (bias is not None and (type(bias) is not np.ndarray or bias.dtype != dt.float32
                                   or bias.shape != (y.shape[-1],)))
-        or (backend is None and y.size < SMALL)  # a fast path's fixed cost exceeds a small epilogue's
+        # The NumPy recipes' fixed cost exceeds a small epilogue's; numba's call does not (and no errstate).
+        or (backend is None and y.size < SMALL and resolve(None) != "numba")
     ):
         if overwrite_y and bias is not None and bias.dtype == y.dtype:
             y += bias  # the caller's own buffer: no temporary (one allocation fewer on a GPU)

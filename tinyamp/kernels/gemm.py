@@ -33,6 +33,7 @@ import numpy as np
 from .. import backend
 from .. import dtypes as dt
 from .convert import convert
+from .round_through import round_through
 
 Array = Any  # numpy.ndarray or cupy.ndarray
 DTypeLike = Any  # anything numpy.dtype() accepts
@@ -100,6 +101,8 @@ def _check(name: str, a: Array, b: Array, out_dtype: DTypeLike,
     if k != k_b:
         raise ValueError(f"{name}: inner dimensions differ ({k} vs {k_b}); op(a) is "
                          f"{m}x{k} and op(b) is {k_b}x{n}: {_describe(a, b, trans_a, trans_b)}")
+    if a.ndim == 2 and b.ndim == 2:
+        return (), int(m), int(k), int(n), out  # plain matrices (every linear layer): no batch to broadcast
     try:
         batch = tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
     except ValueError:
@@ -143,6 +146,20 @@ def gemm(a: Array, b: Array, out_dtype: DTypeLike = None, *,
     if backend.is_cupy_array(a):
         return _gemm_gpu(a, b, out, trans_a, trans_b, batch, m, k, n)
     return _gemm_cpu(a, b, out, trans_a, trans_b)
+
+
+def gemm_widened(a: Array, b: Array, *, trans_a: bool = False, trans_b: bool = False) -> Array:
+    """``float32(gemm(a, b))`` for 16-bit operands: the 16-bit product, widened to float32.
+
+    The gradient of a float32 weight that a LOWER op used as its 16-bit copy.
+    On the CPU the float32 accumulator is rounded through the 16-bit dtype in
+    place (one pass, no 16-bit temporary); on a GPU cuBLAS writes the 16-bit
+    result itself (so its rounding is the one a 16-bit GEMM gives, bit for bit)
+    and one conversion widens it.
+    """
+    if backend.is_cupy_array(a):
+        return gemm(a, b, trans_a=trans_a, trans_b=trans_b).astype(dt.float32)
+    return round_through(gemm(a, b, dt.float32, trans_a=trans_a, trans_b=trans_b), a.dtype)
 
 
 def _gemm_cpu(a: np.ndarray, b: np.ndarray, out: np.dtype,
@@ -225,6 +242,17 @@ def _row_major(xp: Any, x: Array, trans: bool, batch: tuple[int, ...]
     return x, trans, stride
 
 
+# With CUBLAS_COMPUTE_32F the scale type is float: alpha/beta are float32 host
+# scalars (CuPy leaves the handle in host pointer mode), read before the call
+# returns, so two constant arrays serve every call.
+_ALPHA = np.ones((), dtype=np.float32)
+_BETA = np.zeros((), dtype=np.float32)
+def _compute_type_name(cublas: Any, compute_type: int) -> "str | None":
+    if compute_type == getattr(cublas, "CUBLAS_COMPUTE_32F", None):
+        return "CUBLAS_COMPUTE_32F"
+    return "CUBLAS_COMPUTE_16F" if compute_type == getattr(cublas, "CUBLAS_COMPUTE_16F", None) else None
+
+
 def _cublas_gemm(xp: Any, cublas: Any, handle: int, a: Array, b: Array,
                  c_dtype: np.dtype, trans_a: bool, trans_b: bool, *,
                  compute_type: int, algo: int) -> Array:
@@ -253,10 +281,7 @@ def _cublas_gemm(xp: Any, cublas: Any, handle: int, a: Array, b: Array,
         a, stride_a, rows_c, n_batch = a.reshape(n_batch * m, k), 0, n_batch * m, 1
 
     op_n, op_t = cublas.CUBLAS_OP_N, cublas.CUBLAS_OP_T
-    # With CUBLAS_COMPUTE_32F the scale type is float: alpha/beta are float32
-    # host scalars (CuPy leaves the handle in host pointer mode).
-    alpha = np.ones((), dtype=np.float32)
-    beta = np.zeros((), dtype=np.float32)
+    alpha, beta = _ALPHA, _BETA
     in_type, c_type = _CUDA_DATA_TYPE[a.dtype], _CUDA_DATA_TYPE[np.dtype(c_dtype)]
     args_b = (b.data.ptr, in_type, b.shape[-1])
     args_a = (a.data.ptr, in_type, a.shape[-1])
@@ -273,11 +298,9 @@ def _cublas_gemm(xp: Any, cublas: Any, handle: int, a: Array, b: Array,
             beta.ctypes.data, out.data.ptr, c_type, n, m * n,
             n_batch, compute_type, algo)
 
-    names = {getattr(cublas, name, None): name
-             for name in ("CUBLAS_COMPUTE_16F", "CUBLAS_COMPUTE_32F")}
     last_gpu_call.clear()
     last_gpu_call.update(function=function, compute_type=compute_type,
-                         compute_type_name=names.get(compute_type), algo=algo,
+                         compute_type_name=_compute_type_name(cublas, compute_type), algo=algo,
                          a_type=a.dtype.name, b_type=b.dtype.name,
                          c_type=np.dtype(c_dtype).name, m=n, n=rows_c, k=k,
                          batch_count=n_batch)

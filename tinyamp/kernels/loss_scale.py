@@ -16,14 +16,22 @@ import numpy as np
 
 from .. import dtypes as dt
 from . import cuda_launch, cuda_scaler
+from .convert import resolve
+from .cpu_numba import KERNELS
+from .cpu_numpy import flat
 
 # Without a min_scale the scale still never drops below the smallest normal
 # float32, so it stays positive and 1/scale stays finite.
 DEFAULT_MIN_SCALE = float(np.finfo(np.float32).tiny)
 
 
-def unscale_group(xp: Any, grads: list, outs: list, inv_scale: Any, found_inf: Any) -> None:
-    """``out = grad * inv_scale`` for each pair; ``found_inf = 1`` if any result is inf/nan.
+def inverse_scale(xp: Any, scale: Any) -> Any:
+    """``1 / scale`` as the unscale pass multiplies by it: divided in float64, rounded once to float32."""
+    return xp.reciprocal(scale.astype(np.float64)).astype(np.float32)
+
+
+def unscale_group(xp: Any, grads: list, outs: list, scale: Any, found_inf: Any) -> None:
+    """``out = grad * inverse_scale(scale)`` for each pair; ``found_inf = 1`` if any result is inf/nan.
 
     Checking the *result* also catches a finite scaled gradient that overflows
     when the scale is below 1. ``out`` is the gradient itself, or a float32
@@ -32,52 +40,79 @@ def unscale_group(xp: Any, grads: list, outs: list, inv_scale: Any, found_inf: A
     """
     if cuda_launch.on_gpu(found_inf):
         # One fused pass; pairs it does not take (float64, non-contiguous) stay for the loop.
-        pairs = cuda_scaler.unscale_group(grads, outs, inv_scale, found_inf)
+        pairs = cuda_scaler.unscale_group(grads, outs, scale, found_inf)
         grads, outs = [g for g, _ in pairs], [o for _, o in pairs]
-    for grad, out in zip(grads, outs):
-        if out.dtype in dt.LOW_PRECISION:
-            result = dt.opmath(grad) * inv_scale  # computed in float32, rounded once
-            out[...] = result.astype(out.dtype)
-        else:
-            result = xp.multiply(grad, inv_scale, out=out)
-        xp.maximum(found_inf, xp.logical_not(xp.isfinite(result).all()), out=found_inf)
+    if not grads:
+        return
+    # float32(1 / float64(scale)): on the CPU the host divides (the same IEEE division, no array ops).
+    inv_scale = np.asarray(np.float32(1.0 / float(scale))) if xp is np else inverse_scale(xp, scale)
+    if xp is np and resolve(None) == "numba":
+        # float32 pairs: multiply and check in one numba pass each (the NumPy ufuncs take four).
+        rest = []
+        for grad, out in zip(grads, outs):
+            if (grad.dtype == dt.float32 and out.dtype == dt.float32 and grad.flags.c_contiguous
+                    and out.flags.c_contiguous):
+                if KERNELS["unscale_f32"](flat(grad), flat(out), inv_scale[()]):
+                    found_inf[...] = 1.0
+            else:
+                rest.append((grad, out))
+        grads, outs = [g for g, _ in rest], [o for _, o in rest]
+    if not grads:
+        return
+    with np.errstate(over="ignore", invalid="ignore"):  # inf/nan is what we look for
+        for grad, out in zip(grads, outs):
+            if out.dtype in dt.LOW_PRECISION:
+                result = dt.opmath(grad) * inv_scale  # computed in float32, rounded once
+                out[...] = result.astype(out.dtype)
+            else:
+                result = xp.multiply(grad, inv_scale, out=out)
+            xp.maximum(found_inf, xp.logical_not(xp.isfinite(result).all()), out=found_inf)
 
 
 def update_scale(xp: Any, scale: Any, growth_tracker: Any, hysteresis_tracker: Any, found_inf: Any, *,
                   growth_factor: float, backoff_factor: float, growth_interval: int, hysteresis: int,
-                  min_scale: float | None, max_scale: float | None) -> None:
-    """The dynamic rule, in place on the device, without a branch on the data.
+                  min_scale: float | None, max_scale: float | None, record: Any = None) -> None:
+    """The dynamic rule, in place: on a GPU one kernel thread (no host sync), on the CPU a few host reads.
+
+    ``record`` (two float32, optional) receives the scale before and after.
 
     inf/nan found: the growth tracker resets and the hysteresis tracker counts
     down; once it reaches 0 the scale backs off (to no less than ``min_scale``).
     Clean: the growth tracker counts up; at ``growth_interval`` the scale grows
     (to no more than ``max_scale``, never to inf) and both trackers reset.
     With ``hysteresis=1`` this is exactly PyTorch's ``_amp_update_scale_``.
+    The arithmetic is the kernel's: the scale times a factor in float64, rounded
+    once to float32.
     """
     if cuda_launch.on_gpu(scale):
         cuda_scaler.update_scale(scale, growth_tracker, hysteresis_tracker, found_inf,
                                  growth_factor=growth_factor, backoff_factor=backoff_factor,
                                  growth_interval=growth_interval, hysteresis=hysteresis,
-                                 min_scale=min_scale, max_scale=max_scale, floor=DEFAULT_MIN_SCALE)
+                                 min_scale=min_scale, max_scale=max_scale, floor=DEFAULT_MIN_SCALE, record=record)
         return
-    found = found_inf > 0
-    current = scale.astype(np.float64)
-    hyst_left = xp.maximum(hysteresis_tracker - 1, 0)
-    backoff = xp.logical_and(found, hyst_left <= 0)
-    backed = xp.maximum((current * backoff_factor).astype(np.float32),
-                        np.float32(DEFAULT_MIN_SCALE if min_scale is None else min_scale))
-    successful = growth_tracker + 1
-    grow = xp.logical_and(xp.logical_not(found), successful >= growth_interval)
-    grown = current * growth_factor
-    if max_scale is not None:
-        grown = xp.minimum(grown, max_scale)
-    grown = grown.astype(np.float32)
-    grown = xp.where(xp.isfinite(grown), grown, scale)
-    zero = xp.zeros((), dtype=np.int32)
-    full_budget = xp.full((), hysteresis, dtype=np.int32)
-    new_scale = xp.where(backoff, backed, xp.where(grow, grown, scale))
-    new_growth = xp.where(xp.logical_or(found, grow), zero, successful)
-    new_hyst = xp.where(found, hyst_left, xp.where(grow, full_budget, hysteresis_tracker))
-    scale[...] = new_scale
-    growth_tracker[...] = new_growth
-    hysteresis_tracker[...] = new_hyst
+    # NumPy arrays: reading them on the host costs nothing, so decide in Python.
+    current = float(scale)  # a float32 value, exactly
+    if record is not None:
+        record[0] = current
+    hyst_left = max(int(hysteresis_tracker) - 1, 0)
+    successful = int(growth_tracker) + 1
+    if float(found_inf) > 0:
+        growth_tracker[...] = 0
+        hysteresis_tracker[...] = hyst_left
+        if hyst_left <= 0:
+            floor = np.float32(DEFAULT_MIN_SCALE if min_scale is None else min_scale)
+            scale[...] = max(np.float32(current * backoff_factor), floor)
+    elif successful >= growth_interval:
+        grown = current * growth_factor
+        if max_scale is not None and max_scale < grown:
+            grown = max_scale
+        with np.errstate(over="ignore"):  # past float32's range: inf, refused below
+            grown32 = np.float32(grown)
+        if np.isfinite(grown32):  # never grow to inf
+            scale[...] = grown32
+        growth_tracker[...] = 0
+        hysteresis_tracker[...] = hysteresis
+    else:
+        growth_tracker[...] = successful
+    if record is not None:
+        record[1] = scale

@@ -41,6 +41,9 @@ def _norm(xp: Any, array: Any, norm_type: float) -> Any:
     return xp.asarray(norm, dtype=dt.float32)  # NumPy reductions give scalars; keep a 0-d array
 
 
+# An overflowed AMP step has an inf norm: coef is 0 and inf * 0 gives nan gradients, as
+# in PyTorch (GradScaler then skips the step); NumPy's warnings about it are noise.
+@np.errstate(all="ignore")
 def clip_grad_norm_(parameters: "Tensor | Iterable[Tensor]", max_norm: float, norm_type: float = 2.0,
                     error_if_nonfinite: bool = False, foreach: bool | None = None) -> Tensor:
     """Scale all gradients together so their joint norm is at most ``max_norm``; returns the norm before.
@@ -61,16 +64,13 @@ def clip_grad_norm_(parameters: "Tensor | Iterable[Tensor]", max_norm: float, no
                            f"non-finite norm anyway, set `error_if_nonfinite=False`")
     # min(coef, 1) on the device instead of `if total > max_norm` on the host: no sync.
     coef = xp.minimum(float(max_norm) / (total + 1e-6), 1.0)  # Python floats are weak: stays float32
-    # An overflowed AMP step has an inf norm: coef is 0 and inf * 0 gives nan gradients,
-    # as in PyTorch (GradScaler then skips the step); NumPy's warning about it is noise.
-    with np.errstate(invalid="ignore"):
-        for g in grads:
-            scale = backend.to_device(coef, g.device)
-            if g.dtype == dt.float32:
-                g.data *= scale
-            else:  # scale in float32, round once to the gradient's dtype
-                g.data[...] = convert(_float32(g.data) * scale, g.dtype)
-            g._version[0] += 1
+    for g in grads:
+        scale = backend.to_device(coef, g.device)
+        if g.dtype == dt.float32:
+            g.data *= scale
+        else:  # scale in float32, round once to the gradient's dtype
+            g.data[...] = convert(_float32(g.data) * scale, g.dtype)
+        g._version[0] += 1
     return Tensor._wrap(total)
 
 

@@ -20,6 +20,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..autograd.function import Function
+from ..kernels import cuda_epilogue, cuda_launch
 from ..kernels.elementwise_cpu import relu_backward_lowp, relu_lowp
 from ..precision import FP32, NEUTRAL
 from ..tensor import Tensor
@@ -164,6 +165,8 @@ class ReluBackward(Function):
             # dead unit gives 0, as in PyTorch; the GradScaler still sees the
             # overflow in the other gradients computed from gy.
             return relu_backward_lowp(gy, y)
+        if cuda_launch.on_gpu(gy) and cuda_launch.fusable(gy, y) and gy.shape == y.shape:
+            return cuda_epilogue.relu_backward(gy, y)  # one launch for the compare and the multiply
         return xp.multiply(gy, y > 0, dtype=gy.dtype)
 
     def backward(self, g: Tensor) -> tuple:

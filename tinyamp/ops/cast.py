@@ -35,6 +35,20 @@ class Cast(Function):
         return cast(gy, self.source)
 
 
+class CachedCast(Cast):
+    """y = x as dtype, a conversion made earlier (the weight-cast cache's); dx = gy as x's dtype"""
+
+    name = "cast"
+
+    def __init__(self, dtype: np.dtype, array: Any) -> None:
+        super().__init__(dtype)
+        self.array = array
+
+    def forward(self, xp: Any, x: Any) -> Any:
+        self.source = x.dtype
+        return self.array
+
+
 class ToDevice(Function):
     """y = x on another device; dx = gy moved back"""
 

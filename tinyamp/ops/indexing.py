@@ -78,9 +78,14 @@ class GetItem(Function):
 
     def forward(self, xp: Any, x: Any) -> Any:
         try:
-            return x[self.key]  # basic keys give a view, advanced ones a copy
+            y = x[self.key]  # basic keys give a view, advanced ones a copy
         except (IndexError, ValueError, TypeError) as exc:
             raise _index_error(exc, x.shape, x.dtype) from None
+        if isinstance(y, np.generic):
+            # An integer per dimension: NumPy returns a scalar copy; a trailing
+            # Ellipsis gives the 0-d view PyTorch returns (x[0, 0].mul_(2) writes into x).
+            y = x[self.key + (Ellipsis,)]
+        return y
 
     def backward(self, gy: Tensor) -> Tensor:
         return GetItemGrad(self.key, self.input_shapes[0])(gy)

@@ -18,10 +18,14 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..autograd.function import Function
+from ..autograd.grad_mode import is_grad_enabled
+from ..kernels import cuda_epilogue, cuda_launch
 from ..kernels.elementwise_cpu import bias_act_convert
-from ..kernels.gemm import gemm
-from ..precision import LOWER
+from ..kernels.gemm import gemm, gemm_widened
+from ..kernels.round_through import round_through
+from ..precision import LOWER, current_trace, fused_cause
 from ..tensor import Tensor
+from .cast import CachedCast, Cast
 from .broadcast import sum_to
 from .reduce import sum as _sum
 from .vector_norms import linalg_norm as norm, vector_norm  # noqa: F401 - ta.linalg.norm / ta.linalg.vector_norm
@@ -135,11 +139,19 @@ class Bmm(MatMul):
 
 
 class Linear(Function):
-    """y = x @ W^T + b; dx = gy @ W, dW = gy^T @ x, db = sum of gy over leading dims"""
+    """y = x @ W^T + b; dx = gy @ W, dW = gy^T @ x, db = sum of gy over leading dims
+
+    Under autocast a float32 weight and bias are lowered here, not by Cast nodes
+    (``lowers_weights``): forward gets their float16/bfloat16 copies from the
+    weight-cast cache, the node's edges go to the float32 tensors, and backward
+    returns dW and db as float32(round16(float32 accumulator)): bit for bit the
+    16-bit gradients a Cast node's backward widened.
+    """
 
     precision = LOWER
     save_inputs = (0, 1)  # x and W only: the output is not needed
     saved_input_needed_by = {0: (1,), 1: (0,)}  # x is needed by dW only, W by dx only
+    lowers_weights = (1, 2)
 
     def forward(self, xp: Any, x: Any, w: Any, b: Any = None) -> Any:
         _check_dtypes("linear", x, w, *(() if b is None else (b,)))
@@ -155,9 +167,13 @@ class Linear(Function):
             y = gemm(rows, w, trans_b=True)
         elif dt.is_low_precision(x.dtype):
             # The bias is added to the float32 accumulator and the sum rounded
-            # once, as a cuBLAS epilogue would (one fused pass on the CPU).
-            y = bias_act_convert(gemm(rows, w, xp.float32, trans_b=True), b.astype(xp.float32), x.dtype,
-                                 overwrite_y=True)
+            # once, as a cuBLAS epilogue would (one fused pass: numba on the CPU,
+            # one kernel launch on a GPU, which widens the 16-bit bias itself).
+            acc = gemm(rows, w, xp.float32, trans_b=True)
+            if cuda_launch.on_gpu(acc):
+                y = cuda_epilogue.bias_act_convert(acc, b, x.dtype, relu=False)
+            else:
+                y = bias_act_convert(acc, b.astype(xp.float32), x.dtype, overwrite_y=True)
         else:
             y = gemm(rows, w, trans_b=True)
             y += b  # in place on gemm's fresh result: no second output buffer
@@ -165,18 +181,64 @@ class Linear(Function):
 
     def backward(self, gy: Tensor) -> tuple:
         x, w = self.saved_tensors
+        if not is_grad_enabled() and current_trace() is None:
+            return self._backward_arrays(x, w, gy)
+        lowered = self.lowered or {}
         g_rows = _rows(gy) if gy.ndim != 2 else gy
         dx = dw = None
         if self.needs_input_grad[0]:
+            if 1 in lowered:  # the 16-bit copy forward used; recorded (for double backward) if grad is on
+                low = lowered[1]
+                w = CachedCast(low.dtype, low)(w) if is_grad_enabled() else Tensor._wrap(low)
             dx = MatMul()(g_rows, w).reshape(self.input_shapes[0])
         if self.needs_input_grad[1]:
             x_rows = _rows(x) if x.ndim != 2 else x
-            dw = MatMul(trans_a=True)(g_rows, x_rows)
+            dw = self._widened(1, MatMul(trans_a=True)(g_rows, x_rows))
         if len(self.needs_input_grad) == 2:
             return dx, dw
         # Sum accumulates float16/bfloat16 in float32 and rounds once.
-        db = _sum(g_rows, 0) if self.needs_input_grad[2] else None
+        db = self._widened(2, _sum(g_rows, 0)) if self.needs_input_grad[2] else None
         return dx, dw, db
+
+    def _widened(self, position: int, grad: Tensor) -> Tensor:
+        """A lowered weight's 16-bit gradient back in float32, as the Cast node's backward gave it."""
+        if self.lowered is None or position not in self.lowered:
+            return grad
+        node = Cast(dt.float32)
+        node._amp_backward_of = fused_cause(self, position, dt.float32, grad.dtype)  # a backward cast
+        return node(grad)
+
+    def _backward_arrays(self, x: "Tensor | None", w: "Tensor | None", gy: Tensor) -> tuple:
+        """The same gradients computed on arrays, without nodes (no double backward, no report open)."""
+        lowered = self.lowered or {}
+        g = gy.data
+        g_rows = _rows(g) if g.ndim != 2 else g
+        needs = self.needs_input_grad
+        dx = dw = db = None
+        if needs[0]:
+            dx = Tensor._wrap(gemm(g_rows, lowered.get(1, w.data if w is not None else None))
+                              .reshape(self.input_shapes[0]))
+        if needs[1]:
+            x_rows = _rows(x.data) if x.ndim != 2 else x.data
+            dw = Tensor._wrap(gemm_widened(g_rows, x_rows, trans_a=True) if 1 in lowered
+                              else gemm(g_rows, x_rows, trans_a=True))
+        if len(needs) == 2:
+            return dx, dw
+        if needs[2]:
+            if 2 in lowered:
+                db = round_through(g_rows.sum(axis=0, dtype=dt.float32), g.dtype)
+            elif dt.is_low_precision(g.dtype):  # as the Sum op: float32 accumulation, one rounding
+                db = g_rows.sum(axis=(0,), dtype=dt.float32).astype(g.dtype)
+            else:
+                db = g_rows.sum(axis=(0,))
+            db = Tensor._wrap(db)
+        return dx, dw, db
+
+    def saved_items(self) -> list[tuple[Any, "Tensor | None"]]:
+        """What backward keeps: a lowered weight is read as its 16-bit copy, so that is what is kept."""
+        lowered = self.lowered or {}
+        return [(lowered.get(position, t.data), t)
+                for position, (t, _version) in zip(self.save_inputs, self._saved_in) if t is not None]
 
 
 def matmul(a: Tensor, b: Tensor) -> Tensor:

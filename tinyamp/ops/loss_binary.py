@@ -43,13 +43,17 @@ _UNSAFE_MESSAGE = (
 
 
 def _check_pair(op: str, x: Any, t: Any, extras: dict) -> None:
-    """Target of the input's shape and dtype; weights that broadcast to the input's shape."""
+    """Target of the input's shape and dtype; floating weights that broadcast to the input's shape.
+
+    The weights may have any floating dtype: they are applied in the compute
+    dtype, as PyTorch multiplies them into the loss in place.
+    """
     if t.shape != x.shape:
         raise ValueError(f"{op}: target shape {list(t.shape)} and input shape {list(x.shape)} "
                          f"differ; tinyamp does not broadcast a loss")
     if x.dtype not in dt.FLOATING or t.dtype != x.dtype:
-        raise TypeError(f"{op}: input and target must share one floating dtype, got "
-                        f"{describe(x)} and {describe(t)}")
+        raise TypeError(f"{op}: input and target must share one floating dtype (PyTorch refuses a mix "
+                        f"too), got {describe(x)} and {describe(t)}; cast one, e.g. target.to(input.dtype)")
     for name, w in extras.items():
         if w is None:
             continue
@@ -57,8 +61,8 @@ def _check_pair(op: str, x: Any, t: Any, extras: dict) -> None:
             fits = np.broadcast_shapes(w.shape, x.shape) == x.shape
         except ValueError:
             fits = False
-        if w.dtype != x.dtype or not fits:
-            raise ValueError(f"{op}: {name} {describe(w)} must have the input's dtype and "
+        if w.dtype not in dt.FLOATING or not fits:
+            raise ValueError(f"{op}: {name} {describe(w)} must be floating and "
                              f"broadcast to the input's shape {describe(x)}")
 
 
@@ -125,6 +129,7 @@ class BinaryCrossEntropyWithLogits(Function):
 
     precision = FP32
     name = "binary_cross_entropy_with_logits"
+    promoted_inputs = slice(0, 2)  # logits and target: float16 logits with a float32 target is float32
 
     def __init__(self, weighted: bool, pos_weighted: bool, reduction: str) -> None:
         self.weighted, self.pos_weighted, self.reduction = weighted, pos_weighted, reduction

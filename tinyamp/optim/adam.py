@@ -14,10 +14,11 @@ by the keep mask, so a skipped AMP step leaves it unchanged and the bias
 corrections are computed on the device (in float64, then rounded to the
 arithmetic dtype), without reading it on the host.
 
-On a GPU, float16/bfloat16/float32 parameters are updated by fused kernels
-(``tinyamp/kernels/cuda_optim.py``: one thread for the step counter and bias
-corrections, one pass for the update, the same math), which under O2 also
-write the rounded float16 weights; float64 ones take the array path below.
+On a GPU, the float16/bfloat16/float32 parameters of a group are updated by
+fused kernels (``tinyamp/kernels/cuda_optim.py``: one launch for the step
+counters and bias corrections of the whole group, one for the update, the
+same math), which also write each weight's rounded low-precision copy (O2
+parameters, autocast's cached copies); float64 ones take the array path below.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from .. import dtypes as dt
-from ..kernels import cuda_launch, cuda_optim
+from ..kernels import cpu_optim, cuda_launch, cuda_optim
 from .optimizer import Optimizer, decayed_gradient, masked_write
 
 
@@ -92,22 +93,40 @@ class Adam(Optimizer):
                         master_weights=master_weights)
         super().__init__(params, defaults)
 
+    _kernels_read_found_inf = True
+
     def _update_group(self, group: dict, entries: list) -> None:
         beta1, beta2 = group["betas"]
-        for p, w, g, keep, master in entries:
-            m = self._state_buffer(p, "exp_avg", w)
-            v = self._state_buffer(p, "exp_avg_sq", w)
-            v_max = self._state_buffer(p, "max_exp_avg_sq", w) if group["amsgrad"] else None
-            step = self._step_counter(p, w)
-            hyper = dict(lr=group["lr"], beta1=beta1, beta2=beta2, eps=group["eps"],
-                         weight_decay=group["weight_decay"], decoupled=self._decoupled)
+        hyper = dict(lr=group["lr"], beta1=beta1, beta2=beta2, eps=group["eps"],
+                     weight_decay=group["weight_decay"], decoupled=self._decoupled)
+        fused: dict = {}  # device -> entries for one multi-tensor launch
+        for entry in entries:
+            p, w, g, keep, master = entry
             if cuda_launch.on_gpu(w) and cuda_launch.fusable(w, g):
-                low = None if master is None else p.data
-                cuda_optim.adam_step(w, g, m, v, v_max, step, keep, low=low, **hyper)
-                if low is not None:
-                    self._written_back_by_kernel.add(p)
+                fused.setdefault(p.device, []).append(entry)
                 continue
-            _adam_param(p.device.xp, w, g, m, v, v_max, step, keep, **hyper)
+            m, v, v_max, step = self._moments(p, w, group["amsgrad"])
+            if keep is True and cpu_optim.adam_update(w, g, m, v, v_max, step, **hyper):
+                continue  # one numba pass on the CPU, the same bits
+            _adam_param(p.device.xp, w, g, m, v, v_max, step, self._keep_mask(keep), **hyper)
+        for dev, batch in fused.items():
+            moments = [self._moments(p, w, group["amsgrad"]) for p, w, _, _, _ in batch]
+            lows = [self._low_output(p, master) for p, _, _, _, master in batch]
+            keep = batch[0][3]
+            if keep is False:  # a skipped step on a device whose flag the host read: nothing to write
+                continue
+            on_device = self._hyper_on_device(group, batch[0][1], (float(group["lr"]), float(beta1), float(beta2),
+                                                           float(group["eps"]), float(group["weight_decay"])))
+            cuda_optim.adam_group([w for _, w, _, _, _ in batch], [g for _, _, g, _, _ in batch],
+                                  [m for m, _, _, _ in moments], [v for _, v, _, _ in moments],
+                                  [vm for _, _, vm, _ in moments] if group["amsgrad"] else None,
+                                  [s for _, _, _, s in moments], lows, None if keep is True else keep, on_device,
+                                  decoupled=self._decoupled)
+
+    def _moments(self, p: Any, w: Any, amsgrad: bool) -> tuple:
+        """(exp_avg, exp_avg_sq, max_exp_avg_sq or None, step) of ``p``, made on first use."""
+        return (self._state_buffer(p, "exp_avg", w), self._state_buffer(p, "exp_avg_sq", w),
+                self._state_buffer(p, "max_exp_avg_sq", w) if amsgrad else None, self._step_counter(p, w))
 
 
 class AdamW(Adam):

@@ -24,9 +24,23 @@ raw arrays; everything they share lives here:
   still multiplied by that factor; the step multiplies by its reciprocal
   (computed in float64, stored float32). GradScaler never passes ``grad_scale``:
   it unscales first (one pass that also finds infs) and passes only ``found_inf``.
+  On the CPU reading ``found_inf`` costs nothing, so the keep flag is a Python
+  bool there and a kept step takes the plain update (the same values as the
+  masked one); on a GPU it stays on the device, and SGD/Adam's fused kernels
+  (``_kernels_read_found_inf``) read ``found_inf`` themselves.
+- **Fused GPU updates.** SGD and Adam/AdamW update a whole group with one
+  kernel launch (``kernels/cuda_optim.py``), reading the group's
+  hyper-parameters from a small device array that is rewritten only when a
+  value changes (a scheduler), and writing each weight's low-precision copy in
+  the same pass: the O2 parameter, or the autocast weight-cast cache's copy of
+  a float32 weight (re-stamped with the new version, so the next forward
+  converts nothing).
 
 Updates write in place into ``p.data`` (and bump ``p._version``, which the
 autocast weight-cast cache keys on, so it sees every optimizer update).
+
+``track_swamping()`` (opt-in) makes each step also measure which update
+elements float16 weights would have lost (``swamping()``; optim/swamping.py).
 """
 
 from __future__ import annotations
@@ -42,7 +56,11 @@ import tinyamp
 
 from .. import backend
 from .. import dtypes as dt
+from ..amp.casting import low_copy_to_refresh, restamp_low_copy
+from ..kernels import cuda_launch
+from ..kernels.loss_scale import inverse_scale
 from ..tensor import Tensor
+from . import swamping
 
 
 class _RequiredParameter:
@@ -88,6 +106,13 @@ class Optimizer:
 
     # Overridden to True by the optimizers that implement the masked-update contract.
     _step_supports_amp_scaling = False
+    # True for optimizers whose GPU kernels read found_inf themselves: their keep
+    # flag on a GPU is then found_inf (one-element float32), not a computed mask.
+    _kernels_read_found_inf = False
+    # Update-swamping measurement (optim/swamping.py): off unless track_swamping() turns it on.
+    _swamping_dtype: "np.dtype | None" = None
+    _swamping_names: "dict[int, str] | None" = None
+    _swamping_report: Any = None
 
     def __init__(self, params: Iterable[Any], defaults: dict) -> None:
         self.defaults = dict(defaults)
@@ -99,6 +124,11 @@ class Optimizer:
         self._master_versions: dict[Tensor, int] = {}
         # Parameters whose low-precision copy a fused GPU kernel already wrote this step.
         self._written_back_by_kernel: set = set()
+        # Float32 parameters whose weight-cast cache copy a fused kernel rewrote this step
+        # (parameter -> dtype), re-stamped with the version the update gives them.
+        self._refreshed_low_copies: dict = {}
+        # Each group's hyper-parameters on the device, for the fused kernels (id(group) -> mirror).
+        self._device_hyper: dict[int, cuda_launch.DeviceValues] = {}
         if isinstance(params, Tensor):
             raise TypeError("params argument given to the optimizer should be an iterable of Tensors "
                             f"or dicts, but got {type(params).__name__}")
@@ -208,6 +238,32 @@ class Optimizer:
                 return group
         raise KeyError(f"parameter of shape {list(p.shape)} is not in this optimizer")
 
+    # -------------------------------------------------------------- swamping
+    def track_swamping(self, enabled: bool = True, *, dtype: Any = dt.float16, names: Any = None) -> None:
+        """Measure, at every step from now on, which update elements ``dtype`` weights would lose.
+
+        Opt-in: a step copies each updated weight before it writes it only while
+        this is on. ``names``: ``model.named_parameters()`` (or a dict) to label
+        the rows. :meth:`swamping` returns the last step's report.
+        """
+        if not enabled:
+            self._swamping_dtype = self._swamping_names = self._swamping_report = None
+            return
+        low = dt.as_dtype(dtype)
+        if low not in dt.LOW_PRECISION:
+            raise ValueError(f"{type(self).__name__}.track_swamping: dtype must be float16 or bfloat16, "
+                             f"got {dt.dtype_name(low)}")
+        self._swamping_dtype = low
+        labels = dict(names.items() if isinstance(names, dict) else names) if names is not None else {}
+        self._swamping_names = {id(p): name for name, p in labels.items()}
+
+    def swamping(self) -> Any:
+        """The :class:`~tinyamp.optim.swamping.SwampingReport` of the last step taken while tracking, or None."""
+        return self._swamping_report
+
+    def _swamping_label(self, p: Tensor, group_index: int, index: int) -> str:
+        return (self._swamping_names or {}).get(id(p), f"group{group_index}.{index}")
+
     # -------------------------------------------------------------- step
     def step(self, closure: "Callable[[], Any] | None" = None, *, found_inf: Any = None,
              grad_scale: Any = None) -> Any:
@@ -224,18 +280,32 @@ class Optimizer:
         # A masked step computes with the inf/nan gradients it then discards:
         # NumPy's overflow/invalid warnings would be noise there.
         quiet = np.errstate(over="ignore", invalid="ignore") if found_inf is not None else contextlib.nullcontext()
+        low = self._swamping_dtype  # None unless track_swamping() asked for the measurement
+        rows: list = []
         with tinyamp.no_grad(), quiet:
-            for group in self.param_groups:
+            for group_index, group in enumerate(self.param_groups):
                 entries = []
                 for p in group["params"]:
                     entry = self._prepare(p, group, found_inf, grad_scale, keeps)
                     if entry is not None:
                         entries.append(entry)
+                # The weights before the update, only when measuring swamping.
+                before = [(w.copy(), p.data.copy()) for p, w, _, _, _ in entries] if low is not None else None
                 if entries:
                     self._update_group(group, entries)
                 for p, _, _, _, master in entries:
                     self._finish(p, master)
+                if before is not None:
+                    rows += self._measure_swamping(group_index, group, entries, before, low)
+        if low is not None:
+            self._swamping_report = swamping.SwampingReport(rows, low)
         return loss
+
+    def _measure_swamping(self, group_index: int, group: dict, entries: list, before: list, low: Any) -> list:
+        index = {id(p): i for i, p in enumerate(group["params"])}
+        return [swamping.measure(self._swamping_label(p, group_index, index[id(p)]), p, old_weight, weight,
+                                 old_param, master is not None, low)
+                for (p, weight, _, _, master), (old_weight, old_param) in zip(entries, before)]
 
     def _prepare(self, p: Tensor, group: dict, found_inf: Any, grad_scale: Any, keeps: dict) -> "tuple | None":
         """(param, weight array, grad array, keep mask, master) for one parameter, or None."""
@@ -244,8 +314,7 @@ class Optimizer:
         dev = p.device
         xp = dev.xp
         if dev not in keeps:
-            keeps[dev] = (True if found_inf is None
-                          else xp.equal(backend.to_device(as_array(found_inf), dev).reshape(()), 0))
+            keeps[dev] = self._keep_flag(dev, found_inf)
         master = self._master(p, group)
         if master is not None and master.grad is not None:
             if grad_scale is not None:
@@ -256,10 +325,51 @@ class Optimizer:
             grad = p.grad.data if master is None else p.grad.data.astype(np.float32)
             if grad_scale is not None:
                 scale = backend.to_device(as_array(grad_scale), dev)
-                inv = xp.reciprocal(scale.astype(np.float64)).astype(np.float32)
-                grad = dt.opmath(grad) * inv.reshape(())
+                grad = dt.opmath(grad) * inverse_scale(xp, scale).reshape(())
         weight = p.data if master is None else master.data
         return p, weight, grad, keeps[dev], master
+
+    def _keep_flag(self, dev: backend.Device, found_inf: Any) -> Any:
+        """Whether this step's update applies, for the parameters on ``dev``.
+
+        True without AMP. On the CPU a Python bool (the host reads found_inf for
+        free). On a GPU a 0-d device bool, or for optimizers whose kernels read it
+        themselves found_inf as a one-element float32 device array.
+        """
+        if found_inf is None:
+            return True
+        found = backend.to_device(as_array(found_inf), dev)
+        if dev.type == "cpu":
+            return bool(found.reshape(()) == 0)
+        if self._kernels_read_found_inf:
+            return found.reshape(1) if found.dtype == dt.float32 else found.astype(dt.float32).reshape(1)
+        return dev.xp.equal(found.reshape(()), 0)
+
+    @staticmethod
+    def _keep_mask(keep: Any) -> Any:
+        """A keep flag as ``masked_write`` takes it (found_inf of a fused-kernel optimizer: found == 0)."""
+        if keep is True or keep is False or keep.dtype == dt.bool_:
+            return keep
+        return backend.array_module(keep).equal(keep.reshape(()), 0)
+
+    def _hyper_on_device(self, group: dict, like: Any, values: tuple) -> Any:
+        """``values`` (the group's hyper-parameters) as a float64 array on ``like``'s GPU, uploaded when they change."""
+        mirror = self._device_hyper.get(id(group))
+        if mirror is None:
+            mirror = self._device_hyper[id(group)] = cuda_launch.DeviceValues()
+        return mirror.get(cuda_launch._device(like), values)
+
+    def _low_output(self, p: Tensor, master: "Tensor | None") -> Any:
+        """Where a fused kernel writes ``p``'s rounded new value: the O2 parameter, the
+        weight-cast cache's current copy of a float32 parameter, or nowhere (None)."""
+        if master is not None:
+            self._written_back_by_kernel.add(p)
+            return p.data
+        refresh = low_copy_to_refresh(p)
+        if refresh is None:
+            return None
+        self._refreshed_low_copies[p] = refresh[0]
+        return refresh[1]
 
     def _finish(self, p: Tensor, master: "Tensor | None") -> None:
         """After the update: round masters back into the parameter, bump the version."""
@@ -275,6 +385,10 @@ class Optimizer:
         p._version[0] += 1
         if master is not None:
             self._master_versions[p] = p._version[0]
+        if self._refreshed_low_copies:
+            low = self._refreshed_low_copies.pop(p, None)
+            if low is not None:  # the kernel wrote round(new weight) into the cached copy
+                restamp_low_copy(p, low)
 
     def _update_group(self, group: dict, entries: list) -> None:
         raise NotImplementedError(f"{type(self).__name__} must implement _update_group")

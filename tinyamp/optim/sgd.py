@@ -13,9 +13,11 @@ PyTorch's rule, per parameter ``w`` with gradient ``g``::
 to the momentum buffer, so a skipped first step (AMP, masked) leaves the buffer
 uninitialised instead of seeding it with an inf gradient.
 
-On a GPU, float16/bfloat16/float32 parameters are updated by one fused kernel
-each (``tinyamp/kernels/cuda_optim.py``, the same math), which under O2 also writes
-the rounded float16 weights; float64 ones take the array path below.
+On a GPU, the float16/bfloat16/float32 parameters of a group are updated by
+one fused kernel launch (``tinyamp/kernels/cuda_optim.py``, the same math; one
+more launch advances the step counters), which also writes each weight's
+rounded low-precision copy (O2 parameters, autocast's cached copies); float64
+ones take the array path below.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from .. import dtypes as dt
-from ..kernels import cuda_launch, cuda_optim
+from ..kernels import cpu_optim, cuda_launch, cuda_optim
 from .optimizer import Optimizer, masked_write
 
 
@@ -69,21 +71,39 @@ class SGD(Optimizer):
                         nesterov=nesterov, maximize=maximize, master_weights=master_weights)
         super().__init__(params, defaults)
 
+    _kernels_read_found_inf = True
+
     def _update_group(self, group: dict, entries: list) -> None:
         momentum = group["momentum"]
-        for p, w, g, keep, master in entries:
-            xp = p.device.xp
+        hyper = dict(lr=group["lr"], momentum=momentum, dampening=group["dampening"],
+                     weight_decay=group["weight_decay"], nesterov=group["nesterov"], maximize=group["maximize"])
+        fused: dict = {}  # device -> entries for one multi-tensor launch
+        for entry in entries:
+            p, w, g, keep, master = entry
+            if cuda_launch.on_gpu(w) and cuda_launch.fusable(w, g):
+                fused.setdefault(p.device, []).append(entry)
+                continue
             buf = step = None
             if momentum != 0:
                 buf = self._state_buffer(p, "momentum_buffer", w)
                 step = self._step_counter(p, w)
-            hyper = dict(lr=group["lr"], momentum=momentum, dampening=group["dampening"],
-                         weight_decay=group["weight_decay"], nesterov=group["nesterov"],
-                         maximize=group["maximize"])
-            if cuda_launch.on_gpu(w) and cuda_launch.fusable(w, g):
-                low = None if master is None else p.data
-                cuda_optim.sgd_step(w, g, buf, step, keep, low=low, **hyper)
-                if low is not None:
-                    self._written_back_by_kernel.add(p)
-                continue
-            _sgd_param(xp, w, g, buf, step, keep, **hyper)
+            if keep is True and cpu_optim.sgd_update(w, g, buf, step, **hyper):
+                continue  # one numba pass on the CPU, the same bits
+            _sgd_param(p.device.xp, w, g, buf, step, self._keep_mask(keep), **hyper)
+        for dev, batch in fused.items():
+            self._fused_update(group, dev, batch, momentum != 0, hyper)
+
+    def _fused_update(self, group: dict, dev: Any, batch: list, momentum: bool, hyper: dict) -> None:
+        """One group's parameters on one GPU: one launch for the update, one for the step counters."""
+        weights = [w for _, w, _, _, _ in batch]
+        bufs = [self._state_buffer(p, "momentum_buffer", w) for p, w, _, _, _ in batch] if momentum else None
+        steps = [self._step_counter(p, w) for p, w, _, _, _ in batch] if momentum else None
+        lows = [self._low_output(p, master) for p, _, _, _, master in batch]
+        keep = batch[0][3]
+        if keep is False:  # a skipped step on a device whose flag the host read: nothing to write
+            return
+        on_device = self._hyper_on_device(group, weights[0], (float(hyper["lr"]), float(hyper["momentum"]),
+                                                       float(hyper["dampening"]), float(hyper["weight_decay"])))
+        cuda_optim.sgd_group(weights, [g for _, _, g, _, _ in batch], bufs, steps, lows,
+                             None if keep is True else keep, on_device, nesterov=bool(hyper["nesterov"]),
+                             maximize=bool(hyper["maximize"]))

@@ -1,0 +1,385 @@
+"""Train a 2-layer decoder-only transformer with AMP, and see where float16 would bite.
+
+The model (token and position embeddings, two pre-norm blocks of causal
+self-attention and a GELU MLP, a final layer norm and a linear head) learns a
+synthetic copy task generated from a seed (``ta.data.copy_task``: ``a SEP a``;
+the copy is predictable, the prefix is not). Attention and layer norm are
+written out in tinyamp ops (``q @ k^T``, ``masked_fill``, ``softmax``; mean,
+``(x - mean) ** 2``, ``rsqrt``) so each step runs under its own autocast tag;
+``--sdpa`` uses ``F.scaled_dot_product_attention`` and ``nn.LayerNorm``
+instead. With ``--amp`` (the default) the example:
+
+1. trains the same model from the same seed in float32 and with AMP (autocast
+   to float16, ``GradScaler``) and checks that the final losses agree within
+   ``LOSS_RTOL`` (1%; the reason is written beside it);
+2. prints the loss-scale trajectory (scale, skipped steps) and, at the last
+   step, the update swamping of every parameter (``track_swamping``);
+3. finds where float16 overflows, with ``ta.amp.shadow_run`` on the trained
+   model: a residual stream made large (as trained transformers' outlier
+   features are) is safe under the default tags and overflows in the layer-norm
+   variance once the FP32-tagged ops are overridden to LOWER; attention logits
+   made large overflow float16 in the ``q @ k^T`` product itself, which the
+   fused attention op keeps in float32.
+
+    python examples/tiny_transformer.py                  # AMP and float32: seconds on a CPU
+    python examples/tiny_transformer.py --out plots/ --trace
+    python examples/tiny_transformer.py --no-amp --steps 500
+
+The training loop is in :func:`train` below: PyTorch's AMP recipe with
+``import tinyamp as ta``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import math
+import os
+import sys
+from typing import Any, Callable
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # _common, also when imported by tests
+
+import numpy as np  # noqa: E402
+
+import tinyamp as ta  # noqa: E402
+import tinyamp.nn.functional as F  # noqa: E402
+import _common  # noqa: E402
+
+nn = ta.nn
+
+DEFAULT_STEPS = 200
+DEFAULT_LR = 3e-3
+WINDOW = 25  # the final loss is the mean over the last WINDOW steps (one batch is noisy)
+# AMP must end within LOSS_RTOL of float32's final loss (relative). Both runs
+# start from the same weights and see the same batches; float16 rounds every
+# matmul's inputs and output (2^-11 relative), which nudges each gradient, and
+# Adam turns the nudges into weight differences that stay small because every
+# update is normalised (after 200 steps the head's weights differ by 3e-4
+# relative). Over seeds 0-4 the final losses differed by at most 8e-5
+# relative (5e-4 at any single step); 1% leaves a wide margin for other seeds and machines, and still fails
+# an AMP step that loses information (float16 weights without masters swamp most
+# late updates: see the swamping table, and the loss stalls well above float32's).
+LOSS_RTOL = 0.01
+RESIDUAL_STRESS = 300.0   # embeddings scaled: |x - mean| ~ 300, and 300^2 > 65504
+LOGIT_STRESS = 20000.0    # q . k times 20000: past 65504 in the trained model and in a fresh one
+
+
+# ------------------------------------------------------------------ the model
+class LayerNorm(nn.Module):
+    """(x - mean) / sqrt(var + eps) * weight + bias, written out: mean, pow, rsqrt are FP32-tagged ops."""
+
+    def __init__(self, dim: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(ta.ones(dim))
+        self.bias = nn.Parameter(ta.zeros(dim))
+        self.eps = eps
+
+    def forward(self, x: ta.Tensor) -> ta.Tensor:
+        centered = x - x.mean(-1, keepdim=True)
+        variance = (centered ** 2).mean(-1, keepdim=True)   # float16 overflows here once |x - mean| > 256
+        return centered * ta.rsqrt(variance + self.eps) * self.weight + self.bias
+
+
+class CausalSelfAttention(nn.Module):
+    """Multi-head attention where position i sees positions 0..i."""
+
+    def __init__(self, dim: int, heads: int, sdpa: bool) -> None:
+        super().__init__()
+        self.heads, self.sdpa = heads, sdpa
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.logit_scale = 1.0  # a stress knob for the overflow demonstration: q . k times this (1: off)
+
+    def forward(self, x: ta.Tensor) -> ta.Tensor:
+        batch, length, dim = x.shape
+        q, k, v = (t.reshape(batch, length, self.heads, dim // self.heads).transpose(1, 2)
+                   for t in self.qkv(x).chunk(3, dim=-1))
+        if self.logit_scale != 1.0:  # through q and k alike, so neither overflows on its own
+            q, k = q * math.sqrt(self.logit_scale), k * math.sqrt(self.logit_scale)
+        if self.sdpa:   # one LOWER op that keeps the scores and the softmax in float32 inside
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            scores = q @ k.transpose(-2, -1) * (1.0 / math.sqrt(dim // self.heads))  # LOWER: float16
+            future = ta.triu(ta.ones(length, length, dtype=ta.bool, device=x.device), diagonal=1)
+            weights = F.softmax(scores.masked_fill(future, -math.inf), dim=-1)        # FP32
+            y = weights @ v                                                           # LOWER
+        return self.proj(y.transpose(1, 2).reshape(batch, length, dim))
+
+
+class Block(nn.Module):
+    def __init__(self, dim: int, heads: int, sdpa: bool) -> None:
+        super().__init__()
+        norm = nn.LayerNorm if sdpa else LayerNorm
+        self.ln1, self.attn = norm(dim), CausalSelfAttention(dim, heads, sdpa)
+        self.ln2 = norm(dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
+
+    def forward(self, x: ta.Tensor) -> ta.Tensor:
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+
+class TinyTransformer(nn.Module):
+    """Embeddings, two pre-norm blocks, a final layer norm and a linear head over the vocabulary."""
+
+    def __init__(self, vocab: int, length: int, dim: int, heads: int, layers: int = 2, sdpa: bool = False) -> None:
+        super().__init__()
+        self.tokens, self.positions = nn.Embedding(vocab, dim), nn.Embedding(length, dim)
+        self.blocks = nn.ModuleList([Block(dim, heads, sdpa) for _ in range(layers)])
+        self.ln_f = (nn.LayerNorm if sdpa else LayerNorm)(dim)
+        self.head = nn.Linear(dim, vocab)
+        self.residual_scale = 1.0  # a stress knob for the overflow demonstration (1: off)
+
+    def forward(self, idx: ta.Tensor) -> ta.Tensor:
+        x = self.tokens(idx) + self.positions(ta.arange(idx.shape[1], device=idx.device))
+        if self.residual_scale != 1.0:
+            x = x * self.residual_scale
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.ln_f(x))
+
+
+def loss_of(model: nn.Module, inputs: ta.Tensor, targets: ta.Tensor) -> ta.Tensor:
+    """Next-token cross-entropy; the unpredictable prefix has target -100 and is ignored."""
+    logits = model(inputs)
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+# ------------------------------------------------------------------ training
+def train(model: nn.Module, optimizer: ta.optim.Optimizer, scaler: ta.amp.GradScaler, batches: list,
+          amp: bool, watch: "Callable[[int, float, ta.amp.GradScaler], None]") -> None:
+    """The AMP training loop (with ``amp=False`` the region is disabled and the scaler off: float32)."""
+    for step, (x, y) in enumerate(batches, 1):
+        optimizer.zero_grad()
+        if step == len(batches) and amp:
+            optimizer.track_swamping(names=model.named_parameters())  # measure the last update
+        with ta.amp.autocast(dtype=ta.float16, enabled=amp):
+            loss = loss_of(model, x, y)    # matmuls in float16; softmax, norms and the loss in float32
+        scaler.scale(loss).backward()      # gradients of loss * scale: small ones stay above 2^-24
+        scaler.step(optimizer)             # unscale; skip the update if a gradient is inf or NaN
+        scaler.update()                    # halve the scale after a skip, double it after growth_interval good steps
+        watch(step, loss.item(), scaler)
+
+
+def build(args: argparse.Namespace) -> nn.Module:
+    ta.manual_seed(args.seed)
+    model = TinyTransformer(args.vocab, 2 * args.length, args.dim, args.heads, sdpa=args.sdpa)
+    return model.to(ta.device(args.device))
+
+
+def run(args: argparse.Namespace, batches: list, amp: bool) -> dict:
+    """Train one model; returns its losses, scales, skipped steps and the model."""
+    model = build(args)
+    optimizer = ta.optim.Adam(model.parameters(), lr=args.lr)
+    # A short run: growth every 100 good steps (PyTorch's 2000 would never grow here).
+    scaler = ta.amp.GradScaler(init_scale=_common.LOSS_SCALE_INIT, growth_interval=100, enabled=amp)
+    record: dict = {"losses": [], "scales": [], "skipped": []}
+
+    def watch(step: int, loss: float, scaler: ta.amp.GradScaler) -> None:
+        record["losses"].append(loss)
+        record["scales"].append(scaler.get_scale() if amp else 1.0)
+        if amp and scaler.last_step.skipped:
+            record["skipped"].append(step)
+
+    tracer = ta.amp.trace() if amp and args.trace else None
+    if tracer is not None:  # the first step's precision trace, with what every cast lost
+        with tracer:
+            train(model, optimizer, scaler, batches[:1], amp, watch)
+        train(model, optimizer, scaler, batches[1:], amp, lambda s, l, sc: watch(s + 1, l, sc))
+    else:
+        train(model, optimizer, scaler, batches, amp, watch)
+    record.update(model=model, optimizer=optimizer, scaler=scaler, trace=tracer)
+    return record
+
+
+def final_loss(losses: list) -> float:
+    return float(np.mean(losses[-WINDOW:]))
+
+
+# ------------------------------------------------------------------ where float16 bites
+def overflow_study(model: nn.Module, x: ta.Tensor, y: ta.Tensor, say: Callable[..., None],
+                   scaler: "ta.amp.GradScaler | None" = None) -> dict:
+    """Shadow runs of the model made to stress float16: where does it overflow, and which tag prevents it.
+
+    ``scaler``: its scale seeds the AMP runs' backward (default a fresh GradScaler's 2^16).
+    """
+    scaler = ta.amp.GradScaler() if scaler is None else scaler
+    def step(lower_ops: "set[str] | None" = None, fp32_ops: "set[str] | None" = None) -> Callable:
+        def forward_and_loss(m: nn.Module, x: ta.Tensor, y: ta.Tensor) -> ta.Tensor:
+            with ta.amp.autocast(dtype=ta.float16, lower_ops=lower_ops, fp32_ops=fp32_ops):
+                return loss_of(m, x, y)
+        return forward_and_loss
+
+    def first_bad(report: ta.amp.ShadowReport) -> str:
+        row = report.first_bad_forward
+        if row is None:
+            return "none: every op within the tolerance"
+        err = "inf" if row.forward.rms == math.inf else f"{row.forward.rms:.2g}"
+        return f"#{row.index} {row.name} ({row.tag}, {'/'.join(row.inputs)} -> {'/'.join(row.outputs)}), error {err}"
+
+    def shadow(forward_and_loss: Callable, m: nn.Module) -> ta.amp.ShadowReport:
+        with np.errstate(over="ignore", invalid="ignore"):  # the overflows are the point
+            return ta.amp.shadow_run(forward_and_loss, m, x, y, scaler=scaler)
+
+    results = {}
+    big_residual = copy.deepcopy(model)
+    big_residual.residual_scale = RESIDUAL_STRESS
+    default = shadow(step(), big_residual)
+    fp32_tagged = sorted({r.name for r in default.ops if r.tag == "FP32"})
+    lowered = shadow(step(lower_ops=set(fp32_tagged)), big_residual)
+    say(f"\nwhere float16 overflows (ta.amp.shadow_run against a float32 twin, tolerance {default.tolerance:g}):")
+    say(f"  residual stream x{RESIDUAL_STRESS:g} (|x - mean| ~ {RESIDUAL_STRESS:g}; float16 squares overflow "
+        f"past 256):")
+    say(f"    default tags: first bad op {first_bad(default)}")
+    say(f"    FP32-tagged ops ({', '.join(fp32_tagged)}) overridden to LOWER: first bad op {first_bad(lowered)}")
+    fused = model.blocks[0].attn.sdpa
+    if fused:
+        say("    (nn.LayerNorm's op computes mean and variance in float32 inside, whatever its tag: lowering it "
+            "costs only the rounding of its input and output)")
+    results["residual_default"], results["residual_lowered"] = _summary(default), _summary(lowered)
+
+    big_logits = copy.deepcopy(model)
+    for block in big_logits.blocks:
+        block.attn.logit_scale = LOGIT_STRESS
+    scores = shadow(step(), big_logits)
+    fixed = shadow(step(fp32_ops={"matmul"}), big_logits)
+    say(f"  attention logits x{LOGIT_STRESS:g} (as sharp attention grows them; q @ k^T passes 65504 before the "
+        f"1/sqrt(d) scaling):")
+    say(f"    default tags: first bad op {first_bad(scores)}")
+    say(f"    matmul overridden to FP32 (PyTorch users' fix): first bad op {first_bad(fixed)}")
+    if fused:
+        say("    (F.scaled_dot_product_attention is LOWER but keeps the scores and the softmax in float32 inside: "
+            "q @ k^T never exists in float16)")
+    else:
+        say("    (--sdpa: F.scaled_dot_product_attention is LOWER but computes the scores in float32 inside)")
+    results["logits_default"], results["logits_matmul_fp32"] = _summary(scores), _summary(fixed)
+    say("  softmax itself does not overflow: it subtracts the row maximum first, so exp sees values <= 0; "
+        "what float16 costs there is resolution (probabilities below 2^-24 flush to zero)")
+    return results
+
+
+def _summary(report: ta.amp.ShadowReport) -> dict:
+    row = report.first_bad_forward
+    return {"first_bad_forward": None if row is None else {"index": row.index, "name": row.name, "tag": row.tag},
+            "worst_rms": report.worst()}
+
+
+# ------------------------------------------------------------------ flags, plots, main
+def build_parser() -> argparse.ArgumentParser:
+    p = _common.make_parser(os.path.basename(__file__), __doc__.split("\n\n")[0])
+    p.add_argument("--amp", action=argparse.BooleanOptionalAction, default=True,
+                   help="train with AMP and in float32 and compare; --no-amp trains in float32 only")
+    p.add_argument("--steps", type=_common.positive_int, default=DEFAULT_STEPS)
+    p.add_argument("--batch-size", type=_common.positive_int, default=32)
+    p.add_argument("--lr", type=_common.positive_float, default=DEFAULT_LR, help="Adam's learning rate")
+    p.add_argument("--length", type=_common.positive_int, default=8, help="tokens to copy (sequence 2 * length)")
+    p.add_argument("--vocab", type=_common.positive_int, default=16, help="vocabulary, separator included (>= 3)")
+    p.add_argument("--dim", type=_common.positive_int, default=32, help="model width")
+    p.add_argument("--heads", type=_common.positive_int, default=2, help="attention heads (must divide --dim)")
+    p.add_argument("--sdpa", action="store_true",
+                   help="F.scaled_dot_product_attention and nn.LayerNorm instead of the written-out versions")
+    p.add_argument("--seed", type=_common.non_negative_int, default=0)
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--out", metavar="DIR", default=None, help="write amp_study.png there")
+    p.add_argument("--trace", action="store_true", help="print the precision trace of the first AMP step")
+    p.add_argument("--json", metavar="PATH", default=None, help="also write the JSON summary to this file")
+    return p
+
+
+def parse_args(argv: "list[str] | None") -> argparse.Namespace:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.vocab < 3:
+        parser.error(f"--vocab: must be at least 3 (two tokens and the separator), got {args.vocab}")
+    if args.dim % args.heads:
+        parser.error(f"--heads {args.heads} must divide --dim {args.dim}")
+    if args.device == "cuda" and not ta.cuda.is_available():
+        parser.error("--device cuda: no usable CUDA GPU (install CuPy with a driver, or use --device cpu)")
+    _common.check_output_flags(parser, args)
+    return args
+
+
+def main(argv: "list[str] | None" = None) -> dict:
+    """Parse ``argv``, train, print the study; return the JSON summary."""
+    args = parse_args(argv)
+    say = print
+    inputs, targets = ta.data.copy_task(args.steps * args.batch_size, args.length, args.vocab, seed=args.seed)
+    device = ta.device(args.device)
+    batches = [(ta.tensor(inputs[i:i + args.batch_size], device=device),
+                ta.tensor(targets[i:i + args.batch_size], device=device))
+               for i in range(0, len(inputs), args.batch_size)]
+    say(f"tinyamp tiny transformer | copy task: {args.length} tokens of {args.vocab - 1}, a separator, the copy | "
+        f"2 layers, width {args.dim}, {args.heads} heads, {'fused' if args.sdpa else 'written-out'} attention | "
+        f"Adam lr {args.lr:g}, batch {args.batch_size}, {args.steps} steps")
+    fp32 = run(args, batches, amp=False)
+    summary: dict = {"steps": args.steps, "float32_loss": final_loss(fp32["losses"]),
+                     "first_loss": fp32["losses"][0], "config": vars(args)}
+    say(f"float32: loss {fp32['losses'][0]:.3f} -> {summary['float32_loss']:.4f} (mean of the last {WINDOW} steps)")
+    if args.amp:
+        amp = run(args, batches, amp=True)
+        if amp["trace"] is not None:
+            say(amp["trace"])
+        gap = abs(final_loss(amp["losses"]) - summary["float32_loss"])
+        tolerance = LOSS_RTOL * summary["float32_loss"]
+        within = gap <= tolerance
+        summary.update(amp_loss=final_loss(amp["losses"]), loss_gap=gap, loss_tolerance=tolerance,
+                       amp_matches_float32=within, final_scale=amp["scales"][-1], skipped_at=amp["skipped"],
+                       scales=amp["scales"])
+        say(f"AMP:     loss {amp['losses'][0]:.3f} -> {summary['amp_loss']:.4f}; |AMP - float32| = {gap:.2e} "
+            f"{'<=' if within else '>'} {LOSS_RTOL:.0%} of float32's loss ({tolerance:.2e}): "
+            f"{'AMP matches float32' if within else 'AMP does NOT match float32'} (float16 rounds each matmul by "
+            f"2^-11; Adam's normalised updates keep the two runs' weights close)")
+        say(f"loss scale: {amp['scales'][0]:g} after step 1 -> {amp['scales'][-1]:g}; skipped steps: "
+            f"{len(amp['skipped'])}" + (f" (at {', '.join(map(str, amp['skipped'][:10]))})" if amp["skipped"] else ""))
+        report = amp["optimizer"].swamping()
+        say(report)
+        summary["swamping"] = report.to_dict()
+        x, y = batches[-1]
+        summary["overflow"] = overflow_study(amp["model"], x, y, say, amp["scaler"])
+        if args.out:
+            summary["plot"] = write_plot(args.out, fp32["losses"], amp, report, say)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(summary, f, indent=2, default=str)
+    return summary
+
+
+def write_plot(out: str, fp32_losses: list, amp: dict, report: Any, say: Callable[..., None]) -> "str | None":
+    """amp_study.png: the two loss curves, the loss-scale trajectory, and the last step's swamping."""
+    try:
+        plt = ta.amp.grad_stats.require_matplotlib()
+    except ImportError as exc:
+        say(f"no plot written: {exc}")
+        return None
+    steps = np.arange(1, len(fp32_losses) + 1)
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    axes[0].plot(steps, fp32_losses, label="float32", linewidth=1)
+    axes[0].plot(steps, amp["losses"], label="AMP (float16)", linewidth=1, alpha=0.8)
+    axes[0].set(xlabel="step", ylabel="loss", yscale="log", title="copy task: AMP against float32")
+    axes[0].legend()
+    axes[1].step(steps, amp["scales"], where="post")
+    if amp["skipped"]:
+        axes[1].plot(amp["skipped"], [amp["scales"][s - 1] for s in amp["skipped"]], "rx", label="skipped step")
+        axes[1].legend()
+    axes[1].set(xlabel="step", ylabel="loss scale", yscale="log", title="GradScaler's scale")
+    rows = [r for r in report.rows if r.kept_fp32]
+    positions = np.arange(len(rows))
+    axes[2].barh(positions, [r.survived_fraction for r in rows], color="tab:blue", label="kept by float32 (master) weights")
+    axes[2].barh(positions, [r.vanished_fraction for r in rows], color="tab:red", label="lost by float16 weights")
+    axes[2].set_yticks(positions, [r.name for r in rows], fontsize=6)
+    axes[2].invert_yaxis()
+    axes[2].set(xlabel="fraction of the parameter's elements", title="last update: swamping per parameter")
+    axes[2].legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
+    fig.tight_layout()
+    os.makedirs(out, exist_ok=True)
+    path = os.path.join(out, "amp_study.png")
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    say(f"plot: {path}")
+    return path
+
+
+if __name__ == "__main__":
+    main()

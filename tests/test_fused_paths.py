@@ -1,0 +1,119 @@
+"""The fusions that remove autocast's Cast nodes give the same bits as the nodes did.
+
+- ``Linear`` lowers its float32 weight and bias itself (``lowers_weights``) and
+  returns their gradients as float32(round16(accumulator));
+- ``cross_entropy`` reads 16-bit logits itself (``upcasts_inputs``), returns a
+  float32 loss and rounds the logits' gradient once.
+
+Each is compared with the same computation with the fusion switched off (the
+Cast-node mechanism it replaces): whole AMP training runs, double backward, and
+the array fast path of backward against the traced (op by op) one.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fused_drivers as fd
+import tinyamp as ta
+from tinyamp.ops.linalg import Linear
+from tinyamp.ops.loss import CrossEntropy
+
+
+@pytest.fixture
+def unfused(monkeypatch):
+    """Switch both fusions off: autocast records Cast nodes for the weights and the logits."""
+    def off() -> None:
+        monkeypatch.setattr(Linear, "lowers_weights", ())
+        monkeypatch.setattr(CrossEntropy, "upcasts_inputs", False)
+    return off
+
+
+def train(optimizer: str, dtype, smoothing: float, steps: int = 4, trace: bool = False) -> list:
+    ta.manual_seed(0)
+    model = ta.nn.Sequential(ta.nn.Linear(12, 24), ta.nn.ReLU(), ta.nn.Linear(24, 5))
+    opt = (ta.optim.SGD(model.parameters(), lr=0.1, momentum=0.9) if optimizer == "sgd"
+           else ta.optim.AdamW(model.parameters(), lr=1e-2))
+    scaler = ta.amp.GradScaler(init_scale=2.0 ** 12, enabled=dtype == ta.float16)
+    rng = np.random.default_rng(1)
+    snapshots = []
+    for _ in range(steps):
+        x = ta.tensor(rng.standard_normal((16, 12)).astype(np.float32))
+        y = ta.tensor(rng.integers(0, 5, 16))
+        opt.zero_grad()
+        with ta.amp.trace() if trace else _nothing():
+            with ta.amp.autocast(dtype=dtype):
+                loss = ta.nn.functional.cross_entropy(model(x), y, label_smoothing=smoothing)
+            scaler.scale(loss).backward()
+        grads = [p.grad.data.copy() for p in model.parameters()]
+        scaler.step(opt)
+        scaler.update()
+        snapshots.append([loss.detach().numpy()] + grads + [p.data.copy() for p in model.parameters()])
+    return snapshots
+
+
+class _nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc) -> bool:
+        return False
+
+
+@pytest.mark.parametrize("dtype", [ta.float16, ta.bfloat16], ids=str)
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_amp_training_is_bit_identical_to_the_cast_nodes(unfused, dtype, optimizer, smoothing) -> None:
+    fused = train(optimizer, dtype, smoothing)
+    traced = train(optimizer, dtype, smoothing, trace=True)  # backward op by op (the report's path)
+    unfused()
+    nodes = train(optimizer, dtype, smoothing)
+    for step, (a, b, c) in enumerate(zip(fused, traced, nodes)):
+        fd.assert_same_bits(a, c, f"step {step}")
+        fd.assert_same_bits(b, c, f"traced step {step}")
+    assert fused[0][0].dtype == np.float32  # the loss of 16-bit logits under autocast is float32
+
+
+def double_backward(with_bias: bool) -> list:
+    ta.manual_seed(3)
+    x = ta.randn(6, 5, requires_grad=True)
+    w = ta.randn(4, 5, requires_grad=True)
+    b = ta.randn(4, requires_grad=True) if with_bias else None
+    y = ta.tensor(np.array([0, 3, 1, 2, 3, 0]))
+    with ta.amp.autocast():
+        loss = ta.cross_entropy(ta.linear(x, w, b), y, label_smoothing=0.05)
+    grads = ta.autograd.grad(loss, [x, w] + ([b] if with_bias else []), create_graph=True)
+    penalty = sum((g.float() ** 2).sum() for g in grads)
+    penalty.backward()
+    return [g.detach().numpy() for g in grads] + [t.grad.numpy() for t in [x, w] + ([b] if with_bias else [])]
+
+
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_double_backward_matches_the_cast_nodes(unfused, with_bias) -> None:
+    fused = double_backward(with_bias)
+    unfused()
+    nodes = double_backward(with_bias)
+    w_second = 4 if with_bias else 3  # the weight's second-order gradient
+    fd.assert_same_bits([a for i, a in enumerate(fused) if i != w_second],
+                        [b for i, b in enumerate(nodes) if i != w_second], "double backward")
+    # The one difference: the weight gets two float16 contributions (through the forward
+    # product and through dx = g @ W16). With a Cast node they met at that node, were summed
+    # in float16 and then widened; now each is widened and they are summed in float32 at the
+    # weight (as for two uses of a cached weight). So they differ by the float16 rounding of
+    # that sum: at most half a float16 ulp of it.
+    new, old = fused[w_second].astype(np.float64), nodes[w_second].astype(np.float64)
+    assert np.all(np.abs(new - old) <= 2.0 ** -11 * np.abs(old) + 2.0 ** -25)
+
+
+def test_fused_casts_are_nodes_no_more_but_the_dtypes_are_the_same() -> None:
+    x = ta.randn(8, 6)
+    lin = ta.nn.Linear(6, 3)
+    with ta.amp.autocast():
+        logits = lin(x)
+        loss = ta.cross_entropy(logits, ta.tensor(np.zeros(8, np.int64)))
+    assert logits.dtype == ta.float16 and loss.dtype == ta.float32
+    assert type(loss.grad_fn).__name__ == "CrossEntropy" and loss.grad_fn.upcast
+    assert logits.grad_fn.lowered is not None and set(logits.grad_fn.lowered) == {1, 2}
+    loss.backward()
+    assert lin.weight.grad.dtype == ta.float32 and lin.bias.grad.dtype == ta.float32

@@ -1,0 +1,350 @@
+"""Fused CUDA kernels for cross-entropy of 2-D logits: one launch forward, one launch backward.
+
+``kernels/cross_entropy.py`` hands CuPy arrays over to :func:`forward` and
+:func:`backward` (their NumPy twin, operation by operation, is the CPU path in
+that file):
+
+- forward, one ``RawKernel``: a thread per row computes the row's maximum, its
+  log-sum-exp, the picked log-probability and the row's weight (ignored rows
+  weigh 0; an out-of-range target weighs NaN, so the loss and every gradient
+  are NaN, without a host check). For ``"mean"``/``"sum"`` the rows are then
+  summed in the *same order as NumPy's pairwise summation*, without float
+  atomics: NumPy sums blocks of at most 128 elements with eight partial sums
+  and combines the blocks in a fixed binary tree. The last row of each block to
+  finish (an integer ticket per block) sums the block, and the last block to
+  finish (one more ticket) combines the tree and writes the loss. The order is
+  fixed by the row count alone, so the result is deterministic and bit for bit
+  the NumPy path's (given the same ``exp``/``log``).
+- backward, one ``RawKernel``: a thread per element writes the gradient in the
+  logits' dtype, reading the upstream gradient and the "mean" divisor on the
+  device.
+
+The tickets live in one small int32 array per device that the finishing
+threads reset to 0, so consecutive launches on one stream (and a captured CUDA
+graph) reuse it; two forwards running concurrently on different streams must
+not share it (tinyamp runs one stream).
+
+With label smoothing the NumPy path promotes part of the backward to float64
+(a Python float times a bool array); the kernel does the same arithmetic in
+double, so the two agree there too.
+
+Compiling, launching and counting: ``cuda_launch.py``.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from .. import backend
+from .. import dtypes as dt
+from . import cuda_launch as launch
+from .cuda_launch import BF16_CONVERSIONS, F16_CONVERSIONS, STORAGE
+
+BLOCK = 256  # threads per block of both kernels
+LEAF = 128  # NumPy's pairwise block (PW_BLOCKSIZE): at most this many elements summed with 8 partial sums
+SLOT = 64  # every block of a pairwise tree over more than LEAF elements holds at least 64 of them
+REDUCTIONS = {"none": 0, "mean": 1, "sum": 2}
+
+_tickets: dict[int, Any] = {}
+
+# NumPy's float32 sum (numpy/_core/src/umath/loops_utils.h.src, pairwise_sum),
+# written once for any element accessor: blocks of at most 128 elements use
+# eight partial sums combined as ((r0+r1)+(r2+r3))+((r4+r5)+(r6+r7)) plus the
+# remainder in order; longer runs split at half, rounded down to a multiple of 8.
+# A reduction starts from the identity: sum = 0.0f + pairwise(all).
+PAIRWISE = r"""
+#define TINYAMP_INF __uint_as_float(0x7f800000u)  // no math.h under NVRTC
+#define TINYAMP_NAN __uint_as_float(0x7fc00000u)
+template <class At>
+__device__ float tinyamp_pairwise_block(const At& at, long long offset, long long n) {
+    if (n < 8) {
+        float res = -0.0f;
+        for (long long i = 0; i < n; ++i) res = res + at(offset + i);
+        return res;
+    }
+    float r[8];
+    for (int j = 0; j < 8; ++j) r[j] = at(offset + j);
+    long long i = 8;
+    for (; i < n - (n % 8); i += 8)
+        for (int j = 0; j < 8; ++j) r[j] = r[j] + at(offset + i + j);
+    float res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+    for (; i < n; ++i) res = res + at(offset + i);
+    return res;
+}
+template <class Block>
+__device__ float tinyamp_pairwise_tree(const Block& block, long long offset, long long n) {
+    if (n <= 128) return block(offset, n);
+    long long half = n / 2;
+    half -= half % 8;
+    return tinyamp_pairwise_tree(block, offset, half) + tinyamp_pairwise_tree(block, offset + half, n - half);
+}
+template <class At>
+__device__ float tinyamp_numpy_sum(const At& at, long long n) {
+    return 0.0f + tinyamp_pairwise_tree(
+        [&](long long offset, long long m) { return tinyamp_pairwise_block(at, offset, m); }, 0, n);
+}
+// The pairwise block (offset, length) holding element i of a sum over n.
+__device__ __forceinline__ void tinyamp_block_of(long long i, long long n, long long* offset, long long* len) {
+    long long o = 0, m = n;
+    while (m > 128) {
+        long long half = m / 2;
+        half -= half % 8;
+        if (i < o + half) m = half; else { o += half; m -= half; }
+    }
+    *offset = o;
+    *len = m;
+}
+__device__ __forceinline__ float tinyamp_f64_to_f32(double d) { return (float)d; }
+__device__ __forceinline__ unsigned short tinyamp_f64_to_bf16(double d) {
+    return tinyamp_f32_to_bf16((float)d);  // ml_dtypes rounds double -> bfloat16 through float32
+}
+// The target's class, weight and validity, as the NumPy path derives them.
+struct tinyamp_ce_row { long long safe; float weight; bool valid; };
+"""
+
+ROW = r"""
+__device__ __forceinline__ tinyamp_ce_row tinyamp_ce_target(const long long* target, const {w}* weight,
+        long long i, long long classes, long long ignore_index, int has_weight) {{
+    const long long t = target[i];
+    tinyamp_ce_row r;
+    r.valid = t != ignore_index;
+    const bool bad = r.valid && (t < 0 || t >= classes);
+    r.safe = (r.valid && !bad) ? t : 0;
+    r.weight = (has_weight ? tinyamp_{wc}_to_f32(weight[r.safe]) : 1.0f) * (r.valid ? 1.0f : 0.0f);
+    if (bad) r.weight = TINYAMP_NAN;  // no host check: an out-of-range target makes the loss NaN
+    return r;
+}}
+"""
+
+FORWARD = r"""
+extern "C" __global__ void {name}(const {x}* x, const long long* target, const {w}* weight,
+        const long long n, const long long classes, const long long ignore_index, const int has_weight,
+        const int reduction, const int smoothing, const float hot_c, const float smooth_c,
+        const int nblocks, float* work, int* tickets, {o}* out) {{
+    // work: lse (n) | row losses (n) | row weights (n) | block sums of both (2 x slots) | count | weight sum
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const long long slots = (n + 63) / 64;
+    float* const lse_out = work;
+    float* const loss_rows = work + n;
+    float* const weight_rows = work + 2 * n;
+    float* const block_loss = work + 3 * n;
+    float* const block_weight = block_loss + slots;
+    float* const stats = block_weight + slots;  // [count, sum of the class weights]
+    const {x}* row = x + i * classes;
+    // The row maximum; NaN wins (NumPy's max), an all -inf row shifts by 0.
+    float m = -TINYAMP_INF;
+    bool nan = false;
+    for (long long j = 0; j < classes; ++j) {{
+        const float v = tinyamp_{xc}_to_f32(row[j]);
+        if (isnan(v)) nan = true; else if (v > m) m = v;
+    }}
+    if (nan) m = TINYAMP_NAN;
+    if (m == -TINYAMP_INF) m = 0.0f;
+    const float lse = logf(tinyamp_numpy_sum([&](long long j) {{
+        return expf(tinyamp_{xc}_to_f32(row[j]) - m); }}, classes));
+    const tinyamp_ce_row r = tinyamp_ce_target(target, weight, i, classes, ignore_index, has_weight);
+    const float picked = (tinyamp_{xc}_to_f32(row[r.safe]) - m) - lse;
+    float loss = (-r.weight) * picked;
+    if (smoothing) {{
+        const float total = tinyamp_numpy_sum([&](long long j) {{
+            const float w = has_weight ? tinyamp_{wc}_to_f32(weight[j]) : 1.0f;
+            return ((tinyamp_{xc}_to_f32(row[j]) - m) - lse) * w; }}, classes);
+        const float smooth = (-total) * (r.valid ? 1.0f : 0.0f);
+        loss = hot_c * loss + smooth_c * smooth;
+        if (i == 0) stats[1] = tinyamp_numpy_sum([&](long long j) {{
+            return has_weight ? tinyamp_{wc}_to_f32(weight[j]) : 1.0f; }}, classes);
+    }}
+    lse_out[i] = lse + m;
+    if (reduction == 0) {{
+        out[i] = tinyamp_f32_to_{oc}(loss);
+        return;
+    }}
+    loss_rows[i] = loss;
+    weight_rows[i] = r.weight;
+    // The last row of a pairwise block to finish sums it; the last block combines them.
+    long long offset, len;
+    tinyamp_block_of(i, n, &offset, &len);
+    __threadfence();
+    if (atomicAdd(&tickets[1 + offset / 64], 1) != (int)(len - 1)) return;
+    tickets[1 + offset / 64] = 0;
+    const volatile float* const seen = work;  // other threads' writes: read past the cache
+    block_loss[offset / 64] = tinyamp_pairwise_block([&](long long k) {{ return seen[n + k]; }}, offset, len);
+    block_weight[offset / 64] = tinyamp_pairwise_block([&](long long k) {{ return seen[2 * n + k]; }}, offset, len);
+    __threadfence();
+    if (atomicAdd(&tickets[0], 1) != nblocks - 1) return;
+    tickets[0] = 0;
+    const volatile float* const sums = block_loss;
+    const float total = 0.0f + tinyamp_pairwise_tree([&](long long o, long long) {{ return sums[o / 64]; }}, 0, n);
+    const float count = 0.0f + tinyamp_pairwise_tree(
+        [&](long long o, long long) {{ return sums[slots + o / 64]; }}, 0, n);
+    stats[0] = count;
+    out[0] = tinyamp_f32_to_{oc}(reduction == 1 ? total / count : total);
+}}
+"""
+
+BACKWARD = r"""
+extern "C" __global__ void {name}(const {x}* x, const long long* target, const {w}* weight, const {g}* upstream,
+        const float* lse, const float* stats, const long long n, const long long classes,
+        const long long ignore_index, const int has_weight, const int reduction, const int smoothing,
+        const float hot_c, const double smooth_d, const int via_f32, {o}* grad) {{
+    const long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (k >= n * classes) return;
+    const long long i = k / classes, j = k % classes;
+    const tinyamp_ce_row r = tinyamp_ce_target(target, weight, i, classes, ignore_index, has_weight);
+    float u = tinyamp_{gc}_to_f32(upstream[reduction == 0 ? i : 0]);
+    if (reduction == 1) u = u / (stats[0] == 0.0f ? 1.0f : stats[0]);  // every target ignored: divide by 1
+    const float hot = hot_c * r.weight;
+    const float e = expf(tinyamp_{xc}_to_f32(x[k]) - lse[i]);
+    if (!smoothing) {{
+        float g = e * (hot * u);
+        if (j == r.safe) g = g - hot * u;
+        grad[k] = tinyamp_f32_to_{oc}(g);
+        return;
+    }}
+    // NumPy's dtypes: (eps / C) * valid is float64, so the smoothing terms and g are float64.
+    const double spread = smooth_d * (r.valid ? 1.0 : 0.0);
+    const double w = has_weight ? (double)tinyamp_{wc}_to_f32(weight[j]) : 1.0;
+    const double total = (double)hot + spread * (double)stats[1];
+    double g = (double)e * (total * (double)u);
+    if (j == r.safe) g = g - (double)(hot * u);
+    g = g - (spread * w) * (double)u;
+    grad[k] = via_f32 ? tinyamp_f32_to_{oc}((float)g) : tinyamp_f64_to_{oc}(g);
+}}
+"""
+
+
+def _suffix(dtype: Any) -> str:
+    return STORAGE[np.dtype(dtype)][1]
+
+
+def _storage(dtype: Any) -> str:
+    return STORAGE[np.dtype(dtype)][0]
+
+
+def _prelude(weight_dtype: Any) -> str:
+    return (F16_CONVERSIONS + BF16_CONVERSIONS + PAIRWISE
+            + ROW.format(w=_storage(weight_dtype), wc=_suffix(weight_dtype)))
+
+
+@lru_cache(maxsize=None)
+def forward_source(x_dtype: Any, weight_dtype: Any, out_dtype: Any) -> tuple[str, str]:
+    """(kernel name, CUDA source) of the forward for one (logits, class weight, loss) dtype triple."""
+    xc, wc, oc = _suffix(x_dtype), _suffix(weight_dtype), _suffix(out_dtype)
+    name = f"tinyamp_ce_forward_{xc}_{wc}_{oc}"
+    return name, _prelude(weight_dtype) + FORWARD.format(
+        name=name, x=_storage(x_dtype), xc=xc, w=_storage(weight_dtype), wc=wc, o=_storage(out_dtype), oc=oc)
+
+
+@lru_cache(maxsize=None)
+def backward_source(x_dtype: Any, weight_dtype: Any, gy_dtype: Any, out_dtype: Any) -> tuple[str, str]:
+    """(kernel name, CUDA source) of the backward for one dtype combination."""
+    xc, wc, gc, oc = (_suffix(d) for d in (x_dtype, weight_dtype, gy_dtype, out_dtype))
+    name = f"tinyamp_ce_backward_{xc}_{wc}_{gc}_{oc}"
+    return name, _prelude(weight_dtype) + BACKWARD.format(
+        name=name, x=_storage(x_dtype), xc=xc, w=_storage(weight_dtype), wc=wc, g=_storage(gy_dtype), gc=gc,
+        o=_storage(out_dtype), oc=oc)
+
+
+def raw_sources() -> list[tuple[str, str]]:
+    """(name, source) of every kernel variant (for the source checks)."""
+    fused = launch.FUSED_DTYPES
+    return ([forward_source(x, w, o) for x in fused for w in fused for o in fused]
+            + [backward_source(x, w, g, o) for x in fused for w in fused for g in fused for o in fused])
+
+
+@lru_cache(maxsize=256)
+def pairwise_blocks(n: int) -> int:
+    """How many blocks NumPy's pairwise summation splits ``n`` elements into."""
+    if n <= LEAF:
+        return 1
+    half = n // 2
+    half -= half % 8
+    return pairwise_blocks(half) + pairwise_blocks(n - half)
+
+
+def work_size(n: int) -> int:
+    """float32 elements of the forward's work array for ``n`` rows (see FORWARD)."""
+    return 3 * n + 2 * ((n + SLOT - 1) // SLOT) + 2
+
+
+def _ticket_array(dev: Any, n: int) -> Any:
+    """The device's persistent, zeroed tickets: one for the tree, one per pairwise block slot."""
+    need = 1 + (n + SLOT - 1) // SLOT
+    tickets = _tickets.get(dev.id)
+    if tickets is None or tickets.size < need:
+        tickets = _tickets[dev.id] = launch._cp().zeros(max(need, 1024), dtype=np.int32)
+    return tickets
+
+
+def forward(x: Any, target: Any, weight: Any, *, ignore_index: int, reduction: str, hot_c: Any, smooth_c: Any,
+            smoothing: bool, out_dtype: Any) -> tuple[Any, Any]:
+    """(loss, work) for 2-D logits on the device; ``work`` holds what :func:`backward` reads.
+
+    ``hot_c`` and ``smooth_c`` are the float32 factors ``1 - eps`` and ``eps / C``
+    of the NumPy path; ``weight`` is None or the (C,) class weights.
+    """
+    cp = launch._cp()
+    n, classes = x.shape
+    w_dtype = dt.float32 if weight is None else weight.dtype
+    name, source = forward_source(x.dtype, w_dtype, np.dtype(out_dtype))
+    kernel = launch.raw_kernel(name, source)
+    dev = launch._device(x)
+    with dev:
+        work = cp.empty(work_size(n), dtype=np.float32)
+        out = cp.empty((n,) if reduction == "none" else (), dtype=out_dtype)
+        tickets = _ticket_array(dev, n)
+        w_arg = weight if weight is not None else _placeholder(dev)
+        launch.count(name)
+        kernel(((n + BLOCK - 1) // BLOCK,), (BLOCK,),
+               (x, target, w_arg, np.int64(n), np.int64(classes), np.int64(ignore_index),
+                np.int32(weight is not None), np.int32(REDUCTIONS[reduction]), np.int32(smoothing),
+                np.float32(hot_c), np.float32(smooth_c), np.int32(pairwise_blocks(n)), work, tickets, out))
+    return out, work
+
+
+def stats_of(work: Any, n: int) -> Any:
+    """The (count, class-weight sum) pair in a forward's work array."""
+    return work[work_size(n) - 2:]
+
+
+def backward(x: Any, target: Any, weight: Any, gy: Any, work: Any, *, ignore_index: int, reduction: str,
+             hot_c: Any, smooth_d: float, smoothing: bool, out_dtype: Any, via_float32: bool) -> Any:
+    """The logits' gradient (``out_dtype``) from the forward's ``work``; one launch."""
+    cp = launch._cp()
+    n, classes = x.shape
+    w_dtype = dt.float32 if weight is None else weight.dtype
+    name, source = backward_source(x.dtype, w_dtype, gy.dtype, np.dtype(out_dtype))
+    kernel = launch.raw_kernel(name, source)
+    dev = launch._device(x)
+    with dev:
+        gx = cp.empty((n, classes), dtype=out_dtype)
+        w_arg = weight if weight is not None else _placeholder(dev)
+        total = n * classes
+        launch.count(name)
+        kernel(((total + BLOCK - 1) // BLOCK,), (BLOCK,),
+               (x, target, w_arg, gy, work[:n], stats_of(work, n), np.int64(n), np.int64(classes),
+                np.int64(ignore_index), np.int32(weight is not None), np.int32(REDUCTIONS[reduction]),
+                np.int32(smoothing), np.float32(hot_c), np.float64(smooth_d), np.int32(via_float32), gx))
+    return gx
+
+
+_placeholders: dict[int, Any] = {}
+
+
+def _placeholder(dev: Any) -> Any:
+    """A one-element float32 device array standing for "no class weight" (never read)."""
+    array = _placeholders.get(dev.id)
+    if array is None:
+        array = _placeholders[dev.id] = launch._cp().zeros(1, dtype=np.float32)
+    return array
+
+
+@backend.on_cuda_switch
+def _forget_device_state() -> None:
+    """The tickets and placeholders are arrays of one CUDA backend (CuPy or the stand-in): drop them on a switch."""
+    _tickets.clear()
+    _placeholders.clear()
