@@ -336,3 +336,41 @@ def test_gradient_accumulation_with_a_graphed_micro_step_follows_eager_training(
         results.append(losses + [p.detach().numpy() for p in model.parameters()])
     for got, want in zip(results[1], results[0]):
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_a_scheduler_changing_learning_rate_and_momentum_keeps_graphed_training_on_the_eager_path(
+        cuda_backend, optimizer) -> None:
+    """OneCycleLR moves the learning rate every step and the momentum (SGD) or beta1 (Adam) with it: the
+    fused kernels read them from device memory, which each call refreshes before the replay."""
+    batches = _batches(40)
+    results = []
+    for graphed in (False, True):
+        model, opt, _, train_step = _training("O1", optimizer)
+        schedule = ta.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.1 if optimizer == "sgd" else 3e-3,
+                                                    total_steps=len(batches))
+        step = ta.cuda.make_graphed_step(train_step, batches[0]) if graphed else train_step
+        losses = []
+        for x, y in batches:
+            losses.append(step(x, y).item())
+            schedule.step()
+        results.append(losses + [p.detach().numpy() for p in model.parameters()])
+    for got, want in zip(results[1], results[0]):
+        np.testing.assert_array_equal(got, want)
+    assert len({round(loss, 6) for loss in results[0][:40]}) > 30  # a trajectory, not a constant
+
+
+def test_without_the_refresh_a_graph_would_keep_the_captured_learning_rate(cuda_backend) -> None:
+    """The check above can fail: skipping the refresh leaves the replays on the capture's learning rate."""
+    batches = _batches(8)
+    results = []
+    for refresh in (True, False):
+        model, opt, _, train_step = _training("O1", "sgd")
+        step = ta.cuda.make_graphed_step(train_step, batches[0], num_warmup_iters=1)
+        if not refresh:
+            step._refresh_hyper_parameters = lambda: None
+        for k, (x, y) in enumerate(batches):
+            step(x, y)
+            opt.param_groups[0]["lr"] = 0.05 / (k + 2)
+        results.append([p.detach().numpy() for p in model.parameters()])
+    assert not all(np.array_equal(a, b) for a, b in zip(*results))

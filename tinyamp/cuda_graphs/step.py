@@ -56,7 +56,7 @@ capture detaches them from the graph: the next call raises.
 **Hyper-parameters.** A learning rate a scheduler changes between calls keeps
 working when the optimizer's kernels read it from device memory (SGD and
 Adam/AdamW on a GPU): before each replay the changed values are copied into
-that memory (``_graph_device_hyper``, ``_refresh_device_hyper``). Any other
+that memory (``Optimizer._graph_device_keys``, ``_refresh_device_hyper``). Any other
 change of an optimizer hyper-parameter after the capture (``nesterov``, a
 momentum turned on or off, any value an optimizer passes to its kernels as a
 launch argument) raises a clear error at the next call: the graph would use
@@ -281,8 +281,7 @@ class GraphedStep:
         self._outputs = outputs
         for key, optimizer in self._optimizers.items():
             self._hyper[key] = _hyper_snapshot(optimizer)
-            self._frozen[key] = [getattr(optimizer, "_graph_frozen", lambda g: ())(group)
-                                 for group in optimizer.param_groups]
+            self._frozen[key] = [optimizer._graph_frozen(group) for group in optimizer.param_groups]
             for group in optimizer.param_groups:
                 for p in group["params"]:
                     self._storage.append((p, "data", id(p.data), optimizer))
@@ -315,9 +314,8 @@ class GraphedStep:
         if len(optimizer.param_groups) != len(captured):
             raise RuntimeError(f"graphed step: {name} has {len(optimizer.param_groups)} parameter groups, but had "
                                f"{len(captured)} when the step was captured; make a new graphed step")
-        on_device = getattr(optimizer, "_graph_device_hyper", ())
-        frozen_of = getattr(optimizer, "_graph_frozen", lambda g: ())
         for index, (group, before, frozen_then) in enumerate(zip(optimizer.param_groups, captured, frozen)):
+            on_device = optimizer._graph_device_keys(group)
             for key, old in before.items():
                 new = group.get(key)
                 if new == old or key in on_device:
@@ -328,7 +326,7 @@ class GraphedStep:
                     f"graphed step: {name}.param_groups[{index}][{key!r}] changed from {old!r} to {new!r} after "
                     f"the step was captured, but the captured update still uses {old!r}{movable}. Set it before "
                     "the capture or make a new graphed step")
-            frozen_now = frozen_of(group)
+            frozen_now = optimizer._graph_frozen(group)
             if frozen_now != frozen_then:
                 raise RuntimeError(
                     f"graphed step: {name}.param_groups[{index}] changed in a way the captured kernels cannot follow "
@@ -336,7 +334,5 @@ class GraphedStep:
 
     def _refresh_hyper_parameters(self) -> None:
         """Copy changed device-resident hyper-parameters (a scheduler's learning rate) where the graph reads them."""
-        for key, optimizer in self._optimizers.items():
-            refresh = getattr(optimizer, "_refresh_device_hyper", None)
-            if refresh is not None:
-                refresh()
+        for optimizer in self._optimizers.values():
+            optimizer._refresh_device_hyper()
