@@ -268,15 +268,24 @@ def test_a_hyper_parameter_the_graph_froze_cannot_change_after_the_capture(cuda_
         step(*batches[2])
 
 
-def test_gradients_set_to_none_or_replaced_weights_after_the_capture_are_refused(cuda_backend) -> None:
+def test_gradients_set_to_none_or_replaced_state_after_the_capture_are_refused(cuda_backend) -> None:
     batches = _batches(3)
     model, opt, _, train_step = _training("O1", "sgd")
     step = ta.cuda.make_graphed_step(train_step, batches[0], num_warmup_iters=1)
     step(*batches[0])
     step(*batches[1])
     opt.zero_grad()  # set_to_none=True outside the step: the graph would keep writing the old arrays
-    with pytest.raises(RuntimeError, match=r"a parameter's \.grad \(shape \[16, 784\], of SGD\) is None since the "
-                                           r"capture.*zero_grad\(set_to_none=False\)"):
+    with pytest.raises(RuntimeError, match=r"graphed step: SGD\.param_groups\[0\]\['params'\]\[0\] \(shape "
+                                           r"\[16, 784\]\)\.grad is None since the capture.*zero_grad\(set_to_none="
+                                           r"False\)"):
+        step(*batches[2])
+    step = ta.cuda.make_graphed_step(train_step, batches[0], num_warmup_iters=1)
+    step(*batches[0])
+    step(*batches[1])
+    opt.load_state_dict(opt.state_dict())  # new state arrays: the graph would update the old ones
+    with pytest.raises(RuntimeError, match=r"SGD\.state\[SGD\.param_groups\[0\]\['params'\]\[0\] \(shape "
+                                           r"\[16, 784\]\)\]\['momentum_buffer'\] is another array since the "
+                                           r"capture.*copy_ under no_grad"):
         step(*batches[2])
 
 

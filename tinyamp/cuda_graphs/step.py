@@ -50,8 +50,10 @@ graph the micro-step (forward and backward, no ``zero_grad``: the graph adds
 into the existing ``p.grad``), zero the gradients with
 ``zero_grad(set_to_none=False)`` between windows, and step the optimizer
 outside the graph (or in a second graphed step). Setting ``p.grad`` to None
-(``zero_grad()`` outside the step) or replacing a parameter's array after the
-capture detaches them from the graph: the next call raises.
+(``zero_grad()`` outside the step), or replacing a parameter's array or an
+optimizer state tensor after the capture (``load_state_dict``) detaches them
+from the graph: the next call raises. The step holds every such array, so the
+memory the graph writes stays allocated.
 
 **Hyper-parameters.** A learning rate a scheduler changes between calls keeps
 working when the optimizer's kernels read it from device memory (SGD and
@@ -123,6 +125,28 @@ def _hyper_snapshot(optimizer: Optimizer) -> list[dict]:
             for group in optimizer.param_groups]
 
 
+def _storage_of(optimizer: Optimizer) -> list[tuple[str, Callable[[], Any], Any]]:
+    """(what, how to find it, the array now) for each parameter, gradient and state tensor of ``optimizer``."""
+    name = type(optimizer).__name__
+    found = []
+    for gi, group in enumerate(optimizer.param_groups):
+        for pi, p in enumerate(group["params"]):
+            where = f"{name}.param_groups[{gi}]['params'][{pi}] (shape {list(p.shape)})"
+            found.append((f"the data of {where}", lambda p=p: p.data, p.data))
+            if p.grad is not None:
+                found.append((f"{where}.grad", lambda p=p: None if p.grad is None else p.grad.data, p.grad.data))
+            for key, value in optimizer.state.get(p, {}).items():
+                if isinstance(value, Tensor):
+                    found.append((f"{name}.state[{where}][{key!r}]", lambda p=p, key=key: _state_array(optimizer, p,
+                                                                                                      key), value.data))
+    return found
+
+
+def _state_array(optimizer: Optimizer, p: Tensor, key: str) -> Any:
+    value = optimizer.state.get(p, {}).get(key)
+    return value.data if isinstance(value, Tensor) else None
+
+
 class GraphedStep:
     """What :func:`make_graphed_step` returns: call it with the step's inputs."""
 
@@ -170,7 +194,9 @@ class GraphedStep:
         self._autocast: tuple = ()
         self._hyper: dict[int, list[dict]] = {}
         self._frozen: dict[int, list] = {}
-        self._storage: list[tuple[Any, str, Any, Any]] = []  # (tensor, what, array id at capture, owner)
+        # (what, how to find it now, the array it was at the capture): memory the graph reads and writes,
+        # held here so it stays allocated, and compared by identity before each replay.
+        self._storage: list[tuple[str, Callable[[], Any], Any]] = []
         with backend.cupy().cuda.Device(self._device.index):
             self.skipped_steps = Tensor._wrap(self._device.xp.zeros((), dtype="int64"))
 
@@ -282,11 +308,7 @@ class GraphedStep:
         for key, optimizer in self._optimizers.items():
             self._hyper[key] = _hyper_snapshot(optimizer)
             self._frozen[key] = [optimizer._graph_frozen(group) for group in optimizer.param_groups]
-            for group in optimizer.param_groups:
-                for p in group["params"]:
-                    self._storage.append((p, "data", id(p.data), optimizer))
-                    if p.grad is not None:
-                        self._storage.append((p, "grad", id(p.grad.data), optimizer))
+            self._storage += _storage_of(optimizer)
         return outputs
 
     # ------------------------------------------------------------------ replay checks
@@ -296,16 +318,15 @@ class GraphedStep:
             raise RuntimeError(f"graphed step: called under {_describe_autocast(signature)}, but it was captured "
                                f"under {_describe_autocast(self._autocast)}; the graph replays the casts decided at "
                                "capture. Call it under the same autocast state, or make a new graphed step")
-        for p, what, array_id, optimizer in self._storage:
-            current = p.data if what == "data" else (p.grad.data if p.grad is not None else None)
-            if current is None or id(current) != array_id:
+        for what, find, captured in self._storage:
+            current = find()
+            if current is not captured:
                 now = "None" if current is None else "another array"
-                raise RuntimeError(
-                    f"graphed step: a parameter's .{what} (shape {list(p.shape)}, of {type(optimizer).__name__}) is "
-                    f"{now} since the capture, but the graph keeps reading and writing the array it had then. "
-                    + ("Do not set gradients to None outside the graphed step (zero_grad(set_to_none=False), or "
-                       "let the step zero them)" if what == "grad" else
-                       "Load weights into the existing arrays (copy_ under no_grad) or make a new graphed step"))
+                advice = ("Do not set gradients to None outside the graphed step (zero_grad(set_to_none=False), or "
+                          "let the step zero them)" if what.endswith(".grad") else
+                          "Load values into the existing arrays (copy_ under no_grad), or make a new graphed step")
+                raise RuntimeError(f"graphed step: {what} is {now} since the capture, but the graph keeps reading "
+                                   f"and writing the array it had then. {advice}")
         for key, optimizer in self._optimizers.items():
             self._check_hyper_parameters(optimizer, self._hyper[key], self._frozen[key])
 
