@@ -50,26 +50,25 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def positive_int(text: str) -> int:
-    """An argparse type: an integer >= 1."""
+def _integer(text: str, minimum: int, words: str) -> int:
+    """``text`` as an integer >= ``minimum``, or argparse's error naming ``words``."""
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+        raise argparse.ArgumentTypeError(f"expected a {words}, got {text!r}") from None
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"must be a {words}, got {value}")
     return value
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1."""
+    return _integer(text, 1, "positive integer")
 
 
 def non_negative_int(text: str) -> int:
     """An argparse type: an integer >= 0 (a seed)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {value}")
-    return value
+    return _integer(text, 0, "non-negative integer")
 
 
 def positive_float(text: str) -> float:

@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from .. import dtypes as dt
-from .optimizer import Optimizer, decayed_gradient, masked_write, refuse_differentiable
+from .optimizer import Optimizer, check_hyperparameters, decayed_gradient, masked_write, refuse_differentiable
 
 
 def _adadelta_param(xp: Any, w: Any, g: Any, square_avg: Any, acc_delta: Any, step: Any, keep: Any, *,
@@ -54,14 +54,7 @@ class Adadelta(Optimizer):
     def __init__(self, params: Iterable[Any], lr: float = 1.0, rho: float = 0.9, eps: float = 1e-6,
                  weight_decay: float = 0, foreach: bool | None = None, *, capturable: bool = False,
                  maximize: bool = False, differentiable: bool = False, master_weights: bool = False) -> None:
-        if not 0.0 <= lr:
-            raise ValueError(f"Invalid learning rate: {lr}")
-        if not 0.0 <= rho <= 1.0:
-            raise ValueError(f"Invalid rho value: {rho}")
-        if not 0.0 <= eps:
-            raise ValueError(f"Invalid epsilon value: {eps}")
-        if not 0.0 <= weight_decay:
-            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+        check_hyperparameters(lr=lr, rho=rho, eps=eps, weight_decay=weight_decay)
         refuse_differentiable("Adadelta", differentiable)
         defaults = dict(lr=lr, rho=rho, eps=eps, weight_decay=weight_decay, maximize=maximize,
                         master_weights=master_weights)

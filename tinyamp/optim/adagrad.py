@@ -25,7 +25,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from .. import dtypes as dt
-from .optimizer import Optimizer, decayed_gradient, masked_write, refuse_differentiable
+from .optimizer import Optimizer, check_hyperparameters, decayed_gradient, masked_write, refuse_differentiable
 
 
 def _adagrad_param(xp: Any, w: Any, g: Any, total: Any, step: Any, keep: Any, *, lr: float, lr_decay: float,
@@ -60,16 +60,8 @@ class Adagrad(Optimizer):
                  initial_accumulator_value: float = 0, eps: float = 1e-10, foreach: bool | None = None, *,
                  maximize: bool = False, differentiable: bool = False, fused: bool | None = None,
                  master_weights: bool = False) -> None:
-        if not 0.0 <= lr:
-            raise ValueError(f"Invalid learning rate: {lr}")
-        if not 0.0 <= lr_decay:
-            raise ValueError(f"Invalid lr_decay value: {lr_decay}")
-        if not 0.0 <= weight_decay:
-            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
-        if not 0.0 <= initial_accumulator_value:
-            raise ValueError(f"Invalid initial_accumulator_value value: {initial_accumulator_value}")
-        if not 0.0 <= eps:
-            raise ValueError(f"Invalid epsilon value: {eps}")
+        check_hyperparameters(lr=lr, lr_decay=lr_decay, weight_decay=weight_decay,
+                              initial_accumulator_value=initial_accumulator_value, eps=eps)
         if fused and foreach:
             raise RuntimeError("`fused` and `foreach` cannot be `True` together.")
         refuse_differentiable("Adagrad", differentiable)

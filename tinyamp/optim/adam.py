@@ -29,7 +29,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..kernels import cpu_optim, cuda_launch, cuda_optim
-from .optimizer import Optimizer, decayed_gradient, masked_write
+from .optimizer import Optimizer, check_hyperparameters, decayed_gradient, masked_write
 
 
 def adam_moments(w32: Any, g: Any, m: Any, v: Any, *, lr: float, beta1: float, beta2: float,
@@ -79,16 +79,7 @@ class Adam(Optimizer):
                  master_weights: bool = False, foreach: bool | None = None, fused: bool | None = None) -> None:
         # foreach/fused are accepted so PyTorch constructors port: tinyamp picks its
         # update path itself (fused kernels on a GPU, one vectorised pass per tensor on NumPy).
-        if not 0.0 <= lr:
-            raise ValueError(f"Invalid learning rate: {lr}")
-        if not 0.0 <= eps:
-            raise ValueError(f"Invalid epsilon value: {eps}")
-        if not 0.0 <= betas[0] < 1.0:
-            raise ValueError(f"Invalid beta parameter at index 0: {betas[0]}")
-        if not 0.0 <= betas[1] < 1.0:
-            raise ValueError(f"Invalid beta parameter at index 1: {betas[1]}")
-        if not 0.0 <= weight_decay:
-            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+        check_hyperparameters(lr=lr, eps=eps, betas=betas, weight_decay=weight_decay)
         defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, amsgrad=amsgrad,
                         master_weights=master_weights)
         super().__init__(params, defaults)

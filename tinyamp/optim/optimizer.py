@@ -94,6 +94,38 @@ def decayed_gradient(w32: Any, g: Any, *, maximize: bool, weight_decay: float) -
     return d + weight_decay * w32 if weight_decay != 0 else d
 
 
+# PyTorch's constructor checks: the words of its "Invalid ...: value" message and the allowed range.
+# A NaN fails every range (``not 0.0 <= nan``), as in PyTorch's Adam family.
+_HYPERPARAMETER_CHECKS = {
+    "lr": ("learning rate", lambda v: 0.0 <= v),
+    "eps": ("epsilon value", lambda v: 0.0 <= v),
+    "weight_decay": ("weight_decay value", lambda v: 0.0 <= v),
+    "momentum": ("momentum value", lambda v: 0.0 <= v),
+    "alpha": ("alpha value", lambda v: 0.0 <= v),
+    "lr_decay": ("lr_decay value", lambda v: 0.0 <= v),
+    "initial_accumulator_value": ("initial_accumulator_value value", lambda v: 0.0 <= v),
+    "momentum_decay": ("momentum_decay value", lambda v: 0.0 <= v),
+    "rho": ("rho value", lambda v: 0.0 <= v <= 1.0),
+}
+
+
+def check_hyperparameters(**values: Any) -> None:
+    """Refuse out-of-range hyper-parameters with PyTorch's messages, checked in the order given.
+
+    ``betas`` is checked per index (``0 <= beta < 1``); every other name must be
+    a key of ``_HYPERPARAMETER_CHECKS``.
+    """
+    for name, value in values.items():
+        if name == "betas":
+            for index, beta in enumerate(value):
+                if not 0.0 <= beta < 1.0:
+                    raise ValueError(f"Invalid beta parameter at index {index}: {beta}")
+            continue
+        words, allowed = _HYPERPARAMETER_CHECKS[name]
+        if not allowed(value):
+            raise ValueError(f"Invalid {words}: {value}")
+
+
 def refuse_differentiable(name: str, differentiable: bool) -> None:
     """PyTorch's ``differentiable=True`` (autograd through the update) has no tinyamp counterpart."""
     if differentiable:

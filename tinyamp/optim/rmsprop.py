@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from .. import dtypes as dt
-from .optimizer import Optimizer, decayed_gradient, masked_write, refuse_differentiable
+from .optimizer import Optimizer, check_hyperparameters, decayed_gradient, masked_write, refuse_differentiable
 
 
 def _rmsprop_param(xp: Any, w: Any, g: Any, square_avg: Any, grad_avg: Any, buf: Any, step: Any, keep: Any, *,
@@ -68,16 +68,7 @@ class RMSprop(Optimizer):
                  weight_decay: float = 0, momentum: float = 0, centered: bool = False, capturable: bool = False,
                  foreach: bool | None = None, maximize: bool = False, differentiable: bool = False, *,
                  master_weights: bool = False) -> None:
-        if not 0.0 <= lr:
-            raise ValueError(f"Invalid learning rate: {lr}")
-        if not 0.0 <= eps:
-            raise ValueError(f"Invalid epsilon value: {eps}")
-        if not 0.0 <= momentum:
-            raise ValueError(f"Invalid momentum value: {momentum}")
-        if not 0.0 <= weight_decay:
-            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
-        if not 0.0 <= alpha:
-            raise ValueError(f"Invalid alpha value: {alpha}")
+        check_hyperparameters(lr=lr, eps=eps, momentum=momentum, weight_decay=weight_decay, alpha=alpha)
         refuse_differentiable("RMSprop", differentiable)
         defaults = dict(lr=lr, momentum=momentum, alpha=alpha, eps=eps, centered=centered,
                         weight_decay=weight_decay, maximize=maximize, master_weights=master_weights)
