@@ -6,7 +6,10 @@ Measured side by side in one process on one GPU:
   CUBLAS_COMPUTE_32F) against ``torch.matmul`` in float16, in TFLOP/s.
 - One training step of the MLP 784-8192-10 (SGD, momentum 0.9) at batch 4096
   and 8192: tinyamp float32, tinyamp AMP O1 (autocast float16 + GradScaler),
-  torch float32, torch ``autocast`` + ``GradScaler``. Per case: the median
+  tinyamp AMP O1 captured once and replayed as one CUDA graph per step
+  (``ta.cuda.make_graphed_step``, mode ``amp-graph``: the batch copied into its
+  static inputs, then the replay), torch float32, torch ``autocast`` +
+  ``GradScaler``. Per case: the median
   step time from CUDA events around each step (warm-up steps first), the
   peak memory of one step (``ta.cuda.max_memory_allocated`` /
   ``torch.cuda.max_memory_allocated``) and tinyamp's host syncs per step
@@ -16,10 +19,13 @@ Measured side by side in one process on one GPU:
 
 Prints a table and the issue's targets, writes JSON with the GPU model, the
 driver, CUDA, CuPy and torch versions and the date. ``--dry-run`` runs the
-same code on the CPU with tiny sizes (to check the script, not to measure).
+same code on the CPU with tiny sizes (to check the script, not to measure; no
+graph row: a CUDA graph needs CUDA); ``--standin`` runs it on the CUDA
+stand-in, graph row included.
 
     python benchmarks/bench_gpu.py [--json PATH] [--repeats N]
     python benchmarks/bench_gpu.py --dry-run
+    python benchmarks/bench_gpu.py --standin --no-torch
 """
 
 from __future__ import annotations
@@ -48,7 +54,10 @@ from tinyamp.kernels import cuda_launch  # noqa: E402
 from tinyamp.kernels.gemm import gemm  # noqa: E402
 
 TARGETS = {"amp_vs_float32_speedup": 2.0, "amp_vs_torch_autocast_time": 1.25, "amp_vs_float32_peak_memory": 0.6,
-           "gemm_8192_vs_torch": 0.9, "host_syncs_per_step": 0}
+           "gemm_8192_vs_torch": 0.9, "host_syncs_per_step": 0,
+           # issue 11: the captured AMP step against torch.autocast eager (both batches), and its speed-up over
+           # tinyamp's eager float32 (at the largest batch, 8192)
+           "graph_amp_vs_torch_autocast_time": 0.8, "graph_amp_vs_float32_speedup": 2.5}
 
 
 def load_torch(device: str) -> Any:
@@ -132,24 +141,29 @@ def bench_gemm(device: str, torch: Any, sizes: list[int], repeats: int) -> list[
 
 # --------------------------------------------------------------- MLP steps
 def tinyamp_step(mode: str, batch: int, hidden: int, device: str) -> Callable[[], Any]:
+    """One training step of ``mode``: "float32", "amp" or "amp-graph" (the AMP step replayed as a CUDA graph)."""
     ta.manual_seed(0)
     nn = ta.nn
     model = nn.Sequential(nn.Linear(784, hidden), nn.ReLU(), nn.Linear(hidden, 10)).to(device)
     opt = ta.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    amp = mode == "amp"
+    amp = mode in ("amp", "amp-graph")
     scaler = ta.amp.GradScaler(enabled=amp)
     rng = np.random.default_rng(0)
     x = ta.tensor(rng.random((batch, 784), dtype=np.float32), device=device)
     y = ta.tensor(rng.integers(0, 10, batch), device=device)
 
-    def step() -> None:
+    def step(x: Any = x, y: Any = y) -> Any:
         opt.zero_grad()
         with ta.amp.autocast(device_type=device, dtype=ta.float16, enabled=amp):
             loss = ta.nn.functional.cross_entropy(model(x), y)
         scaler.scale(loss).backward()
         scaler.step(opt)
         scaler.update()
+        return loss
 
+    if mode == "amp-graph":
+        graphed = ta.cuda.make_graphed_step(step, (x, y))  # the batch is copied into its static inputs each call
+        return lambda: graphed(x, y)
     return step  # holds the model, optimizer and batch: deleting it frees them
 
 
@@ -197,10 +211,12 @@ def torch_peak(torch: Any, step: Callable[[], Any], device: str) -> "tuple[int, 
 
 def bench_mlp(device: str, torch: Any, batches: list[int], hidden: int, repeats: int) -> list[dict]:
     rows = []
+    modes = ("float32", "amp", "amp-graph") if device == "cuda" else ("float32", "amp")
     for batch in batches:
-        for mode in ("float32", "amp"):
+        for mode in modes:
             step = tinyamp_step(mode, batch, hidden, device)
-            step()  # compiles the kernels, grows the pool
+            for _ in range(5 if mode == "amp-graph" else 1):  # compiles the kernels, grows the pool; captures
+                step()
             peak, resting = tinyamp_peak(step, device)
             syncs, launches = ta.cuda.sync_count(), sum(cuda_launch.launches.values())
             stats = summary(Timer(device).samples(step, repeats, warmup=5))
@@ -210,7 +226,7 @@ def bench_mlp(device: str, torch: Any, batches: list[int], hidden: int, repeats:
                          "host_syncs_per_step": (ta.cuda.sync_count() - syncs) / steps,
                          "fused_launches_per_step": (sum(cuda_launch.launches.values()) - launches) / steps})
             del step
-            if torch is not None:
+            if torch is not None and mode != "amp-graph":
                 tstep = torch_step(torch, mode, batch, hidden, device)
                 tstep()
                 tpeak, tresting = torch_peak(torch, tstep, device)
@@ -245,6 +261,12 @@ def targets(gemm_rows: list[dict], mlp_rows: list[dict]) -> list[dict]:
             ("amp_vs_float32_peak_memory", ratio(amp["peak_bytes"], f32["peak_bytes"]), "<="),
             ("host_syncs_per_step", amp["host_syncs_per_step"], "<="),
         ]
+        graph = find(mlp_rows, framework="tinyamp", mode="amp-graph", batch=batch)  # None on the CPU
+        graph_ms = graph and graph["median_ms"]
+        checks.append(("graph_amp_vs_torch_autocast_time", ratio(graph_ms, torch_amp and torch_amp["median_ms"]),
+                       "<="))
+        if batch == max(r["batch"] for r in mlp_rows):  # 8192 in a full run
+            checks.append(("graph_amp_vs_float32_speedup", ratio(f32["median_ms"], graph_ms), ">="))
         out += [{"target": name, "batch": batch, "value": value, "goal": f"{op} {TARGETS[name]}",
                  "met": None if value is None else (value >= TARGETS[name] if op == ">=" else value <= TARGETS[name])}
                 for name, value, op in checks]
@@ -322,23 +344,38 @@ def main(argv: "list[str] | None" = None) -> dict:
     parser.add_argument("--hidden", type=int, default=8192)
     parser.add_argument("--gemm-sizes", type=int, nargs="+", default=[4096, 8192])
     parser.add_argument("--dry-run", action="store_true", help="CPU, tiny sizes: check the script only")
+    parser.add_argument("--standin", action="store_true",
+                        help="the CUDA stand-in, tiny sizes: check the script, the CUDA graph row included")
     parser.add_argument("--no-torch", action="store_true", help="skip the torch comparisons")
     args = parser.parse_args(argv)
-    if args.dry_run:
+    if args.dry_run and args.standin:
+        parser.error("--dry-run and --standin are two different checks; pick one")
+    if args.standin:
+        args.batches, args.hidden, args.gemm_sizes, args.repeats = [64], 128, [64], 3
+        with backend.use_cuda_standin():  # the previous CUDA backend comes back afterwards
+            return run(args, "cuda")
+    elif args.dry_run:
         device, args.batches, args.hidden, args.gemm_sizes, args.repeats = "cpu", [64], 128, [64], 3
     elif not ta.cuda.is_available():
         raise SystemExit(f"bench_gpu: no usable CUDA GPU ({backend._cupy_error}); --dry-run checks the script "
                          f"on the CPU")
     else:
         device = "cuda"
+    return run(args, device)
+
+
+def run(args: argparse.Namespace, device: str) -> dict:
+    """Measure, print the report, write the JSON (see the module docstring)."""
     torch = None if args.no_torch else load_torch(device)
-    result = {"benchmark": "gpu", "dry_run": args.dry_run, "hidden": args.hidden,
+    result = {"benchmark": "gpu", "dry_run": args.dry_run or args.standin, "standin": args.standin,
+              "hidden": args.hidden,
               "environment": environment(device, torch)}
     result["gemm"] = bench_gemm(device, torch, args.gemm_sizes, args.repeats)
     result["mlp"] = bench_mlp(device, torch, args.batches, args.hidden, args.repeats)
     result["targets"] = targets(result["gemm"], result["mlp"])
     print(report(result))
-    path = args.json or (None if args.dry_run else os.path.join(os.path.dirname(__file__), "bench_gpu.json"))
+    path = args.json or (None if args.dry_run or args.standin
+                         else os.path.join(os.path.dirname(__file__), "bench_gpu.json"))
     if path:
         common.write_json(path, result)
     return result

@@ -2,8 +2,9 @@
 # Everything issue 6 needs a GPU for, in one run, with every output collected in one folder:
 #   the machine (nvidia-smi, CuPy's config, torch), the GPU tests (pytest -m gpu) and the rest of
 #   the suite, bench_gemm.py, bench_gpu.py (GEMM vs torch, MLP 784-8192-10 step at batch 4096/8192,
-#   peak memory, host syncs, the targets), bench_mnist.py on cuda, and the MNIST example with
-#   --device cuda (AMP and float32) next to the CPU run it must match within one point of accuracy.
+#   eager and captured as a CUDA graph (issue 11), peak memory, host syncs, the targets),
+#   bench_mnist.py on cuda, and the MNIST example with --device cuda (AMP, AMP replayed as a CUDA
+#   graph, and float32) next to the CPU run it must match within one point of accuracy.
 #
 #   benchmarks/run_gpu.sh [OUT_DIR]          (default gpu-results/<date>)
 #   PYTHON=.venv/bin/python benchmarks/run_gpu.sh
@@ -40,6 +41,8 @@ if [ -z "${QUICK:-}" ]; then
     step bench-mnist-cuda "$PY" benchmarks/bench_mnist.py --device cuda --batch 4096 8192 --hidden 8192 \
         --json "$OUT/bench_mnist_cuda.json"
     step mnist-cuda-amp "$PY" examples/mnist_mlp.py --device cuda --amp --json "$OUT/mnist_cuda_amp.json"
+    step mnist-cuda-amp-graph "$PY" examples/mnist_mlp.py --device cuda --amp --cuda-graph \
+        --json "$OUT/mnist_cuda_amp_graph.json"
     step mnist-cuda-float32 "$PY" examples/mnist_mlp.py --device cuda --no-amp --json "$OUT/mnist_cuda_float32.json"
     step mnist-cpu-amp "$PY" examples/mnist_mlp.py --device cpu --amp --json "$OUT/mnist_cpu_amp.json"
 fi

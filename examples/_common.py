@@ -263,6 +263,13 @@ class Progress:
             self.stream.write("\n")
 
 
+def sample_batch(loader: Any) -> tuple:
+    """Zero tensors shaped and typed like one full batch of ``loader`` (a graphed step's sample inputs),
+    made without iterating it (which would draw a shuffle)."""
+    first = loader.dataset[0]
+    return tuple(ta.zeros((loader.batch_size, *t.shape), dtype=t.dtype, device=t.device) for t in first)
+
+
 def _grads_for_histogram(optimizer: Any) -> list:
     """Unscaled gradients after ``scaler.unscale_``: masters' under O2, the parameters' otherwise."""
     grads = []
@@ -348,8 +355,12 @@ class RunLog:
             self.activations = memory.saved_tensor_bytes(loss)
 
     def gradient_histogram(self, scaler: Any, optimizer: Any) -> None:
-        """At the last step: unscale the gradients and histogram their exponents against float16's range."""
-        if self.last_step:
+        """At the last step: unscale the gradients and histogram their exponents against float16's range.
+
+        Not under ``--cuda-graph``: the last step is a replay of a captured
+        one, and reading gradients on the host inside a capture is refused.
+        """
+        if self.last_step and not getattr(self.args, "cuda_graph", False):
             scale_now = scaler.get_scale()
             scaler.unscale_(optimizer)
             self.hist = grad_stats.exponent_histogram(_grads_for_histogram(optimizer), scale=scale_now)
@@ -387,6 +398,7 @@ class RunLog:
             "grad_underflow": None if hist is None else {"scale": hist["scale"], "unscaled": hist["unscaled"],
                                                          "scaled": hist["scaled"], "zeros": hist["zeros"]},
             "device": str(self.device), "precision": prec.describe(),
+            "cuda_graph": bool(getattr(args, "cuda_graph", False)),
             "config": {k: v for k, v in vars(args).items() if k != "prog"},
         }
         skipped_at = self.skipped_at

@@ -9,6 +9,7 @@ subset bundled with tinyamp (4,000 train / 1,000 test), so it needs no download:
 
     python examples/mnist_mlp.py --amp
     python examples/mnist_mlp.py --no-amp --hidden 1024 --out plots/
+    python examples/mnist_mlp.py --device cuda --cuda-graph   # each step replayed as one CUDA graph
 
 The training loop below is PyTorch's AMP recipe with ``import tinyamp as ta``;
 ``_common.py`` holds the flags, data loading and reporting around it.
@@ -51,9 +52,10 @@ def forward(model: ta.nn.Module, x: ta.Tensor, y: ta.Tensor, prec: _common.Preci
 
 
 def train(model: ta.nn.Module, optimizer: ta.optim.Optimizer, scaler: ta.amp.GradScaler, loader: ta.data.DataLoader,
-          prec: _common.Precision, log: _common.RunLog) -> None:
+          prec: _common.Precision, log: _common.RunLog, cuda_graph: bool = False) -> None:
     """The AMP training loop; ``log`` only times, watches and reports."""
-    for x, y in log.batches(loader):
+
+    def train_step(x: ta.Tensor, y: ta.Tensor) -> ta.Tensor:
         optimizer.zero_grad()
         with log.trace_first_step():             # --trace: which op ran in which dtype
             logits, loss = forward(model, x, y, prec)
@@ -63,6 +65,16 @@ def train(model: ta.nn.Module, optimizer: ta.optim.Optimizer, scaler: ta.amp.Gra
         log.gradient_histogram(scaler, optimizer)  # last step: unscale_, then histogram the gradients
         scaler.step(optimizer)   # unscale the gradients; skip the update if one is inf or NaN
         scaler.update()          # halve the scale after a skipped step, double it after 2000 good ones
+        return loss
+
+    step = train_step
+    if cuda_graph:
+        # --cuda-graph: the same step, run eagerly for the first calls, then captured once and replayed
+        # as one CUDA graph per batch (the batch is copied into the graph's static inputs). The loss,
+        # the scale and the skip decision stay on the GPU; step_done reads them after each step.
+        step = ta.cuda.make_graphed_step(train_step, _common.sample_batch(loader))
+    for x, y in log.batches(loader):
+        loss = step(x, y)
         log.step_done(loss, scaler, model, optimizer)
 
 
@@ -72,7 +84,13 @@ def main(argv: "list[str] | None" = None) -> dict:
                                   epochs=DEFAULT_EPOCHS, lr=DEFAULT_LR)
     parser.add_argument("--hidden", type=_common.positive_int, default=8192,
                         help="hidden units (8192: the write-up's model)")
+    parser.add_argument("--cuda-graph", action="store_true",
+                        help="capture the training step once and replay it as one CUDA graph per batch "
+                             "(ta.cuda.make_graphed_step; needs --device cuda; drops each epoch's last, "
+                             "smaller batch; no gradient histogram, the last step being a replay)")
     args = _common.parse_args(parser, argv)          # every flag checked before anything trains
+    if args.cuda_graph and args.device != "cuda":
+        parser.error("--cuda-graph needs --device cuda (a CUDA graph replays GPU work)")
     x_train, y_train, x_test, y_test = _common.load_data(args, flatten=True)
     device, prec = ta.device(args.device), _common.Precision(args)
 
@@ -88,10 +106,12 @@ def main(argv: "list[str] | None" = None) -> dict:
     # Loss scaling only for float16: bfloat16 has float32's exponent range.
     scaler = ta.amp.GradScaler(init_scale=_common.LOSS_SCALE_INIT, enabled=prec.scaled)
     dataset = ta.data.TensorDataset(ta.tensor(x_train, device=device), ta.tensor(y_train, device=device))
-    loader = ta.data.DataLoader(dataset, batch_size=args.batch_size, shuffle=True, seed=args.seed)
+    # A CUDA graph replays one batch shape: with --cuda-graph the last, smaller batch of an epoch is dropped.
+    loader = ta.data.DataLoader(dataset, batch_size=args.batch_size, shuffle=True, seed=args.seed,
+                                drop_last=args.cuda_graph)
 
     log = _common.RunLog(f"MLP 784-{args.hidden}-10", args, prec, device, loader, (x_train, y_train, x_test))
-    train(model, optimizer, scaler, loader, prec, log)
+    train(model, optimizer, scaler, loader, prec, log, cuda_graph=args.cuda_graph)
     accuracy = _common.evaluate(model, lambda x, y: forward(model, x, y, prec), x_test, y_test, device)
     return log.finish(accuracy, scaler)
 

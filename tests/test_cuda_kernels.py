@@ -401,6 +401,29 @@ def test_gpu_benchmark_script_runs_on_the_cpu(tmp_path, monkeypatch) -> None:
     assert {t["target"] for t in result["targets"]} == set(bench_gpu.TARGETS)
 
 
+def test_gpu_benchmark_script_runs_on_the_standin_with_the_cuda_graph_row(tmp_path, monkeypatch) -> None:
+    """benchmarks/bench_gpu.py --standin: the GPU code paths, the captured AMP step (issue 11) included."""
+    import importlib  # noqa: PLC0415
+    import json  # noqa: PLC0415
+    monkeypatch.setenv("CUPY_TF32", "1")
+    monkeypatch.syspath_prepend(os.path.join(REPO, "benchmarks"))
+    import bench_gpu  # noqa: PLC0415
+    bench_gpu = importlib.reload(bench_gpu)  # run its module code under this environment
+
+    path = tmp_path / "bench.json"
+    bench_gpu.main(["--standin", "--no-torch", "--json", str(path)])
+    assert not backend.standin_active() or os.environ.get("TINYAMP_CUDA") == "standin"  # the backend came back
+    result = json.loads(path.read_text())
+    assert result["standin"] and result["environment"]["gpu"] == "tinyamp CUDA stand-in (NumPy)"
+    assert {(r["framework"], r["mode"]) for r in result["mlp"]} == {
+        ("tinyamp", "float32"), ("tinyamp", "amp"), ("tinyamp", "amp-graph")}
+    graph = next(r for r in result["mlp"] if r["mode"] == "amp-graph")
+    assert graph["host_syncs_per_step"] == 0
+    assert {t["target"] for t in result["targets"]} == set(bench_gpu.TARGETS)
+    speedup = next(t for t in result["targets"] if t["target"] == "graph_amp_vs_float32_speedup")
+    assert speedup["goal"] == ">= 2.5" and speedup["value"] > 0
+
+
 # ------------------------------------------------- range checks on a GPU
 def test_gpu_range_behaviour_of_losses_and_embedding_on_numpy(monkeypatch) -> None:
     """The GPU branch (no host check, nan instead), run on NumPy by making the ops see 'device' arrays."""

@@ -245,6 +245,25 @@ def test_device_cuda_trains(cuda_backend, name, argv) -> None:
     assert summary["device"].startswith("cuda") and "gpu_pool" in summary["memory"]
 
 
+@pytest.mark.parametrize("level", ["O1", "O2"])
+def test_cuda_graph_training_is_the_eager_training(cuda_backend, level) -> None:
+    """--cuda-graph replays the same step: the same losses, scale, skipped steps and accuracy."""
+    argv = ["--hidden", "16", "--steps", "12", "--batch-size", "64", "--level", level, "--device", "cuda"]
+    (eager, _), (graphed, text) = _run("mnist_mlp", argv), _run("mnist_mlp", argv + ["--cuda-graph"])
+    assert graphed["cuda_graph"] and not eager["cuda_graph"]
+    for key in ("final_loss", "accuracy", "final_scale", "skipped_steps", "steps"):
+        assert graphed[key] == eager[key], key
+    assert graphed["grad_underflow"] is None and eager["grad_underflow"] is not None  # no histogram of a replay
+
+
+def test_cuda_graph_needs_the_cuda_device(capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as info:
+        _load("mnist_mlp").main(["--hidden", "16", "--steps", "2", "--cuda-graph"])
+    assert info.value.code == 2
+    assert capsys.readouterr().err == ("mnist_mlp.py: error: --cuda-graph needs --device cuda (a CUDA graph "
+                                       "replays GPU work) (see --help)\n")
+
+
 @pytest.mark.skipif(ta.cuda.is_available(), reason="checks the machine without CUDA")
 def test_device_cuda_without_a_gpu_says_why_not(capsys: pytest.CaptureFixture) -> None:
     with pytest.raises(SystemExit) as info:

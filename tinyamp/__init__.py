@@ -30,6 +30,7 @@ from . import utils  # torch.utils.data spellings
 from . import memory
 from . import optim
 from . import nn
+from . import cuda_graphs  # ta.cuda.CUDAGraph, ta.cuda.graph, ta.cuda.make_graphed_step, ...
 from .serialization import load, save
 
 __version__ = "0.1.0"

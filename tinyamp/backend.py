@@ -8,7 +8,13 @@ itself, so tinyamp installs and runs on machines without CuPy or a GPU.
 ``ta.cuda`` also counts host synchronisations and reports GPU memory the way
 ``torch.cuda`` does: ``memory_allocated``, ``max_memory_allocated``,
 ``reset_peak_memory_stats``, ``memory_reserved``, ``empty_cache`` (see
-``_PeakTracker``).
+``_PeakTracker``). Its CUDA-graph names (``ta.cuda.CUDAGraph``, ``graph``,
+``graph_pool_handle``, ``make_graphed_step``, ``is_current_stream_capturing``)
+live in ``tinyamp/cuda_graphs`` and are reached through the package at call
+time. This module keeps what the layers below them must ask about a capture
+in progress (:func:`current_capture`): every host read and host-to-device copy
+tinyamp makes goes through ``to_host``/``to_device``/``cuda.note_sync`` here,
+and each raises a clear error during a capture, on a GPU and on the stand-in.
 
 The CUDA backend is CuPy, or the strict CUDA stand-in of
 ``tinyamp/cuda_standin`` (CuPy's API over NumPy, for CI without a GPU) when
@@ -19,14 +25,19 @@ drops them.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import os
+import traceback
 import warnings
+import weakref
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
+
+import tinyamp
 
 from . import cuda_standin  # NumPy-only and light: importing it touches no GPU
 
@@ -156,6 +167,64 @@ def _device_count_now() -> int:
     return _device_count
 
 
+# ------------------------------------------------------ CUDA graph captures
+# The tinyamp captures in progress (tinyamp.cuda_graphs pushes a CUDAGraph while it captures), and
+# the observers of a graphed step (told which optimizers and scalers took part in a step).
+_captures: list[Any] = []
+_step_observers: list[Callable[[Any], None]] = []
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def current_capture() -> Any:
+    """The ``ta.cuda.CUDAGraph`` capturing now, or None (one list check: cheap on every call)."""
+    return _captures[-1] if _captures else None
+
+
+@contextlib.contextmanager
+def capturing(graph: Any) -> Iterator[None]:
+    """Mark ``graph`` as the capture in progress inside (``tinyamp.cuda_graphs`` opens it)."""
+    _captures.append(graph)
+    try:
+        yield
+    finally:
+        _captures.remove(graph)
+
+
+def caller_outside_tinyamp() -> str:
+    """``file:line (function)`` of the innermost frame outside the tinyamp package: the user's line."""
+    for frame in reversed(traceback.extract_stack()[:-1]):
+        if not os.path.abspath(frame.filename).startswith(_PACKAGE_DIR):
+            return f"{frame.filename}:{frame.lineno} ({frame.name})"
+    return "inside tinyamp"
+
+
+def refuse_in_capture(what: str, why: str) -> None:
+    """Raise the clear error for ``what`` when a CUDA graph capture is in progress; nothing otherwise."""
+    if _captures:
+        raise RuntimeError(f"{what} inside a CUDA graph capture, at {caller_outside_tinyamp()}: {why}")
+
+
+HOST_READ_WHY = ("a host read needs the GPU's result now, but captured work runs only when the graph is "
+                 "replayed. Keep the value on the device (return the tensor from the step and read it after "
+                 "the call, or log it every N steps outside the captured step)")
+
+
+def observe(participant: Any) -> None:
+    """Tell the open graphed steps that ``participant`` (an optimizer, a GradScaler) took part in this step."""
+    for observer in _step_observers:
+        observer(participant)
+
+
+@contextlib.contextmanager
+def observing(observer: Callable[[Any], None]) -> Iterator[None]:
+    """Call ``observer(participant)`` for every :func:`observe` inside."""
+    _step_observers.append(observer)
+    try:
+        yield
+    finally:
+        _step_observers.remove(observer)
+
+
 class _PeakTracker:
     """CuPy's allocator, wrapped: after every allocation the pool's used bytes feed a peak per device.
 
@@ -167,17 +236,36 @@ class _PeakTracker:
     stand-in (older CuPy sums its live chunks, so there tracking is opt-in).
     """
 
-    def __init__(self, allocator: Any, pool: Any) -> None:
+    def __init__(self, allocator: Any, pool: Any, peak: "dict[int, int] | None" = None) -> None:
         self._allocator, self.pool, self._used_bytes = allocator, pool, pool.used_bytes
-        self.peak: dict[int, int] = {}
+        self.peak: dict[int, int] = {} if peak is None else peak
 
     def malloc(self, nbytes: int) -> Any:
         memory = self._allocator(nbytes)
-        used = self._used_bytes()
+        # With CUDA graphs alive, ta.cuda's bytes are the default pool's and the graphs' pools' together.
+        used = self._used_bytes() if not _graph_pools else _tracker.pool.used_bytes() + _used_in_graph_pools()
         device_id = memory.device_id
         if used > self.peak.get(device_id, 0):
             self.peak[device_id] = used
         return memory
+
+
+# The private pools of live CUDA graphs (tinyamp.cuda_graphs.GraphPool objects), counted in ta.cuda's
+# memory statistics as PyTorch counts its graphs' pools.
+_graph_pools: "weakref.WeakSet[Any]" = weakref.WeakSet()
+
+
+def graph_pool_allocator(owner: Any, pool: Any) -> Callable[[int], Any]:
+    """The allocator a CUDA graph's captures use: ``pool.malloc``, counted in ``ta.cuda.memory_allocated``
+    and its peak while ``owner`` (the graph's pool handle) lives."""
+    _graph_pools.add(owner)
+    if _tracker is None:
+        return pool.malloc
+    return _PeakTracker(pool.malloc, pool, _tracker.peak).malloc
+
+
+def _used_in_graph_pools() -> int:
+    return sum(graph_pool.used_bytes() for graph_pool in list(_graph_pools))
 
 
 def _used_bytes_is_constant_time(cupy: ModuleType) -> bool:
@@ -219,15 +307,24 @@ class _Cuda:
 
     The memory functions report CuPy's memory pool (PyTorch's names and
     meaning): bytes held by live arrays, their peak since the start or the last
-    ``reset_peak_memory_stats()``, and bytes reserved (live plus cached). Not
+    ``reset_peak_memory_stats()``, and bytes reserved (live plus cached); the
+    private pools of live CUDA graphs (``ta.cuda.graph_pool_handle``) count too. Not
     counted: the CUDA context, cuBLAS workspaces, loaded kernels. ``device`` is
     None (the current GPU), an index, ``"cuda:N"`` or a Device. Without CUDA
     (on the CPU) they return 0, as a CPU-only PyTorch build does: for what a
     CPU step keeps alive, see ``tinyamp.memory``.
     """
 
+    # CUDA graphs (tinyamp/cuda_graphs), one layer up: reached through the package at call time.
+    GRAPH_NAMES = ("CUDAGraph", "graph", "graph_pool_handle", "make_graphed_step", "is_current_stream_capturing")
+
     def __init__(self) -> None:
         self._sync_count = 0
+
+    def __getattr__(self, name: str) -> Any:
+        if name in _Cuda.GRAPH_NAMES:
+            return getattr(tinyamp.cuda_graphs, name)
+        raise AttributeError(f"tinyamp.cuda has no attribute {name!r}")
 
     def is_available(self) -> bool:
         """True when CuPy imports and sees at least one GPU (or the CUDA stand-in is active)."""
@@ -240,7 +337,7 @@ class _Cuda:
         """Wait for the GPU's queued work (a host synchronisation; counted)."""
         cupy = _load_cupy()
         if cupy is not None:
-            self.note_sync()
+            self.note_sync("ta.cuda.synchronize()")
             cupy.cuda.Device().synchronize()
 
     def is_bf16_supported(self, including_emulation: bool = True) -> bool:
@@ -256,8 +353,11 @@ class _Cuda:
 
     # Host syncs: every place that moves a device value to the host (item(),
     # numpy(), a host-side inf check) calls note_sync(). It counts on the CPU
-    # too, so "zero syncs per step" is testable without a GPU.
-    def note_sync(self) -> None:
+    # too, so "zero syncs per step" is testable without a GPU; inside a CUDA
+    # graph capture it raises (naming ``what``).
+    def note_sync(self, what: str = "a host synchronisation") -> None:
+        if _captures:
+            refuse_in_capture(what, HOST_READ_WHY)
         self._sync_count += 1
 
     def sync_count(self) -> int:
@@ -297,7 +397,7 @@ class _Cuda:
             return 0
         cupy, pool, index = found
         with cupy.cuda.Device(index):
-            return int(pool.used_bytes())
+            return int(pool.used_bytes()) + _used_in_graph_pools()
 
     def max_memory_allocated(self, device: Any = None) -> int:
         """Peak of ``memory_allocated`` since the start or the last ``reset_peak_memory_stats``."""
@@ -324,12 +424,14 @@ class _Cuda:
             return 0
         cupy, pool, index = found
         with cupy.cuda.Device(index):
-            return int(pool.total_bytes())
+            return int(pool.total_bytes()) + sum(graph_pool.total_bytes() for graph_pool in list(_graph_pools))
 
     def empty_cache(self) -> None:
         """Give the pool's cached free blocks back to the device (live arrays stay); nothing without CUDA.
 
         Not inside a training loop: freeing device memory synchronises the GPU.
+        The pools of CUDA graphs are left alone: their free blocks are the
+        memory a graph's temporaries use at every replay.
         """
         found = self._pool_on(None)
         if found is not None:
@@ -486,17 +588,22 @@ def to_device(array: Any, dev: Device) -> Any:
     if src == dev:
         return array
     if dev.type == "cpu":
-        cuda.note_sync()  # device -> host copy waits for the GPU
+        cuda.note_sync(f"a copy from {src} to the CPU")  # device -> host copy waits for the GPU
         return _cupy.asnumpy(array)  # type: ignore[union-attr]
+    if _captures:
+        refuse_in_capture(f"a copy of a CPU array to {dev}",
+                          "CUDA cannot copy host memory inside a captured graph (CuPy refuses every "
+                          "host-to-device transfer while a stream captures); move the data to the GPU before "
+                          "the step, e.g. as a static input of ta.cuda.make_graphed_step")
     cupy = dev.xp  # the clear error when CUDA is unavailable
     with cupy.cuda.Device(dev.index):
         return cupy.asarray(array)
 
 
-def to_host(array: Any) -> np.ndarray:
-    """A NumPy copy/view of any backend array (counts as a host sync on GPU)."""
+def to_host(array: Any, what: str = "a device-to-host read") -> np.ndarray:
+    """A NumPy copy/view of any backend array (counts as a host sync on GPU; raises during a capture)."""
     if is_cupy_array(array):
-        cuda.note_sync()
+        cuda.note_sync(what)
         return _cupy.asnumpy(array)  # type: ignore[union-attr]
     return np.asarray(array)
 

@@ -28,6 +28,8 @@ from . import backend
 from . import dtypes as dt
 from .kernels.convert import convert
 
+_ITEM = "Tensor.item() (which float(t), int(t), bool(t) and f'{t:.4f}' call)"  # how a host read is named
+
 
 class _HookHandle:
     """Returned by ``register_hook``; ``remove()`` unregisters the hook."""
@@ -161,19 +163,19 @@ class Tensor:
         if self.data.size != 1:
             raise RuntimeError(f"a Tensor with {self.data.size} elements cannot be converted to a "
                                f"Python scalar (shape {list(self.shape)})")
-        return backend.to_host(self.data).reshape(()).item()
+        return backend.to_host(self.data, _ITEM).reshape(()).item()
 
     def numpy(self) -> np.ndarray:
         if self._requires_grad:
             raise RuntimeError("Can't call numpy() on Tensor that requires grad. "
                                "Use tensor.detach().numpy() instead.")
-        return backend.to_host(self.data)
+        return backend.to_host(self.data, "Tensor.numpy()")
 
     def tolist(self) -> Any:
-        return backend.to_host(self.data).tolist()
+        return backend.to_host(self.data, "Tensor.tolist()").tolist()
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        array = backend.to_host(self.data)
+        array = backend.to_host(self.data, "numpy.asarray(tensor)")
         return array if dtype is None else array.astype(dtype)
 
     def detach(self) -> "Tensor":
@@ -531,8 +533,8 @@ class Tensor:
         return (self[i] for i in range(self.shape[0]))
 
     def __repr__(self) -> str:
-        body = np.array2string(backend.to_host(self.data).astype(np.float32)
-                               if self.dtype == dt.bfloat16 else backend.to_host(self.data),
+        host = backend.to_host(self.data, "repr(tensor) / print(tensor)")
+        body = np.array2string(host.astype(np.float32) if self.dtype == dt.bfloat16 else host,
                                separator=", ", prefix="tensor(", precision=4, threshold=64)
         extras = []
         if self.dtype not in (dt.float32, dt.int64, dt.bool_):

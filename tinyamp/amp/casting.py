@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import backend
 from .. import dtypes as dt
 from .. import precision
 from ..kernels import cuda_launch
@@ -70,7 +71,7 @@ class WeightCastCache:
         entry = self._entries.get((id(weight), dtype))
         if entry is not None and entry[0]() is weight and entry[1] == weight._version[0]:
             self.hits += 1
-            return entry[2].low
+            return _held_by_capture(entry[2].low)
         return None
 
     def put(self, weight: Any, dtype: np.dtype, array: Any) -> None:
@@ -78,6 +79,7 @@ class WeightCastCache:
         self._keep(weight, dtype, LowCopy(weight.data, array))
 
     def _keep(self, weight: Any, dtype: np.dtype, copy: LowCopy) -> None:
+        _held_by_capture(copy.low)
         self.misses += 1
         key = (id(weight), dtype)
         entries = self._entries
@@ -104,6 +106,7 @@ class WeightCastCache:
             copy = entry[2]
             if entry[1] == weight._version[0]:
                 self.hits += 1
+                _held_by_capture(copy.low)
                 return copy, True
             if not cuda_launch.on_gpu(copy.low):
                 self.misses += 1
@@ -143,6 +146,15 @@ class WeightCastCache:
     def info(self) -> dict:
         nbytes = sum(e[2].low.nbytes + (0 if e[2].wide is None else e[2].wide.nbytes) for e in self._entries.values())
         return {"entries": len(self._entries), "hits": self.hits, "misses": self.misses, "bytes": int(nbytes)}
+
+
+def _held_by_capture(array: Any) -> Any:
+    """A cached copy a CUDA graph capture reads or writes is held by the graph: the cache may drop it
+    (a new version, ``clear_autocast_cache``), the graph keeps using it at every replay."""
+    capture = backend.current_capture()
+    if capture is not None:
+        capture.keep_alive(array)
+    return array
 
 
 def _cacheable(tensor: Any, target: np.dtype) -> bool:

@@ -304,6 +304,12 @@ class GradScaler:
                      else self._sum_found(found.values(), next(iter(found))))
             retval = optimizer.step(*args, found_inf=Tensor._wrap(total), **kwargs)
         else:
+            backend.refuse_in_capture(
+                f"GradScaler.step({type(optimizer).__name__})",
+                f"{type(optimizer).__name__} does not implement the device-side skip contract "
+                "(_step_supports_amp_scaling: step(found_inf=...) masks its own update), so the host would have to "
+                "read found_inf to decide whether to step. Use a tinyamp optimizer (SGD, Adam, AdamW, ...) or "
+                "implement the contract")
             total = sum(read_host(value) for value in found.values())
             retval = optimizer.step(*args, **kwargs) if total == 0 else None
         state["stage"] = OptState.STEPPED
@@ -355,6 +361,7 @@ class GradScaler:
                          min_scale=self._min_scale, max_scale=self._max_scale, record=record)
             self.last_step = ScalerStep(combined, record[0:1], record[1:2])
         self._per_optimizer_states = defaultdict(_refresh_per_optimizer_state)
+        backend.observe(self)  # a graphed step counts this update's skipped step (tinyamp/cuda_graphs)
 
     def _set_scale(self, new_scale: Any, xp: Any, dev: backend.Device) -> None:
         low = DEFAULT_MIN_SCALE if self._min_scale is None else self._min_scale

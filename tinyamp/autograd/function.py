@@ -387,6 +387,16 @@ def device_scalar(xp: Any, like: Any, value: Any, dtype: np.dtype) -> Any:
     """
     key = (id(xp), like.device.id, dtype, type(value), value)
     array = _DEVICE_SCALARS.get(key)
+    capture = backend.current_capture()
+    if capture is not None:
+        # A CUDA graph capture cannot copy from the host: a new value is filled by a kernel that carries
+        # it as an argument (kept by the graph, not cached: it holds the value only once the graph has
+        # run), and a cached one is held by the graph, which reads it at every replay.
+        if array is None:
+            with like.device:
+                array = xp.full((), value, dtype=dtype)
+        capture.keep_alive(array)
+        return array
     if array is None:
         if len(_DEVICE_SCALARS) >= _DEVICE_SCALARS_KEPT:
             _DEVICE_SCALARS.clear()

@@ -10,7 +10,9 @@ memory pool and its statistics, streams and events.
 It is as strict as CuPy where CuPy is strict, so CI sees what only a GPU
 showed before: an array refuses implicit conversion to NumPy, a NumPy array
 inside a device operation is a TypeError, 0-d results stay on the device, and
-a host read is explicit and counted. It counts kernel launches, allocations,
+a host read is explicit and counted, and a stream capture records a graph
+that replays the same work and refuses what CUDA refuses while capturing
+(``_capture.py``). It counts kernel launches, allocations,
 host<->device copies and synchronisations per phase (``counters``, see
 ``_counters.py``). Anything of CuPy it does not cover raises
 ``AttributeError`` naming it; nothing falls back to NumPy silently.
@@ -18,7 +20,8 @@ host<->device copies and synchronisations per phase (``counters``, see
 Layout: ``_array`` (the ndarray), ``_routines`` (array functions and ufuncs),
 ``_operators`` (the ndarray's operators and methods, attached from there),
 ``_memory`` (pool, pointers, allocators), ``_device`` (Device, Stream,
-Event), ``runtime``, ``cublas``, ``kernels`` (g++-compiled CUDA sources),
+Event), ``_capture`` (stream capture, ``cupy.cuda.graph.Graph`` and the
+capture-safety checks), ``runtime``, ``cublas``, ``kernels`` (g++-compiled CUDA sources),
 ``random``, ``linalg``, ``lib``, ``cupyx``, ``_counters``. It imports only
 NumPy, ml_dtypes and the standard library, never the rest of tinyamp.
 """

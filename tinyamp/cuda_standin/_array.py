@@ -26,11 +26,11 @@ from __future__ import annotations
 import functools
 import math
 import sys
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
-from . import _memory
+from . import _capture, _memory
 from ._counters import counters
 from ._device import Device
 
@@ -118,7 +118,8 @@ def adopt(result: Any, kernel: str, keep_layout: bool = False) -> "ndarray":
 
     ``keep_layout`` keeps an F-ordered or permuted dense layout (CuPy's
     ``astype`` with order='K'); otherwise the result is C-contiguous, as CuPy's
-    ufunc and reduction outputs are.
+    ufunc and reduction outputs are. Not recorded by a capture: device work
+    goes through :func:`produce` or :func:`run`.
     """
     if type(result) is not np.ndarray:
         result = np.asarray(result)
@@ -127,6 +128,34 @@ def adopt(result: Any, kernel: str, keep_layout: bool = False) -> "ndarray":
         np.copyto(out._a, result, casting="unsafe")
     counters.launch(kernel)
     return out
+
+
+def produce(kernel: str, compute: Callable[[], Any], *arrays: "ndarray", keep_layout: bool = False) -> "ndarray":
+    """A new device array holding ``compute()``: one launch of ``kernel``.
+
+    While a stream captures, the node recorded writes ``compute()`` into the
+    same memory at each replay, so ``compute`` must close over NumPy views
+    (``x._a``) and scalars, never over stand-in arrays (a graph does not keep
+    its arrays alive). ``arrays`` are the stand-in arrays it reads.
+    """
+    out = adopt(compute(), kernel, keep_layout)
+    if _capture.active is not None:
+        view = out._a
+        _capture.record(kernel, lambda: _write(view, compute()), (*arrays, out))
+    return out
+
+
+def run(kernel: str, action: Callable[[], None], *arrays: "ndarray") -> None:
+    """Do ``action`` (an in-place write into device memory): one launch of ``kernel``, recorded by a capture."""
+    action()
+    counters.launch(kernel)
+    if _capture.active is not None:
+        _capture.record(kernel, action, arrays)
+
+
+def _write(view: np.ndarray, result: Any) -> None:
+    if view.size:
+        np.copyto(view, result, casting="unsafe")
 
 
 def operand(value: Any) -> Any:
@@ -370,7 +399,8 @@ class ndarray:  # noqa: N801 - CuPy's name
         parts, basic = _split_key(key, keep)
         if basic:
             return self._view(self._a[parts])
-        return adopt(self._a[parts], "take")
+        view = self._a
+        return produce("take", lambda: view[parts], self, *keep)
 
     def __setitem__(self, key: Any, value: Any) -> None:
         keep: list = []  # device copies of host indices and values, alive until the write is done
@@ -392,9 +422,14 @@ class ndarray:  # noqa: N801 - CuPy's name
                 source = keep[-1]._a
         else:
             raise TypeError(f"Unsupported type {kind}")
-        with _quiet():
-            self._a[parts] = source
-        counters.launch("setitem" if not basic else "copy" if kind is ndarray else "fill")
+        target = self._a
+
+        def write() -> None:
+            with _quiet():
+                target[parts] = source
+
+        run("setitem" if not basic else "copy" if kind is ndarray else "fill", write, self, *keep,
+            *((value,) if kind is ndarray else ()))
 
     # ------------------------------------------------------- shape methods
     def reshape(self, *shape: Any, order: str = "C") -> "ndarray":
@@ -405,13 +440,15 @@ class ndarray:  # noqa: N801 - CuPy's name
         except ValueError as exc:
             if "copy" not in str(exc):
                 raise
-        return adopt(np.reshape(self._a, shape, order=order), "copy")
+        view = self._a
+        return produce("copy", lambda: np.reshape(view, shape, order=order), self)
 
     def ravel(self, order: str = "C") -> "ndarray":
         return self.reshape(-1, order=order)
 
     def flatten(self, order: str = "C") -> "ndarray":
-        return adopt(self._a.flatten(order), "copy")
+        view = self._a
+        return produce("copy", lambda: view.flatten(order), self)
 
     def view(self, dtype: Any = None) -> "ndarray":
         return self._view(self._a.view() if dtype is None else self._a.view(dtype))
@@ -434,11 +471,12 @@ class ndarray:  # noqa: N801 - CuPy's name
         dtype = np.dtype(dtype)
         if not copy and dtype == self.dtype:
             return self
-        with _quiet():
-            return adopt(self._a.astype(dtype, order=order), "astype", keep_layout=True)
+        view = self._a
+        return produce("astype", lambda: quiet_call(view.astype, dtype, order=order), self, keep_layout=True)
 
     def copy(self, order: str = "C") -> "ndarray":
-        return adopt(self._a.copy(order), "copy", keep_layout=order != "C")
+        view = self._a
+        return produce("copy", lambda: view.copy(order), self, keep_layout=order != "C")
 
     def fill(self, value: Any) -> None:
         if type(value) is ndarray:
@@ -446,13 +484,14 @@ class ndarray:  # noqa: N801 - CuPy's name
                 raise ValueError("non-scalar cupy.ndarray cannot be used for fill")
             value = value.astype(self.dtype, copy=False)
             bool(value == 0)  # CuPy tests for a zero fill (a memset) on the host: a device-to-host read
-            self._a[...] = value._a
+            source: Any = value._a
         else:
             host = np.asarray(value, dtype=self.dtype)
             if host.shape != ():
                 raise ValueError("non-scalar numpy.ndarray cannot be used for fill")
-            self._a[...] = host[()]
-        counters.launch("fill")
+            source = host[()]
+        target = self._a
+        run("fill", lambda: target.__setitem__(Ellipsis, source), self)
 
     # The Python operators, __array_ufunc__, __reduce__ and the value methods (sum, max, clip,
     # ...) are attached by _operators.py: they call the functions of _routines.py, which build

@@ -27,11 +27,13 @@ Outside any ``phase`` the counts go to the phase named ``"other"``.
 
 ``watch(listener)`` calls ``listener(kind, detail)`` at every counted event,
 so a stricter mode can refuse one (a CUDA-graph capture refuses syncs,
-pageable copies and allocations outside its pool) by raising: ``detail`` is
-the kernel name for a launch, the ``MemoryPool`` for an allocation,
-``"pinned"`` or ``"pageable"`` for a host-to-device copy, and what waited
-(``"get"``, ``"mask"``, ``"nonzero"``, ``"Device.synchronize"``, ...) for a
-device-to-host copy or a sync.
+host copies and allocations outside its pool, see ``_capture.py``) by
+raising: ``detail`` is the kernel name for a launch, the ``MemoryPool`` for
+an allocation, ``"pinned"`` or ``"pageable"`` for a host-to-device copy, and
+what waited (``"get"``, ``"mask"``, ``"nonzero"``, ``"Device.synchronize"``,
+...) for a device-to-host copy or a sync. Two more kinds reach listeners
+without being counted (``notify``): ``"queries"`` (``Stream.done``,
+``Event.done``: a look, not a wait) and ``"frees"`` (``free_all_blocks``).
 """
 
 from __future__ import annotations
@@ -73,6 +75,11 @@ class Counters:
     def add(self, kind: str, detail: Any = None) -> None:
         """One more of ``kind`` (one of ``KINDS`` other than launches) in the current phase."""
         (self._open or self._buckets())[0][kind] += 1
+        if self._listeners:
+            self._tell(kind, detail)
+
+    def notify(self, kind: str, detail: Any = None) -> None:
+        """Tell the listeners about an event that is not counted (``"queries"``, ``"frees"``)."""
         if self._listeners:
             self._tell(kind, detail)
 

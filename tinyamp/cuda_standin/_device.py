@@ -1,7 +1,9 @@
 """``cupy.cuda.Device``, streams and events of the stand-in (``cupy.cuda.device`` is this module).
 
 Work "on the device" runs at once on the host, so a stream is always done and
-an event is complete as soon as it is recorded. What still counts is waiting:
+an event is complete as soon as it is recorded. Stream capture
+(``begin_capture``, ``end_capture``, ``is_capturing``) is attached to
+``Stream`` by ``_capture.py``. What still counts is waiting:
 ``Device.synchronize``, ``Stream.synchronize`` and ``Event.synchronize`` each
 count one synchronisation, as each makes a real host wait for the GPU.
 """
@@ -96,6 +98,7 @@ class Stream:
     @property
     def done(self) -> bool:
         """A query, not a wait: the stand-in's work is always finished."""
+        counters.notify("queries", "Stream.done")
         return True
 
     def synchronize(self) -> None:
@@ -139,6 +142,7 @@ class Event:
 
     @property
     def done(self) -> bool:
+        counters.notify("queries", "Event.done")
         return True
 
     def synchronize(self) -> None:

@@ -162,6 +162,7 @@ class MemoryPool:
 
     def free_all_blocks(self, stream: Any = None) -> None:
         """Release every freed block (their addresses may come back later)."""
+        counters.notify("frees", "MemoryPool.free_all_blocks")
         self._total -= sum(size * len(blocks) for size, blocks in self._free.items())
         self._free.clear()
 

@@ -22,7 +22,7 @@ from typing import Any, Callable
 import ml_dtypes
 import numpy as np
 
-from ._array import adopt, empty as _empty, host_to_device, ndarray, operand, quiet_call
+from ._array import empty as _empty, host_to_device, ndarray, operand, produce, quiet_call, run
 from ._counters import counters
 
 _quiet = functools.partial(np.errstate, all="ignore")  # a fresh errstate each time: it is not reentrant
@@ -56,23 +56,24 @@ class ufunc:  # noqa: N801 - CuPy's name
         if len(args) > self.nin:  # an output given by position, as NumPy allows
             args, out = args[:self.nin], args[self.nin]
         values = [operand(a) for a in args]
+        devices = [a for a in args if type(a) is ndarray]
+        function = self._ufunc
         if out is not None:
             target = _out(out, self.name)
-            quiet_call(self._ufunc, *values, out=target._a, dtype=dtype, casting=casting)
-            counters.launch(self.name)
+            view = target._a
+            run(self.name, lambda: quiet_call(function, *values, out=view, dtype=dtype, casting=casting),
+                target, *devices)
             return target
-        return adopt(quiet_call(self._ufunc, *values, dtype=dtype, casting=casting), self.name)
+        return produce(self.name, lambda: quiet_call(function, *values, dtype=dtype, casting=casting), *devices)
 
     def at(self, a: ndarray, indices: Any, b: Any = None) -> None:
         """Unbuffered in-place ``a[indices] op= b`` (``cupy.add.at``), one launch."""
         target = _device_array(a, f"{self.name}.at")
         index = tuple(operand(i) for i in indices) if type(indices) is tuple else operand(indices)
-        with _quiet():
-            if b is None:
-                self._ufunc.at(target._a, index)
-            else:
-                self._ufunc.at(target._a, index, operand(b))
-        counters.launch(f"{self.name}.at")
+        view, function = target._a, self._ufunc
+        extra = () if b is None else (operand(b),)
+        devices = [x for x in ((indices if type(indices) is tuple else (indices,)) + (b,)) if type(x) is ndarray]
+        run(f"{self.name}.at", lambda: quiet_call(function.at, view, index, *extra), target, *devices)
 
     def __repr__(self) -> str:
         return f"<ufunc '{self.name}'>"
@@ -94,18 +95,20 @@ globals()["abs"] = globals()["absolute"]  # cupy.abs
 def clip(a: ndarray, a_min: Any = None, a_max: Any = None, out: Any = None, **kwargs: Any) -> ndarray:
     """max(min(a, a_max), a_min), one kernel."""
     a = _device_array(a, "clip")
-    with _quiet():
-        result = np.clip(a._a, operand(a_min) if a_min is not None else None,
-                         operand(a_max) if a_max is not None else None)
+    view, low, high = a._a, operand(a_min) if a_min is not None else None, operand(a_max) if a_max is not None \
+        else None
+    devices = [a] + [x for x in (a_min, a_max) if type(x) is ndarray]
     if out is not None:
-        np.copyto(_out(out, "clip")._a, result, casting="unsafe")
-        counters.launch("clip")
+        target = _out(out, "clip")._a
+        run("clip", lambda: np.copyto(target, quiet_call(np.clip, view, low, high), casting="unsafe"), out, *devices)
         return out
-    return adopt(result, "clip")
+    return produce("clip", lambda: quiet_call(np.clip, view, low, high), *devices)
 
 
 def around(a: ndarray, decimals: int = 0, out: Any = None) -> ndarray:
-    return adopt(np.round(_device_array(a, "around")._a, decimals), "round")
+    x = _device_array(a, "around")
+    view = x._a
+    return produce("round", lambda: np.round(view, decimals), x)
 
 
 round = around  # noqa: A001 - cupy.round
@@ -117,12 +120,15 @@ def where(condition: Any, x: Any = None, y: Any = None) -> Any:
         return nonzero(condition)
     if x is None or y is None:
         raise ValueError("Must provide both 'x' and 'y' or neither.")
-    with _quiet():
-        return adopt(np.where(operand(condition), operand(x), operand(y)), "where")
+    values = (operand(condition), operand(x), operand(y))
+    return produce("where", lambda: quiet_call(np.where, *values),
+                   *(v for v in (condition, x, y) if type(v) is ndarray))
 
 
 def isclose(a: Any, b: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> ndarray:
-    return adopt(np.isclose(operand(a), operand(b), rtol=rtol, atol=atol, equal_nan=equal_nan), "isclose")
+    left, right = operand(a), operand(b)
+    return produce("isclose", lambda: quiet_call(np.isclose, left, right, rtol=rtol, atol=atol, equal_nan=equal_nan),
+                   *(v for v in (a, b) if type(v) is ndarray))
 
 
 def matmul(a: Any, b: Any, out: Any = None, dtype: Any = None) -> ndarray:
@@ -130,20 +136,24 @@ def matmul(a: Any, b: Any, out: Any = None, dtype: Any = None) -> ndarray:
     x, y = _device_array(a, "matmul"), _device_array(b, "matmul")
     if x.ndim == 0 or y.ndim == 0:
         raise ValueError("matmul: Input operand 1 does not have enough dimensions")
-    if x.dtype in _LOW and x.dtype == y.dtype:
-        result = np.matmul(x._a.astype(np.float32), y._a.astype(np.float32)).astype(x.dtype)
-    else:
-        result = np.matmul(x._a, y._a)
+    left, right, low = x._a, y._a, x.dtype if x.dtype in _LOW and x.dtype == y.dtype else None
+
+    def compute() -> Any:
+        if low is not None:
+            return np.matmul(left.astype(np.float32), right.astype(np.float32)).astype(low)
+        return np.matmul(left, right)
+
     if out is not None:
-        np.copyto(_out(out, "matmul")._a, result, casting="unsafe")
-        counters.launch("matmul")
+        target = _out(out, "matmul")._a
+        run("matmul", lambda: np.copyto(target, compute(), casting="unsafe"), out, x, y)
         return out
-    return adopt(result, "matmul")
+    return produce("matmul", compute, x, y)
 
 
 def dot(a: Any, b: Any, out: Any = None) -> ndarray:
     x, y = _device_array(a, "dot"), _device_array(b, "dot")
-    return adopt(np.dot(x._a, y._a), "dot")
+    left, right = x._a, y._a
+    return produce("dot", lambda: np.dot(left, right), x, y)
 
 
 # ----------------------------------------------------------------- creation
@@ -163,15 +173,15 @@ def _shape(shape: Any) -> tuple:
 def zeros(shape: Any, dtype: Any = float, order: str = "C") -> ndarray:
     """Zeros: one allocation and a memset."""
     out = empty(shape, dtype, order)
-    out._a[...] = 0
-    counters.launch("memset")
+    view = out._a
+    run("memset", lambda: view.fill(0), out)
     return out
 
 
 def ones(shape: Any, dtype: Any = float, order: str = "C") -> ndarray:
     out = empty(shape, dtype, order)
-    out._a[...] = 1
-    counters.launch("fill")
+    view = out._a
+    run("fill", lambda: view.fill(1), out)
     return out
 
 
@@ -207,19 +217,19 @@ def full_like(a: Any, fill_value: Any, dtype: Any = None, order: str = "K", subo
 
 
 def arange(start: Any, stop: Any = None, step: Any = 1, dtype: Any = None) -> ndarray:
-    return adopt(np.arange(start, stop, step, dtype=dtype) if stop is not None else np.arange(start, dtype=dtype),
-                 "arange")
+    return produce("arange", lambda: np.arange(start, stop, step, dtype=dtype) if stop is not None
+                   else np.arange(start, dtype=dtype))
 
 
 def linspace(start: Any, stop: Any, num: int = 50, endpoint: bool = True, retstep: bool = False,
              dtype: Any = None, axis: int = 0) -> ndarray:
-    return adopt(np.linspace(start, stop, num, endpoint=endpoint, dtype=dtype, axis=axis), "linspace")
+    return produce("linspace", lambda: np.linspace(start, stop, num, endpoint=endpoint, dtype=dtype, axis=axis))
 
 
 def eye(N: int, M: "int | None" = None, k: int = 0, dtype: Any = float, order: str = "C") -> ndarray:  # noqa: N803
     out = zeros((N, N if M is None else M), dtype)
-    out._a[...] = np.eye(N, M, k, dtype=dtype)
-    counters.launch("fill")
+    view = out._a
+    run("fill", lambda: np.copyto(view, np.eye(N, M, k, dtype=dtype)), out)
     return out
 
 
@@ -251,7 +261,8 @@ def ascontiguousarray(a: Any, dtype: Any = None) -> ndarray:
     dtype = a.dtype if dtype is None else np.dtype(dtype)
     if a._a.flags.c_contiguous and dtype == a.dtype:
         return a
-    return adopt(np.ascontiguousarray(a._a, dtype=dtype), "copy")
+    view = a._a
+    return produce("copy", lambda: np.ascontiguousarray(view, dtype=dtype), a)
 
 
 def asnumpy(a: Any, stream: Any = None, order: str = "C", out: Any = None, blocking: bool = True) -> np.ndarray:
@@ -268,10 +279,9 @@ def copyto(dst: Any, src: Any, casting: str = "same_kind", where: Any = None) ->
         if src.size != 1:
             raise ValueError("non-scalar numpy.ndarray cannot be used for copyto")
         src = src.squeeze()[()]
-    value = operand(src)
-    with _quiet():
-        np.copyto(dst._a, value, casting=casting, where=True if where is None else operand(where))
-    counters.launch("copy")
+    value, mask, target = operand(src), True if where is None else operand(where), dst._a
+    run("copy", lambda: quiet_call(np.copyto, target, value, casting=casting, where=mask), dst,
+        *(v for v in (src, where) if type(v) is ndarray))
 
 
 # --------------------------------------------------------------- reductions
@@ -283,18 +293,21 @@ def _reduction(name: str, accumulate_low_in_float32: bool) -> Callable:
         x = _device_array(a, name)
         extra = dict(kwargs, axis=axis, keepdims=keepdims) if name not in ("cumsum", "cumprod") else dict(
             kwargs, axis=axis)
-        with _quiet():
-            if dtype is None and accumulate_low_in_float32 and x.dtype in _LOW:
-                result = numpy_function(x._a.astype(np.float32), dtype=np.float32, **extra).astype(x.dtype)
-            elif accumulate_low_in_float32:
-                result = numpy_function(x._a, dtype=dtype, **extra)
-            else:
-                result = numpy_function(x._a, **extra)
+        view = x._a
+
+        def compute() -> Any:
+            with _quiet():
+                if dtype is None and accumulate_low_in_float32 and view.dtype in _LOW:
+                    return numpy_function(view.astype(np.float32), dtype=np.float32, **extra).astype(view.dtype)
+                if accumulate_low_in_float32:
+                    return numpy_function(view, dtype=dtype, **extra)
+                return numpy_function(view, **extra)
+
         if out is not None:
-            np.copyto(_out(out, name)._a, result, casting="unsafe")
-            counters.launch(name)
+            target = _out(out, name)._a
+            run(name, lambda: np.copyto(target, compute(), casting="unsafe"), out, x)
             return out
-        return adopt(result, name)
+        return produce(name, compute, x)
 
     reduce.__name__ = name
     return reduce
@@ -316,20 +329,31 @@ nanmax = _reduction("nanmax", False)
 nanmin = _reduction("nanmin", False)
 
 
+def _kernel(kernel: str, function: Callable, *operands: Any, **kwargs: Any) -> ndarray:
+    """``function(*operands, **kwargs)`` on the operands' device memory as one kernel (a capture records it).
+
+    Each operand is a stand-in array (read through its view) or a host value
+    (frozen, as a launch argument is).
+    """
+    values = [operand(v) if type(v) is ndarray else v for v in operands]
+    return produce(kernel, lambda: quiet_call(function, *values, **kwargs),
+                   *(v for v in operands if type(v) is ndarray))
+
+
 def argmax(a: Any, axis: Any = None, dtype: Any = None, out: Any = None, keepdims: bool = False) -> ndarray:
-    return adopt(np.argmax(_device_array(a, "argmax")._a, axis=axis, keepdims=keepdims), "argmax")
+    return _kernel("argmax", np.argmax, _device_array(a, "argmax"), axis=axis, keepdims=keepdims)
 
 
 def argmin(a: Any, axis: Any = None, dtype: Any = None, out: Any = None, keepdims: bool = False) -> ndarray:
-    return adopt(np.argmin(_device_array(a, "argmin")._a, axis=axis, keepdims=keepdims), "argmin")
+    return _kernel("argmin", np.argmin, _device_array(a, "argmin"), axis=axis, keepdims=keepdims)
 
 
 def count_nonzero(a: Any, axis: Any = None) -> ndarray:
-    return adopt(np.count_nonzero(_device_array(a, "count_nonzero")._a, axis=axis), "count_nonzero")
+    return _kernel("count_nonzero", np.count_nonzero, _device_array(a, "count_nonzero"), axis=axis)
 
 
 def trace(a: Any, offset: int = 0, axis1: int = 0, axis2: int = 1, dtype: Any = None, out: Any = None) -> ndarray:
-    return adopt(np.trace(_device_array(a, "trace")._a, offset, axis1, axis2, dtype), "trace")
+    return _kernel("trace", np.trace, _device_array(a, "trace"), offset, axis1, axis2, dtype)
 
 
 # -------------------------------------------------------- sorting, searching
@@ -339,7 +363,7 @@ def nonzero(a: Any) -> tuple:
     counters.launch("scan")
     counters.add("d2h", "nonzero")
     counters.add("syncs", "nonzero")
-    return tuple(adopt(index, "nonzero") for index in np.nonzero(x._a))
+    return tuple(_kernel("nonzero", np.asarray, index) for index in np.nonzero(x._a))
 
 
 def argwhere(a: Any) -> ndarray:
@@ -347,64 +371,69 @@ def argwhere(a: Any) -> ndarray:
     counters.launch("scan")
     counters.add("d2h", "argwhere")
     counters.add("syncs", "argwhere")
-    return adopt(np.argwhere(x._a), "argwhere")
+    return _kernel("argwhere", np.asarray, np.argwhere(x._a))
 
 
 def sort(a: Any, axis: int = -1) -> ndarray:
-    return adopt(np.sort(_device_array(a, "sort")._a, axis=axis), "sort")
+    return _kernel("sort", np.sort, _device_array(a, "sort"), axis=axis)
 
 
 def argsort(a: Any, axis: int = -1, kind: Any = None) -> ndarray:
-    return adopt(np.argsort(_device_array(a, "argsort")._a, axis=axis, kind="stable"), "argsort")
+    return _kernel("argsort", np.argsort, _device_array(a, "argsort"), axis=axis, kind="stable")
 
 
 def partition(a: Any, kth: Any, axis: int = -1) -> ndarray:
-    return adopt(np.partition(_device_array(a, "partition")._a, kth, axis=axis), "partition")
+    return _kernel("partition", np.partition, _device_array(a, "partition"), kth, axis=axis)
 
 
 def searchsorted(a: Any, v: Any, side: str = "left", sorter: Any = None) -> ndarray:
-    return adopt(np.searchsorted(_device_array(a, "searchsorted")._a, operand(v), side=side), "searchsorted")
+    operand(v)  # CuPy's TypeError for a host array
+    return _kernel("searchsorted", np.searchsorted, _device_array(a, "searchsorted"), v, side=side)
 
 
 # ---------------------------------------------------------------- indexing
 def take(a: Any, indices: Any, axis: Any = None, out: Any = None) -> ndarray:
-    return adopt(np.take(_device_array(a, "take")._a, operand(indices), axis=axis), "take")
+    operand(indices)
+    return _kernel("take", np.take, _device_array(a, "take"), indices, axis=axis)
 
 
 def take_along_axis(a: Any, indices: Any, axis: Any) -> ndarray:
-    return adopt(np.take_along_axis(_device_array(a, "take_along_axis")._a,
-                                    _device_array(indices, "take_along_axis")._a, axis), "take_along_axis")
+    return _kernel("take_along_axis", np.take_along_axis, _device_array(a, "take_along_axis"),
+                   _device_array(indices, "take_along_axis"), axis)
 
 
 def put_along_axis(a: Any, indices: Any, values: Any, axis: Any) -> None:
-    np.put_along_axis(_device_array(a, "put_along_axis")._a, _device_array(indices, "put_along_axis")._a,
-                      operand(values), axis)
-    counters.launch("put_along_axis")
+    target, index = _device_array(a, "put_along_axis"), _device_array(indices, "put_along_axis")
+    view, index_view, value = target._a, index._a, operand(values)
+    run("put_along_axis", lambda: np.put_along_axis(view, index_view, value, axis), target, index,
+        *((values,) if type(values) is ndarray else ()))
 
 
 def put(a: Any, ind: Any, v: Any, mode: str = "wrap") -> None:
-    np.put(_device_array(a, "put")._a, operand(ind), operand(v), mode=mode)
-    counters.launch("put")
+    target = _device_array(a, "put")
+    view, index, value = target._a, operand(ind), operand(v)
+    run("put", lambda: np.put(view, index, value, mode=mode), target,
+        *(x for x in (ind, v) if type(x) is ndarray))
 
 
 def repeat(a: Any, repeats: Any, axis: Any = None) -> ndarray:
-    return adopt(np.repeat(_device_array(a, "repeat")._a, repeats, axis=axis), "repeat")
+    return _kernel("repeat", np.repeat, _device_array(a, "repeat"), repeats, axis=axis)
 
 
 def tile(a: Any, reps: Any) -> ndarray:
-    return adopt(np.tile(_device_array(a, "tile")._a, reps), "tile")
+    return _kernel("tile", np.tile, _device_array(a, "tile"), reps)
 
 
 def diag(v: Any, k: int = 0) -> ndarray:
-    return adopt(np.diag(_device_array(v, "diag")._a, k), "diag")
+    return _kernel("diag", np.diag, _device_array(v, "diag"), k)
 
 
 def tril(m: Any, k: int = 0) -> ndarray:
-    return adopt(np.tril(_device_array(m, "tril")._a, k), "tril")
+    return _kernel("tril", np.tril, _device_array(m, "tril"), k)
 
 
 def triu(m: Any, k: int = 0) -> ndarray:
-    return adopt(np.triu(_device_array(m, "triu")._a, k), "triu")
+    return _kernel("triu", np.triu, _device_array(m, "triu"), k)
 
 
 # ------------------------------------------------------------------- shape
@@ -450,17 +479,19 @@ def atleast_1d(*arrays: Any) -> Any:
 
 
 def concatenate(arrays: Any, axis: "int | None" = 0, out: Any = None, dtype: Any = None) -> ndarray:
-    views = [_device_array(a, "concatenate")._a for a in arrays]
-    return adopt(np.concatenate(views, axis=axis, dtype=dtype), "concatenate")
+    parts = [_device_array(a, "concatenate") for a in arrays]
+    views = [a._a for a in parts]
+    return produce("concatenate", lambda: np.concatenate(views, axis=axis, dtype=dtype), *parts)
 
 
 def stack(arrays: Any, axis: int = 0, out: Any = None, dtype: Any = None) -> ndarray:
-    views = [_device_array(a, "stack")._a for a in arrays]
-    return adopt(np.stack(views, axis=axis, dtype=dtype), "concatenate")
+    parts = [_device_array(a, "stack") for a in arrays]
+    views = [a._a for a in parts]
+    return produce("concatenate", lambda: np.stack(views, axis=axis, dtype=dtype), *parts)
 
 
 def pad(array: Any, pad_width: Any, mode: str = "constant", **kwargs: Any) -> ndarray:
-    return adopt(np.pad(_device_array(array, "pad")._a, pad_width, mode=mode, **kwargs), "pad")
+    return _kernel("pad", np.pad, _device_array(array, "pad"), pad_width, mode=mode, **kwargs)
 
 
 def flip(m: Any, axis: Any = None) -> ndarray:
@@ -500,13 +531,13 @@ def can_cast(from_: Any, to: Any, casting: str = "safe") -> bool:
 
 # --------------------------------------------------------- ndarray methods
 def _sort_in_place(self: ndarray, axis: int = -1, kind: Any = None) -> None:
-    self._a.sort(axis=axis)
-    counters.launch("sort")
+    view = self._a
+    run("sort", lambda: view.sort(axis=axis), self)
 
 
 def _partition_in_place(self: ndarray, kth: Any, axis: int = -1) -> None:
-    self._a.partition(kth, axis=axis)
-    counters.launch("partition")
+    view = self._a
+    run("partition", lambda: view.partition(kth, axis=axis), self)
 
 
 # x.sum(...) is sum(x, ...), and so on (sort and partition work in place, as the methods do).

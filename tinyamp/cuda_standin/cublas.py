@@ -15,6 +15,10 @@ exactly to the compute precision (float32 for ``CUBLAS_COMPUTE_32F``) and
 multiplied by NumPy's BLAS in that precision, then ``alpha * AB + beta * C``
 is rounded once to C's type; ``C`` is not read when ``beta`` is 0. For
 ``CUBLAS_COMPUTE_16F`` the sum runs in float16, one product at a time.
+
+While a stream captures, a call is recorded as cuBLAS's kernels would be: the
+operand addresses are frozen, and so are ``alpha``/``beta`` in host pointer
+mode; in device pointer mode they are read from device memory at each replay.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import ml_dtypes
 import numpy as np
 
 from . import runtime
-from ._counters import counters
+from ._array import run
 from ._device import _CUBLAS_HANDLE_BASE
 from ._memory import resolve
 
@@ -125,6 +129,13 @@ def _scalar(handle: int, ptr: int, scale_type: Any, what: str) -> float:
     return float(np.frombuffer(bytes(raw), dtype=scale_type)[0])
 
 
+def _device_scalar(ptr: int, scale_type: Any, what: str) -> np.ndarray:
+    """A one-element view of a device-mode alpha/beta, read each time the GEMM runs."""
+    size = np.dtype(scale_type).itemsize
+    buffer, offset = resolve(int(ptr), size, f"{what} (device pointer mode)")
+    return buffer[offset:offset + size].view(scale_type)
+
+
 def _matrix(function: str, name: str, ptr: int, dtype: np.dtype, rows: int, cols: int, ld: int,
             batch: int = 1, stride: int = 0) -> np.ndarray:
     """The column-major ``rows x cols`` matrices at ``ptr`` (``batch`` of them, ``stride`` elements apart).
@@ -164,14 +175,20 @@ def _gemm(function: str, handle: int, transa: int, transb: int, m: int, n: int, 
     if a_type != b_type or (a_type, c_type) not in _SUPPORTED.get(compute, ()):
         raise CUBLASError(_NOT_SUPPORTED, f"{function}: A/B/C types {a_type}/{b_type}/{c_type} with compute "
                                           f"type {compute_type}")
-    counters.launch(function)
     if m == 0 or n == 0 or batch == 0:
+        run(function, lambda: None)
         return
     in_dtype, c_dtype = _DATA_TYPES[a_type], _DATA_TYPES[c_type]
     accumulate = _ACCUMULATOR.get(compute, np.float32)
     scale_type = np.float16 if accumulate is np.float16 else np.float64 if accumulate is np.float64 else np.float32
+    # alpha and beta: values read now in host pointer mode (a graph keeps them), device memory read at
+    # each run in device pointer mode.
     alpha_value = _scalar(handle, alpha, scale_type, f"{function}: alpha")
     beta_value = _scalar(handle, beta, scale_type, f"{function}: beta")
+    device_scalars = getPointerMode(handle) == CUBLAS_POINTER_MODE_DEVICE
+    if device_scalars:
+        alpha_view, beta_view = (_device_scalar(p, scale_type, f"{function}: {name}")
+                                 for p, name in ((alpha, "alpha"), (beta, "beta")))
     op_a = _matrix(function, "A", a, in_dtype, rows_a, cols_a, lda, batch, stride_a)
     op_b = _matrix(function, "B", b, in_dtype, rows_b, cols_b, ldb, batch, stride_b)
     if transa == CUBLAS_OP_T:
@@ -179,18 +196,25 @@ def _gemm(function: str, handle: int, transa: int, transb: int, m: int, n: int, 
     if transb == CUBLAS_OP_T:
         op_b = op_b.swapaxes(1, 2)
     out = _matrix(function, "C", c, c_dtype, m, n, ldc, batch, stride_c)
-    with np.errstate(all="ignore"):
-        if accumulate is np.float16:
-            total = np.zeros(out.shape, np.float16)
-            for j in range(k):  # a float16 running sum, one product at a time
-                total = (total + op_a[:, :, j:j + 1].astype(np.float16) * op_b[:, j:j + 1, :]).astype(np.float16)
-        else:
-            total = np.matmul(op_a.astype(accumulate), op_b.astype(accumulate))
-        if alpha_value != 1.0:
-            total = (total * accumulate(alpha_value)).astype(accumulate)
-        if beta_value != 0.0:  # cuBLAS does not read C when beta is 0 (it may hold garbage)
-            total = (total + accumulate(beta_value) * out.astype(accumulate)).astype(accumulate)
-        out[...] = total.astype(c_dtype)
+
+    def multiply() -> None:
+        scale_a, scale_b = ((float(alpha_view[0]), float(beta_view[0])) if device_scalars
+                            else (alpha_value, beta_value))
+        with np.errstate(all="ignore"):
+            if accumulate is np.float16:
+                total = np.zeros(out.shape, np.float16)
+                for j in range(k):  # a float16 running sum, one product at a time
+                    total = (total + op_a[:, :, j:j + 1].astype(np.float16) * op_b[:, j:j + 1, :]).astype(
+                        np.float16)
+            else:
+                total = np.matmul(op_a.astype(accumulate), op_b.astype(accumulate))
+            if scale_a != 1.0:
+                total = (total * accumulate(scale_a)).astype(accumulate)
+            if scale_b != 0.0:  # cuBLAS does not read C when beta is 0 (it may hold garbage)
+                total = (total + accumulate(scale_b) * out.astype(accumulate)).astype(accumulate)
+            out[...] = total.astype(c_dtype)
+
+    run(function, multiply)
 
 
 def gemmEx(handle: int, transa: int, transb: int, m: int, n: int, k: int, alpha: int, A: int,  # noqa: N802,N803

@@ -1,7 +1,9 @@
-"""``cupy.cuda`` of the stand-in: devices, streams, events, runtime, memory pools and allocators."""
+"""``cupy.cuda`` of the stand-in: devices, streams (and their capture into graphs), events, runtime, memory pools
+and allocators."""
 
 from __future__ import annotations
 
+from . import _capture as graph
 from . import _device as device
 from . import _memory as memory
 from . import cublas, runtime
@@ -14,7 +16,7 @@ def is_available() -> bool:
     return True
 
 
-__all__ = ["device", "memory", "cublas", "runtime", "Device", "Event", "Stream", "get_cublas_handle",
+__all__ = ["graph", "device", "memory", "cublas", "runtime", "Device", "Event", "Stream", "get_cublas_handle",
            "get_current_stream", "get_elapsed_time", "MemoryPointer", "MemoryPool", "PinnedMemoryPointer",
            "PinnedMemoryPool", "alloc", "alloc_pinned_memory", "get_allocator", "set_allocator", "using_allocator",
            "is_available"]

@@ -6,8 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from ._array import ndarray, operand
-from ._counters import counters
+from ._array import ndarray, operand, quiet_call, run
 
 
 def scatter_add(a: ndarray, slices: Any, value: Any) -> None:
@@ -16,6 +15,7 @@ def scatter_add(a: ndarray, slices: Any, value: Any) -> None:
         raise TypeError(f"cupyx.scatter_add: expected a cupy.ndarray, got {type(a)}")
     index = tuple(operand(s) if not isinstance(s, slice) else s for s in slices) if type(slices) is tuple \
         else (slices if isinstance(slices, slice) else operand(slices))
-    with np.errstate(all="ignore"):
-        np.add.at(a._a, index, operand(value))
-    counters.launch("scatter_add")
+    view, source = a._a, operand(value)
+    parts = slices if type(slices) is tuple else (slices,)
+    run("scatter_add", lambda: quiet_call(np.add.at, view, index, source), a,
+        *(x for x in parts + (value,) if type(x) is ndarray))

@@ -26,7 +26,9 @@ one after another). What this cannot check:
 NVRTC itself, CuPy's code generation, races between threads and the device's
 libm (``pow``).
 
-Every call counts one launch under the kernel's name (see ``_counters``).
+Every call counts one launch under the kernel's name (see ``_counters``); while a
+stream captures, it is recorded with its addresses and scalar arguments frozen
+(see ``_capture``).
 """
 
 from __future__ import annotations
@@ -43,8 +45,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from ._array import ndarray
-from ._counters import counters
+from ._array import ndarray, run
 
 CXX = shutil.which("g++")
 CACHE = os.path.join(tempfile.gettempdir(), f"tinyamp-cuda-standin-{os.getuid()}")
@@ -232,26 +233,22 @@ class ElementwiseKernel:
                              f"{[a.shape for a in nonraw]}")
         count = size if size != -1 else nonraw[0].size
         self.calls.append(tuple(a.dtype if type(a) is ndarray else type(a) for a in args))
-        counters.launch(self.name)
+        devices = [a for a in args if type(a) is ndarray]
         if not self.execute:
+            run(self.name, lambda: None, *devices)
             return
         lib = _library(self._source(params, args, types_))
-        call_args, copies = [ctypes.c_longlong(count)], []
+        # Frozen at the call, as a launch's arguments are: the addresses and the scalars.
+        frozen: list = [ctypes.c_longlong(count)]
         for (raw, t, pname), a in zip(params, args):
             if type(a) is ndarray:
-                view = a._a
-                if raw and not view.flags.c_contiguous:
+                if raw and not a._a.flags.c_contiguous:
                     raise ValueError(f"{self.name}: raw {pname} must be contiguous in the CUDA stand-in")
-                buf = view if view.flags.c_contiguous else np.ascontiguousarray(view)
-                if buf is not view:
-                    copies.append((view, buf))
-                call_args.append(ctypes.c_void_p(buf.ctypes.data))
+                frozen.append(a._a)
             else:
                 ctype = _CTYPE[_dtype_name(t)]
-                call_args.append(_CTYPES_SCALAR[ctype](_dtype_name(t).type(a).item()))
-        lib.standin_run(*call_args)
-        for view, buf in copies:
-            view[...] = buf
+                frozen.append(_CTYPES_SCALAR[ctype](_dtype_name(t).type(a).item()))
+        run(self.name, lambda: _run_elementwise(lib, frozen), *devices)
 
     def _source(self, params: list, args: tuple, types_: dict) -> str:
         sig, decls = ["long long standin_size"], []
@@ -271,6 +268,22 @@ class ElementwiseKernel:
                 + f'\nextern "C" void standin_run({", ".join(sig)}) {{\n'
                 + "  for (long long i = 0; i < standin_size; ++i) {\n    "
                 + "\n    ".join(decls) + "\n    {\n" + self.operation + "\n    }\n  }\n}\n")
+
+
+def _run_elementwise(lib: ctypes.CDLL, frozen: list) -> None:
+    """One ElementwiseKernel launch: a strided array goes through a contiguous copy (the kernel indexes densely)."""
+    call_args, copies = [], []
+    for value in frozen:
+        if type(value) is np.ndarray:
+            buf = value if value.flags.c_contiguous else np.ascontiguousarray(value)
+            if buf is not value:
+                copies.append((value, buf))
+            call_args.append(ctypes.c_void_p(buf.ctypes.data))
+        else:
+            call_args.append(value)
+    lib.standin_run(*call_args)
+    for view, buf in copies:
+        view[...] = buf
 
 
 class RawKernel:
@@ -307,13 +320,17 @@ class RawKernel:
                                     f"got {type(a).__name__}")
                 call_args.append(_CTYPES_SCALAR[ctype](a.item()))
         self.calls.append((tuple(grid), tuple(block)))
-        counters.launch(self.name)
+        devices = [a for a in args if type(a) is ndarray]
         if not self.execute:
+            run(self.name, lambda: None, *devices)
             return
         grid3 = tuple(grid) + (1,) * (3 - len(grid))
         block3 = tuple(block) + (1,) * (3 - len(block))
         lib = _library(self._source())
-        lib.standin_run(*(ctypes.c_uint(v) for v in grid3 + block3), *call_args)
+        # The pointers and scalars are frozen; what the kernel reads through them (pointer tables included)
+        # is read when it runs.
+        frozen = [ctypes.c_uint(v) for v in grid3 + block3] + call_args
+        run(self.name, lambda: lib.standin_run(*frozen), *devices)
 
     def _source(self) -> str:
         sig = ", ".join(f"{t} {p}" for t, p in self.params)

@@ -6,11 +6,11 @@ from typing import Any
 
 import numpy as np
 
-from ._array import adopt, ndarray
+from ._array import ndarray, produce, quiet_call
 
 
 def norm(x: ndarray, ord: Any = None, axis: Any = None, keepdims: bool = False) -> ndarray:  # noqa: A002
     if type(x) is not ndarray:
         raise TypeError(f"cupy.linalg.norm: expected a cupy.ndarray, got {type(x)}")
-    with np.errstate(all="ignore"):
-        return adopt(np.linalg.norm(x._a, ord=ord, axis=axis, keepdims=keepdims), "norm")
+    view = x._a
+    return produce("norm", lambda: quiet_call(np.linalg.norm, view, ord=ord, axis=axis, keepdims=keepdims), x)

@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from ._array import adopt, ndarray
+from . import _capture
+from ._array import ndarray, produce
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -31,19 +32,29 @@ class Generator:
     def __init__(self, seed: Any = None) -> None:
         self._rng = np.random.default_rng(seed)
 
+    def _draw(self, kernel: str, draw: Any) -> ndarray:
+        """One drawing kernel. CuPy keeps a generator's state on the device, so a capture does not advance
+        it (its state comes back when the capture ends) and each replay draws the next numbers."""
+        if _capture.active is not None:
+            state = self._rng.bit_generator.state
+            _capture.on_rollback(self, lambda: setattr(self._rng.bit_generator, "state", state))
+        return produce(kernel, draw)
+
     def random(self, size: Any = None, dtype: Any = np.float64, out: "ndarray | None" = None) -> ndarray:
-        return adopt(self._rng.random(size, dtype=_float_dtype(dtype, "random")), "random")
+        dtype = _float_dtype(dtype, "random")
+        return self._draw("random", lambda: self._rng.random(size, dtype=dtype))
 
     def uniform(self, low: float = 0.0, high: float = 1.0, size: Any = None, dtype: Any = np.float64) -> ndarray:
-        return adopt(self._rng.uniform(low, high, size).astype(_float_dtype(dtype, "uniform")), "uniform")
+        dtype = _float_dtype(dtype, "uniform")
+        return self._draw("uniform", lambda: self._rng.uniform(low, high, size).astype(dtype))
 
     def standard_normal(self, size: Any = None, dtype: Any = np.float64, out: "ndarray | None" = None) -> ndarray:
-        return adopt(self._rng.standard_normal(size, dtype=_float_dtype(dtype, "standard_normal")),
-                     "standard_normal")
+        dtype = _float_dtype(dtype, "standard_normal")
+        return self._draw("standard_normal", lambda: self._rng.standard_normal(size, dtype=dtype))
 
     def integers(self, low: int, high: "int | None" = None, size: Any = None, dtype: Any = np.int64,
                  endpoint: bool = False) -> ndarray:
-        return adopt(self._rng.integers(low, high, size, dtype=dtype, endpoint=endpoint), "integers")
+        return self._draw("integers", lambda: self._rng.integers(low, high, size, dtype=dtype, endpoint=endpoint))
 
 
 def default_rng(seed: Any = None) -> Generator:

@@ -24,23 +24,42 @@ CUDA_C_32F = 4
 CUDA_C_64F = 5
 CUDA_R_16BF = 14
 
+# cudaStreamCaptureMode
+streamCaptureModeGlobal = 0
+streamCaptureModeThreadLocal = 1
+streamCaptureModeRelaxed = 2
+
+cudaErrorInvalidValue = 1
 cudaErrorInvalidDevice = 101
-_ERRORS = {cudaErrorInvalidDevice: ("cudaErrorInvalidDevice", "invalid device ordinal")}
+cudaErrorIllegalState = 401
+cudaErrorStreamCaptureUnsupported = 900
+cudaErrorStreamCaptureInvalidated = 901
+_ERRORS = {cudaErrorInvalidValue: ("cudaErrorInvalidValue", "invalid argument"),
+           cudaErrorInvalidDevice: ("cudaErrorInvalidDevice", "invalid device ordinal"),
+           cudaErrorIllegalState: ("cudaErrorIllegalState", "the operation cannot be performed in the present "
+                                   "state"),
+           cudaErrorStreamCaptureUnsupported: ("cudaErrorStreamCaptureUnsupported",
+                                               "operation not permitted when stream is capturing"),
+           cudaErrorStreamCaptureInvalidated: ("cudaErrorStreamCaptureInvalidated",
+                                               "operation failed due to a previous error during capture")}
 
 is_hip = False
 _local = threading.local()
 
 
 class CUDARuntimeError(RuntimeError):
-    """``cupy_backends.cuda.api.runtime.CUDARuntimeError``: ``'<name>: <message>'`` and ``.status``."""
+    """``cupy_backends.cuda.api.runtime.CUDARuntimeError``: ``'<name>: <message>'`` and ``.status``.
 
-    def __init__(self, status: int) -> None:
-        self.status = status
+    The stand-in may add what it saw in parentheses (``detail``): which operation, and where.
+    """
+
+    def __init__(self, status: int, detail: str = "") -> None:
+        self.status, self.detail = status, detail
         name, message = _ERRORS.get(status, (f"cudaError{status}", "unknown error"))
-        super().__init__(f"{name}: {message}")
+        super().__init__(f"{name}: {message}" + (f" ({detail})" if detail else ""))
 
     def __reduce__(self) -> tuple:
-        return (type(self), (self.status,))
+        return (type(self), (self.status, self.detail))
 
 
 def getDeviceCount() -> int:  # noqa: N802 - CUDA's name

@@ -4,7 +4,12 @@ The fused kernels (``cuda_scaler.py``: loss scaling; ``cuda_optim.py``: the
 optimizer updates) are CuPy ``ElementwiseKernel``/``RawKernel`` sources; this
 module compiles each once (NVRTC, cached by name), counts launches by kernel
 name (``launches``), and keeps the small device tables the RawKernels read
-(pointer tables and chunk tables), reused while they repeat.
+(pointer tables and chunk tables), reused while they repeat, and the small
+arrays of host values kernels read (``DeviceValues``). During a CUDA graph
+capture (``backend.current_capture()``), which cannot copy from the host, a
+missing table is written by a kernel carrying its values as launch arguments
+and belongs to the graph, and a changed host value is copied when the capture
+ends.
 
 CuPy is only reached through ``tinyamp.backend``, inside the functions:
 importing this module never imports CuPy. The seams to CuPy (``_cp``,
@@ -60,8 +65,18 @@ def _device(array: Any) -> Any:
 
 
 def _upload_into(array: Any, host: np.ndarray) -> None:
-    """Copy ``host`` into the existing device ``array`` (same address: a captured graph still reads it)."""
-    array.set(host)
+    """Copy ``host`` into the existing device ``array`` (same address: a captured graph still reads it).
+
+    During a CUDA graph capture the copy is made when the capture ends: a
+    capture cannot copy from the host, and a write recorded in the graph would
+    put this value back at every replay, over the newer ones the host writes
+    between replays (a scheduler's learning rate).
+    """
+    capture = backend.current_capture()
+    if capture is None:
+        array.set(host)
+    else:
+        capture.upload_after_capture(array, host)
 
 
 def fusable(*arrays: Any) -> bool:
@@ -159,7 +174,9 @@ def device_chunk_table(dev: Any, sizes: tuple, chunk: int) -> Any:
     key = (dev.id, sizes, chunk)
     table = _chunk_tables.get(key)
     if table is None:
-        table = _chunk_tables[key] = _cp().asarray(chunk_table(list(sizes), chunk))
+        table = _device_constant(chunk_table(list(sizes), chunk))
+        if backend.current_capture() is None:  # one a capture writes holds values only once the graph runs
+            _chunk_tables[key] = table
     return table
 
 
@@ -186,31 +203,56 @@ def pointer_table(dev: Any, pointers: list[int], site: Any = None) -> Any:
     (a new allocation every step would move the pool's addresses, and with
     them the next step's gradients). Without a site, tables are kept by their
     pointers alone (``POINTER_TABLES_KEPT`` of them).
+
+    A table a CUDA graph capture uses leaves the cache and belongs to the
+    graph (``keep_alive``): a replay reads it, so it must never be rewritten
+    for other pointers or freed. A table the capture writes is recorded with
+    the fill kernel, whose arguments (the pointers) the graph keeps.
     """
     pointers = tuple(pointers)
+    capture = backend.current_capture()
     tables = _pointer_tables if site is None else _site_tables.setdefault((dev.id, site), {})
     kept = POINTER_TABLES_KEPT if site is None else SITE_TABLES_KEPT
     key = (dev.id, pointers) if site is None else pointers
     table = tables.pop(key, None)
     if table is None:
-        if len(tables) >= kept:
+        if capture is not None:
+            table = _cp().empty(max(len(pointers), 1), dtype=np.uint64)  # the graph's own (see the docstring)
+        elif len(tables) >= kept:
             table = tables.pop(next(iter(tables)))  # the least recently used: rewritten, or dropped
             if site is None or table.size != max(len(pointers), 1):
                 table = None
         if table is None:
             table = _cp().empty(max(len(pointers), 1), dtype=np.uint64)
         _fill_pointers(table, pointers)
-    tables[key] = table
+    if capture is not None:
+        capture.keep_alive(table)  # out of the cache for good: never rewritten for other pointers
+    else:
+        tables[key] = table
     return table
 
 
 def _fill_pointers(table: Any, pointers: tuple) -> None:
+    """``table[:len(pointers)] = pointers`` (any 8-byte values as uint64 bits) by kernels carrying them as
+    arguments: no host copy, so a capture can record it."""
     fill = raw_kernel(FILL_POINTERS_NAME, FILL_POINTERS)
     for start in range(0, len(pointers), FILL_POINTERS_BATCH):
         batch = list(pointers[start:start + FILL_POINTERS_BATCH])
         count(FILL_POINTERS_NAME)
         fill((1,), (1,), (table[start:], np.int32(len(batch)),
                           *(np.uint64(p) for p in batch + [0] * (FILL_POINTERS_BATCH - len(batch)))))
+
+
+def _device_constant(host: np.ndarray) -> Any:
+    """``host`` (8-byte values) as a new device array: an upload, or during a capture (which cannot copy from
+    the host) the fill kernel, recorded with its values; the graph holds the array."""
+    capture = backend.current_capture()
+    if capture is None:
+        return _cp().asarray(host)
+    array = _cp().empty(host.shape, dtype=host.dtype)
+    _fill_pointers(array.reshape(-1).view(np.uint64), tuple(int(v) for v in host.reshape(-1).view(np.uint64)))
+    capture.keep_alive(array)
+    return array
 
 
 class DeviceValues:
@@ -234,10 +276,10 @@ class DeviceValues:
         host = np.array(values, dtype=self.dtype)
         if mirror is None or mirror[1].shape != host.shape:
             with dev:
-                array = _cp().asarray(host)
+                array = _cp().empty(host.shape, dtype=host.dtype)
         else:
             array = mirror[1]
-            _upload_into(array, host)
+        _upload_into(array, host)
         self._mirrors[dev.id] = (values, array)
         return array
 

@@ -85,6 +85,12 @@ class Adam(Optimizer):
         super().__init__(params, defaults)
 
     _kernels_read_found_inf = True
+    _device_hyper_keys = ("lr", "betas", "eps", "weight_decay")
+
+    def _device_hyper_values(self, group: dict) -> tuple:
+        """What the fused kernels read from device memory: (lr, beta1, beta2, eps, weight_decay)."""
+        beta1, beta2 = group["betas"]
+        return (float(group["lr"]), float(beta1), float(beta2), float(group["eps"]), float(group["weight_decay"]))
 
     def _update_group(self, group: dict, entries: list) -> None:
         beta1, beta2 = group["betas"]
@@ -106,8 +112,7 @@ class Adam(Optimizer):
             keep = batch[0][3]
             if keep is False:  # a skipped step on a device whose flag the host read: nothing to write
                 continue
-            on_device = self._hyper_on_device(group, batch[0][1], (float(group["lr"]), float(beta1), float(beta2),
-                                                           float(group["eps"]), float(group["weight_decay"])))
+            on_device = self._hyper_on_device(group, batch[0][1], self._device_hyper_values(group))
             cuda_optim.adam_group([w for _, w, _, _, _ in batch], [g for _, _, g, _, _ in batch],
                                   [m for m, _, _, _ in moments], [v for _, v, _, _ in moments],
                                   [vm for _, _, vm, _ in moments] if group["amsgrad"] else None,

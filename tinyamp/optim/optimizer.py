@@ -313,6 +313,7 @@ class Optimizer:
         if closure is not None:
             with tinyamp.enable_grad():
                 loss = closure()
+        backend.observe(self)  # a graphed step learns which optimizers it replays (tinyamp/cuda_graphs)
         keeps: dict = {}
         # A masked step computes with the inf/nan gradients it then discards:
         # NumPy's overflow/invalid warnings would be noise there. (A flag on the
@@ -398,6 +399,37 @@ class Optimizer:
         if mirror is None:
             mirror = self._device_hyper[id(group)] = cuda_launch.DeviceValues()
         return mirror.get(cuda_launch._device(like), values)
+
+    # ------------------------------------------------- CUDA graphs (tinyamp/cuda_graphs/step.py)
+    # The group keys a fused kernel reads from the group's DeviceValues, and the tuple it mirrors there.
+    _device_hyper_keys: tuple[str, ...] = ()
+
+    def _device_hyper_values(self, group: dict) -> tuple:
+        raise NotImplementedError(f"{type(self).__name__} keeps no hyper-parameters on the device")
+
+    def _graph_device_keys(self, group: dict) -> tuple[str, ...]:
+        """The keys of ``group`` a captured step reads from device memory, so they may change between replays.
+
+        Only when every parameter of the group takes the fused GPU kernels
+        (float16/bfloat16/float32 on CUDA): the array path passes them to CuPy
+        as Python numbers, which a graph freezes.
+        """
+        if id(group) not in self._device_hyper:
+            return ()
+        if not all(p.device.type == "cuda" and p.dtype in cuda_launch.FUSED_DTYPES for p in group["params"]):
+            return ()
+        return self._device_hyper_keys
+
+    def _graph_frozen(self, group: dict) -> tuple:
+        """What a captured step of ``group`` fixed that the device keys do not (which kernel variant runs)."""
+        return ()
+
+    def _refresh_device_hyper(self) -> None:
+        """Write changed device-resident hyper-parameters (a scheduler's new learning rate) before a replay."""
+        for group in self.param_groups:
+            mirror = self._device_hyper.get(id(group))
+            if mirror is not None and group["params"]:
+                mirror.get(cuda_launch._device(group["params"][0].data), self._device_hyper_values(group))
 
     def _low_output(self, p: Tensor, master: "Tensor | None") -> Any:
         """Where a fused kernel writes ``p``'s rounded new value: the O2 parameter, the

@@ -72,6 +72,15 @@ class SGD(Optimizer):
         super().__init__(params, defaults)
 
     _kernels_read_found_inf = True
+    _device_hyper_keys = ("lr", "momentum", "dampening", "weight_decay")
+
+    def _device_hyper_values(self, group: dict) -> tuple:
+        """What the fused kernel reads from device memory: (lr, momentum, dampening, weight_decay)."""
+        return (float(group["lr"]), float(group["momentum"]), float(group["dampening"]), float(group["weight_decay"]))
+
+    def _graph_frozen(self, group: dict) -> tuple:
+        """With or without a momentum buffer: a different kernel variant, fixed in a captured graph."""
+        return (group["momentum"] != 0,)
 
     def _update_group(self, group: dict, entries: list) -> None:
         momentum = group["momentum"]
@@ -102,8 +111,7 @@ class SGD(Optimizer):
         keep = batch[0][3]
         if keep is False:  # a skipped step on a device whose flag the host read: nothing to write
             return
-        on_device = self._hyper_on_device(group, weights[0], (float(hyper["lr"]), float(hyper["momentum"]),
-                                                       float(hyper["dampening"]), float(hyper["weight_decay"])))
+        on_device = self._hyper_on_device(group, weights[0], self._device_hyper_values(group))
         cuda_optim.sgd_group(weights, [g for _, _, g, _, _ in batch], bufs, steps, lows,
                              None if keep is True else keep, on_device, nesterov=bool(hyper["nesterov"]),
                              maximize=bool(hyper["maximize"]))

@@ -1,0 +1,385 @@
+"""``ta.cuda.make_graphed_step``: a whole AMP training step captured once and replayed.
+
+The central check: training the MNIST MLP with the graphed step follows eager
+training bit for bit (losses, scale, skipped steps, weights), for AMP O1 and
+O2 with SGD and Adam, through injected overflow steps. On the CUDA stand-in
+the capture is also a capture-safety check (every sync, host copy or foreign
+allocation in the step raises), and the replay redoes only what was recorded,
+so a step that depended on host work at each call would drift here too.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import tinyamp as ta
+import tinyamp.nn.functional as F
+from tinyamp import backend
+from tinyamp.data import load_mnist
+
+STEPS = 100
+BATCH = 32
+HIDDEN = 16  # the example's MLP (784-hidden-10), small enough for CI
+OVERFLOW_STEPS = (5, 31, 32, 77)  # a batch with a huge pixel: float16 overflows, the scaler skips the step
+# (the scale, grown every 8 good steps, also overflows by itself now and then: both runs must skip those too)
+
+
+def _batches(count: int = STEPS) -> list:
+    images, labels = load_mnist(flatten=True, normalize=True)
+    batches = []
+    for k in range(count):
+        x = images[k * BATCH:(k + 1) * BATCH].copy()
+        if k in OVERFLOW_STEPS:
+            x[3, 100] = 1e6  # inf in float16
+        batches.append((ta.tensor(x, device="cuda"), ta.tensor(labels[k * BATCH:(k + 1) * BATCH], device="cuda")))
+    return batches
+
+
+def _training(level: str, optimizer: str):
+    """(model, optimizer, scaler, train_step) for the MNIST MLP at AMP ``level`` ("O1" or "O2")."""
+    ta.manual_seed(0)
+    model = ta.nn.Sequential(ta.nn.Linear(784, HIDDEN), ta.nn.ReLU(), ta.nn.Linear(HIDDEN, 10)).to("cuda")
+    o2 = level == "O2"
+    if o2:
+        model.half()
+    if optimizer == "adam":
+        opt = ta.optim.Adam(model.parameters(), lr=1e-3, master_weights=o2)
+    else:
+        opt = ta.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, master_weights=o2)
+    scaler = ta.amp.GradScaler(init_scale=2.0 ** 12, growth_interval=8)  # grows within the run, backs off too
+
+    def train_step(x, y):
+        opt.zero_grad()
+        if o2:
+            loss = F.cross_entropy(model(x.half()).float(), y)
+        else:
+            with ta.autocast("cuda", dtype=ta.float16):
+                loss = F.cross_entropy(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        return loss
+
+    return model, opt, scaler, train_step
+
+
+def _train(level: str, optimizer: str, batches: list, graphed: bool) -> dict:
+    model, _, scaler, train_step = _training(level, optimizer)
+    step = ta.cuda.make_graphed_step(train_step, batches[0]) if graphed else train_step
+    losses, scales, skipped = [], [], []
+    for x, y in batches:
+        loss = step(x, y)
+        losses.append(loss.item())
+        scales.append(scaler.get_scale())
+        skipped.append(scaler.last_step.skipped)
+    result = {"losses": np.array(losses), "scales": scales, "skipped": skipped,
+              "weights": [p.detach().float().numpy() for p in model.parameters()]}
+    if graphed:
+        assert step.captured and step.calls == len(batches)
+        result["skipped_on_device"] = step.skipped_steps.item()
+        result["scale_on_device"] = step.scale.item()
+    return result
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+@pytest.mark.parametrize("level", ["O1", "O2"])
+def test_graphed_training_follows_eager_training_bit_for_bit(cuda_backend, level, optimizer) -> None:
+    batches = _batches()
+    eager = _train(level, optimizer, batches, graphed=False)
+    graphed = _train(level, optimizer, batches, graphed=True)
+    skipped = [k for k, s in enumerate(eager["skipped"]) if s]
+    assert set(OVERFLOW_STEPS) <= set(skipped)
+    assert len(set(eager["scales"])) >= 3  # the scale grew and backed off: a trajectory worth comparing
+    assert graphed["skipped"] == eager["skipped"]
+    assert graphed["scales"] == eager["scales"]
+    np.testing.assert_array_equal(graphed["losses"], eager["losses"])  # NaN at the overflow steps, in both
+    for got, want in zip(graphed["weights"], eager["weights"]):
+        np.testing.assert_array_equal(got, want)
+    assert graphed["skipped_on_device"] == len(skipped)
+    assert graphed["scale_on_device"] == eager["scales"][-1]
+
+
+def test_a_replayed_step_costs_one_graph_launch_and_no_host_work(cuda_backend) -> None:
+    if not backend.standin_active():
+        pytest.skip("counts are the stand-in's")  # a GPU has no launch counters; the step itself is tested above
+    batches = _batches(8)
+    *_, train_step = _training("O1", "sgd")
+    step = ta.cuda.make_graphed_step(train_step, batches[0])
+    for x, y in batches[:4]:
+        step(x, y)
+    counters = ta.cuda.standin_counters()
+    counters.reset()
+    syncs = ta.cuda.sync_count()
+    for x, y in batches[4:]:
+        step(x, y)
+    assert ta.cuda.sync_count() == syncs
+    for kind, per_step in (("launches", 3), ("allocations", 0), ("h2d", 0), ("d2h", 0), ("syncs", 0)):
+        assert counters.total(kind) == per_step * 4, (kind, counters.report())
+    assert counters.kernels() == {"copy": 8, "cudaGraphLaunch": 4}  # two input copies, one replay
+
+
+def test_the_capture_safety_mode_fails_when_a_host_read_is_added_to_the_step(cuda_backend) -> None:
+    """The stand-in refuses a raw device read that tinyamp's own check cannot see; tinyamp refuses its own."""
+    batches = _batches(5)
+    *_, train_step = _training("O1", "sgd")
+
+    def logging_step(x, y):
+        loss = train_step(x, y)
+        if bool(loss.data > 100):  # a raw CuPy read: a synchronisation
+            raise AssertionError("diverged")
+        return loss
+
+    step = ta.cuda.make_graphed_step(logging_step, batches[0])
+    for x, y in batches[:3]:
+        step(x, y)  # eager warm-up: the read is allowed (and costs a sync)
+    with pytest.raises(RuntimeError) as info:
+        step(*batches[3])
+    message = str(info.value)
+    if backend.standin_active():
+        assert message.startswith("cudaErrorStreamCaptureUnsupported: operation not permitted when stream is "
+                                  "capturing (a device-to-host copy (bool)")
+        assert re.search(r"test_graphed_step\.py:\d+ \(logging_step\)", message), message
+    with pytest.raises(RuntimeError, match=r"graphed step: its capture failed, so it cannot replay \("):
+        step(*batches[4])
+
+
+@pytest.mark.parametrize("read, what", [
+    (lambda loss: loss.item(), r"Tensor\.item\(\)"),
+    (lambda loss: float(loss), r"Tensor\.item\(\)"),
+    (lambda loss: loss.detach().numpy(), r"Tensor\.numpy\(\)"),
+    (lambda loss: f"{loss:.4f}", r"Tensor\.item\(\)"),
+])
+def test_a_host_read_in_the_step_is_refused_at_the_capture_naming_it(cuda_backend, read, what) -> None:
+    batches = _batches(2)
+    *_, train_step = _training("O1", "adam")
+
+    def step_with_read(x, y):
+        loss = train_step(x, y)
+        read(loss)
+        return loss
+
+    step = ta.cuda.make_graphed_step(step_with_read, batches[0], num_warmup_iters=1)
+    step(*batches[0])
+    with pytest.raises(RuntimeError, match=what + r".* inside a CUDA graph capture, at .*test_graphed_step\.py:\d+ "
+                                              r"\(<lambda>\): a host read needs the GPU's result now"):
+        step(*batches[1])
+
+
+class _HostSkippingSGD(ta.optim.SGD):
+    """An optimizer without the device-side skip contract: GradScaler must read found_inf on the host."""
+
+    _step_supports_amp_scaling = False
+
+
+def test_an_optimizer_without_the_device_side_skip_contract_is_refused(cuda_backend) -> None:
+    batches = _batches(2)
+    model = ta.nn.Linear(784, 10).to("cuda")
+    opt, scaler = _HostSkippingSGD(model.parameters(), lr=0.1), ta.amp.GradScaler()
+
+    def train_step(x, y):
+        opt.zero_grad()
+        with ta.autocast("cuda", dtype=ta.float16):
+            loss = F.cross_entropy(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        return loss
+
+    step = ta.cuda.make_graphed_step(train_step, batches[0], num_warmup_iters=1)
+    step(*batches[0])
+    with pytest.raises(RuntimeError, match=r"GradScaler\.step\(_HostSkippingSGD\) inside a CUDA graph capture, at "
+                                           r".*: _HostSkippingSGD does not implement the device-side skip contract "
+                                           r"\(_step_supports_amp_scaling"):
+        step(*batches[1])
+
+
+def test_inputs_of_another_shape_dtype_or_device_are_refused(cuda_backend) -> None:
+    batches = _batches(2)
+    *_, train_step = _training("O1", "sgd")
+    step = ta.cuda.make_graphed_step(train_step, batches[0], num_warmup_iters=1)
+    x, y = batches[1]
+    with pytest.raises(ValueError, match=r"graphed step: input 0 has shape \[16, 784\], dtype float32 on cuda:0, "
+                                         r"but the step was made for shape \[32, 784\], dtype float32 on cuda:0"):
+        step(x[:16], y[:16])
+    with pytest.raises(ValueError, match=r"input 0 has shape \[32, 784\], dtype float16 .* made for shape "
+                                         r"\[32, 784\], dtype float32"):
+        step(x.half(), y)
+    with pytest.raises(ValueError, match=r"input 1 has shape \[32\], dtype int64 on cpu, but .* on cuda:0"):
+        step(x, y.cpu())
+    with pytest.raises(TypeError, match=r"takes 2 input tensor\(s\), as its sample_inputs, got 1"):
+        step(x)
+    for _ in range(3):  # and the same checks hold once the step replays
+        step(x, y)
+    with pytest.raises(ValueError, match=r"input 0 has shape \[16, 784\]"):
+        step(x[:16], y[:16])
+
+
+def test_an_autocast_state_other_than_the_captures_is_refused(cuda_backend) -> None:
+    batches = _batches(3)
+    model = ta.nn.Linear(784, 10).to("cuda")
+    opt = ta.optim.SGD(model.parameters(), lr=0.1)
+
+    def train_step(x, y):  # autocast comes from the caller's region
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    step = ta.cuda.make_graphed_step(train_step, batches[0], num_warmup_iters=1)
+    with ta.autocast("cuda", dtype=ta.float16):
+        step(*batches[0])
+        step(*batches[1])  # captured under float16 autocast
+    with pytest.raises(RuntimeError, match=r"graphed step: called under autocast off, but it was captured under "
+                                           r"autocast\(float16 on cuda\)"):
+        step(*batches[2])
+    with pytest.raises(RuntimeError, match=r"called under autocast\(bfloat16 on cuda\)"):
+        with ta.autocast("cuda", dtype=ta.bfloat16):
+            step(*batches[2])
+    ta.amp.set_op_precision("linear", "fp32")
+    try:
+        with pytest.raises(RuntimeError, match=r"with overrides \{'linear': Precision\.FP32\}, but it was captured "
+                                               r"under autocast\(float16 on cuda\);"):
+            with ta.autocast("cuda", dtype=ta.float16):
+                step(*batches[2])
+    finally:
+        ta.amp.reset_op_precision("linear")
+    with ta.autocast("cuda", dtype=ta.float16):
+        step(*batches[2])  # the capture's state again: it replays
+
+
+def test_a_hyper_parameter_the_graph_froze_cannot_change_after_the_capture(cuda_backend) -> None:
+    batches = _batches(3)
+    _, opt, _, train_step = _training("O1", "sgd")
+    step = ta.cuda.make_graphed_step(train_step, batches[0], num_warmup_iters=1)
+    step(*batches[0])
+    step(*batches[1])
+    opt.param_groups[0]["nesterov"] = True
+    with pytest.raises(RuntimeError, match=r"graphed step: SGD\.param_groups\[0\]\['nesterov'\] changed from False "
+                                           r"to True after the step was captured, but the captured update still "
+                                           r"uses False"):
+        step(*batches[2])
+    opt.param_groups[0]["nesterov"] = False
+    opt.add_param_group({"params": [ta.nn.Parameter(ta.zeros(3, device="cuda"))]})
+    with pytest.raises(RuntimeError, match=r"SGD has 2 parameter groups, but had 1 when the step was captured"):
+        step(*batches[2])
+
+
+def test_gradients_set_to_none_or_replaced_state_after_the_capture_are_refused(cuda_backend) -> None:
+    batches = _batches(3)
+    model, opt, _, train_step = _training("O1", "sgd")
+    step = ta.cuda.make_graphed_step(train_step, batches[0], num_warmup_iters=1)
+    step(*batches[0])
+    step(*batches[1])
+    opt.zero_grad()  # set_to_none=True outside the step: the graph would keep writing the old arrays
+    with pytest.raises(RuntimeError, match=r"graphed step: SGD\.param_groups\[0\]\['params'\]\[0\] \(shape "
+                                           r"\[16, 784\]\)\.grad is None since the capture.*zero_grad\(set_to_none="
+                                           r"False\)"):
+        step(*batches[2])
+    step = ta.cuda.make_graphed_step(train_step, batches[0], num_warmup_iters=1)
+    step(*batches[0])
+    step(*batches[1])
+    opt.load_state_dict(opt.state_dict())  # new state arrays: the graph would update the old ones
+    with pytest.raises(RuntimeError, match=r"SGD\.state\[SGD\.param_groups\[0\]\['params'\]\[0\] \(shape "
+                                           r"\[16, 784\]\)\]\['momentum_buffer'\] is another array since the "
+                                           r"capture.*copy_ under no_grad"):
+        step(*batches[2])
+
+
+def test_make_graphed_step_checks_its_arguments(cuda_backend) -> None:
+    x = ta.zeros(4, 784, device="cuda")
+    with pytest.raises(ValueError, match=r"num_warmup_iters must be an integer >= 1, got 0"):
+        ta.cuda.make_graphed_step(lambda x: x, (x,), num_warmup_iters=0)
+    with pytest.raises(ValueError, match=r"sample_inputs\[0\] \(shape \[4, 784\], float32\) is on cpu"):
+        ta.cuda.make_graphed_step(lambda x: x, (x.cpu(),))
+    with pytest.raises(ValueError, match=r"sample_inputs\[0\] requires grad"):
+        ta.cuda.make_graphed_step(lambda x: x, (x.requires_grad_(),))
+    with pytest.raises(TypeError, match=r"sample_inputs\[1\] must be a Tensor, got int"):
+        ta.cuda.make_graphed_step(lambda x: x, (ta.zeros(2, device="cuda"), 3))
+
+
+def test_zero_grad_without_set_to_none_in_the_step_follows_eager_training(cuda_backend) -> None:
+    batches = _batches(10)
+    results = []
+    for graphed in (False, True):
+        model, opt, scaler, _ = _training("O1", "sgd")
+
+        def train_step(x, y):
+            opt.zero_grad(set_to_none=False)  # the graph zeroes the warm-up's gradient arrays, then fills them
+            with ta.autocast("cuda", dtype=ta.float16):
+                loss = F.cross_entropy(model(x), y)
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+            return loss
+
+        step = ta.cuda.make_graphed_step(train_step, batches[0], num_warmup_iters=2) if graphed else train_step
+        results.append([step(x, y).item() for x, y in batches] + [p.detach().numpy() for p in model.parameters()])
+    for got, want in zip(results[1], results[0]):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_gradient_accumulation_with_a_graphed_micro_step_follows_eager_training(cuda_backend) -> None:
+    """Graph forward + backward (no zero_grad: the graph adds into p.grad); step and zero outside the graph."""
+    batches = _batches(12)
+    results = []
+    for graphed in (False, True):
+        model, opt, _, _ = _training("O1", "sgd")
+
+        def micro_step(x, y):
+            with ta.autocast("cuda", dtype=ta.float16):
+                loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            return loss
+
+        step = ta.cuda.make_graphed_step(micro_step, batches[0], num_warmup_iters=2) if graphed else micro_step
+        losses = []
+        for k, (x, y) in enumerate(batches):
+            losses.append(step(x, y).item())
+            if k % 3 == 2:
+                opt.step()
+                opt.zero_grad(set_to_none=False)  # keep the arrays the graph accumulates into
+        results.append(losses + [p.detach().numpy() for p in model.parameters()])
+    for got, want in zip(results[1], results[0]):
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_a_scheduler_changing_learning_rate_and_momentum_keeps_graphed_training_on_the_eager_path(
+        cuda_backend, optimizer) -> None:
+    """OneCycleLR moves the learning rate every step and the momentum (SGD) or beta1 (Adam) with it: the
+    fused kernels read them from device memory, which each call refreshes before the replay."""
+    batches = _batches()  # 100 steps, the injected overflows included
+    results = []
+    for graphed in (False, True):
+        model, opt, _, train_step = _training("O1", optimizer)
+        schedule = ta.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.1 if optimizer == "sgd" else 3e-3,
+                                                    total_steps=len(batches))
+        step = ta.cuda.make_graphed_step(train_step, batches[0]) if graphed else train_step
+        losses = []
+        for x, y in batches:
+            losses.append(step(x, y).item())
+            schedule.step()
+        results.append(losses + [p.detach().numpy() for p in model.parameters()])
+    for got, want in zip(results[1], results[0]):
+        np.testing.assert_array_equal(got, want)
+    assert len({round(loss, 6) for loss in results[0][:STEPS]}) > 80  # a trajectory, not a constant
+
+
+def test_without_the_refresh_a_graph_would_keep_the_captured_learning_rate(cuda_backend) -> None:
+    """The check above can fail: skipping the refresh leaves the replays on the capture's learning rate."""
+    batches = _batches(8)
+    results = []
+    for refresh in (True, False):
+        model, opt, _, train_step = _training("O1", "sgd")
+        step = ta.cuda.make_graphed_step(train_step, batches[0], num_warmup_iters=1)
+        if not refresh:
+            step._refresh_hyper_parameters = lambda: None
+        for k, (x, y) in enumerate(batches):
+            step(x, y)
+            opt.param_groups[0]["lr"] = 0.05 / (k + 2)
+        results.append([p.detach().numpy() for p in model.parameters()])
+    assert not all(np.array_equal(a, b) for a, b in zip(*results))
