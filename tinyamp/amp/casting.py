@@ -18,7 +18,10 @@ The weight-cast cache (:data:`WEIGHT_CACHE`) is persistent: an entry lives as
 long as its weight and is used while the weight's version is unchanged, across
 regions and steps. An optimizer that updates the weight on a GPU writes the
 rounded new weight into the entry and re-stamps it (:func:`low_copy_to_refresh`),
-so the next step's forward converts nothing. PyTorch instead empties its cache
+so the next step's forward converts nothing. On the CPU the next use rewrites
+the entry in place: the copy and, for a weight linear multiplies, its float32
+widening (the CPU GEMM's operand), in one numba pass
+(``kernels/round_through.LowCopy``). PyTorch instead empties its cache
 whenever the outermost region exits (one conversion per weight per step);
 ``ta.amp.clear_autocast_cache()`` empties this one.
 """
@@ -46,7 +49,8 @@ class WeightCastCache:
 
     An entry is keyed on the weight's identity and the target dtype, and holds
     a weak reference to the weight, the weight's version at conversion time and
-    the converted array. It is used only while the reference still points at
+    the converted array (a ``LowCopy``: the copy, and on the CPU its float32
+    widening once asked for). It is used only while the reference still points at
     the same tensor (ids are reused after garbage collection) and the version
     is unchanged (an in-place update, such as an optimizer step, bumps it).
     PyTorch and Apex key on identity alone and have served stale casts. An
