@@ -67,6 +67,10 @@ class Precision(enum.Enum):
     def __repr__(self) -> str:
         return f"Precision.{self.name}"
 
+    # Members are singletons compared by identity, so the identity hash agrees with equality; C's
+    # hash keeps the memoised rule's keys (hashed on every op under autocast) off a Python call.
+    __hash__ = object.__hash__
+
 
 LOWER, FP32, PROMOTE, NEUTRAL = Precision.LOWER, Precision.FP32, Precision.PROMOTE, Precision.NEUTRAL
 
