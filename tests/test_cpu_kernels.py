@@ -9,6 +9,8 @@ when numba is installed, on both numba float16 kernels (hardware F16C and
 integer).
 """
 
+import importlib
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -18,7 +20,9 @@ from tinyamp.kernels import convert as cv
 from tinyamp.kernels import elementwise_cpu as ew
 from tinyamp.kernels.convert import convert
 from tinyamp.kernels.cpu_numba import select_f16_impl
-from tinyamp.kernels.round_through import round_through
+from tinyamp.kernels.round_through import LowCopy, round_through
+
+round_through_module = importlib.import_module("tinyamp.kernels.round_through")  # the package exports a function
 
 F32 = np.dtype(np.float32)
 F16 = np.dtype(np.float16)
@@ -366,6 +370,71 @@ def test_round_through_layouts_and_errors():
         round_through(x.astype(np.float64), F16)
     with pytest.raises(ValueError, match="through float32"):
         round_through(x, F32)
+
+
+# ---------------------------------------------------------------------------
+# the calls without backend= (the hot paths of an AMP step), a weight's copies
+
+
+@pytest.fixture(params=[p for p in _backend_params if p.values[0][0] == "numba"])
+def numba_impl(request):
+    """numba's float16 kernels (integer, then F16C), selected for the calls without ``backend=``."""
+    select_f16_impl(request.param[1])
+    yield request.param[1]
+    select_f16_impl("hw" if cv.F16C else "int")
+
+
+def test_default_calls_take_numba_with_the_same_bits(numba_impl):
+    """Each kernel's call without ``backend=`` (its short path) gives the explicit path's bits."""
+    x32 = np.concatenate([f32_boundary_cases(), f32_random_bits(100_000)]).view(np.float32)
+    for dt in LOWP:
+        y = x32.copy()
+        assert round_through(y, dt) is y
+        assert_same_bits(y, reference(reference(x32, dt), F32))
+        out = np.empty(x32.shape, dt)
+        assert convert(x32, dt, out=out) is out
+        assert_same_bits(out, reference(x32, dt))
+        x = ALL16.view(dt).reshape(256, 256)
+        assert_same_bits(ew.relu_lowp(x), ew.relu_lowp(x, backend="numba"))
+        g = np.random.default_rng(2).permutation(ALL16).view(dt).reshape(256, 256)
+        assert_same_bits(ew.relu_backward_lowp(g, x), ew.relu_backward_lowp(g, x, backend="numba"))
+        acc = x32[: 300 * 200].reshape(300, 200)
+        b = np.random.default_rng(3).standard_normal(200).astype(np.float32)
+        for relu in (False, True):
+            assert_same_bits(ew.bias_act_convert(acc, b, dt, relu=relu),
+                             ew.bias_act_convert(acc, b, dt, relu=relu, backend="numba"))
+
+
+@pytest.mark.parametrize("dt", LOWP, ids=str)
+def test_low_copy_and_its_widening(backend, dt, monkeypatch):
+    monkeypatch.setattr(round_through_module, "WIDEN_MAX", 1 << 30)  # every input below is widened
+    w = np.concatenate([f32_boundary_cases(), f32_random_bits(100_000)]).view(np.float32)
+    w = w[: w.size // 8 * 8].reshape(-1, 8)
+    copy = LowCopy.of(w, dt)
+    assert_same_bits(copy.low, reference(w, dt))
+    assert copy.wide is None  # made on first request
+    assert_same_bits(copy.widened(), reference(reference(w, dt), F32))
+    with np.errstate(all="ignore"):  # the inputs hold infinities and NaNs
+        w[::2] *= np.float32(-3.0)  # an update in place: rewrite() refreshes both copies
+    low, wide = copy.low, copy.wide
+    copy.rewrite(w)
+    assert copy.low is low and copy.wide is wide
+    assert_same_bits(low, reference(w, dt))
+    assert_same_bits(wide, reference(reference(w, dt), F32))
+    replaced = w[:, ::-1].copy()  # the weight's array itself replaced: new arrays, old ones untouched
+    copy.rewrite(replaced)
+    assert copy.low is not low and copy.wide is not wide
+    assert_same_bits(copy.low, reference(replaced, dt))
+    assert_same_bits(copy.widened(), reference(reference(replaced, dt), F32))
+    assert_same_bits(low, reference(w, dt))
+
+
+def test_low_copy_keeps_no_widening_of_a_large_weight(monkeypatch):
+    monkeypatch.setattr(round_through_module, "WIDEN_MAX", 8)
+    small, large = LowCopy.of(np.ones(8, F32), F16), LowCopy.of(np.ones(9, F32), F16)
+    assert small.widened() is not None and large.widened() is None  # the GEMM widens a large one itself
+    large.rewrite(large.source * 2)
+    assert_same_bits(large.low, np.full(9, 2.0, F16))
 
 
 # ---------------------------------------------------------------------------

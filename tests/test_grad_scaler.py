@@ -135,6 +135,26 @@ def test_scale_tensor_and_nested_structures() -> None:
         s.scale([t, 3.0])
 
 
+def test_a_float32_loss_is_scaled_by_one_light_node_and_others_by_mul() -> None:
+    s = GradScaler(init_scale=2.0 ** 10)
+    w = ta.tensor([1.5, -2.0], requires_grad=True)
+    scaled = s.scale(w * 3.0)
+    assert type(scaled.grad_fn).__name__ == "ScaleBy" and scaled.grad_fn.needs_input_grad == (True,)
+    assert scaled.dtype == ta.float32
+    np.testing.assert_array_equal(scaled.data, np.float32([4.5, -6.0]) * F32(1024))
+    half = s.scale(w.half() * 3.0)  # float16 times the float32 scale: mul promotes, as in the general rule
+    assert type(half.grad_fn).__name__ == "Mul" and half.dtype == ta.float32
+    # Its backward on arrays, and recorded when a graph is wanted (double backward).
+    (g,) = ta.autograd.grad(scaled.sum(), [w], create_graph=True)
+    np.testing.assert_array_equal(g.data, np.full(2, 3.0 * 1024, np.float32))
+    (gg,) = ta.autograd.grad((g * w).sum(), [w])
+    np.testing.assert_array_equal(gg.data, np.full(2, 3.0 * 1024, np.float32))
+    from tinyamp.ops.elementwise import ScaleBy
+    with pytest.raises(ValueError, match=r"scale_by: expects a 0-d scale of the input's dtype, got input "
+                                         r"float16 \[2\] and scale float32 \[\]"):
+        ScaleBy(np.float32(2.0) * np.ones((), np.float32))(w.half())
+
+
 def test_scaled_loss_backward_gives_scaled_grads() -> None:
     w, x, y = _problem()
     _loss(w, x, y).backward()

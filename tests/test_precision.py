@@ -9,7 +9,8 @@ from __future__ import annotations
 import pytest
 
 import tinyamp as ta
-from tinyamp.precision import FP32, LOWER, NEUTRAL, PROMOTE, Precision, as_precision, compute_dtype, needs_cast
+from tinyamp.precision import (FP32, LOWER, NEUTRAL, PROMOTE, Precision, as_precision, cast_plan, compute_dtype,
+                               needs_cast)
 
 f16, bf16, f32, f64, i64, b = ta.float16, ta.bfloat16, ta.float32, ta.float64, ta.int64, ta.bool
 
@@ -72,6 +73,18 @@ def test_memoised_answers_stay_correct() -> None:
         assert compute_dtype(LOWER, (f32, f32), f16) == f16
         assert compute_dtype(LOWER, [f32, f32], bf16) == bf16
         assert compute_dtype(LOWER, iter([f32, f32]), None) is None
+
+
+@pytest.mark.parametrize("tag,dtypes,region,expected", CASES,
+                         ids=[f"{c[0].name}-{'+'.join(map(str, c[1]))}-{c[2]}" for c in CASES])
+def test_cast_plan_says_which_inputs_move(tag: Precision, dtypes: list, region: object, expected: object) -> None:
+    for _ in range(2):  # the memoised answer too
+        target, moves = cast_plan(tag, tuple(dtypes), region)
+        assert target == expected
+        if expected is None:
+            assert moves == ()
+        else:  # exactly the inputs that are not in the compute dtype yet and that this tag moves
+            assert moves == tuple(d != expected and (tag is PROMOTE or (d in (f16, bf16, f32))) for d in dtypes)
 
 
 def test_needs_cast_moves_only_floats_except_for_promote() -> None:

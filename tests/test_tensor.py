@@ -204,6 +204,11 @@ def test_devices_are_cached_values() -> None:
     assert ta.device("cpu") is ta.device("cpu") and ta.device("cuda") is ta.device("cuda:0")
     import pickle  # noqa: PLC0415
     assert pickle.loads(pickle.dumps(ta.device("cuda:2"))) is ta.device("cuda:2")
+    # Equal devices are one object, so they hash alike and key one dict entry.
+    by_device = {ta.device("cuda:0"): "first", ta.device("cpu"): "host"}
+    assert by_device[ta.device("cuda")] == "first" and by_device[ta.device("cpu", 0)] == "host"
+    assert len({ta.device("cuda", 0), ta.device("cuda:0"), ta.Device("cuda")}) == 1
+    assert ta.device("cuda:1") != ta.device("cuda:0") and ta.device("cpu") == "cpu"
 
 
 def test_repr_shows_dtype_and_grad() -> None:

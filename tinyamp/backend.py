@@ -526,12 +526,16 @@ class Device:
         return cupy
 
     def __eq__(self, other: object) -> bool:
+        if other is self:
+            return True
         if isinstance(other, str):
             other = Device(other)
         return isinstance(other, Device) and (self.type, self.index) == (other.type, other.index)
 
-    def __hash__(self) -> int:
-        return hash((self.type, self.index))
+    # One object per (type, index) (see __new__), so equal devices are the same object and the
+    # identity hash agrees with __eq__; C's hash keeps dicts keyed by device (per-device groups
+    # of gradients, keep flags) off a Python call per lookup.
+    __hash__ = object.__hash__
 
     def __reduce__(self) -> tuple:
         return (Device, (str(self),))
@@ -573,7 +577,7 @@ def array_module(array: Any) -> ModuleType:
 
 
 def device_of(array: Any) -> Device:
-    if is_cupy_array(array):
+    if _cupy is not None and isinstance(array, _cupy.ndarray):  # is_cupy_array, inlined: every Tensor.device
         return Device("cuda", array.device.id)
     return CPU
 

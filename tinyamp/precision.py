@@ -67,6 +67,10 @@ class Precision(enum.Enum):
     def __repr__(self) -> str:
         return f"Precision.{self.name}"
 
+    # Members are singletons compared by identity, so the identity hash agrees with equality; C's
+    # hash keeps the memoised rule's keys (hashed on every op under autocast) off a Python call.
+    __hash__ = object.__hash__
+
 
 LOWER, FP32, PROMOTE, NEUTRAL = Precision.LOWER, Precision.FP32, Precision.PROMOTE, Precision.NEUTRAL
 
@@ -114,6 +118,28 @@ def _decide(tag: Precision, dtypes: "list[np.dtype]", autocast_dtype: "np.dtype 
     if tag is FP32:
         return dt.float32 if any(dt.is_low_precision(d) for d in floats) else None
     raise ValueError(f"unknown precision tag {tag!r}")
+
+
+_PLANS: dict = {}
+
+
+def cast_plan(tag: Precision, input_dtypes: "tuple[np.dtype, ...]",
+              autocast_dtype: "np.dtype | None") -> "tuple[np.dtype | None, tuple[bool, ...]]":
+    """(:func:`compute_dtype`, and :func:`needs_cast` of each input): the whole decision for one op call.
+
+    Memoised like ``compute_dtype``: the tape asks it on every op under
+    autocast, with a handful of distinct arguments.
+    """
+    key = (tag, input_dtypes, autocast_dtype)
+    try:
+        return _PLANS[key]
+    except KeyError:
+        pass
+    target = compute_dtype(tag, input_dtypes, autocast_dtype)
+    plan = (target, () if target is None else tuple(needs_cast(tag, d, target) for d in input_dtypes))
+    if len(_PLANS) < 10_000:
+        _PLANS[key] = plan
+    return plan
 
 
 def needs_cast(tag: Precision, dtype: np.dtype, target: np.dtype) -> bool:
@@ -262,14 +288,16 @@ def note_fused_cast(op: Any, position: int, tensor: Any, target: np.dtype, state
     _fused_cast_function(op, position, tensor, target, state, tag, cache, result)
 
 
-def low_copy(op: Any, position: int, tensor: Any, target: np.dtype, state: AutocastState, tag: Precision) -> Any:
+def low_copy(op: Any, position: int, tensor: Any, target: np.dtype, state: AutocastState,
+             tag: Precision) -> "tuple[Any, Any] | None":
     """The ``target`` copy of the float32 weight ``tensor`` for ``op``, from the weight-cast cache.
 
     For LOWER ops that lower their weights themselves (``Function.lowers_weights``):
-    the array a Cast node would have produced (converted now, or the cached
-    copy), without the node. Returns None when the tensor is not a cacheable
-    weight (then the op gets an ordinary recorded cast). Reports the cast to an
-    open trace.
+    (the array a Cast node would have produced (converted now, or the cached
+    copy), without the node; that array widened back to float32 when the cache
+    keeps it (on the CPU: the GEMM's operand), else None). Returns None when the
+    tensor is not a cacheable weight (then the op gets an ordinary recorded
+    cast). Reports the cast to an open trace.
     """
     return _low_copy_function(op, position, tensor, target, state, tag)
 

@@ -18,7 +18,10 @@ The weight-cast cache (:data:`WEIGHT_CACHE`) is persistent: an entry lives as
 long as its weight and is used while the weight's version is unchanged, across
 regions and steps. An optimizer that updates the weight on a GPU writes the
 rounded new weight into the entry and re-stamps it (:func:`low_copy_to_refresh`),
-so the next step's forward converts nothing. PyTorch instead empties its cache
+so the next step's forward converts nothing. On the CPU the next use rewrites
+the entry in place: the copy and, for a weight linear multiplies, its float32
+widening (the CPU GEMM's operand), in one numba pass
+(``kernels/round_through.LowCopy``). PyTorch instead empties its cache
 whenever the outermost region exits (one conversion per weight per step);
 ``ta.amp.clear_autocast_cache()`` empties this one.
 """
@@ -35,6 +38,7 @@ from .. import dtypes as dt
 from .. import precision
 from ..kernels import cuda_launch
 from ..kernels.convert import convert
+from ..kernels.round_through import LowCopy
 from ..ops.cast import CachedCast, Cast, cast
 from ..tensor import Tensor
 from ..precision import PROMOTE, AutocastState, Precision
@@ -45,7 +49,8 @@ class WeightCastCache:
 
     An entry is keyed on the weight's identity and the target dtype, and holds
     a weak reference to the weight, the weight's version at conversion time and
-    the converted array. It is used only while the reference still points at
+    the converted array (a ``LowCopy``: the copy, and on the CPU its float32
+    widening once asked for). It is used only while the reference still points at
     the same tensor (ids are reused after garbage collection) and the version
     is unchanged (an in-place update, such as an optimizer step, bumps it).
     PyTorch and Apex key on identity alone and have served stale casts. An
@@ -61,7 +66,7 @@ class WeightCastCache:
     """
 
     def __init__(self) -> None:
-        self._entries: dict[tuple[int, np.dtype], tuple[Any, int, Any]] = {}
+        self._entries: dict[tuple[int, np.dtype], tuple[Any, int, LowCopy]] = {}
         self.hits = 0
         self.misses = 0
 
@@ -70,11 +75,15 @@ class WeightCastCache:
         entry = self._entries.get((id(weight), dtype))
         if entry is not None and entry[0]() is weight and entry[1] == weight._version[0]:
             self.hits += 1
-            return _held_by_capture(entry[2])
+            return _held_by_capture(entry[2].low)
         return None
 
     def put(self, weight: Any, dtype: np.dtype, array: Any) -> None:
-        _held_by_capture(array)
+        """Keep ``array``, ``weight`` converted to ``dtype`` (by a Cast node), for the weight's current version."""
+        self._keep(weight, dtype, LowCopy(weight.data, array))
+
+    def _keep(self, weight: Any, dtype: np.dtype, copy: LowCopy) -> None:
+        _held_by_capture(copy.low)
         self.misses += 1
         key = (id(weight), dtype)
         entries = self._entries
@@ -84,25 +93,33 @@ class WeightCastCache:
             if entry is not None and entry[0] is ref:
                 del entries[key]
 
-        self._entries[key] = (weakref.ref(weight, forget), weight._version[0], array)
+        self._entries[key] = (weakref.ref(weight, forget), weight._version[0], copy)
 
-    def refresh(self, weight: Any, dtype: np.dtype) -> Any:
-        """Convert ``weight`` (a miss): into its stale entry's array when it has one, else a new entry.
+    def current(self, weight: Any, dtype: np.dtype) -> "tuple[LowCopy, bool]":
+        """(the copies of ``weight`` for ``dtype``, whether they were current): converted now when not.
 
-        Reusing the array saves an allocation per weight and step on the CPU,
-        where the optimizer does not write the copy; whoever kept the old copy
-        for backward shares the weight's version counter and sees the update.
+        A stale entry on the CPU is rewritten in place: that saves allocations
+        per weight and step there, where the optimizer does not write the copy
+        (and a prepared numba pass makes the rewrite one kernel call); whoever
+        kept the old copy for backward shares the weight's version counter and
+        sees the update.
         """
-        self.misses += 1
-        entry = self._entries.get((id(weight), dtype))
-        if entry is not None and entry[0]() is weight and not cuda_launch.on_gpu(entry[2]):
-            convert(weight.data, dtype, out=entry[2])
-            self._entries[(id(weight), dtype)] = (entry[0], weight._version[0], entry[2])
-            return entry[2]
-        array = convert(weight.data, dtype)
-        self.misses -= 1  # put counts it
-        self.put(weight, dtype, array)
-        return array
+        key = (id(weight), dtype)
+        entry = self._entries.get(key)
+        if entry is not None and entry[0]() is weight:
+            copy = entry[2]
+            if entry[1] == weight._version[0]:
+                self.hits += 1
+                _held_by_capture(copy.low)
+                return copy, True
+            if not cuda_launch.on_gpu(copy.low):
+                self.misses += 1
+                copy.rewrite(weight.data)
+                self._entries[key] = (entry[0], weight._version[0], copy)
+                return copy, False
+        copy = LowCopy.of(weight.data, dtype)
+        self._keep(weight, dtype, copy)
+        return copy, False
 
     def to_refresh(self, weight: Any) -> "tuple[np.dtype, Any] | None":
         """(dtype, array) of a current entry of ``weight`` that an update may overwrite, else None.
@@ -113,7 +130,7 @@ class WeightCastCache:
         for dtype in (dt.float16, dt.bfloat16):
             entry = self._entries.get((id(weight), dtype))
             if entry is not None and entry[0]() is weight and entry[1] == weight._version[0]:
-                return dtype, entry[2]
+                return dtype, entry[2].low
         return None
 
     def restamp(self, weight: Any, dtype: np.dtype) -> None:
@@ -131,7 +148,7 @@ class WeightCastCache:
         return len(self._entries)
 
     def info(self) -> dict:
-        nbytes = sum(e[2].nbytes for e in self._entries.values())
+        nbytes = sum(e[2].low.nbytes + (0 if e[2].wide is None else e[2].wide.nbytes) for e in self._entries.values())
         return {"entries": len(self._entries), "hits": self.hits, "misses": self.misses, "bytes": int(nbytes)}
 
 
@@ -178,6 +195,9 @@ def cast_input(op: Any, tensor: Any, target: np.dtype, state: "AutocastState | N
     ``tag`` None means the cast comes from ``custom_fwd(cast_inputs=...)``.
     """
     tracer = precision.current_trace()
+    if tracer is None and not tensor._requires_grad:
+        # Nothing to record and nothing to cache (an input batch): the conversion alone.
+        return Tensor._wrap(convert(tensor.data, target))
     cache = None if state is None else state.cache
     if cache is not None and _cacheable(tensor, target):
         array = cache.get(tensor, target)
@@ -199,9 +219,6 @@ def cast_input(op: Any, tensor: Any, target: np.dtype, state: "AutocastState | N
 def _make_cast(tensor: Any, target: np.dtype, tracer: Any, op: Any, cause: "str | None",
                cache: "str | None") -> Any:
     if tracer is None:
-        if not tensor._requires_grad:
-            # Nothing to record (an input batch): the conversion alone, without the node's machinery.
-            return Tensor._wrap(convert(tensor.data, target))
         return cast(tensor, target)
     return _traced_cast(Cast(target), tensor, tracer, op, cause, cache)
 
@@ -222,26 +239,26 @@ def _shares_version(out: Any, weight: Any) -> Any:
 
 
 def low_copy(op: Any, position: int, tensor: Any, target: np.dtype, state: AutocastState,
-             tag: Precision) -> Any:
+             tag: Precision) -> "tuple[Any, Any] | None":
     """``precision.low_copy``: the ``target`` copy of a float32 weight for an op that lowers it itself.
 
-    None when ``tensor`` is not a float32 leaf that requires grad (the op then
-    gets a recorded Cast). With the cache on, the copy is the cached one
-    (converted on a miss); without, a fresh conversion.
+    (copy, its float32 widening or None). None when ``tensor`` is not a float32
+    leaf that requires grad (the op then gets a recorded Cast). With the cache
+    on, the copy is the cached one (converted on a miss) and, on the CPU, comes
+    with the widening the cache keeps beside it (the CPU GEMM's operand);
+    without the cache, a fresh conversion and no widening.
     """
     if not _cacheable(tensor, target):
         return None
-    cache, kind = state.cache, None
+    cache, kind, wide = state.cache, None, None
     if cache is not None:
-        array = cache.get(tensor, target)
-        kind = "hit"
-        if array is None:
-            array, kind = cache.refresh(tensor, target), "miss"
+        copy, cached = cache.current(tensor, target)
+        array, wide, kind = copy.low, copy.widened(), "hit" if cached else "miss"
     else:
         array = convert(tensor.data, target)
     if precision.current_trace() is not None:
         note_fused_cast(op, position, tensor, target, state, tag, kind, array)
-    return array
+    return array, wide
 
 
 def note_fused_cast(op: Any, position: int, tensor: Any, target: np.dtype, state: "AutocastState | None",

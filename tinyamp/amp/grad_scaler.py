@@ -43,6 +43,7 @@ from .. import dtypes as dt
 from .. import precision
 from ..autograd.graph import reachable_nodes
 from ..kernels.loss_scale import DEFAULT_MIN_SCALE, unscale_group, update_scale
+from ..ops.elementwise import ScaleBy
 from ..tensor import Tensor
 from .scaler_step import ScalerStep, read_host
 
@@ -132,6 +133,8 @@ class GradScaler:
         self._init_growth_tracker = 0
         self._init_hysteresis_tracker = self._hysteresis
         self._scale: Any = None
+        self._scale_device: "backend.Device | None" = None
+        self._scale_wrapper: "Tensor | None" = None
         self._growth_tracker: Any = None
         self._hysteresis_tracker: Any = None
         self._per_optimizer_states: defaultdict = defaultdict(_refresh_per_optimizer_state)
@@ -145,37 +148,47 @@ class GradScaler:
         self._maybe_disable_for_bfloat16(outputs)
         if not self._enabled:
             return outputs
-        per_device: dict = {}
-
-        def apply(value: Any) -> Any:
-            if isinstance(value, Tensor):
-                if self._scale is None:
-                    self._lazy_init(value.device)
-                dev = value.device
-                if dev not in per_device:
-                    per_device[dev] = self._scale_tensor(dev)
-                return value * per_device[dev]
-            if isinstance(value, (list, tuple)):
-                items = [apply(item) for item in value]
-                return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
-            raise ValueError(f"outputs must be a Tensor or an iterable of Tensors: GradScaler.scale takes a "
-                             f"Tensor or nested lists/tuples of Tensors, got {type(value).__name__}")
-
         with np.errstate(all="ignore"):  # an inf loss (or loss * scale past float32) is the scaler's to handle
-            return apply(outputs)
+            if isinstance(outputs, Tensor):  # the usual call: one loss
+                return self._scaled(outputs, None)
+            return self._scale_nested(outputs, {})
 
-    def _scale_tensor(self, dev: backend.Device) -> Tensor:
-        """The scale as a Tensor on ``dev``; on its own device one wrapper, kept (update rewrites the array)."""
-        if backend.device_of(self._scale) != dev:
+    def _scaled(self, value: Tensor, moved: "dict | None") -> Tensor:
+        """``value * scale``: a float32 loss on the scale's device (the usual case) through the light
+        ``scale_by`` node (one input recorded, its backward on arrays); anything else through ``mul``,
+        which promotes (a float16 output times the float32 scale is float32)."""
+        scale = self._scale_on(value.device, moved)
+        if value.data.dtype == scale.data.dtype:
+            return ScaleBy(scale.data)(value)
+        return value * scale
+
+    def _scale_nested(self, value: Any, moved: dict) -> Any:
+        if isinstance(value, Tensor):
+            return self._scaled(value, moved)
+        if isinstance(value, (list, tuple)):
+            items = [self._scale_nested(item, moved) for item in value]
+            return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
+        raise ValueError(f"outputs must be a Tensor or an iterable of Tensors: GradScaler.scale takes a "
+                         f"Tensor or nested lists/tuples of Tensors, got {type(value).__name__}")
+
+    def _scale_on(self, dev: backend.Device, moved: "dict | None") -> Tensor:
+        """The scale as a Tensor on ``dev``: on its own device one kept wrapper (update rewrites its
+        array in place); on another device a copy, made once per ``scale()`` call (``moved``)."""
+        if self._scale is None:
+            self._lazy_init(dev)
+        if dev == self._scale_device:
+            return self._scale_wrapper
+        if moved is None:
             return Tensor._wrap(backend.to_device(self._scale, dev))
-        wrapper = self.__dict__.get("_scale_wrapper")
-        if wrapper is None or wrapper.data is not self._scale:
-            wrapper = self._scale_wrapper = Tensor._wrap(self._scale)
-        return wrapper
+        if dev not in moved:
+            moved[dev] = Tensor._wrap(backend.to_device(self._scale, dev))
+        return moved[dev]
 
     def _lazy_init(self, dev: backend.Device) -> None:
         xp = dev.xp
         self._scale = xp.full((), self._init_scale, dtype=np.float32)
+        self._scale_device = dev
+        self._scale_wrapper = Tensor._wrap(self._scale)  # what scale() multiplies by, kept
         self._growth_tracker = xp.full((), self._init_growth_tracker, dtype=np.int32)
         self._hysteresis_tracker = xp.full((), self._init_hysteresis_tracker, dtype=np.int32)
 
@@ -218,41 +231,50 @@ class GradScaler:
     def _unscale_grads_(self, optimizer: Any) -> dict:
         """One ``unscale_group`` call per (device, dtype); returns {device: found_inf array}."""
         master_of = getattr(optimizer, "_master", None)
-        groups: dict = defaultdict(lambda: ([], [], []))
+        groups: dict = {}  # (device, dtype) -> (grads, outs, tensors written)
         refused = []
-        for gi, group in enumerate(optimizer.param_groups):
-            for pi, p in enumerate(group["params"]):
-                if p.grad is None:
+        for group in optimizer.param_groups:
+            # Only a group that keeps master weights can hold a parameter with one (the optimizer's
+            # _master decides which): the usual O1 group skips the per-parameter call.
+            masters = master_of is not None and group.get("master_weights")
+            for p in group["params"]:
+                grad = p.grad
+                if grad is None:
                     continue
-                master = master_of(p, group) if master_of is not None else None
-                if master is None and p.grad.dtype == dt.float16:
-                    refused.append(f"param_groups[{gi}]['params'][{pi}] (shape {list(p.shape)})")
+                master = master_of(p, group) if masters else None
+                data = grad.data
+                if master is None and data.dtype == dt.float16:
+                    refused.append(p)
                     continue
-                grads, outs, tensors = groups[(p.grad.device, p.grad.dtype)]
-                grads.append(p.grad.data)
+                key = (backend.device_of(data), data.dtype)
+                bucket = groups.get(key)
+                if bucket is None:
+                    bucket = groups[key] = ([], [], [])
+                bucket[0].append(data)
                 if master is not None:
                     if master.grad is None:
                         master.grad = Tensor._wrap(p.device.xp.empty(p.shape, dtype=np.float32))
-                    outs.append(master.grad.data)
-                    tensors.append(master.grad)
-                else:
-                    outs.append(p.grad.data)
-                    tensors.append(p.grad)
+                    grad = master.grad
+                bucket[1].append(grad.data)
+                bucket[2].append(grad)
         if refused:
+            where = [f"param_groups[{gi}]['params'][{pi}] (shape {list(p.shape)})"
+                     for gi, group in enumerate(optimizer.param_groups)
+                     for pi, p in enumerate(group["params"]) if any(p is q for q in refused)]
             raise ValueError(
                 f"Attempting to unscale FP16 gradients. GradScaler.unscale_: {len(refused)} float16 parameter(s) "
-                f"have float16 gradients and no float32 master copy: {', '.join(refused)}. Unscaling in float16 "
+                f"have float16 gradients and no float32 master copy: {', '.join(where)}. Unscaling in float16 "
                 f"would flush small gradients to zero. Build the optimizer with master_weights=True (for example "
                 f"ta.optim.Adam(model.parameters(), master_weights=True)) to keep float32 master weights, or keep "
                 f"the parameters in float32 and use autocast (O1).")
         found_per_device: dict = {}
-        scale_per_device: dict = {}
-        for (dev, _), (grads, outs, tensors) in groups.items():
-            if dev not in found_per_device:
-                found_per_device[dev] = dev.xp.zeros((), dtype=np.float32)
-                scale_per_device[dev] = backend.to_device(self._scale, dev)
-            unscale_group(dev.xp, grads, outs, scale_per_device[dev], found_per_device[dev])
-            for t in tensors:
+        moved: dict = {}  # the scale copied to another device, once per device
+        for (dev, _), (grads, outs, written) in groups.items():
+            found = found_per_device.get(dev)
+            if found is None:
+                found = found_per_device[dev] = dev.xp.zeros((), dtype=np.float32)
+            unscale_group(dev.xp, grads, outs, self._scale_on(dev, moved).data, found)
+            for t in written:
                 t._version[0] += 1
         return found_per_device
 
@@ -277,9 +299,10 @@ class GradScaler:
         if len(found) == 0:
             raise RuntimeError("No inf checks were recorded for this optimizer.")
         if getattr(optimizer, "_step_supports_amp_scaling", False):
-            first = next(iter(found))
-            retval = optimizer.step(*args, found_inf=Tensor._wrap(self._sum_found(found.values(), first)),
-                                    **kwargs)
+            # One device (the usual step): its flag as it is; else the flags summed on the first device.
+            total = (next(iter(found.values())) if len(found) == 1
+                     else self._sum_found(found.values(), next(iter(found))))
+            retval = optimizer.step(*args, found_inf=Tensor._wrap(total), **kwargs)
         else:
             backend.refuse_in_capture(
                 f"GradScaler.step({type(optimizer).__name__})",
@@ -294,10 +317,11 @@ class GradScaler:
 
     @staticmethod
     def _sum_found(values: Any, dev: backend.Device) -> Any:
-        values = [backend.to_device(v, dev) for v in values]
-        total = values[0]
-        for value in values[1:]:
-            total = total + value
+        """The found_inf flags summed on ``dev`` (the flag itself when there is one: the usual step)."""
+        total = None
+        for value in values:
+            value = backend.to_device(value, dev)
+            total = value if total is None else total + value
         return total
 
     def found_inf(self, optimizer: Any) -> Tensor:
@@ -318,10 +342,10 @@ class GradScaler:
             self.last_step = ScalerStep(None, None, None)
             return
         self._check_scale_growth_tracker("update")
-        xp = backend.array_module(self._scale)
-        dev = backend.device_of(self._scale)
+        dev = self._scale_device
+        xp = dev.xp
         found = [v for s in self._per_optimizer_states.values() for v in s["found_inf_per_device"].values()]
-        combined = self._sum_found(found, dev) if found else None
+        combined = self._sum_found(found, dev)
         if new_scale is not None:
             before = self._scale.copy()
             self._set_scale(new_scale, xp, dev)

@@ -35,8 +35,8 @@ import numpy as np
 from .. import dtypes as dt
 from .. import backend
 from ..backend import array_module
-from ..precision import (FP32, LOWER, PROMOTE, AutocastState, Precision, compute_dtype, current_autocast,
-                         current_trace, global_overrides, insert_cast, low_copy, needs_cast, note_fused_cast)
+from ..precision import (FP32, LOWER, NEUTRAL, PROMOTE, AutocastState, Precision, cast_plan, current_autocast,
+                         current_trace, global_overrides, insert_cast, low_copy, note_fused_cast)
 from ..tensor import Tensor
 from .grad_mode import _grad_enabled
 
@@ -91,6 +91,9 @@ class Function:
     # Per-call state set by autocast (see upcasts_inputs / lowers_weights).
     upcast: bool = False
     lowered: "dict[int, Any] | None" = None  # input position -> the low-precision array forward got
+    # input position -> that array widened back to float32 (the weight-cast cache keeps it on the
+    # CPU, where the GEMM multiplies float32 operands), or None: the GEMM then widens it itself
+    widened: "dict[int, Any] | None" = None
 
     # Per-node state, filled in by _record().
     seq: int = -1
@@ -154,52 +157,55 @@ class Function:
                 tensors[0].device.type != state.device_type:
             state = None  # a device-specific region leaves other devices' ops alone
         tag = self.effective_precision(state)
-        target = compute_dtype(tag, [t.dtype for t in tensors], None if state is None else state.dtype)
+        if tag is NEUTRAL and self.promoted_inputs is None:
+            return tensors  # nothing moves (relu, reshapes): the usual NEUTRAL op under autocast
+        target, moves = cast_plan(tag, tuple([t.data.dtype for t in tensors]),
+                                  None if state is None else state.dtype)
         if target is not None:
             if tag is FP32 and self.upcasts_inputs:
                 self.upcast = True  # the op widens its 16-bit inputs itself
                 if current_trace() is not None:
                     for position, t in enumerate(tensors):
-                        if needs_cast(tag, t.dtype, target):
+                        if moves[position]:
                             note_fused_cast(self, position, t, target, state, tag)
             else:
-                tensors = self._cast_inputs(tensors, target, state, tag)
+                tensors = self._cast_inputs(tensors, target, moves, state, tag)
         if tag is not self.precision and self.precision is PROMOTE:
             # An overridden PROMOTE op still needs equal operand dtypes.
-            target = compute_dtype(PROMOTE, [t.dtype for t in tensors], None)
+            target, moves = cast_plan(PROMOTE, tuple([t.data.dtype for t in tensors]), None)
             if target is not None:
-                tensors = [insert_cast(self, t, target, state, PROMOTE) if needs_cast(PROMOTE, t.dtype, target)
-                           else t for t in tensors]
+                tensors = [insert_cast(self, t, target, state, PROMOTE) if move else t
+                           for t, move in zip(tensors, moves)]
         promoted = self.promoted_inputs
         if promoted is not None and tag is not PROMOTE and self.precision is not PROMOTE:
             # The tag's casts are done (an FP32 loss's float16 input is float32
             # now); the promoted inputs still need one dtype (float32 with
             # float64 is float64).
             indices = range(len(tensors))[promoted]
-            target = compute_dtype(PROMOTE, [tensors[i].dtype for i in indices], None)
+            target, moves = cast_plan(PROMOTE, tuple([tensors[i].data.dtype for i in indices]), None)
             if target is not None:
                 tensors = list(tensors)
-                for i in indices:
-                    if needs_cast(PROMOTE, tensors[i].dtype, target):
+                for i, move in zip(indices, moves):
+                    if move:
                         tensors[i] = insert_cast(self, tensors[i], target, state, PROMOTE)
         return tensors
 
-    def _cast_inputs(self, tensors: list[Tensor], target: np.dtype, state: "AutocastState | None",
-                     tag: Precision) -> list[Tensor]:
+    def _cast_inputs(self, tensors: list[Tensor], target: np.dtype, moves: "tuple[bool, ...]",
+                     state: "AutocastState | None", tag: Precision) -> list[Tensor]:
         """Recorded casts of the inputs that must move; weights a LOWER op lowers itself stay."""
-        out = []
-        for position, t in enumerate(tensors):
-            if needs_cast(tag, t.dtype, target):
-                if tag is LOWER and position in self.lowers_weights and state is not None:
-                    array = low_copy(self, position, t, target, state, tag)
-                    if array is not None:
-                        if self.lowered is None:
-                            self.lowered = {}
-                        self.lowered[position] = array
-                        out.append(t)
-                        continue
-                t = insert_cast(self, t, target, state, tag)
-            out.append(t)
+        out = list(tensors)
+        for position, move in enumerate(moves):
+            if not move:
+                continue
+            t = tensors[position]
+            if tag is LOWER and position in self.lowers_weights and state is not None:
+                copy = low_copy(self, position, t, target, state, tag)
+                if copy is not None:
+                    if self.lowered is None:
+                        self.lowered, self.widened = {}, {}
+                    self.lowered[position], self.widened[position] = copy
+                    continue
+            out[position] = insert_cast(self, t, target, state, tag)
         return out
 
     def effective_precision(self, state: "AutocastState | None") -> Precision:

@@ -80,7 +80,7 @@ from . import cpu_numba
 from . import cpu_numpy
 from .cpu_numpy import U16, U32, flat
 
-__all__ = ["BACKEND", "F16C", "convert", "numba_available", "resolve"]
+__all__ = ["BACKEND", "F16C", "convert", "numba_available", "numba_default", "resolve"]
 
 # Below this many elements the fixed cost of a fast path is larger than what it
 # saves, so ``convert`` uses ``astype``; forcing a backend with ``backend=``
@@ -134,6 +134,15 @@ def numba_available():
                     _nb_state = False
                     _numba_failed(exc)
     return _nb_state
+
+
+def numba_default():
+    """True when calls without ``backend=`` take the numba path and its kernels are loaded.
+
+    The test at the head of the kernels' fast paths (the common call on every
+    op under autocast); ``False`` before the first :func:`resolve` loads numba.
+    """
+    return _nb_state is True and BACKEND == "numba"
 
 
 def _numba_failed(exc):
@@ -222,16 +231,22 @@ def convert(array, dtype, out=None, backend=None):
     ``backend``: ``None`` (use ``BACKEND``), ``"numba"``, ``"numpy"`` or
     ``"astype"``.
     """
-    if (out is None and backend is None and _nb_state is True and BACKEND == "numba"
-            and type(array) is np.ndarray and array.flags.c_contiguous):
+    if backend is None and numba_default() and type(array) is np.ndarray and array.flags.c_contiguous:
         plan = _PLANS.get((array.dtype, dtype))
         if plan is not None:  # the common call, on every op under autocast: no checks left to make
             name, vin, vout, target, exact = plan
-            if exact and array.size < SMALL:
-                return array.astype(target)  # a small widening: astype's own loop, nothing to silence
-            res = np.empty(array.shape, target)
-            cpu_numba.KERNELS[name](array.reshape(-1).view(vin), res.reshape(-1).view(vout))
-            return res
+            if out is None:
+                if exact and array.size < SMALL:
+                    return array.astype(target)  # a small widening: astype's own loop, nothing to silence
+                res = np.empty(array.shape, target)
+            elif (type(out) is np.ndarray and out.dtype == target and out.shape == array.shape
+                  and out.flags.c_contiguous and not np.may_share_memory(array, out)):
+                res = out  # a plain destination (a weight's cached copy, reconverted in place)
+            else:
+                res = None  # an odd destination: the checks below
+            if res is not None:
+                cpu_numba.KERNELS[name](array.reshape(-1).view(vin), res.reshape(-1).view(vout))
+                return res
     target = np.dtype(dtype)
     if type(array) is not np.ndarray:
         return _astype_into(array, target, out)

@@ -1,8 +1,9 @@
 """numba kernels of the 16-bit CPU paths (the ``"numba"`` path of :mod:`tinyamp.kernels.convert`).
 
-Conversions, ReLU forward/backward, the GEMM epilogues, the loss-scale unscale
-pass and the SGD/Adam updates, for ``convert.py``, ``elementwise_cpu.py``,
-``round_through.py``, ``loss_scale.py`` and ``cpu_optim.py``. Serial ``nogil`` loops over 1-D contiguous
+Conversions, ReLU forward/backward, the GEMM epilogues, a weight's 16-bit copy
+with its float32 widening, the loss-scale unscale pass and the SGD/Adam updates,
+for ``convert.py``, ``elementwise_cpu.py``, ``round_through.py``, ``loss_scale.py``
+and ``cpu_optim.py``. Serial ``nogil`` loops over 1-D contiguous
 integer views (and the 2-D GEMM epilogue), whose scalar conversion is
 written in LLVM IR on 32-bit integers: numba would widen Python-level integer code to 64 bits and run
 3-4x slower. With a hardware float16 conversion (F16C on x86) LLVM emits
@@ -256,12 +257,43 @@ def load() -> bool:  # noqa: C901 - one place that defines every kernel
             buf[i] = _f2b_bits(buf[i]) << np.uint32(16)
 
     @jit
+    def lower_widen_f16_int(src, low, wide):  # uint32 -> uint16 and uint32: the float16 copy, and it widened
+        for i in range(src.size):
+            h = _f2h_int(src[i])
+            low[i] = np.uint16(h)
+            wide[i] = _h2f_int(h)
+
+    @jit
+    def lower_widen_f16_hw(src, low, wide):
+        for i in range(src.size):
+            h = _f2h_hw(src[i])
+            low[i] = np.uint16(h)
+            wide[i] = _h2f_hw(h)
+
+    @jit
+    def lower_widen_bf16(src, low, wide):  # the bfloat16 copy, and it widened (a 16-bit shift)
+        for i in range(src.size):
+            b = _f2b_bits(src[i])
+            low[i] = np.uint16(b)
+            wide[i] = b << np.uint32(16)
+
+    @jit
     def unscale_f32(src, dst, inv):  # float32[::1] (dst may be src), float32 inv; True if a result is inf/nan
         bad = False
         for i in range(src.size):
             v = src[i] * inv  # float32 times float32: one rounding, as NumPy's multiply
             dst[i] = v
             if not (v - v == np.float32(0.0)):  # inf - inf and nan - nan are nan
+                bad = True
+        return bad
+
+    @jit
+    def unscale_f32_inplace(buf, inv):  # unscale_f32 with dst = src: LLVM only vectorizes the
+        bad = False                     # two-array loop when the arrays do not overlap
+        for i in range(buf.size):
+            v = buf[i] * inv
+            buf[i] = v
+            if not (v - v == np.float32(0.0)):
                 bad = True
         return bad
 
@@ -309,9 +341,13 @@ def load() -> bool:  # noqa: C901 - one place that defines every kernel
         sgd_f32=sgd_f32,
         adam_f32=adam_f32,
         unscale_f32=unscale_f32,
+        unscale_f32_inplace=unscale_f32_inplace,
         round_f16_int=round_f16_int,
         round_f16_hw=round_f16_hw,
         round_bf16=round_bf16,
+        lower_widen_f16_int=lower_widen_f16_int,
+        lower_widen_f16_hw=lower_widen_f16_hw,
+        lower_widen_bf16=lower_widen_bf16,
         f16_to_f32_int=f16_to_f32_int,
         f16_to_f32_hw=f16_to_f32_hw,
         f32_to_f16_int=f32_to_f16_int,
@@ -378,3 +414,4 @@ def select_f16_impl(which: str) -> None:
     KERNELS["bf16_to_f16"] = KERNELS["bf16_to_f16_" + which]
     KERNELS["bias_act_f16"] = KERNELS["bias_act_f16_" + which]
     KERNELS["round_f16"] = KERNELS["round_f16_" + which]
+    KERNELS["lower_widen_f16"] = KERNELS["lower_widen_f16_" + which]

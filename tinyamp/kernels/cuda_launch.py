@@ -50,9 +50,10 @@ def _cp() -> Any:
     return backend.cupy()
 
 
-def on_gpu(array: Any) -> bool:
-    """True for a CuPy array: the callers' test for taking the fused path."""
-    return backend.is_cupy_array(array)
+# on_gpu(array): True for a CuPy array, the callers' test for taking the fused path. The backend's
+# own function (it reads the active CUDA backend at call time), bound here without a wrapper: the
+# test runs several times per op.
+on_gpu = backend.is_cupy_array
 
 
 def _pointer(array: Any) -> int:

@@ -31,13 +31,15 @@ import numpy as np
 
 from .. import dtypes as dt
 from . import cpu_numpy as npb
-from .convert import SMALL, convert, resolve
+from .convert import SMALL, convert, numba_default, resolve
 from .cpu_numba import KERNELS
 from .cpu_numpy import I16, INF16, U16, flat
 
 # ---------------------------------------------------------------------------
 # ReLU forward / backward on 16-bit float bit patterns
 # ---------------------------------------------------------------------------
+
+_INF_BITS = {dtype: np.int16(bits) for dtype, bits in INF16.items()}  # the kernels' ``inf`` argument
 
 
 def relu_lowp(x, out=None, backend=None):
@@ -48,6 +50,12 @@ def relu_lowp(x, out=None, backend=None):
     NaNs propagate unchanged (sign and payload), as with ``np.maximum``.
     Other dtypes and non-NumPy arrays use ``np.maximum(x, 0)``.
     """
+    if out is None and backend is None and type(x) is np.ndarray and x.flags.c_contiguous and numba_default() \
+            and x.dtype in INF16:
+        # The common call (an activation under autocast on the CPU): one numba pass, no checks left.
+        res = np.empty(x.shape, x.dtype)
+        KERNELS["relu16"](x.reshape(-1).view(I16), res.reshape(-1).view(I16), _INF_BITS[x.dtype])
+        return res
     if type(x) is not np.ndarray or x.dtype not in INF16 or x.size == 0:
         return np.maximum(x, 0, out=out) if out is not None else np.maximum(x, 0)
     path = resolve(backend)
@@ -77,6 +85,14 @@ def relu_backward_lowp(grad, x, out=None, backend=None):
     Anything else (mixed dtypes, broadcasting, non-NumPy arrays) uses
     ``np.where(x > 0, grad, 0)``.
     """
+    if (out is None and backend is None and type(x) is np.ndarray and type(grad) is np.ndarray
+            and x.flags.c_contiguous and grad.flags.c_contiguous and numba_default() and x.dtype in INF16
+            and grad.dtype == x.dtype and grad.shape == x.shape):
+        # The common call (ReLU's backward under autocast on the CPU): one numba pass, no checks left.
+        res = np.empty(x.shape, x.dtype)
+        KERNELS["relu_bwd16"](grad.reshape(-1).view(I16), x.reshape(-1).view(I16), res.reshape(-1).view(I16),
+                              _INF_BITS[x.dtype])
+        return res
     if (
         type(x) is not np.ndarray
         or type(grad) is not np.ndarray
@@ -144,6 +160,9 @@ def _same_buffer(a, b):
 # ---------------------------------------------------------------------------
 
 
+_EPILOGUE = {dt.float16: "bias_act_f16", dt.bfloat16: "bias_act_bf16"}  # numba kernel by output dtype
+
+
 def bias_act_convert(y, bias=None, dtype=dt.float16, relu=False, out=None, backend=None, overwrite_y=False):
     """``convert(np.maximum(y + bias, 0) if relu else y + bias, dtype)``, fused.
 
@@ -158,6 +177,14 @@ def bias_act_convert(y, bias=None, dtype=dt.float16, relu=False, out=None, backe
     monotone.
     """
     target = np.dtype(dtype)
+    if (out is None and backend is None and type(y) is np.ndarray and y.ndim == 2 and y.flags.c_contiguous
+            and numba_default() and y.dtype == dt.float32 and target in _EPILOGUE
+            and type(bias) is np.ndarray and bias.dtype == dt.float32 and bias.shape == (y.shape[1],)
+            and bias.flags.c_contiguous):
+        # The common call (linear's bias under autocast on the CPU): one numba pass into a fresh array.
+        res = np.empty(y.shape, target)
+        KERNELS[_EPILOGUE[target]](y, bias, res.view(U16), bool(relu), True)
+        return res
     if (
         type(y) is not np.ndarray
         or y.dtype != dt.float32
@@ -192,7 +219,7 @@ def bias_act_convert(y, bias=None, dtype=dt.float16, relu=False, out=None, backe
             if res is not None:
                 raise ValueError(f"out must be a C-contiguous {target} array of shape {y.shape}")
             res = np.empty(y.shape, target)
-        name = "bias_act_f16" if target == dt.float16 else "bias_act_bf16"
+        name = _EPILOGUE[target]
         r2 = res.reshape(-1, y.shape[-1])
         if np.may_share_memory(r2, y2) or np.may_share_memory(r2, b):
             tmp = np.empty(r2.shape, target)

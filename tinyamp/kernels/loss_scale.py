@@ -18,7 +18,6 @@ from .. import dtypes as dt
 from . import cuda_launch, cuda_scaler
 from .convert import resolve
 from .cpu_numba import KERNELS
-from .cpu_numpy import flat
 
 # Without a min_scale the scale still never drops below the smallest normal
 # float32, so it stays positive and 1/scale stays finite.
@@ -48,14 +47,16 @@ def unscale_group(xp: Any, grads: list, outs: list, scale: Any, found_inf: Any) 
     inv_scale = np.asarray(np.float32(1.0 / float(scale))) if xp is np else inverse_scale(xp, scale)
     if xp is np and resolve(None) == "numba":
         # float32 pairs: multiply and check in one numba pass each (the NumPy ufuncs take four).
-        rest = []
+        inv, rest = inv_scale[()], []
         for grad, out in zip(grads, outs):
-            if (grad.dtype == dt.float32 and out.dtype == dt.float32 and grad.flags.c_contiguous
-                    and out.flags.c_contiguous):
-                if KERNELS["unscale_f32"](flat(grad), flat(out), inv_scale[()]):
-                    found_inf[...] = 1.0
-            else:
+            if grad.dtype != dt.float32 or out.dtype != dt.float32 or not (grad.flags.c_contiguous
+                                                                          and out.flags.c_contiguous):
                 rest.append((grad, out))
+            elif out is grad:  # in place (O1's gradients): a one-array loop, which LLVM vectorizes
+                if KERNELS["unscale_f32_inplace"](grad.reshape(-1), inv):
+                    found_inf[...] = 1.0
+            elif KERNELS["unscale_f32"](grad.reshape(-1), out.reshape(-1), inv):
+                found_inf[...] = 1.0
         grads, outs = [g for g, _ in rest], [o for _, o in rest]
     if not grads:
         return

@@ -75,6 +75,36 @@ class Mul(Function):
         return da, db
 
 
+class ScaleBy(Function):
+    """y = x * s for a 0-d array s of x's dtype and device, held by the op; dx = gy * s
+
+    ``GradScaler.scale`` multiplies a loss by its scale with this op: the same
+    product as ``mul`` (one multiply in the loss's dtype), recorded with one
+    input instead of two and differentiated on arrays when no graph is wanted.
+    ``s`` is read when the op runs, forward and backward, as ``mul`` reads its
+    saved operand (``GradScaler.update`` rewrites the scale in place). The
+    scaler takes ``mul`` for anything else (a float16 output: float32 scale).
+    """
+
+    precision = NEUTRAL
+    name = "scale_by"
+
+    def __init__(self, scale: Any) -> None:
+        self.scale = scale
+
+    def forward(self, xp: Any, x: Any) -> Any:
+        if x.dtype != self.scale.dtype or self.scale.ndim != 0:
+            raise ValueError(f"scale_by: expects a 0-d scale of the input's dtype, got input "
+                             f"{dt.dtype_name(x.dtype)} {list(x.shape)} and scale "
+                             f"{dt.dtype_name(self.scale.dtype)} {list(self.scale.shape)}")
+        return xp.multiply(x, self.scale)
+
+    def backward(self, gy: Tensor) -> Tensor:
+        if not is_grad_enabled() and current_trace() is None:  # no graph, no report: on arrays
+            return Tensor._wrap(gy.device.xp.multiply(gy.data, self.scale))
+        return ScaleBy(self.scale)(gy)
+
+
 class Div(Function):
     """y = a / b; da = gy / b, db = -gy * a / b^2"""
 

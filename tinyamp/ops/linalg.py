@@ -20,6 +20,7 @@ from .. import dtypes as dt
 from ..autograd.function import Function
 from ..autograd.grad_mode import is_grad_enabled
 from ..kernels import cuda_epilogue, cuda_launch
+from ..kernels.convert import convert
 from ..kernels.elementwise_cpu import bias_act_convert
 from ..kernels.gemm import gemm, gemm_widened
 from ..kernels.round_through import round_through
@@ -163,17 +164,20 @@ class Linear(Function):
             raise ValueError(f"linear: bias of shape {list(b.shape)} does not match weight "
                              f"{list(w.shape)} (expected [{out_features}])")
         rows = _rows(x)  # batch dims folded into M: one GEMM
+        widened = self.widened or {}  # the lowered weights' float32 widenings (CPU), from the cache
         if b is None:
-            y = gemm(rows, w, trans_b=True)
+            y = gemm(rows, w, trans_b=True, b_widened=widened.get(1))
         elif dt.is_low_precision(x.dtype):
             # The bias is added to the float32 accumulator and the sum rounded
             # once, as a cuBLAS epilogue would (one fused pass: numba on the CPU,
             # one kernel launch on a GPU, which widens the 16-bit bias itself).
-            acc = gemm(rows, w, xp.float32, trans_b=True)
+            acc = gemm(rows, w, xp.float32, trans_b=True, b_widened=widened.get(1))
             if cuda_launch.on_gpu(acc):
                 y = cuda_epilogue.bias_act_convert(acc, b, x.dtype, relu=False)
             else:
-                y = bias_act_convert(acc, b.astype(xp.float32), x.dtype, overwrite_y=True)
+                b32 = widened.get(2)
+                y = bias_act_convert(acc, b.astype(xp.float32) if b32 is None else b32, x.dtype,
+                                     overwrite_y=True)
         else:
             y = gemm(rows, w, trans_b=True)
             y += b  # in place on gemm's fresh result: no second output buffer
@@ -215,13 +219,16 @@ class Linear(Function):
         g_rows = _rows(g) if g.ndim != 2 else g
         needs = self.needs_input_grad
         dx = dw = db = None
+        # A 16-bit gradient that both CPU GEMMs read is widened once, for both.
+        g32 = convert(g_rows, dt.float32) if (needs[0] and needs[1] and dt.is_low_precision(g.dtype)
+                                              and not cuda_launch.on_gpu(g)) else None
         if needs[0]:
-            dx = Tensor._wrap(gemm(g_rows, lowered.get(1, w.data if w is not None else None))
-                              .reshape(self.input_shapes[0]))
+            dx = Tensor._wrap(gemm(g_rows, lowered.get(1, w.data if w is not None else None), a_widened=g32,
+                                   b_widened=(self.widened or {}).get(1)).reshape(self.input_shapes[0]))
         if needs[1]:
             x_rows = _rows(x.data) if x.ndim != 2 else x.data
-            dw = Tensor._wrap(gemm_widened(g_rows, x_rows, trans_a=True) if 1 in lowered
-                              else gemm(g_rows, x_rows, trans_a=True))
+            dw = Tensor._wrap(gemm_widened(g_rows, x_rows, trans_a=True, a_widened=g32) if 1 in lowered
+                              else gemm(g_rows, x_rows, trans_a=True, a_widened=g32))
         if len(needs) == 2:
             return dx, dw
         if needs[2]:

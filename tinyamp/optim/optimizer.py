@@ -78,6 +78,12 @@ def as_array(value: Any) -> Any:
     return value.data if isinstance(value, Tensor) else value
 
 
+def _kept_on_host(found_inf: Any) -> bool:
+    """True when ``found_inf`` is a NumPy flag (free to read) that says the step is kept."""
+    found = as_array(found_inf)
+    return type(found) is np.ndarray and found.size == 1 and found.item() == 0
+
+
 def masked_write(xp: Any, dst: Any, src: Any, keep: Any) -> None:
     """``dst[...] = src`` where ``keep`` is true (a 0-d device bool or True), rounding to dst's dtype."""
     if keep is True:  # no AMP mask (CuPy's copyto wants an array for ``where``)
@@ -310,8 +316,11 @@ class Optimizer:
         backend.observe(self)  # a graphed step learns which optimizers it replays (tinyamp/cuda_graphs)
         keeps: dict = {}
         # A masked step computes with the inf/nan gradients it then discards:
-        # NumPy's overflow/invalid warnings would be noise there.
-        quiet = np.errstate(over="ignore", invalid="ignore") if found_inf is not None else contextlib.nullcontext()
+        # NumPy's overflow/invalid warnings would be noise there. (A flag on the
+        # CPU that says "kept" masks nothing: the plain update runs, with finite
+        # gradients.)
+        quiet = np.errstate(over="ignore", invalid="ignore") if found_inf is not None and \
+            not _kept_on_host(found_inf) else contextlib.nullcontext()
         low = self._swamping_dtype  # None unless track_swamping() asked for the measurement
         rows: list = []
         with tinyamp.no_grad(), quiet:
@@ -372,7 +381,7 @@ class Optimizer:
             return True
         found = backend.to_device(as_array(found_inf), dev)
         if dev.type == "cpu":
-            return bool(found.reshape(()) == 0)
+            return found.item() == 0
         if self._kernels_read_found_inf:
             return found.reshape(1) if found.dtype == dt.float32 else found.astype(dt.float32).reshape(1)
         return dev.xp.equal(found.reshape(()), 0)
