@@ -585,7 +585,7 @@ def device_of(array: Any) -> Device:
 def to_device(array: Any, dev: Device) -> Any:
     """Move an array to ``dev`` (a copy only when it changes device)."""
     src = device_of(array)
-    if src == dev:
+    if src is dev or src == dev:  # devices are interned: the usual call is an identity test
         return array
     if dev.type == "cpu":
         cuda.note_sync(f"a copy from {src} to the CPU")  # device -> host copy waits for the GPU

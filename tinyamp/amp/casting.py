@@ -110,7 +110,9 @@ class WeightCastCache:
             copy = entry[2]
             if entry[1] == weight._version[0]:
                 self.hits += 1
-                _held_by_capture(copy.low)
+                capture = backend.current_capture()  # _held_by_capture, inlined: on every lowered weight
+                if capture is not None:
+                    capture.keep_alive(copy.low)
                 return copy, True
             if not cuda_launch.on_gpu(copy.low):
                 self.misses += 1
@@ -253,7 +255,9 @@ def low_copy(op: Any, position: int, tensor: Any, target: np.dtype, state: Autoc
     cache, kind, wide = state.cache, None, None
     if cache is not None:
         copy, cached = cache.current(tensor, target)
-        array, wide, kind = copy.low, copy.widened(), "hit" if cached else "miss"
+        array, wide, kind = copy.low, copy.wide, "hit" if cached else "miss"
+        if wide is None:  # not asked for yet (or not kept: a large weight, a GPU)
+            wide = copy.widened()
     else:
         array = convert(tensor.data, target)
     if precision.current_trace() is not None:

@@ -56,6 +56,9 @@ class OptState(enum.Enum):
     STEPPED = 2
 
 
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
 def _refresh_per_optimizer_state() -> dict:
     return {"stage": OptState.READY, "found_inf_per_device": {}}
 
@@ -148,10 +151,23 @@ class GradScaler:
         self._maybe_disable_for_bfloat16(outputs)
         if not self._enabled:
             return outputs
+        if isinstance(outputs, Tensor) and self._product_in_range(outputs):
+            return self._scaled(outputs, None)  # the usual call: one finite loss, nothing to silence
         with np.errstate(all="ignore"):  # an inf loss (or loss * scale past float32) is the scaler's to handle
-            if isinstance(outputs, Tensor):  # the usual call: one loss
+            if isinstance(outputs, Tensor):
                 return self._scaled(outputs, None)
             return self._scale_nested(outputs, {})
+
+    def _product_in_range(self, loss: Tensor) -> bool:
+        """True when ``loss * scale`` is known to be finite without a NumPy warning, read for free (a CPU loss).
+
+        The exact product of two float32 (or narrower) values is a float64, and below float32's
+        largest value it rounds to at most that value: no overflow, so no errstate (~1 us) is needed.
+        A nan, an inf or a large product (or a loss on a GPU, where reading it would sync) says False.
+        """
+        data = loss.data
+        return (self._scale is not None and type(data) is np.ndarray and data.size == 1
+                and abs(float(data)) * float(self._scale) < _FLOAT32_MAX)
 
     def _scaled(self, value: Tensor, moved: "dict | None") -> Tensor:
         """``value * scale``: a float32 loss on the scale's device (the usual case) through the light
@@ -176,7 +192,7 @@ class GradScaler:
         array in place); on another device a copy, made once per ``scale()`` call (``moved``)."""
         if self._scale is None:
             self._lazy_init(dev)
-        if dev == self._scale_device:
+        if dev is self._scale_device or dev == self._scale_device:  # devices are interned: identity first
             return self._scale_wrapper
         if moved is None:
             return Tensor._wrap(backend.to_device(self._scale, dev))
@@ -225,6 +241,10 @@ class GradScaler:
             raise RuntimeError("unscale_() has already been called on this optimizer since the last update().")
         if state["stage"] is OptState.STEPPED:
             raise RuntimeError("unscale_() is being called after step().")
+        self._unscale_into(state, optimizer)
+
+    def _unscale_into(self, state: dict, optimizer: Any) -> None:
+        """Unscale ``optimizer``'s gradients and record the flags in its per-iteration ``state``."""
         state["found_inf_per_device"] = self._unscale_grads_(optimizer)
         state["stage"] = OptState.UNSCALED
 
@@ -246,7 +266,7 @@ class GradScaler:
                 if master is None and data.dtype == dt.float16:
                     refused.append(p)
                     continue
-                key = (backend.device_of(data), data.dtype)
+                key = (backend.CPU if type(data) is np.ndarray else backend.device_of(data), data.dtype)
                 bucket = groups.get(key)
                 if bucket is None:
                     bucket = groups[key] = ([], [], [])
@@ -294,7 +314,7 @@ class GradScaler:
         if state["stage"] is OptState.STEPPED:
             raise RuntimeError("step() has already been called since the last update().")
         if state["stage"] is OptState.READY:
-            self.unscale_(optimizer)
+            self._unscale_into(state, optimizer)  # unscale_(optimizer), its checks made above
         found = state["found_inf_per_device"]
         if len(found) == 0:
             raise RuntimeError("No inf checks were recorded for this optimizer.")

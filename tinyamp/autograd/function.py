@@ -35,6 +35,7 @@ import numpy as np
 from .. import dtypes as dt
 from .. import backend
 from ..backend import array_module
+from ..kernels.round_through import lower_widened
 from ..precision import (FP32, LOWER, NEUTRAL, PROMOTE, AutocastState, Precision, cast_plan, current_autocast,
                          current_trace, global_overrides, insert_cast, low_copy, note_fused_cast)
 from ..tensor import Tensor
@@ -194,16 +195,30 @@ class Function:
                      state: "AutocastState | None", tag: Precision) -> list[Tensor]:
         """Recorded casts of the inputs that must move; weights a LOWER op lowers itself stay."""
         out = list(tensors)
+        lowers = self.lowers_weights if tag is LOWER and state is not None else ()
         for position, move in enumerate(moves):
             if not move:
                 continue
             t = tensors[position]
-            if tag is LOWER and position in self.lowers_weights and state is not None:
-                copy = low_copy(self, position, t, target, state, tag)
-                if copy is not None:
-                    if self.lowered is None:
-                        self.lowered, self.widened = {}, {}
-                    self.lowered[position], self.widened[position] = copy
+            if lowers:
+                if position in lowers:
+                    copy = low_copy(self, position, t, target, state, tag)
+                    if copy is not None:
+                        if self.lowered is None:
+                            self.lowered, self.widened = {}, {}
+                        self.lowered[position], self.widened[position] = copy
+                        continue
+                elif not t._requires_grad and current_trace() is None:
+                    # An input that needs no gradient (the input batch) with no report open: nothing to
+                    # record, only a conversion, which on the CPU also gives the copy widened back to
+                    # float32 (one pass): the op's GEMM multiplies it instead of widening the copy again.
+                    # A transient: the op drops it after its GEMM (backward widens the saved copy).
+                    low, wide = lower_widened(t.data, target)
+                    out[position] = Tensor._wrap(low)
+                    if wide is not None:
+                        if self.lowered is None:
+                            self.lowered, self.widened = {}, {}
+                        self.widened[position] = wide
                     continue
             out[position] = insert_cast(self, t, target, state, tag)
         return out

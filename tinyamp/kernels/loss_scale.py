@@ -16,7 +16,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from . import cuda_launch, cuda_scaler
-from .convert import resolve
+from .convert import numba_default, resolve
 from .cpu_numba import KERNELS
 
 # Without a min_scale the scale still never drops below the smallest normal
@@ -45,18 +45,21 @@ def unscale_group(xp: Any, grads: list, outs: list, scale: Any, found_inf: Any) 
         return
     # float32(1 / float64(scale)): on the CPU the host divides (the same IEEE division, no array ops).
     inv_scale = np.asarray(np.float32(1.0 / float(scale))) if xp is np else inverse_scale(xp, scale)
-    if xp is np and resolve(None) == "numba":
+    if xp is np and (numba_default() or resolve(None) == "numba"):
         # float32 pairs: multiply and check in one numba pass each (the NumPy ufuncs take four).
         inv, rest = inv_scale[()], []
+        in_place, out_of_place = KERNELS["unscale_f32_inplace"], KERNELS["unscale_f32"]
         for grad, out in zip(grads, outs):
             if grad.dtype != dt.float32 or out.dtype != dt.float32 or not (grad.flags.c_contiguous
                                                                           and out.flags.c_contiguous):
                 rest.append((grad, out))
             elif out is grad:  # in place (O1's gradients): a one-array loop, which LLVM vectorizes
-                if KERNELS["unscale_f32_inplace"](grad.reshape(-1), inv):
+                if in_place(grad.reshape(-1), inv):
                     found_inf[...] = 1.0
-            elif KERNELS["unscale_f32"](grad.reshape(-1), out.reshape(-1), inv):
+            elif out_of_place(grad.reshape(-1), out.reshape(-1), inv):
                 found_inf[...] = 1.0
+        if not rest:
+            return
         grads, outs = [g for g, _ in rest], [o for _, o in rest]
     if not grads:
         return

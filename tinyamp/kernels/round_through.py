@@ -71,6 +71,26 @@ def round_through(y: Any, dtype: Any, backend: "str | None" = None) -> Any:
     return y
 
 
+_NUMBA_LOWER_WIDEN = {dt.float16: "lower_widen_f16", dt.bfloat16: "lower_widen_bf16"}
+
+
+def lower_widened(source: Any, dtype: Any) -> "tuple[Any, Any]":
+    """(float32 ``source`` converted to ``dtype``, that copy widened back to float32, or None).
+
+    On the CPU with numba both come from one pass (``lower_widen``); elsewhere
+    (a GPU, which multiplies 16-bit operands itself, no numba, an odd layout)
+    the conversion alone. The widening is exact: a CPU GEMM given it computes
+    the bits it computes from the copy.
+    """
+    if type(source) is np.ndarray and source.flags.c_contiguous and numba_default() \
+            and source.dtype == dt.float32 and dtype in _NUMBA_LOWER_WIDEN:
+        low, wide = np.empty(source.shape, dtype), np.empty(source.shape, dt.float32)
+        KERNELS[_NUMBA_LOWER_WIDEN[dtype]](source.reshape(-1).view(U32), low.reshape(-1).view(U16),
+                                           wide.reshape(-1).view(U32))
+        return low, wide
+    return convert(source, dtype), None
+
+
 # The largest weight (elements) whose float32 widening LowCopy keeps. Below it a GEMM's own
 # widening costs more in per-call overhead than the kept array; above it the extra float32 array
 # costs more in memory traffic than the widening it saves (a step of MLP 784-H-10 at batch 4 is

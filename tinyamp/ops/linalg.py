@@ -164,14 +164,18 @@ class Linear(Function):
             raise ValueError(f"linear: bias of shape {list(b.shape)} does not match weight "
                              f"{list(w.shape)} (expected [{out_features}])")
         rows = _rows(x)  # batch dims folded into M: one GEMM
-        widened = self.widened or {}  # the lowered weights' float32 widenings (CPU), from the cache
+        # The float32 widenings (CPU) of the lowered weights, from the cache, and of an input autocast
+        # converted for this call: that one is dropped here, not kept with the node until backward.
+        widened = self.widened or {}
+        x32 = widened.pop(0, None)
+        x32 = None if x32 is None else _rows(x32)
         if b is None:
-            y = gemm(rows, w, trans_b=True, b_widened=widened.get(1))
+            y = gemm(rows, w, trans_b=True, a_widened=x32, b_widened=widened.get(1))
         elif dt.is_low_precision(x.dtype):
             # The bias is added to the float32 accumulator and the sum rounded
             # once, as a cuBLAS epilogue would (one fused pass: numba on the CPU,
             # one kernel launch on a GPU, which widens the 16-bit bias itself).
-            acc = gemm(rows, w, xp.float32, trans_b=True, b_widened=widened.get(1))
+            acc = gemm(rows, w, xp.float32, trans_b=True, a_widened=x32, b_widened=widened.get(1))
             if cuda_launch.on_gpu(acc):
                 y = cuda_epilogue.bias_act_convert(acc, b, x.dtype, relu=False)
             else:

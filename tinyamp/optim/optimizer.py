@@ -314,13 +314,17 @@ class Optimizer:
             with tinyamp.enable_grad():
                 loss = closure()
         backend.observe(self)  # a graphed step learns which optimizers it replays (tinyamp/cuda_graphs)
-        keeps: dict = {}
-        # A masked step computes with the inf/nan gradients it then discards:
-        # NumPy's overflow/invalid warnings would be noise there. (A flag on the
-        # CPU that says "kept" masks nothing: the plain update runs, with finite
-        # gradients.)
-        quiet = np.errstate(over="ignore", invalid="ignore") if found_inf is not None and \
-            not _kept_on_host(found_inf) else contextlib.nullcontext()
+        keeps: dict = {}  # device -> keep flag (_keep_flag), found once per device
+        quiet: Any = contextlib.nullcontext()
+        if found_inf is not None:
+            if _kept_on_host(found_inf):
+                # A flag on the CPU that says "kept": the CPU's flag is known, and the plain update
+                # runs, with finite gradients.
+                keeps[backend.CPU] = True
+            else:
+                # A masked step computes with the inf/nan gradients it then discards: NumPy's
+                # overflow/invalid warnings would be noise there.
+                quiet = np.errstate(over="ignore", invalid="ignore")
         low = self._swamping_dtype  # None unless track_swamping() asked for the measurement
         rows: list = []
         with tinyamp.no_grad(), quiet:
@@ -353,10 +357,10 @@ class Optimizer:
         if p.grad is None:
             return None
         dev = p.device
-        xp = dev.xp
         if dev not in keeps:
             keeps[dev] = self._keep_flag(dev, found_inf)
-        master = self._master(p, group)
+        # Only a group that keeps master weights holds parameters with one (the usual group skips the call).
+        master = self._master(p, group) if group.get("master_weights") else None
         if master is not None and master.grad is not None:
             if grad_scale is not None:
                 raise RuntimeError("step: grad_scale was given, but GradScaler.unscale_ already wrote "
@@ -366,7 +370,7 @@ class Optimizer:
             grad = p.grad.data if master is None else p.grad.data.astype(np.float32)
             if grad_scale is not None:
                 scale = backend.to_device(as_array(grad_scale), dev)
-                grad = dt.opmath(grad) * inverse_scale(xp, scale).reshape(())
+                grad = dt.opmath(grad) * inverse_scale(dev.xp, scale).reshape(())
         weight = p.data if master is None else master.data
         return p, weight, grad, keeps[dev], master
 
