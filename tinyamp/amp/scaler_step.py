@@ -25,14 +25,15 @@ class ScalerStep:
 
     ``skipped`` is true when some optimizer stepped since the previous update
     found inf/nan and skipped its step; ``scale_before``/``scale_after`` are the
-    scale used for this iteration and the one for the next. Each property read
-    is a host synchronisation.
+    scale used for this iteration and the one for the next, kept as one
+    two-element float32 device array ``scales`` (what the scale rule writes).
+    Each property read is a host synchronisation.
     """
 
-    __slots__ = ("_found_inf", "_before", "_after")
+    __slots__ = ("_found_inf", "_scales")
 
-    def __init__(self, found_inf: Any, before: Any, after: Any) -> None:
-        self._found_inf, self._before, self._after = found_inf, before, after
+    def __init__(self, found_inf: Any, scales: Any) -> None:
+        self._found_inf, self._scales = found_inf, scales
 
     @property
     def found_inf(self) -> "Tensor | None":
@@ -48,11 +49,11 @@ class ScalerStep:
 
     @property
     def scale_before(self) -> float:
-        return 1.0 if self._before is None else read_host(self._before)
+        return 1.0 if self._scales is None else read_host(self._scales[0:1])
 
     @property
     def scale_after(self) -> float:
-        return 1.0 if self._after is None else read_host(self._after)
+        return 1.0 if self._scales is None else read_host(self._scales[1:2])
 
     def __repr__(self) -> str:
         return (f"ScalerStep(skipped={self.skipped}, scale_before={self.scale_before}, "

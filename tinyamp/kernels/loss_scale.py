@@ -43,26 +43,26 @@ def unscale_group(xp: Any, grads: list, outs: list, scale: Any, found_inf: Any) 
         grads, outs = [g for g, _ in pairs], [o for _, o in pairs]
     if not grads:
         return
-    # float32(1 / float64(scale)): on the CPU the host divides (the same IEEE division, no array ops).
-    inv_scale = np.asarray(np.float32(1.0 / float(scale))) if xp is np else inverse_scale(xp, scale)
     if xp is np and (numba_default() or resolve(None) == "numba"):
-        # float32 pairs: multiply and check in one numba pass each (the NumPy ufuncs take four).
-        inv, rest = inv_scale[()], []
+        # float32 pairs: multiply and check in one numba pass each (the NumPy ufuncs take four), on
+        # the arrays as they are (the kernels flatten them). The factor is inverse_scale's, divided on
+        # the host: float32(1 / float64(scale)).
+        inv, rest = np.float32(1.0 / float(scale)), []
         in_place, out_of_place = KERNELS["unscale_f32_inplace"], KERNELS["unscale_f32"]
         for grad, out in zip(grads, outs):
-            if grad.dtype != dt.float32 or out.dtype != dt.float32 or not (grad.flags.c_contiguous
-                                                                          and out.flags.c_contiguous):
+            if grad.dtype != dt.float32 or not grad.flags.c_contiguous:
                 rest.append((grad, out))
             elif out is grad:  # in place (O1's gradients): a one-array loop, which LLVM vectorizes
-                if in_place(grad.reshape(-1), inv):
+                if in_place(grad, inv):
                     found_inf[...] = 1.0
-            elif out_of_place(grad.reshape(-1), out.reshape(-1), inv):
+            elif out.dtype != dt.float32 or not out.flags.c_contiguous:
+                rest.append((grad, out))
+            elif out_of_place(grad, out, inv):
                 found_inf[...] = 1.0
         if not rest:
             return
         grads, outs = [g for g, _ in rest], [o for _, o in rest]
-    if not grads:
-        return
+    inv_scale = np.asarray(np.float32(1.0 / float(scale))) if xp is np else inverse_scale(xp, scale)
     with np.errstate(over="ignore", invalid="ignore"):  # inf/nan is what we look for
         for grad, out in zip(grads, outs):
             if out.dtype in dt.LOW_PRECISION:
