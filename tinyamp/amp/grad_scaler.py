@@ -42,7 +42,7 @@ from .. import backend
 from .. import dtypes as dt
 from .. import precision
 from ..autograd.graph import reachable_nodes
-from ..kernels.loss_scale import DEFAULT_MIN_SCALE, unscale_group, update_scale
+from ..kernels.loss_scale import DEFAULT_MIN_SCALE, unscale_group, unscale_in_place_on_host, update_scale
 from ..ops.elementwise import ScaleBy
 from ..tensor import Tensor
 from .scaler_step import ScalerStep, read_host
@@ -56,11 +56,16 @@ class OptState(enum.Enum):
     STEPPED = 2
 
 
+# The stages as plain module names: step() reads four, and reading an Enum member through its
+# class is a slow attribute lookup in CPython (~50 ns, ten times a global).
+_READY, _UNSCALED, _STEPPED = OptState.READY, OptState.UNSCALED, OptState.STEPPED
+
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
+_HOST_ZERO = np.zeros((), dtype=np.float32)  # copied into each step's CPU found_inf flag
 
 
 def _refresh_per_optimizer_state() -> dict:
-    return {"stage": OptState.READY, "found_inf_per_device": {}}
+    return {"stage": _READY, "found_inf_per_device": {}}
 
 
 # ------------------------------------------------------------ helpers
@@ -245,25 +250,27 @@ class GradScaler:
         if self._scale is None:
             raise self._no_scale_yet("unscale_")
         state = self._per_optimizer_states[id(optimizer)]
-        if state["stage"] is OptState.UNSCALED:
+        if state["stage"] is _UNSCALED:
             raise RuntimeError("unscale_() has already been called on this optimizer since the last update().")
-        if state["stage"] is OptState.STEPPED:
+        if state["stage"] is _STEPPED:
             raise RuntimeError("unscale_() is being called after step().")
-        self._unscale_into(state, optimizer)
-
-    def _unscale_into(self, state: dict, optimizer: Any) -> None:
-        """Unscale ``optimizer``'s gradients and record the flags in its per-iteration ``state``."""
         state["found_inf_per_device"] = self._unscale_grads_(optimizer)
-        state["stage"] = OptState.UNSCALED
+        state["stage"] = _UNSCALED
 
     def _unscale_grads_(self, optimizer: Any) -> dict:
         """One ``unscale_group`` call per device; returns {device: found_inf array}.
 
         ``unscale_group`` takes a device's gradients of every dtype (a GPU launches
-        one fused kernel per dtype pair), so they are gathered by device only.
+        one fused kernel per dtype pair), so they are gathered by device only. The
+        CPU's gradients without a master copy (all of them under O1) are gathered
+        apart for ``unscale_in_place_on_host``, the same pass without the per-pair
+        sorting: the usual CPU step, where that bookkeeping costs more than the
+        arithmetic.
         """
         master_of = getattr(optimizer, "_master", None)
-        per_device: dict = {}  # device -> (grads, outs, tensors written)
+        host_grads: list = []     # NumPy gradients unscaled in place
+        host_written: list = []   # their Tensors
+        per_device: dict = {}     # device -> (grads, outs, tensors written): the rest
         refused = []
         for group in optimizer.param_groups:
             # Only a group that keeps master weights can hold a parameter with one (the optimizer's
@@ -282,6 +289,10 @@ class GradScaler:
                 elif data.dtype == dt.float16:
                     refused.append(p)
                     continue
+                elif type(data) is np.ndarray:
+                    host_grads.append(data)
+                    host_written.append(grad)
+                    continue
                 dev = backend.CPU if type(data) is np.ndarray else backend.device_of(data)
                 bucket = per_device.get(dev)
                 if bucket is None:
@@ -293,9 +304,18 @@ class GradScaler:
             self._refuse_fp16_grads(optimizer, refused)
         found_per_device: dict = {}
         moved: dict = {}  # the scale copied to another device, once per device
+        if host_grads:
+            # A fresh flag per step (last_step keeps it), copied from a kept zero (no dtype to parse).
+            found = found_per_device[backend.CPU] = _HOST_ZERO.copy()
+            unscale_in_place_on_host(host_grads, self._scale_on(backend.CPU, moved).data, found)
+            for t in host_written:
+                t._version[0] += 1
         for dev, (grads, outs, written) in per_device.items():
-            found = found_per_device[dev] = dev.xp.zeros((), dtype=np.float32)
-            unscale_group(dev.xp, grads, outs, self._scale_on(dev, moved).data, found)
+            xp = dev.xp
+            found = found_per_device.get(dev)
+            if found is None:
+                found = found_per_device[dev] = _HOST_ZERO.copy() if dev is backend.CPU else xp.zeros((), np.float32)
+            unscale_group(xp, grads, outs, self._scale_on(dev, moved).data, found)
             for t in written:
                 t._version[0] += 1
         return found_per_device
@@ -326,11 +346,13 @@ class GradScaler:
         if self._scale is None:
             raise self._no_scale_yet("step")
         state = self._per_optimizer_states[id(optimizer)]
-        if state["stage"] is OptState.STEPPED:
+        if state["stage"] is _STEPPED:
             raise RuntimeError("step() has already been called since the last update().")
-        if state["stage"] is OptState.READY:
-            self._unscale_into(state, optimizer)  # unscale_(optimizer), its checks made above
-        found = state["found_inf_per_device"]
+        if state["stage"] is _READY:  # unscale_(optimizer), its checks made above
+            state["found_inf_per_device"] = found = self._unscale_grads_(optimizer)
+            state["stage"] = _UNSCALED
+        else:
+            found = state["found_inf_per_device"]
         if len(found) == 0:
             raise RuntimeError("No inf checks were recorded for this optimizer.")
         if getattr(optimizer, "_step_supports_amp_scaling", False):
@@ -339,7 +361,7 @@ class GradScaler:
                 (total,) = found.values()
             else:
                 total = self._sum_found(found.values(), next(iter(found)))
-            retval = optimizer.step(*args, found_inf=Tensor._wrap(total), **kwargs)
+            retval = optimizer.step(*args, found_inf=total, **kwargs)  # the contract takes the array as it is
         else:
             backend.refuse_in_capture(
                 f"GradScaler.step({type(optimizer).__name__})",
@@ -349,7 +371,7 @@ class GradScaler:
                 "implement the contract")
             total = sum(read_host(value) for value in found.values())
             retval = optimizer.step(*args, **kwargs) if total == 0 else None
-        state["stage"] = OptState.STEPPED
+        state["stage"] = _STEPPED
         return retval
 
     @staticmethod
@@ -357,7 +379,8 @@ class GradScaler:
         """The found_inf flags summed on ``dev`` (the flag itself when there is one: the usual step)."""
         total = None
         for value in values:
-            value = backend.to_device(value, dev)
+            if type(value) is not np.ndarray or dev is not backend.CPU:  # a CPU flag for a CPU scale stays
+                value = backend.to_device(value, dev)
             total = value if total is None else total + value
         return total
 
