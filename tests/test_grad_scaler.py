@@ -325,7 +325,9 @@ def test_last_step_keeps_its_values_through_the_next_iteration() -> None:
     skipped = s.last_step
     _set_grads([p], [[4.0, 4.0]])
     s.unscale_(opt)  # the next iteration's flag is a new array: the record still says skipped
+    syncs = ta.cuda.sync_count()
     assert skipped.skipped and skipped.scale_before == 8.0 and skipped.scale_after == 4.0
+    assert ta.cuda.sync_count() == syncs + 3  # one host read per property, on the CPU too
     assert float(s.found_inf(opt).data) == 0.0
     s.step(opt)
     s.update(new_scale=64.0)

@@ -407,21 +407,24 @@ class GradScaler:
         xp = dev.xp
         found = [v for s in self._per_optimizer_states.values() for v in s["found_inf_per_device"].values()]
         combined = self._sum_found(found, dev)
-        # The scale before and after, in a fresh pair kept by last_step.
-        record = xp.empty((2,), dtype=np.float32)
         if new_scale is not None:
-            record[0] = self._scale
+            scales = xp.empty((2,), dtype=np.float32)  # the scale before and after, kept by last_step
+            scales[0] = self._scale
             self._set_scale(new_scale, xp, dev)
-            record[1] = self._scale
+            scales[1] = self._scale
         else:
             if combined is None:
                 raise RuntimeError("No inf checks were recorded prior to update.")
-            # The rule writes the pair itself: no copies.
-            update_scale(xp, self._scale, self._growth_tracker, self._hysteresis_tracker, combined,
-                         growth_factor=self._growth_factor, backoff_factor=self._backoff_factor,
-                         growth_interval=self._growth_interval, hysteresis=self._hysteresis,
-                         min_scale=self._min_scale, max_scale=self._max_scale, record=record)
-        self.last_step = ScalerStep(combined, record)
+            # On a GPU the rule's kernel writes the scale before and after into a fresh pair (kept by
+            # last_step); on the CPU the rule hands them back as Python floats (no array to fill).
+            record = None if xp is np else xp.empty((2,), dtype=np.float32)
+            scales = update_scale(xp, self._scale, self._growth_tracker, self._hysteresis_tracker, combined,
+                                  growth_factor=self._growth_factor, backoff_factor=self._backoff_factor,
+                                  growth_interval=self._growth_interval, hysteresis=self._hysteresis,
+                                  min_scale=self._min_scale, max_scale=self._max_scale, record=record)
+            if record is not None:
+                scales = record
+        self.last_step = ScalerStep(combined, scales)
         self._per_optimizer_states = defaultdict(_refresh_per_optimizer_state)
         backend.observe(self)  # a graphed step counts this update's skipped step (tinyamp/cuda_graphs)
 

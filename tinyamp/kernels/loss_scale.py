@@ -113,10 +113,11 @@ def _unscale_with_ufuncs(xp: Any, grads: Any, outs: Any, inv_scale: Any, found_i
 
 def update_scale(xp: Any, scale: Any, growth_tracker: Any, hysteresis_tracker: Any, found_inf: Any, *,
                   growth_factor: float, backoff_factor: float, growth_interval: int, hysteresis: int,
-                  min_scale: float | None, max_scale: float | None, record: Any = None) -> None:
+                  min_scale: float | None, max_scale: float | None, record: Any = None) -> "tuple[float, float] | None":
     """The dynamic rule, in place: on a GPU one kernel thread (no host sync), on the CPU a few host reads.
 
-    ``record`` (two float32, optional) receives the scale before and after.
+    ``record`` (two float32, optional) receives the scale before and after. On
+    the CPU they are also returned as Python floats (read for free there).
 
     inf/nan found: the growth tracker resets and the hysteresis tracker counts
     down; once it reaches 0 the scale backs off (to no less than ``min_scale``).
@@ -133,9 +134,7 @@ def update_scale(xp: Any, scale: Any, growth_tracker: Any, hysteresis_tracker: A
                                  min_scale=min_scale, max_scale=max_scale, floor=DEFAULT_MIN_SCALE, record=record)
         return
     # NumPy arrays: reading them on the host costs nothing, so decide in Python.
-    current = float(scale)  # a float32 value, exactly
-    if record is not None:
-        record[0] = current
+    current = after = float(scale)  # a float32 value, exactly
     hyst_left = max(int(hysteresis_tracker) - 1, 0)
     successful = int(growth_tracker) + 1
     if float(found_inf) > 0:
@@ -143,7 +142,9 @@ def update_scale(xp: Any, scale: Any, growth_tracker: Any, hysteresis_tracker: A
         hysteresis_tracker[...] = hyst_left
         if hyst_left <= 0:
             floor = np.float32(DEFAULT_MIN_SCALE if min_scale is None else min_scale)
-            scale[...] = max(np.float32(current * backoff_factor), floor)
+            backed = max(np.float32(current * backoff_factor), floor)
+            scale[...] = backed
+            after = float(backed)
     elif successful >= growth_interval:
         grown = current * growth_factor
         if max_scale is not None and max_scale < grown:
@@ -152,9 +153,11 @@ def update_scale(xp: Any, scale: Any, growth_tracker: Any, hysteresis_tracker: A
             grown32 = np.float32(grown)
         if np.isfinite(grown32):  # never grow to inf
             scale[...] = grown32
+            after = float(grown32)
         growth_tracker[...] = 0
         hysteresis_tracker[...] = hysteresis
     else:
         growth_tracker[...] = successful
     if record is not None:
-        record[1] = scale
+        record[0], record[1] = current, after
+    return current, after
