@@ -307,7 +307,8 @@ class GradScaler:
         if host_grads:
             # A fresh flag per step (last_step keeps it), copied from a kept zero (no dtype to parse).
             found = found_per_device[backend.CPU] = _HOST_ZERO.copy()
-            unscale_in_place_on_host(host_grads, self._scale_on(backend.CPU, moved).data, found)
+            scale = self._scale if self._scale_device is backend.CPU else self._scale_on(backend.CPU, moved).data
+            unscale_in_place_on_host(host_grads, scale, found)
             for t in host_written:
                 t._version[0] += 1
         for dev, (grads, outs, written) in per_device.items():
