@@ -135,9 +135,9 @@ def update_scale(xp: Any, scale: Any, growth_tracker: Any, hysteresis_tracker: A
         return
     # NumPy arrays: reading them on the host costs nothing, so decide in Python.
     current = after = float(scale)  # a float32 value, exactly
-    hyst_left = max(int(hysteresis_tracker) - 1, 0)
     successful = int(growth_tracker) + 1
     if float(found_inf) > 0:
+        hyst_left = max(int(hysteresis_tracker) - 1, 0)
         growth_tracker[...] = 0
         hysteresis_tracker[...] = hyst_left
         if hyst_left <= 0:
