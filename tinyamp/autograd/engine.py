@@ -164,9 +164,7 @@ def run_backward(roots: Sequence[Tensor], root_grads: Sequence[Tensor], retain_g
         for key, leaf in leaves.items():
             if allowed is not None and key not in allowed:
                 continue
-            grad = leaf_grads[key]
-            if not create_graph:
-                grad = grad.detach()
+            grad = leaf_grads[key]  # without create_graph only its array is used: no detached Tensor needed
             if leaf.grad is None:
                 data = grad.data
                 if not create_graph and (data.base is not None or id(data) in handed_out):
