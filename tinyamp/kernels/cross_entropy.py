@@ -37,6 +37,8 @@ from .cpu_numba import KERNELS
 from .cpu_numpy import U16, U32
 
 FUSED_DTYPES = cuda_launch.FUSED_DTYPES
+_ONE = np.ones((), dt.float32)  # backward's "mean" divisor when every target is ignored (a 0 gradient, not 0/0)
+_ONE.flags.writeable = False
 
 
 class TargetOutOfRange(Exception):
@@ -150,7 +152,7 @@ def _backward_numpy(x: Any, weight: Any, gy: Any, saved: Saved, reduction: str, 
     if reduction == "none":
         u = u[:, None]
     elif reduction == "mean":
-        u = u / np.where(saved.count == 0, np.ones((), dt.float32), saved.count)
+        u = u / np.where(saved.count == 0, _ONE, saved.count)
     hot = (1.0 - eps) * saved.row_weight[:, None]
     total, smooth = hot, None
     if eps:
