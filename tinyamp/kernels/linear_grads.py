@@ -60,22 +60,22 @@ def linear_grads16(g: Any, x: Any, w: Any, w_widened: Any, needs: "tuple[bool, .
     g32 = np.empty(g.shape, dt.float32)
     x32 = np.empty(x.shape, dt.float32) if need_dw else _NONE32
     KERNELS["widen16_pair"](g.view(U16), g32, x.view(U16) if need_dw else _NONE16, x32, bf16)
-    dx = dx16 = dw = dw16 = db = db16 = None
+    dx = dx16 = dw = dw16 = db = db16 = None  # float32 results, and their 16-bit roundings
     if need_dx:
         dx = np.matmul(g32, convert(w, dt.float32) if w_widened is None else w_widened)
-        dx16 = np.empty(dx.shape, U16)
+        dx16 = np.empty(dx.shape, dtype)
     if need_dw:
         dw = np.matmul(g32.T, x32)
-        dw16 = _NONE16 if dw_float32 else np.empty(dw.shape, U16)
+        dw16 = None if dw_float32 else np.empty(dw.shape, dtype)
     if need_db:
         db = g.sum(axis=0, dtype=dt.float32)  # as the Sum op: float32 accumulation, one rounding
-        db16 = _NONE16_1D if db_float32 else np.empty(db.shape, U16)
-    KERNELS["round16_triple"](_NONE32 if dx is None else dx, _NONE16 if dx16 is None else dx16,
+        db16 = None if db_float32 else np.empty(db.shape, dtype)
+    # The 16-bit results are allocated in their dtype and written through uint16 views, so the arrays
+    # handed back own their memory (the engine copies a view before storing it in a leaf's .grad).
+    KERNELS["round16_triple"](_NONE32 if dx is None else dx, _NONE16 if dx16 is None else dx16.view(U16),
                               _INTO_16 if need_dx else _SKIP,
-                              _NONE32 if dw is None else dw, _NONE16 if dw16 is None else dw16,
+                              _NONE32 if dw is None else dw, _NONE16 if dw16 is None else dw16.view(U16),
                               _SKIP if not need_dw else _THROUGH_16 if dw_float32 else _INTO_16,
-                              _NONE32_1D if db is None else db, _NONE16_1D if db16 is None else db16,
+                              _NONE32_1D if db is None else db, _NONE16_1D if db16 is None else db16.view(U16),
                               _SKIP if not need_db else _THROUGH_16 if db_float32 else _INTO_16, bf16)
-    return (None if dx16 is None else dx16.view(dtype),
-            None if dw is None else dw if dw_float32 else dw16.view(dtype),
-            None if db is None else db if db_float32 else db16.view(dtype))
+    return dx16, dw if dw_float32 else dw16, db if db_float32 else db16

@@ -124,7 +124,7 @@ class Erf(Function):
 
 
 def _relu_backward(gy: Any, y: Any) -> Any:
-    """``gy * (y > 0)`` on arrays of one dtype and device: ReluBackward's forward, and Relu's backward without a node."""
+    """dx = gy * (y > 0) on arrays of one dtype and device (ReluBackward's forward; Relu's backward without a node)"""
     if type(gy) is np.ndarray and dt.is_low_precision(gy.dtype) and gy.dtype == y.dtype:
         # Low precision on the CPU: a bit-level where(y > 0, gy, 0) (NumPy's
         # float16 multiply is ~20 ns/element). Here an inf/nan in gy at a

@@ -235,7 +235,7 @@ class Linear(Function):
                                    (self.widened or {}).get(1), needs, 1 in lowered, 2 in lowered)
             if grads is not None:
                 dx, dw, db = grads
-                dx = None if dx is None else Tensor._wrap(dx.reshape(self.input_shapes[0]))
+                dx = None if dx is None else Tensor._wrap(dx if g.ndim == 2 else dx.reshape(self.input_shapes[0]))
                 dw = None if dw is None else Tensor._wrap(dw)
                 if len(needs) == 2:
                     return dx, dw
