@@ -37,9 +37,13 @@ from .. import backend
 from ..backend import array_module
 from ..kernels.round_through import lower_widened
 from ..precision import (FP32, LOWER, NEUTRAL, PROMOTE, AutocastState, Precision, cast_plan, current_autocast,
-                         current_trace, global_overrides, insert_cast, low_copy, note_fused_cast)
+                         current_trace, global_overrides, insert_cast, lower_weights, note_fused_cast)
 from ..tensor import Tensor
 from .grad_mode import _grad_enabled
+
+# The global per-op overrides (the live dict, never rebound): _apply_precision tests it on every op
+# under autocast, and an empty one (the common case) leaves each op its class tag.
+_GLOBAL_OVERRIDES = global_overrides()
 
 # The tape's clock: every recorded node takes the next number, so decreasing
 # sequence numbers are a valid reverse topological order.
@@ -87,6 +91,8 @@ class Function:
     # the weight), ``forward`` gets its low-precision copy from the weight-cast
     # cache (``lowered``), and backward returns the weight's gradient in float32
     # as float32(round(gradient)), which is what a Cast node's backward gave.
+    # They are the op's last inputs (linear's weight and bias): their casts come
+    # after the others', in input order, as a trace lists them.
     lowers_weights: ClassVar[tuple[int, ...]] = ()
 
     # Per-call state set by autocast (see upcasts_inputs / lowers_weights).
@@ -157,7 +163,10 @@ class Function:
         if state is not None and state.device_type is not None and tensors and \
                 tensors[0].device.type != state.device_type:
             state = None  # a device-specific region leaves other devices' ops alone
-        tag = self.effective_precision(state)
+        if state is None or not (state.overrides or _GLOBAL_OVERRIDES):
+            tag = self.precision  # no override in force: effective_precision's answer, without the call
+        else:
+            tag = self.effective_precision(state)
         if tag is NEUTRAL and self.promoted_inputs is None:
             return tensors  # nothing moves (relu, reshapes): the usual NEUTRAL op under autocast
         target, moves = cast_plan(tag, tuple([t.data.dtype for t in tensors]),
@@ -197,30 +206,26 @@ class Function:
         out = list(tensors)
         lowers = self.lowers_weights if tag is LOWER and state is not None else ()
         for position, move in enumerate(moves):
-            if not move:
+            if not move or position in lowers:
                 continue
             t = tensors[position]
-            if lowers:
-                if position in lowers:
-                    copy = low_copy(self, position, t, target, state, tag)
-                    if copy is not None:
-                        if self.lowered is None:
-                            self.lowered, self.widened = {}, {}
-                        self.lowered[position], self.widened[position] = copy
-                        continue
-                elif not t._requires_grad and current_trace() is None:
-                    # An input that needs no gradient (the input batch) with no report open: nothing to
-                    # record, only a conversion, which on the CPU also gives the copy widened back to
-                    # float32 (one pass): the op's GEMM multiplies it instead of widening the copy again.
-                    # A transient: the op drops it after its GEMM (backward widens the saved copy).
-                    low, wide = lower_widened(t.data, target)
-                    out[position] = Tensor._wrap(low)
-                    if wide is not None:
-                        if self.lowered is None:
-                            self.lowered, self.widened = {}, {}
-                        self.widened[position] = wide
-                    continue
+            if lowers and not t._requires_grad and current_trace() is None:
+                # An input that needs no gradient (the input batch) with no report open: nothing to
+                # record, only a conversion, which on the CPU also gives the copy widened back to
+                # float32 (one pass): the op's GEMM multiplies it instead of widening the copy again.
+                # A transient: the op drops it after its GEMM (backward widens the saved copy).
+                low, wide = lower_widened(t.data, target)
+                out[position] = Tensor._wrap(low)
+                if wide is not None:
+                    if self.lowered is None:
+                        self.lowered, self.widened = {}, {}
+                    self.widened[position] = wide
+                continue
             out[position] = insert_cast(self, t, target, state, tag)
+        if lowers:
+            # The weights, after the other inputs (they are the op's last inputs, so a trace lists
+            # the casts in input order): one call for all of them.
+            lower_weights(self, out, moves, target, state, tag)
         return out
 
     def effective_precision(self, state: "AutocastState | None") -> Precision:
