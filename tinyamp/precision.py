@@ -288,12 +288,12 @@ def note_fused_cast(op: Any, position: int, tensor: Any, target: np.dtype, state
     _fused_cast_function(op, position, tensor, target, state, tag, cache, result)
 
 
-def lower_weights(op: Any, inputs: list, moves: "tuple[bool, ...]", target: np.dtype, state: AutocastState,
+def lower_weights(op: Any, inputs: list, positions: "tuple[int, ...]", target: np.dtype, state: AutocastState,
                   tag: Precision) -> None:
     """The ``target`` copies of the float32 weights ``op`` lowers itself, from the weight-cast cache.
 
     For LOWER ops with ``Function.lowers_weights``, in one call for all of them:
-    each weight that must move (``moves``) and is a float32 leaf that requires
+    each weight at ``positions`` (those that must move) that is a float32 leaf that requires
     grad gets, in ``op.lowered``, the array a Cast node would have produced
     (converted now, or the cached copy), without the node, and in
     ``op.widened`` that array widened back to float32 when the cache keeps it
@@ -301,7 +301,7 @@ def lower_weights(op: Any, inputs: list, moves: "tuple[bool, ...]", target: np.d
     ordinary recorded cast, written into the list ``inputs``. Reports the casts
     to an open trace. Implemented by ``amp.casting.lower_weights``.
     """
-    _lower_weights_function(op, inputs, moves, target, state, tag)
+    _lower_weights_function(op, inputs, positions, target, state, tag)
 
 
 def fused_cause(op: Any, position: int, source: np.dtype, target: np.dtype) -> str:

@@ -243,11 +243,11 @@ def _shares_version(out: Any, weight: Any) -> Any:
     return out
 
 
-def lower_weights(op: Any, inputs: list, moves: "tuple[bool, ...]", target: np.dtype, state: AutocastState,
+def lower_weights(op: Any, inputs: list, positions: "tuple[int, ...]", target: np.dtype, state: AutocastState,
                   tag: Precision) -> None:
     """``precision.lower_weights``: the ``target`` copies of the float32 weights an op lowers itself.
 
-    For each of ``op.lowers_weights`` that must move (``moves``): a float32 leaf
+    For each input at ``positions`` (those of ``op.lowers_weights`` that must move): a float32 leaf
     that requires grad goes to ``op.lowered`` as its ``target`` copy and to
     ``op.widened`` as that copy's float32 widening or None; any other input gets
     an ordinary recorded cast in ``inputs``. With the cache on, the copy is the
@@ -259,25 +259,24 @@ def lower_weights(op: Any, inputs: list, moves: "tuple[bool, ...]", target: np.d
     """
     cache = state.cache
     tracing = precision.current_trace() is not None
-    for position in op.lowers_weights:
-        if position >= len(moves) or not moves[position]:
-            continue
+    for position in positions:
         tensor = inputs[position]
         if not _cacheable(tensor, target):
             inputs[position] = cast_input(op, tensor, target, state, tag)
             continue
         if cache is not None:
             copy, cached = cache.current(tensor, target)
-            array, wide, kind = copy.low, copy.wide, "hit" if cached else "miss"
+            array, wide = copy.low, copy.wide
             if wide is None:  # not asked for yet (or not kept: a large weight, a GPU)
                 wide = copy.widened()
         else:
-            array, wide, kind = convert(tensor.data, target), None, None
+            array, wide, cached = convert(tensor.data, target), None, None
         if op.lowered is None:
             op.lowered, op.widened = {}, {}
         op.lowered[position] = array
         op.widened[position] = wide
         if tracing:
+            kind = None if cached is None else "hit" if cached else "miss"
             note_fused_cast(op, position, tensor, target, state, tag, kind, array)
 
 
