@@ -107,11 +107,9 @@ class WeightCastCache:
         optimizer's update makes each one stale), so the entry is restamped in
         place (a list) rather than rebuilt.
         """
-        key = (id(weight), dtype)
-        entry = self._entries.get(key)
+        entry = self._entries.get((id(weight), dtype))
         if entry is not None and entry[0]() is weight:
-            copy = entry[2]
-            version = weight._version[0]
+            copy, version = entry[2], weight._version[0]
             if entry[1] == version:
                 self.hits += 1
                 capture = backend.current_capture()  # _held_by_capture, inlined: on every lowered weight
@@ -259,6 +257,7 @@ def lower_weights(op: Any, inputs: list, positions: "tuple[int, ...]", target: n
     """
     cache = state.cache
     tracing = precision.current_trace() is not None
+    lowered, widened = op.lowered, op.widened
     for position in positions:
         tensor = inputs[position]
         if not _cacheable(tensor, target):
@@ -271,10 +270,10 @@ def lower_weights(op: Any, inputs: list, positions: "tuple[int, ...]", target: n
                 wide = copy.widened()
         else:
             array, wide, cached = convert(tensor.data, target), None, None
-        if op.lowered is None:
-            op.lowered, op.widened = {}, {}
-        op.lowered[position] = array
-        op.widened[position] = wide
+        if lowered is None:
+            lowered = op.lowered = {}
+            widened = op.widened = {}
+        lowered[position], widened[position] = array, wide
         if tracing:
             kind = None if cached is None else "hit" if cached else "miss"
             note_fused_cast(op, position, tensor, target, state, tag, kind, array)
