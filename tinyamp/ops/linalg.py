@@ -167,29 +167,33 @@ class Linear(Function):
         if b is not None and b.shape != (out_features,):
             raise ValueError(f"linear: bias of shape {list(b.shape)} does not match weight "
                              f"{list(w.shape)} (expected [{out_features}])")
-        rows = _rows(x)  # batch dims folded into M: one GEMM
+        rows = x if x.ndim == 2 else _rows(x)  # batch dims folded into M: one GEMM
         # The float32 widenings (CPU) of the lowered weights, from the cache, and of an input autocast
         # converted for this call: that one is dropped here, not kept with the node until backward.
-        widened = self.widened or {}
-        x32 = widened.pop(0, None)
-        x32 = None if x32 is None else _rows(x32)
+        widened = self.widened
+        if widened is None:
+            x32 = w32 = b32 = None
+        else:
+            x32, w32, b32 = widened.pop(0, None), widened.get(1), widened.get(2)
+            if x32 is not None and x32.ndim != 2:
+                x32 = _rows(x32)
         if b is None:
-            y = gemm(rows, w, trans_b=True, a_widened=x32, b_widened=widened.get(1))
-        elif dt.is_low_precision(x.dtype):
+            y = gemm(rows, w, trans_b=True, a_widened=x32, b_widened=w32)
+        elif x.dtype in dt.LOW_PRECISION:
             # The bias is added to the float32 accumulator and the sum rounded
             # once, as a cuBLAS epilogue would (one fused pass: numba on the CPU,
             # one kernel launch on a GPU, which widens the 16-bit bias itself).
-            acc = gemm(rows, w, xp.float32, trans_b=True, a_widened=x32, b_widened=widened.get(1))
-            if cuda_launch.on_gpu(acc):
+            acc = gemm(rows, w, xp.float32, trans_b=True, a_widened=x32, b_widened=w32)
+            if b32 is not None:  # the cache's widening of the bias: a CPU array, so the CPU epilogue
+                y = bias_act_convert(acc, b32, x.dtype, overwrite_y=True)
+            elif cuda_launch.on_gpu(acc):
                 y = cuda_epilogue.bias_act_convert(acc, b, x.dtype, relu=False)
             else:
-                b32 = widened.get(2)
-                y = bias_act_convert(acc, b.astype(xp.float32) if b32 is None else b32, x.dtype,
-                                     overwrite_y=True)
+                y = bias_act_convert(acc, b.astype(xp.float32), x.dtype, overwrite_y=True)
         else:
             y = gemm(rows, w, trans_b=True)
             y += b  # in place on gemm's fresh result: no second output buffer
-        return y.reshape(x.shape[:-1] + (out_features,))
+        return y if x.ndim == 2 else y.reshape(x.shape[:-1] + (out_features,))
 
     def backward(self, gy: Tensor) -> tuple:
         x, w = self.saved_tensors
