@@ -11,6 +11,7 @@ import pytest
 
 import tinyamp as ta
 from tinyamp.ops.cast import Cast
+from tinyamp.precision import current_autocast
 
 f16, bf16, f32 = ta.float16, ta.bfloat16, ta.float32
 
@@ -349,6 +350,38 @@ def test_global_override_applies_in_every_region_until_reset() -> None:
     ta.amp.reset_op_precision("exp")
     with ta.amp.autocast():
         assert ta.exp(x).dtype == f32
+
+
+def test_memoised_decisions_follow_overrides_set_later() -> None:
+    # The tape memoises each op's decision and skips NEUTRAL ops while no override is in force: an
+    # override made after those calls must still take effect, and stop when reset.
+    x = _leaf(3, 4)
+    with ta.amp.autocast():
+        assert ta.exp(x).dtype == f32 and ta.relu(x).dtype == f32
+    ta.amp.set_op_precision("exp", "lower")
+    ta.amp.set_op_precision("relu", "lower")
+    with ta.amp.autocast():
+        assert ta.exp(x).dtype == f16 and ta.relu(x).dtype == f16
+    ta.amp.reset_op_precision()
+    with ta.amp.autocast():
+        assert ta.exp(x).dtype == f32 and ta.relu(x).dtype == f32
+        with ta.amp.autocast(lower_ops={"relu"}):
+            assert ta.relu(x).dtype == f16
+
+
+def test_regions_without_overrides_share_one_state() -> None:
+    # A training loop enters a region per step: without overrides each installs the same (never
+    # written) state; a region with overrides, another dtype or the cache off gets its own.
+    def state_in(**kwargs: object) -> object:
+        with ta.amp.autocast(**kwargs):
+            return current_autocast()
+
+    first, again = state_in(), state_in()
+    assert first is again and first.overrides == {}
+    for other in (state_in(dtype=bf16), state_in(cache_enabled=False), state_in(fp32_ops={"matmul"})):
+        assert other is not first
+    assert state_in(fp32_ops={"matmul"}).overrides == {"matmul": ta.amp.FP32}
+    assert state_in(cache_enabled=False).cache is None and first.cache is not None
 
 
 def test_overridden_promote_op_still_gets_equal_dtypes() -> None:

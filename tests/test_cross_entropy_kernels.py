@@ -25,7 +25,7 @@ import fused_drivers as fd
 import tinyamp as ta
 from tinyamp import backend
 from tinyamp.cuda_standin import kernels as standin_kernels
-from tinyamp.kernels import cross_entropy, cuda_launch, cuda_loss
+from tinyamp.kernels import convert, cross_entropy, cuda_launch, cuda_loss
 
 DTYPES = [np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)]
 REDUCTIONS = ["mean", "sum", "none"]
@@ -224,3 +224,33 @@ def test_kernel_sources_declare_what_the_launches_pass() -> None:
     assert len(names) == 27 + 81
     assert cuda_loss.pairwise_blocks(128) == 1 and cuda_loss.pairwise_blocks(129) == 2
     assert cuda_loss.pairwise_blocks(8192) == 64
+
+
+@pytest.mark.skipif(not (convert.BACKEND == "numba" and convert.numba_available()), reason="numba not installed")
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+@pytest.mark.parametrize("via_float32", [False, True])
+def test_float16_gradient_rounding_is_astypes_with_and_without_numba(monkeypatch, smoothing, via_float32) -> None:
+    # Wide logits and a loss scale: many softmax entries underflow float16 (NumPy's slow cast path),
+    # some land in its subnormals, some overflow it; the numba rounding must give astype's bits.
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((7, 10)) * 12).astype(np.float16)
+    x[2, 3], x[4, :] = np.inf, -np.inf
+    x[5, 1] = np.nan
+    target = rng.integers(0, 10, 7).astype(np.int64)
+    options = dict(ignore_index=-100, reduction="mean", label_smoothing=smoothing)
+
+    def gradient() -> np.ndarray:
+        with np.errstate(all="ignore"):
+            _, saved = cross_entropy.forward(x, target, None, out_dtype=np.float32, **options)
+            return cross_entropy.backward(x, target, None, np.asarray(np.float32(2.0 ** 20)), saved,
+                                          out_dtype=np.float16, via_float32=via_float32, **options)
+
+    assert convert.numba_default()
+    fast = gradient()
+    monkeypatch.setattr(convert, "BACKEND", "numpy-bits")  # numba off: NumPy's astype
+    general = gradient()
+    fd.assert_same_bits([fast], [general], "float16 gradient")
+    magnitude = np.abs(general.astype(np.float32))
+    assert np.isnan(magnitude).any() and np.isinf(magnitude).any()
+    if not smoothing:  # (smoothing's uniform term keeps every entry large)
+        assert (magnitude == 0).any() and ((magnitude > 0) & (magnitude < 2.0 ** -14)).any()  # float16 subnormals

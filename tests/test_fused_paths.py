@@ -17,6 +17,8 @@ import pytest
 
 import fused_drivers as fd
 import tinyamp as ta
+from tinyamp.kernels import convert as cv
+from tinyamp.kernels import cpu_numba
 from tinyamp.ops.linalg import Linear
 from tinyamp.ops.loss import CrossEntropy
 
@@ -117,3 +119,57 @@ def test_fused_casts_are_nodes_no_more_but_the_dtypes_are_the_same() -> None:
     assert logits.grad_fn.lowered is not None and set(logits.grad_fn.lowered) == {1, 2}
     loss.backward()
     assert lin.weight.grad.dtype == ta.float32 and lin.bias.grad.dtype == ta.float32
+
+
+# ------------------------------------------------------------------ Linear's CPU backward with 16-bit operands
+# kernels/linear_grads.py widens and rounds around the GEMMs in two numba calls; the general path of
+# Linear._backward_arrays (taken with numba switched off) must give the same bits in every case.
+
+HAVE_NUMBA = cv._numba_installed() and cv.BACKEND == "numba" and cv.numba_available()
+
+
+def linear_backward(dtype, lowered: bool, bias: bool, x_grad: bool, w_grad: bool, batch: tuple,
+                    contiguous: bool) -> list:
+    """A linear layer's gradients for an awkward upstream gradient (inf, subnormals, overflow in dW)."""
+    rng = np.random.default_rng(7)
+    param = np.float32 if lowered else dtype
+    x = ta.tensor((rng.standard_normal(batch + (9,)) * 3).astype(np.float32 if lowered else dtype),
+                  requires_grad=x_grad)
+    w = ta.tensor((rng.standard_normal((5, 9)) * 2).astype(param), requires_grad=w_grad)
+    b = ta.tensor(rng.standard_normal(5).astype(param), requires_grad=True) if bias else None
+    g = rng.standard_normal(batch + (5,)) * 100.0
+    g.reshape(-1)[:3] = [np.inf, 6.0e-8, 60000.0]  # inf, a float16 subnormal, a dW past float16's max
+    g = g.astype(dtype)
+    if not contiguous:  # the same values, laid out column-major
+        g = np.asfortranarray(g)
+    with ta.amp.autocast(enabled=lowered, dtype=dtype):
+        y = ta.linear(x, w, b)
+    assert y.dtype == dtype
+    y.backward(ta.tensor(g))
+    return [t.grad.numpy() for t in (x, w, b) if t is not None and t.requires_grad]
+
+
+@pytest.mark.skipif(not HAVE_NUMBA, reason="numba not installed or not selected")
+@pytest.mark.parametrize("dtype", [ta.float16, ta.bfloat16], ids=str)
+@pytest.mark.parametrize("lowered", [True, False], ids=["autocast", "16-bit-params"])
+@pytest.mark.parametrize("bias, x_grad, w_grad", [(True, True, True), (False, True, True), (True, False, True),
+                                                  (False, True, False), (True, True, False)],
+                         ids=["all", "no-bias", "dW-db", "dx-only", "dx-db"])
+@pytest.mark.parametrize("batch, contiguous", [((6,), True), ((2, 3), True), ((6,), False)],
+                         ids=["2d", "3d", "column-major"])
+def test_linear_16bit_backward_fast_path_gives_the_general_paths_bits(monkeypatch, dtype, lowered, bias, x_grad,
+                                                                      w_grad, batch, contiguous) -> None:
+    calls = []
+    real = cpu_numba.KERNELS["round16_triple"]
+    monkeypatch.setitem(cpu_numba.KERNELS, "round16_triple", lambda *args: calls.append(1) or real(*args))
+    fast = linear_backward(dtype, lowered, bias, x_grad, w_grad, batch, contiguous)
+    # The fast path takes C-contiguous gradients (a 3-D one is folded into rows, a copy) and leaves the
+    # column-major 2-D one to the general path.
+    assert len(calls) == (0 if not contiguous else 1)
+    monkeypatch.setattr(cv, "BACKEND", "numpy-bits")  # numba off: the general path, NumPy conversions
+    general = linear_backward(dtype, lowered, bias, x_grad, w_grad, batch, contiguous)
+    assert len(calls) == (0 if not contiguous else 1)
+    fd.assert_same_bits(fast, general, "linear backward")
+    param = np.float32 if lowered else dtype
+    assert [a.dtype for a in fast] == [param] * (x_grad + w_grad + bias)
+    assert any(np.isinf(a).any() for a in fast) and all(np.isfinite(a).any() for a in fast)

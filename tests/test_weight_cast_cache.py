@@ -12,6 +12,7 @@ import pytest
 
 import tinyamp as ta
 from tinyamp.amp.casting import WeightCastCache
+from tinyamp.kernels.round_through import LowCopy
 
 f16, bf16, f32 = ta.float16, ta.bfloat16, ta.float32
 
@@ -180,7 +181,7 @@ def test_cache_entry_needs_the_same_tensor_not_just_the_same_id() -> None:
     cache.put(w, f16, cast)
     assert cache.get(w, f16) is cast
     # Pretend `other` got w's id after w was collected: the weak reference tells them apart.
-    cache._entries[(id(other), f16)] = (weakref.ref(w), other._version[0], cast)
+    cache._entries[(id(other), f16)] = [weakref.ref(w), other._version[0], LowCopy(w.data, cast)]
     assert cache.get(other, f16) is None
     with ta.no_grad():
         w.add_(1.0)

@@ -247,20 +247,20 @@ def record_cast(op: Any, source: Any, result: Any, direction: str, *, fused: boo
 
 _cast_function: "Callable[..., Any] | None" = None
 _fused_cast_function: "Callable[..., Any] | None" = None
-_low_copy_function: "Callable[..., Any] | None" = None
+_lower_weights_function: "Callable[..., Any] | None" = None
 
 
 def install_cast_function(function: Callable[..., Any], fused: "Callable[..., Any] | None" = None,
-                          low_copy: "Callable[..., Any] | None" = None) -> None:
+                          lower_weights: "Callable[..., Any] | None" = None) -> None:
     """Make ``function`` the one that :func:`insert_cast` calls, ``fused`` the one behind
-    :func:`note_fused_cast` and ``low_copy`` the one behind :func:`low_copy` (tinyamp.amp.casting
-    installs all three, on import)."""
-    global _cast_function, _fused_cast_function, _low_copy_function
+    :func:`note_fused_cast` and ``lower_weights`` the one behind :func:`lower_weights`
+    (tinyamp.amp.casting installs all three, on import)."""
+    global _cast_function, _fused_cast_function, _lower_weights_function
     _cast_function = function
     if fused is not None:
         _fused_cast_function = fused
-    if low_copy is not None:
-        _low_copy_function = low_copy
+    if lower_weights is not None:
+        _lower_weights_function = lower_weights
 
 
 def insert_cast(op: Any, tensor: Any, target: np.dtype, state: "AutocastState | None",
@@ -288,18 +288,20 @@ def note_fused_cast(op: Any, position: int, tensor: Any, target: np.dtype, state
     _fused_cast_function(op, position, tensor, target, state, tag, cache, result)
 
 
-def low_copy(op: Any, position: int, tensor: Any, target: np.dtype, state: AutocastState,
-             tag: Precision) -> "tuple[Any, Any] | None":
-    """The ``target`` copy of the float32 weight ``tensor`` for ``op``, from the weight-cast cache.
+def lower_weights(op: Any, inputs: list, positions: "tuple[int, ...]", target: np.dtype, state: AutocastState,
+                  tag: Precision) -> None:
+    """The ``target`` copies of the float32 weights ``op`` lowers itself, from the weight-cast cache.
 
-    For LOWER ops that lower their weights themselves (``Function.lowers_weights``):
-    (the array a Cast node would have produced (converted now, or the cached
-    copy), without the node; that array widened back to float32 when the cache
-    keeps it (on the CPU: the GEMM's operand), else None). Returns None when the
-    tensor is not a cacheable weight (then the op gets an ordinary recorded
-    cast). Reports the cast to an open trace.
+    For LOWER ops with ``Function.lowers_weights``, in one call for all of them:
+    each weight at ``positions`` (those that must move) that is a float32 leaf that requires
+    grad gets, in ``op.lowered``, the array a Cast node would have produced
+    (converted now, or the cached copy), without the node, and in
+    ``op.widened`` that array widened back to float32 when the cache keeps it
+    (on the CPU: the GEMM's operand), else None. Any other weight gets an
+    ordinary recorded cast, written into the list ``inputs``. Reports the casts
+    to an open trace. Implemented by ``amp.casting.lower_weights``.
     """
-    return _low_copy_function(op, position, tensor, target, state, tag)
+    _lower_weights_function(op, inputs, positions, target, state, tag)
 
 
 def fused_cause(op: Any, position: int, source: np.dtype, target: np.dtype) -> str:

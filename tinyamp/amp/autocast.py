@@ -97,6 +97,25 @@ def _region_overrides(overrides: "Mapping[str, Any] | None", sets: dict[Precisio
 # autocast
 # --------------------------------------------------------------------------
 
+# The states of regions without overrides, one per (dtype, device type, cache on, cache): nothing
+# writes a state once made, so every such region (a training loop enters one per step) installs the
+# same object instead of building a new one.
+_PLAIN_STATES: dict = {}
+
+
+def _region_state(dtype: np.dtype, device_type: "str | None", cache_enabled: bool,
+                  scope: precision.AutocastScope) -> precision.AutocastState:
+    """The state an enabled region installs: its settings, the scope's overrides and cache."""
+    cache = scope.cache if cache_enabled else None
+    if scope.overrides:
+        return precision.AutocastState(dtype, device_type, cache_enabled, scope.overrides, cache)
+    key = (dtype, device_type, cache_enabled, id(cache))
+    state = _PLAIN_STATES.get(key)
+    if state is None or state.cache is not cache:
+        state = _PLAIN_STATES[key] = precision.AutocastState(dtype, device_type, cache_enabled, {}, cache)
+    return state
+
+
 class autocast:
     """Run ops in mixed precision: ``with ta.amp.autocast(): ...`` or ``@ta.amp.autocast()``.
 
@@ -145,8 +164,7 @@ class autocast:
             scope = precision.AutocastScope(outer.cache, {**outer.overrides, **self.overrides}, cache_enabled)
         state = None
         if self._enabled and not _regions_disabled.get():
-            state = precision.AutocastState(self.fast_dtype, self.device_type, cache_enabled,
-                                            scope.overrides, scope.cache if cache_enabled else None)
+            state = _region_state(self.fast_dtype, self.device_type, cache_enabled, scope)
         self._tokens.append((precision.set_scope(scope), precision.set_autocast(state), scope, outer is None))
         # Inf and nan are expected in a low-precision forward (the scaler deals with
         # them): NumPy's floating-point warnings are off for the whole region, as

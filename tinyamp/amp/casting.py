@@ -9,8 +9,8 @@ float16 tensors for backward and the Cast's backward hands float32 gradients to
 float32 weights (docs/ARCHITECTURE.md, "The life of one op call").
 
 Two kinds of op do the cast themselves, with the same numerics and no node
-(``Function.upcasts_inputs``, ``Function.lowers_weights``): :func:`low_copy`
-hands a LOWER op the cached low-precision copy of a float32 weight, and
+(``Function.upcasts_inputs``, ``Function.lowers_weights``): :func:`lower_weights`
+hands a LOWER op the cached low-precision copies of its float32 weights, and
 :func:`note_fused_cast` tells an open precision report about every such cast,
 so ``ta.amp.trace()`` lists each rounding as before.
 
@@ -66,7 +66,7 @@ class WeightCastCache:
     """
 
     def __init__(self) -> None:
-        self._entries: dict[tuple[int, np.dtype], tuple[Any, int, LowCopy]] = {}
+        self._entries: dict[tuple[int, np.dtype], list] = {}  # (id, dtype) -> [weakref, version, LowCopy]
         self.hits = 0
         self.misses = 0
 
@@ -93,7 +93,8 @@ class WeightCastCache:
             if entry is not None and entry[0] is ref:
                 del entries[key]
 
-        self._entries[key] = (weakref.ref(weight, forget), weight._version[0], copy)
+        # [weak reference, version converted at, copies]: a list, so current() restamps it in place
+        self._entries[key] = [weakref.ref(weight, forget), weight._version[0], copy]
 
     def current(self, weight: Any, dtype: np.dtype) -> "tuple[LowCopy, bool]":
         """(the copies of ``weight`` for ``dtype``, whether they were current): converted now when not.
@@ -102,22 +103,22 @@ class WeightCastCache:
         per weight and step there, where the optimizer does not write the copy
         (and a prepared numba pass makes the rewrite one kernel call); whoever
         kept the old copy for backward shares the weight's version counter and
-        sees the update.
+        sees the update. This runs for every lowered weight of every step (the
+        optimizer's update makes each one stale), so the entry is restamped in
+        place (a list) rather than rebuilt.
         """
-        key = (id(weight), dtype)
-        entry = self._entries.get(key)
+        entry = self._entries.get((id(weight), dtype))
         if entry is not None and entry[0]() is weight:
-            copy = entry[2]
-            if entry[1] == weight._version[0]:
+            copy, version = entry[2], weight._version[0]
+            if entry[1] == version:
                 self.hits += 1
                 capture = backend.current_capture()  # _held_by_capture, inlined: on every lowered weight
                 if capture is not None:
                     capture.keep_alive(copy.low)
                 return copy, True
-            if not cuda_launch.on_gpu(copy.low):
+            if copy.rewrite(weight.data):
                 self.misses += 1
-                copy.rewrite(weight.data)
-                self._entries[key] = (entry[0], weight._version[0], copy)
+                entry[1] = version
                 return copy, False
         copy = LowCopy.of(weight.data, dtype)
         self._keep(weight, dtype, copy)
@@ -139,7 +140,7 @@ class WeightCastCache:
         """The entry of ``weight`` holds the weight's current value (written by the optimizer)."""
         entry = self._entries.get((id(weight), dtype))
         if entry is not None and entry[0]() is weight:
-            self._entries[(id(weight), dtype)] = (entry[0], weight._version[0], entry[2])
+            entry[1] = weight._version[0]
 
     def clear(self) -> None:
         """Drop every entry and start the hit and miss counts again."""
@@ -240,29 +241,42 @@ def _shares_version(out: Any, weight: Any) -> Any:
     return out
 
 
-def low_copy(op: Any, position: int, tensor: Any, target: np.dtype, state: AutocastState,
-             tag: Precision) -> "tuple[Any, Any] | None":
-    """``precision.low_copy``: the ``target`` copy of a float32 weight for an op that lowers it itself.
+def lower_weights(op: Any, inputs: list, positions: "tuple[int, ...]", target: np.dtype, state: AutocastState,
+                  tag: Precision) -> None:
+    """``precision.lower_weights``: the ``target`` copies of the float32 weights an op lowers itself.
 
-    (copy, its float32 widening or None). None when ``tensor`` is not a float32
-    leaf that requires grad (the op then gets a recorded Cast). With the cache
-    on, the copy is the cached one (converted on a miss) and, on the CPU, comes
-    with the widening the cache keeps beside it (the CPU GEMM's operand);
-    without the cache, a fresh conversion and no widening.
+    For each input at ``positions`` (those of ``op.lowers_weights`` that must move): a float32 leaf
+    that requires grad goes to ``op.lowered`` as its ``target`` copy and to
+    ``op.widened`` as that copy's float32 widening or None; any other input gets
+    an ordinary recorded cast in ``inputs``. With the cache on, the copy is the
+    cached one (converted on a miss, rewritten in place when stale) and, on the
+    CPU, comes with the widening the cache keeps beside it (the CPU GEMM's
+    operand); without the cache, a fresh conversion and no widening. Each copy
+    is reported to an open trace, in input order. One call for all of an op's
+    weights (linear: weight and bias), on every such op under autocast.
     """
-    if not _cacheable(tensor, target):
-        return None
-    cache, kind, wide = state.cache, None, None
-    if cache is not None:
-        copy, cached = cache.current(tensor, target)
-        array, wide, kind = copy.low, copy.wide, "hit" if cached else "miss"
-        if wide is None:  # not asked for yet (or not kept: a large weight, a GPU)
-            wide = copy.widened()
-    else:
-        array = convert(tensor.data, target)
-    if precision.current_trace() is not None:
-        note_fused_cast(op, position, tensor, target, state, tag, kind, array)
-    return array, wide
+    cache = state.cache
+    tracing = precision.current_trace() is not None
+    lowered, widened = op.lowered, op.widened
+    for position in positions:
+        tensor = inputs[position]
+        if not _cacheable(tensor, target):
+            inputs[position] = cast_input(op, tensor, target, state, tag)
+            continue
+        if cache is not None:
+            copy, cached = cache.current(tensor, target)
+            array, wide = copy.low, copy.wide
+            if wide is None:  # not asked for yet (or not kept: a large weight, a GPU)
+                wide = copy.widened()
+        else:
+            array, wide, cached = convert(tensor.data, target), None, None
+        if lowered is None:
+            lowered = op.lowered = {}
+            widened = op.widened = {}
+        lowered[position], widened[position] = array, wide
+        if tracing:
+            kind = None if cached is None else "hit" if cached else "miss"
+            note_fused_cast(op, position, tensor, target, state, tag, kind, array)
 
 
 def note_fused_cast(op: Any, position: int, tensor: Any, target: np.dtype, state: "AutocastState | None",
@@ -298,4 +312,4 @@ def autocast_cache_info() -> dict:
     return WEIGHT_CACHE.info()
 
 
-precision.install_cast_function(cast_input, fused=note_fused_cast, low_copy=low_copy)
+precision.install_cast_function(cast_input, fused=note_fused_cast, lower_weights=lower_weights)

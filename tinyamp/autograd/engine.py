@@ -98,20 +98,26 @@ def run_backward(roots: Sequence[Tensor], root_grads: Sequence[Tensor], retain_g
             if tracer is not None:
                 tracer.node = node  # the report names the node each backward op serves
             grads = []
-            for index, (shape, dtype) in enumerate(node._output_meta):
+            missing = False  # an output of this node that received no gradient
+            for index in range(len(node._output_meta)):
                 grad = node_grads.pop((node_id, index), None)
-                if grad is not None and node._output_hooks and index in node._output_hooks:
-                    for hook in node._output_hooks[index]:
-                        replaced = hook(grad)
-                        grad = grad if replaced is None else replaced
-                if grad is not None and (node_id, index) in wanted:
-                    captured[(node_id, index)] = grad
+                if grad is None:
+                    missing = True
+                else:
+                    if node._output_hooks and index in node._output_hooks:
+                        for hook in node._output_hooks[index]:
+                            replaced = hook(grad)
+                            grad = grad if replaced is None else replaced
+                    if wanted and (node_id, index) in wanted:
+                        captured[(node_id, index)] = grad
                 grads.append(grad)
-            if all(g is None for g in grads):
-                continue
-            # Outputs that received no gradient (an unused split piece) count as zeros.
-            grads = [g if g is not None else _zeros(shape, dtype, next(x for x in grads if x is not None))
-                     for g, (shape, dtype) in zip(grads, node._output_meta)]
+            if missing:
+                received = [g for g in grads if g is not None]
+                if not received:
+                    continue
+                # Outputs that received no gradient (an unused split piece) count as zeros.
+                grads = [g if g is not None else _zeros(shape, dtype, received[0])
+                         for g, (shape, dtype) in zip(grads, node._output_meta)]
             input_grads = node._run_backward(grads)
             if tracer is not None:
                 tracer.record_gradients(node, input_grads)  # what this node handed back (the shadow run reads it)
@@ -122,7 +128,9 @@ def run_backward(roots: Sequence[Tensor], root_grads: Sequence[Tensor], retain_g
                 if edge is None or grad is None:
                     continue
                 shape, dtype = node._input_meta[index]
-                _check_gradient(node, index, grad, shape, dtype)
+                data = grad.data
+                if data.shape != shape or data.dtype != dtype:  # compared here first: this runs on every edge
+                    _check_gradient(node, index, grad, shape, dtype)
                 parent, target = edge
                 if parent is None:
                     leaves[id(target)] = target
@@ -156,9 +164,7 @@ def run_backward(roots: Sequence[Tensor], root_grads: Sequence[Tensor], retain_g
         for key, leaf in leaves.items():
             if allowed is not None and key not in allowed:
                 continue
-            grad = leaf_grads[key]
-            if not create_graph:
-                grad = grad.detach()
+            grad = leaf_grads[key]  # without create_graph only its array is used: no detached Tensor needed
             if leaf.grad is None:
                 data = grad.data
                 if not create_graph and (data.base is not None or id(data) in handed_out):

@@ -37,9 +37,13 @@ from .. import backend
 from ..backend import array_module
 from ..kernels.round_through import lower_widened
 from ..precision import (FP32, LOWER, NEUTRAL, PROMOTE, AutocastState, Precision, cast_plan, current_autocast,
-                         current_trace, global_overrides, insert_cast, low_copy, note_fused_cast)
+                         current_trace, global_overrides, insert_cast, lower_weights, note_fused_cast)
 from ..tensor import Tensor
 from .grad_mode import _grad_enabled
+
+# The global per-op overrides (the live dict, never rebound): _apply_precision tests it on every op
+# under autocast, and an empty one (the common case) leaves each op its class tag.
+_GLOBAL_OVERRIDES = global_overrides()
 
 # The tape's clock: every recorded node takes the next number, so decreasing
 # sequence numbers are a valid reverse topological order.
@@ -87,6 +91,8 @@ class Function:
     # the weight), ``forward`` gets its low-precision copy from the weight-cast
     # cache (``lowered``), and backward returns the weight's gradient in float32
     # as float32(round(gradient)), which is what a Cast node's backward gave.
+    # They are the op's last inputs (linear's weight and bias): their casts come
+    # after the others', in input order, as a trace lists them.
     lowers_weights: ClassVar[tuple[int, ...]] = ()
 
     # Per-call state set by autocast (see upcasts_inputs / lowers_weights).
@@ -128,7 +134,13 @@ class Function:
         """Prepare the inputs, autocast them, run ``forward``, record the node: the one way an op runs."""
         tensors = _as_tensors(self, args)
         state = current_autocast()  # None when autocast is off: one ContextVar read
-        if state is not None or (self.promoted_inputs is not None and _mixed_dtypes(tensors)):
+        if state is not None:
+            # A NEUTRAL op (relu, reshapes) with no override in force is left alone by autocast: what
+            # _apply_precision would find, without the call.
+            if self.precision is not NEUTRAL or self.promoted_inputs is not None or state.overrides \
+                    or _GLOBAL_OVERRIDES:
+                tensors = self._apply_precision(tensors, state)
+        elif self.promoted_inputs is not None and _mixed_dtypes(tensors):
             tensors = self._apply_precision(tensors, state)
         arrays = [t.data for t in tensors]
         if self.lowered is not None:
@@ -157,20 +169,28 @@ class Function:
         if state is not None and state.device_type is not None and tensors and \
                 tensors[0].device.type != state.device_type:
             state = None  # a device-specific region leaves other devices' ops alone
-        tag = self.effective_precision(state)
+        if state is None or not (state.overrides or _GLOBAL_OVERRIDES):
+            tag = self.precision  # no override in force: effective_precision's answer, without the call
+        else:
+            tag = self.effective_precision(state)
         if tag is NEUTRAL and self.promoted_inputs is None:
             return tensors  # nothing moves (relu, reshapes): the usual NEUTRAL op under autocast
-        target, moves = cast_plan(tag, tuple([t.data.dtype for t in tensors]),
-                                  None if state is None else state.dtype)
-        if target is not None:
-            if tag is FP32 and self.upcasts_inputs:
-                self.upcast = True  # the op widens its 16-bit inputs itself
-                if current_trace() is not None:
-                    for position, t in enumerate(tensors):
-                        if moves[position]:
-                            note_fused_cast(self, position, t, target, state, tag)
-            else:
-                tensors = self._cast_inputs(tensors, target, moves, state, tag)
+        key = (type(self), tag, tuple([t.data.dtype for t in tensors]), None if state is None else state.dtype)
+        target, moves, casts, weights, upcast = _CALL_PLANS.get(key) or _call_plan(*key)
+        if upcast:
+            self.upcast = True  # the op widens its 16-bit inputs itself
+            if current_trace() is not None:
+                for position, t in enumerate(tensors):
+                    if moves[position]:
+                        note_fused_cast(self, position, t, target, state, tag)
+        elif target is not None:
+            tensors = self._cast_inputs(tensors, target, casts, weights, state, tag)
+        if tag is not self.precision or self.promoted_inputs is not None:
+            tensors = self._promote_after_tag(tensors, tag, state)
+        return tensors
+
+    def _promote_after_tag(self, tensors: list[Tensor], tag: Precision, state: "AutocastState | None") -> list[Tensor]:
+        """The PROMOTE casts still owed after the tag's: an overridden PROMOTE op's, the promoted inputs'."""
         if tag is not self.precision and self.precision is PROMOTE:
             # An overridden PROMOTE op still needs equal operand dtypes.
             target, moves = cast_plan(PROMOTE, tuple([t.data.dtype for t in tensors]), None)
@@ -191,36 +211,33 @@ class Function:
                         tensors[i] = insert_cast(self, tensors[i], target, state, PROMOTE)
         return tensors
 
-    def _cast_inputs(self, tensors: list[Tensor], target: np.dtype, moves: "tuple[bool, ...]",
-                     state: "AutocastState | None", tag: Precision) -> list[Tensor]:
-        """Recorded casts of the inputs that must move; weights a LOWER op lowers itself stay."""
+    def _cast_inputs(self, tensors: list[Tensor], target: np.dtype, casts: "tuple[int, ...]",
+                     weights: "tuple[int, ...] | None", state: "AutocastState | None",
+                     tag: Precision) -> list[Tensor]:
+        """Recorded casts of the inputs at ``casts``; the weights at ``weights`` the op lowers itself.
+
+        ``weights`` is None for an op that lowers no weights (see :func:`_call_plan`).
+        """
         out = list(tensors)
-        lowers = self.lowers_weights if tag is LOWER and state is not None else ()
-        for position, move in enumerate(moves):
-            if not move:
-                continue
+        for position in casts:
             t = tensors[position]
-            if lowers:
-                if position in lowers:
-                    copy = low_copy(self, position, t, target, state, tag)
-                    if copy is not None:
-                        if self.lowered is None:
-                            self.lowered, self.widened = {}, {}
-                        self.lowered[position], self.widened[position] = copy
-                        continue
-                elif not t._requires_grad and current_trace() is None:
-                    # An input that needs no gradient (the input batch) with no report open: nothing to
-                    # record, only a conversion, which on the CPU also gives the copy widened back to
-                    # float32 (one pass): the op's GEMM multiplies it instead of widening the copy again.
-                    # A transient: the op drops it after its GEMM (backward widens the saved copy).
-                    low, wide = lower_widened(t.data, target)
-                    out[position] = Tensor._wrap(low)
-                    if wide is not None:
-                        if self.lowered is None:
-                            self.lowered, self.widened = {}, {}
-                        self.widened[position] = wide
-                    continue
+            if weights is not None and not t._requires_grad and current_trace() is None:
+                # An input that needs no gradient (the input batch) with no report open: nothing to
+                # record, only a conversion, which on the CPU also gives the copy widened back to
+                # float32 (one pass): the op's GEMM multiplies it instead of widening the copy again.
+                # A transient: the op drops it after its GEMM (backward widens the saved copy).
+                low, wide = lower_widened(t.data, target)
+                out[position] = Tensor._wrap(low)
+                if wide is not None:
+                    if self.lowered is None:
+                        self.lowered, self.widened = {}, {}
+                    self.widened[position] = wide
+                continue
             out[position] = insert_cast(self, t, target, state, tag)
+        if weights:
+            # The weights, after the other inputs (they are the op's last inputs, so a trace lists
+            # the casts in input order): one call for all of them.
+            lower_weights(self, out, weights, target, state, tag)
         return out
 
     def effective_precision(self, state: "AutocastState | None") -> Precision:
@@ -319,6 +336,31 @@ class Function:
         """Call backward and return one gradient (or None) per recorded input."""
         result = self.backward(*grads)
         return result if isinstance(result, tuple) else (result,)
+
+
+# (op class, tag, input dtypes, autocast dtype) -> the plan of _apply_precision for one op call. Under
+# autocast it runs on every op, with a handful of distinct arguments, so the whole decision (the tag's
+# compute dtype, which inputs move and how) is one dictionary lookup.
+_CALL_PLANS: dict = {}
+
+
+def _call_plan(cls: type, tag: Precision, dtypes: "tuple[np.dtype, ...]", autocast_dtype: "np.dtype | None") -> tuple:
+    """(target, moves, casts, weights, upcast) for ``cls`` under ``tag``: memoised in ``_CALL_PLANS``.
+
+    ``target, moves``: :func:`~tinyamp.precision.cast_plan`. ``upcast``: the op
+    widens its moving inputs itself (``upcasts_inputs``). Otherwise ``casts``:
+    the moving inputs that get a cast, and ``weights``: the moving inputs the op
+    lowers itself (``lowers_weights``), or None when it lowers none under this tag.
+    """
+    target, moves = cast_plan(tag, dtypes, autocast_dtype)
+    upcast = target is not None and tag is FP32 and cls.upcasts_inputs
+    lowers = cls.lowers_weights if tag is LOWER and autocast_dtype is not None and cls.lowers_weights else None
+    casts = () if upcast else tuple(p for p, move in enumerate(moves) if move and not (lowers and p in lowers))
+    weights = None if lowers is None else tuple(p for p in lowers if p < len(moves) and moves[p])
+    plan = (target, moves, casts, weights, upcast)
+    if len(_CALL_PLANS) < 10_000:  # bounded, as cast_plan's memo
+        _CALL_PLANS[(cls, tag, dtypes, autocast_dtype)] = plan
+    return plan
 
 
 def modified_error(node: Function, shape: tuple, dtype: np.dtype, saved: int, now: int) -> RuntimeError:

@@ -339,6 +339,42 @@ def load() -> bool:  # noqa: C901 - one place that defines every kernel
             m[i] = m_new
             v[i] = v_new
 
+    # -- host2 (issue 10 item 4): linear's backward with 16-bit operands (kernels/linear_grads.py) ---------
+    # Natural arrays (C-contiguous, any rank) viewed here, which costs a Python call less per array
+    # than views made by the caller: float32 arrays as they are, 16-bit ones as uint16 views (numba
+    # has no bfloat16). float16 converts through _f2h/_h2f, the implementation the probe chose (bound
+    # at the end of load(), before any of these compiles; bit-identical either way), so these need no
+    # _hw/_int pair.
+    global _f2h, _h2f
+
+    @jit
+    def _widen16(src, dst, bf16):  # uint16 view -> float32 dst: its values
+        s, d = src.reshape(src.size), dst.reshape(dst.size).view(np.uint32)
+        for i in range(s.size):
+            d[i] = (np.uint32(s[i]) << np.uint32(16)) if bf16 else _h2f(np.uint32(s[i]))
+
+    @jit
+    def widen16_pair(a, a32, b, b32, bf16):  # _widen16 of two arrays, one call (b may be empty); the
+        _widen16(a, a32, bf16)                # caller allocates: arrays numba returns cost ~0.3 us each
+        _widen16(b, b32, bf16)
+
+    @jit
+    def _round16(acc, out, mode, bf16):  # float32 acc; mode 1: rounded into out (uint16 view), 2: in place
+        a = acc.reshape(acc.size).view(np.uint32)
+        if mode == 1:
+            o = out.reshape(out.size)
+            for i in range(a.size):
+                o[i] = np.uint16(_f2b_bits(a[i])) if bf16 else np.uint16(_f2h(a[i]))
+        elif mode == 2:
+            for i in range(a.size):
+                a[i] = (_f2b_bits(a[i]) << np.uint32(16)) if bf16 else _h2f(_f2h(a[i]))
+
+    @jit
+    def round16_triple(a, a16, a_mode, b, b16, b_mode, c, c16, c_mode, bf16):  # _round16 of three
+        _round16(a, a16, a_mode, bf16)                                        # accumulators, one call
+        _round16(b, b16, b_mode, bf16)
+        _round16(c, c16, c_mode, bf16)
+
     kernels = dict(
         sgd_f32=sgd_f32,
         adam_f32=adam_f32,
@@ -365,11 +401,14 @@ def load() -> bool:  # noqa: C901 - one place that defines every kernel
         bias_act_f16_int=bias_act_f16_int,
         bias_act_f16_hw=bias_act_f16_hw,
         bias_act_bf16=bias_act_bf16,
+        widen16_pair=widen16_pair,  # host2
+        round16_triple=round16_triple,  # host2
     )
     KERNELS.clear()
     KERNELS.update(kernels)
     f16c = _probe_hw()
     select_f16_impl("hw" if f16c else "int")
+    _f2h, _h2f = (_f2h_hw, _h2f_hw) if f16c else (_f2h_int, _h2f_int)
     return f16c
 
 

@@ -135,21 +135,28 @@ class LowCopy:
                                        self.wide.reshape(-1).view(U32)))
         return self.wide
 
-    def rewrite(self, source: Any) -> None:
-        """Recompute the copies from ``source`` (the weight's array now), in place on the CPU.
+    def rewrite(self, source: Any) -> bool:
+        """Recompute the copies from ``source`` (the weight's array now), in place on the CPU; True when done.
 
         New arrays when the weight's array itself was replaced (whoever kept the
-        old copies keeps the old values).
+        old copies keeps the old values). False, and nothing done, for copies on
+        a GPU: there the optimizer writes them, and a stale one is converted
+        anew by the caller (a captured CUDA graph may still read the old one).
         """
+        prepared = self._pass
+        if prepared is not None and source is self.source:
+            # The common call (a CPU weight after each optimizer step): the prepared numba pass alone.
+            prepared[0](*prepared[1])
+            return True
+        if cuda_launch.on_gpu(self.low):
+            return False
         if source is not self.source:
             wide = self.wide
             self.__init__(source, convert(source, self.low.dtype))
             if wide is not None:
                 self.widened()
-        elif self._pass is not None:
-            kernel, views = self._pass
-            kernel(*views)
         else:
             convert(source, self.low.dtype, out=self.low)
             if self.wide is not None:
                 convert(self.low, dt.float32, out=self.wide)
+        return True

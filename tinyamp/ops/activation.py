@@ -19,10 +19,12 @@ from typing import Any
 import numpy as np
 
 from .. import dtypes as dt
+from ..backend import array_module
 from ..autograd.function import Function
+from ..autograd.grad_mode import is_grad_enabled
 from ..kernels import cuda_epilogue, cuda_launch
 from ..kernels.elementwise_cpu import relu_backward_lowp, relu_lowp
-from ..precision import FP32, NEUTRAL
+from ..precision import FP32, NEUTRAL, current_trace
 from ..tensor import Tensor
 from .elementwise import exp
 from .clamp_where import clamp_max, where
@@ -121,6 +123,19 @@ class Erf(Function):
         return gy * (exp(x * x * -1.0) * (2 / _SQRT_PI))
 
 
+def _relu_backward(gy: Any, y: Any) -> Any:
+    """dx = gy * (y > 0) on arrays of one dtype and device (ReluBackward's forward; Relu's backward without a node)"""
+    if type(gy) is np.ndarray and dt.is_low_precision(gy.dtype) and gy.dtype == y.dtype:
+        # Low precision on the CPU: a bit-level where(y > 0, gy, 0) (NumPy's
+        # float16 multiply is ~20 ns/element). Here an inf/nan in gy at a
+        # dead unit gives 0, as in PyTorch; the GradScaler still sees the
+        # overflow in the other gradients computed from gy.
+        return relu_backward_lowp(gy, y)
+    if cuda_launch.on_gpu(gy) and cuda_launch.fusable(gy, y) and gy.shape == y.shape:
+        return cuda_epilogue.relu_backward(gy, y)  # one launch for the compare and the multiply
+    return array_module(gy).multiply(gy, y > 0, dtype=gy.dtype)
+
+
 class Relu(Function):
     """y = max(x, 0); dx = gy where y > 0
 
@@ -141,6 +156,9 @@ class Relu(Function):
 
     def backward(self, gy: Tensor) -> Tensor:
         (y,) = self.saved_tensors
+        if not is_grad_enabled() and current_trace() is None:
+            # The common backward (no double backward, no report): the mask on arrays, without a node.
+            return Tensor._wrap(_relu_backward(gy.data, y.data))
         return ReluBackward()(gy, y)
 
 
@@ -159,15 +177,7 @@ class ReluBackward(Function):
     save_inputs = (1,)
 
     def forward(self, xp: Any, gy: Any, y: Any) -> Any:
-        if xp is np and dt.is_low_precision(gy.dtype) and gy.dtype == y.dtype:
-            # Low precision on the CPU: a bit-level where(y > 0, gy, 0) (NumPy's
-            # float16 multiply is ~20 ns/element). Here an inf/nan in gy at a
-            # dead unit gives 0, as in PyTorch; the GradScaler still sees the
-            # overflow in the other gradients computed from gy.
-            return relu_backward_lowp(gy, y)
-        if cuda_launch.on_gpu(gy) and cuda_launch.fusable(gy, y) and gy.shape == y.shape:
-            return cuda_epilogue.relu_backward(gy, y)  # one launch for the compare and the multiply
-        return xp.multiply(gy, y > 0, dtype=gy.dtype)
+        return _relu_backward(gy, y)
 
     def backward(self, g: Tensor) -> tuple:
         (y,) = self.saved_tensors

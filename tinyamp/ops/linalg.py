@@ -4,7 +4,10 @@ Every product here, in the forward pass and in the backward ops, is a call to
 :func:`tinyamp.kernels.gemm.gemm`, so float16/bfloat16 operands are always summed in
 float32 and rounded once: AMP's backward pass keeps the same numerics as its
 forward. Transposes in the gradients (``gy @ W``, ``gy^T @ x``) are gemm's
-``trans_a``/``trans_b`` flags, never materialised copies.
+``trans_a``/``trans_b`` flags, never materialised copies. (One shortcut:
+``linear``'s CPU backward with 16-bit operands makes gemm's CPU products itself,
+around one numba call that widens and one that rounds, in
+``kernels/linear_grads.py``: the same bits.)
 
 All three are LOWER: under autocast they run in float16 (or bfloat16).
 """
@@ -23,6 +26,7 @@ from ..kernels import cuda_epilogue, cuda_launch
 from ..kernels.convert import convert
 from ..kernels.elementwise_cpu import bias_act_convert
 from ..kernels.gemm import gemm, gemm_widened
+from ..kernels.linear_grads import linear_grads16
 from ..kernels.round_through import round_through
 from ..precision import LOWER, current_trace, fused_cause
 from ..tensor import Tensor
@@ -163,29 +167,33 @@ class Linear(Function):
         if b is not None and b.shape != (out_features,):
             raise ValueError(f"linear: bias of shape {list(b.shape)} does not match weight "
                              f"{list(w.shape)} (expected [{out_features}])")
-        rows = _rows(x)  # batch dims folded into M: one GEMM
+        rows = x if x.ndim == 2 else _rows(x)  # batch dims folded into M: one GEMM
         # The float32 widenings (CPU) of the lowered weights, from the cache, and of an input autocast
         # converted for this call: that one is dropped here, not kept with the node until backward.
-        widened = self.widened or {}
-        x32 = widened.pop(0, None)
-        x32 = None if x32 is None else _rows(x32)
+        widened = self.widened
+        if widened is None:
+            x32 = w32 = b32 = None
+        else:
+            x32, w32, b32 = widened.pop(0, None), widened.get(1), widened.get(2)
+            if x32 is not None and x32.ndim != 2:
+                x32 = _rows(x32)
         if b is None:
-            y = gemm(rows, w, trans_b=True, a_widened=x32, b_widened=widened.get(1))
-        elif dt.is_low_precision(x.dtype):
+            y = gemm(rows, w, trans_b=True, a_widened=x32, b_widened=w32)
+        elif x.dtype in dt.LOW_PRECISION:
             # The bias is added to the float32 accumulator and the sum rounded
             # once, as a cuBLAS epilogue would (one fused pass: numba on the CPU,
             # one kernel launch on a GPU, which widens the 16-bit bias itself).
-            acc = gemm(rows, w, xp.float32, trans_b=True, a_widened=x32, b_widened=widened.get(1))
-            if cuda_launch.on_gpu(acc):
+            acc = gemm(rows, w, xp.float32, trans_b=True, a_widened=x32, b_widened=w32)
+            if b32 is not None:  # the cache's widening of the bias: a CPU array, so the CPU epilogue
+                y = bias_act_convert(acc, b32, x.dtype, overwrite_y=True)
+            elif cuda_launch.on_gpu(acc):
                 y = cuda_epilogue.bias_act_convert(acc, b, x.dtype, relu=False)
             else:
-                b32 = widened.get(2)
-                y = bias_act_convert(acc, b.astype(xp.float32) if b32 is None else b32, x.dtype,
-                                     overwrite_y=True)
+                y = bias_act_convert(acc, b.astype(xp.float32), x.dtype, overwrite_y=True)
         else:
             y = gemm(rows, w, trans_b=True)
             y += b  # in place on gemm's fresh result: no second output buffer
-        return y.reshape(x.shape[:-1] + (out_features,))
+        return y if x.ndim == 2 else y.reshape(x.shape[:-1] + (out_features,))
 
     def backward(self, gy: Tensor) -> tuple:
         x, w = self.saved_tensors
@@ -222,10 +230,23 @@ class Linear(Function):
         g = gy.data
         g_rows = _rows(g) if g.ndim != 2 else g
         needs = self.needs_input_grad
+        low = dt.is_low_precision(g.dtype)
+        if low and type(g) is np.ndarray:
+            # 16-bit on the CPU: the conversions around the two GEMMs in two numba calls, the same bits
+            # as below (kernels/linear_grads.py); None for what it does not take (no numba, odd layouts).
+            x_rows = None if x is None else _rows(x.data) if x.ndim != 2 else x.data
+            grads = linear_grads16(g_rows, x_rows, lowered.get(1, None if w is None else w.data),
+                                   (self.widened or {}).get(1), needs, 1 in lowered, 2 in lowered)
+            if grads is not None:
+                dx, dw, db = grads
+                dx = None if dx is None else Tensor._wrap(dx if g.ndim == 2 else dx.reshape(self.input_shapes[0]))
+                dw = None if dw is None else Tensor._wrap(dw)
+                if len(needs) == 2:
+                    return dx, dw
+                return dx, dw, None if db is None else Tensor._wrap(db)
         dx = dw = db = None
         # A 16-bit gradient that both CPU GEMMs read is widened once, for both.
-        g32 = convert(g_rows, dt.float32) if (needs[0] and needs[1] and dt.is_low_precision(g.dtype)
-                                              and not cuda_launch.on_gpu(g)) else None
+        g32 = convert(g_rows, dt.float32) if (needs[0] and needs[1] and low and not cuda_launch.on_gpu(g)) else None
         if needs[0]:
             dx = Tensor._wrap(gemm(g_rows, lowered.get(1, w.data if w is not None else None), a_widened=g32,
                                    b_widened=(self.widened or {}).get(1)).reshape(self.input_shapes[0]))
