@@ -155,6 +155,40 @@ def test_a_float32_loss_is_scaled_by_one_light_node_and_others_by_mul() -> None:
         ScaleBy(np.float32(2.0) * np.ones((), np.float32))(w.half())
 
 
+def test_scale_records_the_generic_scale_by_node_without_function_call(monkeypatch) -> None:
+    # From the second scale() on, a float32 CPU loss outside autocast skips Function.__call__'s
+    # preparation (nothing to cast or promote) but is recorded as the same node, and reported.
+    from tinyamp.autograd.function import Function
+    from tinyamp.ops.elementwise import ScaleBy
+    s = GradScaler(init_scale=2.0 ** 10)
+    w = ta.tensor([1.5, -2.0], requires_grad=True)
+    s.scale((w * 3.0).sum())  # the first call creates the scale (and looks for bfloat16)
+    generic_calls = []
+
+    def counted(self, *args):
+        generic_calls.append(type(self).__name__)
+        return Function.__call__(self, *args)
+
+    monkeypatch.setattr(ScaleBy, "__call__", counted)
+    with ta.amp.trace() as report:
+        direct = s.scale((w * 3.0).sum())
+    generic = ScaleBy(s._scale)((w * 3.0).sum())
+    assert generic_calls == ["ScaleBy"]  # the direct call made none
+    assert len(report.ops_named("scale_by", "forward")) == 1
+    a, b = direct.grad_fn, generic.grad_fn
+    assert type(a) is type(b) is ScaleBy and a.scale is b.scale is s._scale
+    assert (a.needs_input_grad, a._input_meta, a._output_meta) == (b.needs_input_grad, b._input_meta, b._output_meta)
+    assert type(a._edges[0][0]) is type(b._edges[0][0]) and a.seq < b.seq
+    assert direct.data.shape == () and direct.data.dtype == np.float32 and isinstance(direct.data, np.ndarray)
+    np.testing.assert_array_equal(direct.data, generic.data)
+    s._scale[...] = 4.0  # backward reads the scale as it is then, as mul reads its saved operand
+    (g,) = ta.autograd.grad(direct, [w])
+    np.testing.assert_array_equal(g.data, np.full(2, 12.0, np.float32))
+    with ta.amp.autocast():  # inside a region: the generic call (autocast may have work to do)
+        s.scale((w * 3.0).sum())
+    assert generic_calls == ["ScaleBy", "ScaleBy"]
+
+
 def test_scaled_loss_backward_gives_scaled_grads() -> None:
     w, x, y = _problem()
     _loss(w, x, y).backward()
@@ -278,6 +312,30 @@ def test_step_skips_on_inf_and_steps_otherwise(make) -> None:
     s.update()
     assert not np.array_equal(p.data, [1.0, 2.0])
     assert s.last_step.applied and s.last_step.scale_before == 4.0 == s.last_step.scale_after
+
+
+def test_last_step_keeps_its_values_through_the_next_iteration() -> None:
+    p = ta.tensor([1.0, 2.0], requires_grad=True)
+    opt = SGD([p], lr=0.1)
+    s = GradScaler(init_scale=8.0)
+    _init(s)
+    _set_grads([p], [[np.inf, 8.0]])
+    s.step(opt)
+    s.update()
+    skipped = s.last_step
+    _set_grads([p], [[4.0, 4.0]])
+    s.unscale_(opt)  # the next iteration's flag is a new array: the record still says skipped
+    syncs = ta.cuda.sync_count()
+    assert skipped.skipped and skipped.scale_before == 8.0 and skipped.scale_after == 4.0
+    assert ta.cuda.sync_count() == syncs + 3  # one host read per property, on the CPU too
+    assert float(s.found_inf(opt).data) == 0.0
+    s.step(opt)
+    s.update(new_scale=64.0)
+    assert not s.last_step.skipped and s.last_step.scale_before == 4.0 and s.last_step.scale_after == 64.0
+    s.update(new_scale=ta.tensor([0.5]))  # no optimizer stepped: nothing found, the scale set
+    assert s.last_step.found_inf is None and not s.last_step.skipped
+    assert s.last_step.scale_before == 64.0 and s.last_step.scale_after == 0.5 == s.get_scale()
+    assert skipped.skipped and skipped.scale_after == 4.0
 
 
 def test_step_returns_the_optimizers_value() -> None:

@@ -7,9 +7,9 @@ plus hysteresis, ``min_scale``/``max_scale``, a record of the last step
 Where the values live. The scale, the growth tracker, the hysteresis tracker and
 every ``found_inf`` are 0-d device arrays (float32, int32, int32, float32) on the
 device of the first tensor passed to ``scale()``; NumPy arrays *are* the device
-arrays on the CPU. ``unscale_`` makes one ``unscale_group`` call per (device,
-dtype) group of gradients (on NumPy a loop over the group's tensors; one fused
-kernel per group on a GPU) that multiplies by ``1/scale`` (computed in float64,
+arrays on the CPU. ``unscale_`` makes one ``unscale_group`` call per device
+holding gradients (on NumPy a loop over its tensors; on a GPU one fused kernel
+per dtype pair) that multiplies by ``1/scale`` (computed in float64,
 stored float32: exact for powers of two) and records whether any result is
 inf/nan, without reading it; ``update``
 runs the scale rule on those arrays; tinyamp's optimizers take ``found_inf`` as an
@@ -42,7 +42,7 @@ from .. import backend
 from .. import dtypes as dt
 from .. import precision
 from ..autograd.graph import reachable_nodes
-from ..kernels.loss_scale import DEFAULT_MIN_SCALE, unscale_group, update_scale
+from ..kernels.loss_scale import DEFAULT_MIN_SCALE, unscale_group, unscale_in_place_on_host, update_scale
 from ..ops.elementwise import ScaleBy
 from ..tensor import Tensor
 from .scaler_step import ScalerStep, read_host
@@ -56,11 +56,16 @@ class OptState(enum.Enum):
     STEPPED = 2
 
 
+# The stages as plain module names: step() reads four, and reading an Enum member through its
+# class is a slow attribute lookup in CPython (~50 ns, ten times a global).
+_READY, _UNSCALED, _STEPPED = OptState.READY, OptState.UNSCALED, OptState.STEPPED
+
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
+_HOST_ZERO = np.zeros((), dtype=np.float32)  # copied into each step's CPU found_inf flag
 
 
 def _refresh_per_optimizer_state() -> dict:
-    return {"stage": OptState.READY, "found_inf_per_device": {}}
+    return {"stage": _READY, "found_inf_per_device": {}}
 
 
 # ------------------------------------------------------------ helpers
@@ -148,11 +153,17 @@ class GradScaler:
         """``outputs * scale``: a Tensor, or nested lists/tuples of Tensors (types kept)."""
         if not self._enabled:
             return outputs
+        if (precision.current_autocast() is None and type(outputs) is Tensor and self._product_in_range(outputs)
+                and outputs.data.dtype == self._scale.dtype and self._scale_device is backend.CPU):
+            # The usual call from the second step on: one finite float32 CPU loss, after the autocast
+            # region (so nothing to disable for bfloat16: the graph was looked at on the first call).
+            # It is _scaled's scale_by node, recorded without Function.__call__'s preparation.
+            return ScaleBy.outside_autocast(outputs, self._scale)
         self._maybe_disable_for_bfloat16(outputs)
         if not self._enabled:
             return outputs
         if isinstance(outputs, Tensor) and self._product_in_range(outputs):
-            return self._scaled(outputs, None)  # the usual call: one finite loss, nothing to silence
+            return self._scaled(outputs, None)  # one finite loss, nothing to silence
         with np.errstate(all="ignore"):  # an inf loss (or loss * scale past float32) is the scaler's to handle
             if isinstance(outputs, Tensor):
                 return self._scaled(outputs, None)
@@ -225,33 +236,41 @@ class GradScaler:
                           f"(pass auto_disable_bf16=False to keep it).", UserWarning, stacklevel=3)
             self._enabled = False
 
-    def _check_scale_growth_tracker(self, funcname: str) -> None:
-        if self._scale is None:
-            raise RuntimeError(f"Attempted {funcname} but _scale is None.  This may indicate your script did "
-                               f"not use scaler.scale(loss or outputs) earlier in the iteration.")
+    @staticmethod
+    def _no_scale_yet(funcname: str) -> RuntimeError:
+        """PyTorch's error for unscale_/step/update before the first scale() (the scale does not exist yet)."""
+        return RuntimeError(f"Attempted {funcname} but _scale is None.  This may indicate your script did "
+                            f"not use scaler.scale(loss or outputs) earlier in the iteration.")
 
     # ------------------------------------------------------------ unscale_
     def unscale_(self, optimizer: Any) -> None:
         """Divide the optimizer's gradients by the scale, in place, and record inf/nan on the device."""
         if not self._enabled:
             return
-        self._check_scale_growth_tracker("unscale_")
+        if self._scale is None:
+            raise self._no_scale_yet("unscale_")
         state = self._per_optimizer_states[id(optimizer)]
-        if state["stage"] is OptState.UNSCALED:
+        if state["stage"] is _UNSCALED:
             raise RuntimeError("unscale_() has already been called on this optimizer since the last update().")
-        if state["stage"] is OptState.STEPPED:
+        if state["stage"] is _STEPPED:
             raise RuntimeError("unscale_() is being called after step().")
-        self._unscale_into(state, optimizer)
-
-    def _unscale_into(self, state: dict, optimizer: Any) -> None:
-        """Unscale ``optimizer``'s gradients and record the flags in its per-iteration ``state``."""
         state["found_inf_per_device"] = self._unscale_grads_(optimizer)
-        state["stage"] = OptState.UNSCALED
+        state["stage"] = _UNSCALED
 
     def _unscale_grads_(self, optimizer: Any) -> dict:
-        """One ``unscale_group`` call per (device, dtype); returns {device: found_inf array}."""
+        """One ``unscale_group`` call per device; returns {device: found_inf array}.
+
+        ``unscale_group`` takes a device's gradients of every dtype (a GPU launches
+        one fused kernel per dtype pair), so they are gathered by device only. The
+        CPU's gradients without a master copy (all of them under O1) are gathered
+        apart for ``unscale_in_place_on_host``, the same pass without the per-pair
+        sorting: the usual CPU step, where that bookkeeping costs more than the
+        arithmetic.
+        """
         master_of = getattr(optimizer, "_master", None)
-        groups: dict = {}  # (device, dtype) -> (grads, outs, tensors written)
+        host_grads: list = []     # NumPy gradients unscaled in place
+        host_written: list = []   # their Tensors
+        per_device: dict = {}     # device -> (grads, outs, tensors written): the rest
         refused = []
         for group in optimizer.param_groups:
             # Only a group that keeps master weights can hold a parameter with one (the optimizer's
@@ -261,42 +280,58 @@ class GradScaler:
                 grad = p.grad
                 if grad is None:
                     continue
-                master = master_of(p, group) if masters else None
                 data = grad.data
-                if master is None and data.dtype == dt.float16:
-                    refused.append(p)
-                    continue
-                key = (backend.CPU if type(data) is np.ndarray else backend.device_of(data), data.dtype)
-                bucket = groups.get(key)
-                if bucket is None:
-                    bucket = groups[key] = ([], [], [])
-                bucket[0].append(data)
+                master = master_of(p, group) if masters else None
                 if master is not None:
                     if master.grad is None:
                         master.grad = Tensor._wrap(p.device.xp.empty(p.shape, dtype=np.float32))
                     grad = master.grad
+                elif data.dtype == dt.float16:
+                    refused.append(p)
+                    continue
+                elif type(data) is np.ndarray:
+                    host_grads.append(data)
+                    host_written.append(grad)
+                    continue
+                dev = backend.CPU if type(data) is np.ndarray else backend.device_of(data)
+                bucket = per_device.get(dev)
+                if bucket is None:
+                    bucket = per_device[dev] = ([], [], [])
+                bucket[0].append(data)
                 bucket[1].append(grad.data)
                 bucket[2].append(grad)
         if refused:
-            where = [f"param_groups[{gi}]['params'][{pi}] (shape {list(p.shape)})"
-                     for gi, group in enumerate(optimizer.param_groups)
-                     for pi, p in enumerate(group["params"]) if any(p is q for q in refused)]
-            raise ValueError(
-                f"Attempting to unscale FP16 gradients. GradScaler.unscale_: {len(refused)} float16 parameter(s) "
-                f"have float16 gradients and no float32 master copy: {', '.join(where)}. Unscaling in float16 "
-                f"would flush small gradients to zero. Build the optimizer with master_weights=True (for example "
-                f"ta.optim.Adam(model.parameters(), master_weights=True)) to keep float32 master weights, or keep "
-                f"the parameters in float32 and use autocast (O1).")
+            self._refuse_fp16_grads(optimizer, refused)
         found_per_device: dict = {}
         moved: dict = {}  # the scale copied to another device, once per device
-        for (dev, _), (grads, outs, written) in groups.items():
+        if host_grads:
+            # A fresh flag per step (last_step keeps it), copied from a kept zero (no dtype to parse).
+            found = found_per_device[backend.CPU] = _HOST_ZERO.copy()
+            scale = self._scale if self._scale_device is backend.CPU else self._scale_on(backend.CPU, moved).data
+            unscale_in_place_on_host(host_grads, scale, found)
+            for t in host_written:
+                t._version[0] += 1
+        for dev, (grads, outs, written) in per_device.items():
+            xp = dev.xp
             found = found_per_device.get(dev)
             if found is None:
-                found = found_per_device[dev] = dev.xp.zeros((), dtype=np.float32)
-            unscale_group(dev.xp, grads, outs, self._scale_on(dev, moved).data, found)
+                found = found_per_device[dev] = _HOST_ZERO.copy() if dev is backend.CPU else xp.zeros((), np.float32)
+            unscale_group(xp, grads, outs, self._scale_on(dev, moved).data, found)
             for t in written:
                 t._version[0] += 1
         return found_per_device
+
+    @staticmethod
+    def _refuse_fp16_grads(optimizer: Any, refused: list) -> None:
+        where = [f"param_groups[{gi}]['params'][{pi}] (shape {list(p.shape)})"
+                 for gi, group in enumerate(optimizer.param_groups)
+                 for pi, p in enumerate(group["params"]) if any(p is q for q in refused)]
+        raise ValueError(
+            f"Attempting to unscale FP16 gradients. GradScaler.unscale_: {len(refused)} float16 parameter(s) "
+            f"have float16 gradients and no float32 master copy: {', '.join(where)}. Unscaling in float16 "
+            f"would flush small gradients to zero. Build the optimizer with master_weights=True (for example "
+            f"ta.optim.Adam(model.parameters(), master_weights=True)) to keep float32 master weights, or keep "
+            f"the parameters in float32 and use autocast (O1).")
 
     # ------------------------------------------------------------ step
     def step(self, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
@@ -309,20 +344,25 @@ class GradScaler:
             return optimizer.step(*args, **kwargs)
         if "closure" in kwargs or (args and callable(args[0])):
             raise RuntimeError("Closure use is not currently supported if GradScaler is enabled.")
-        self._check_scale_growth_tracker("step")
+        if self._scale is None:
+            raise self._no_scale_yet("step")
         state = self._per_optimizer_states[id(optimizer)]
-        if state["stage"] is OptState.STEPPED:
+        if state["stage"] is _STEPPED:
             raise RuntimeError("step() has already been called since the last update().")
-        if state["stage"] is OptState.READY:
-            self._unscale_into(state, optimizer)  # unscale_(optimizer), its checks made above
-        found = state["found_inf_per_device"]
+        if state["stage"] is _READY:  # unscale_(optimizer), its checks made above
+            state["found_inf_per_device"] = found = self._unscale_grads_(optimizer)
+            state["stage"] = _UNSCALED
+        else:
+            found = state["found_inf_per_device"]
         if len(found) == 0:
             raise RuntimeError("No inf checks were recorded for this optimizer.")
         if getattr(optimizer, "_step_supports_amp_scaling", False):
             # One device (the usual step): its flag as it is; else the flags summed on the first device.
-            total = (next(iter(found.values())) if len(found) == 1
-                     else self._sum_found(found.values(), next(iter(found))))
-            retval = optimizer.step(*args, found_inf=Tensor._wrap(total), **kwargs)
+            if len(found) == 1:
+                (total,) = found.values()
+            else:
+                total = self._sum_found(found.values(), next(iter(found)))
+            retval = optimizer.step(*args, found_inf=total, **kwargs)  # the contract takes the array as it is
         else:
             backend.refuse_in_capture(
                 f"GradScaler.step({type(optimizer).__name__})",
@@ -332,7 +372,7 @@ class GradScaler:
                 "implement the contract")
             total = sum(read_host(value) for value in found.values())
             retval = optimizer.step(*args, **kwargs) if total == 0 else None
-        state["stage"] = OptState.STEPPED
+        state["stage"] = _STEPPED
         return retval
 
     @staticmethod
@@ -340,7 +380,8 @@ class GradScaler:
         """The found_inf flags summed on ``dev`` (the flag itself when there is one: the usual step)."""
         total = None
         for value in values:
-            value = backend.to_device(value, dev)
+            if type(value) is not np.ndarray or dev is not backend.CPU:  # a CPU flag for a CPU scale stays
+                value = backend.to_device(value, dev)
             total = value if total is None else total + value
         return total
 
@@ -359,27 +400,32 @@ class GradScaler:
     def update(self, new_scale: "float | Tensor | None" = None) -> None:
         """Update the scale from every optimizer stepped since the last update, or set it."""
         if not self._enabled:
-            self.last_step = ScalerStep(None, None, None)
+            self.last_step = ScalerStep(None, None)
             return
-        self._check_scale_growth_tracker("update")
+        if self._scale is None:
+            raise self._no_scale_yet("update")
         dev = self._scale_device
         xp = dev.xp
         found = [v for s in self._per_optimizer_states.values() for v in s["found_inf_per_device"].values()]
         combined = self._sum_found(found, dev)
         if new_scale is not None:
-            before = self._scale.copy()
+            scales = xp.empty((2,), dtype=np.float32)  # the scale before and after, kept by last_step
+            scales[0] = self._scale
             self._set_scale(new_scale, xp, dev)
-            self.last_step = ScalerStep(combined, before, self._scale.copy())
+            scales[1] = self._scale
         else:
             if combined is None:
                 raise RuntimeError("No inf checks were recorded prior to update.")
-            # The rule writes the scale before and after into a fresh pair (kept by last_step): no copies.
-            record = xp.empty((2,), dtype=np.float32)
-            update_scale(xp, self._scale, self._growth_tracker, self._hysteresis_tracker, combined,
-                         growth_factor=self._growth_factor, backoff_factor=self._backoff_factor,
-                         growth_interval=self._growth_interval, hysteresis=self._hysteresis,
-                         min_scale=self._min_scale, max_scale=self._max_scale, record=record)
-            self.last_step = ScalerStep(combined, record[0:1], record[1:2])
+            # On a GPU the rule's kernel writes the scale before and after into a fresh pair (kept by
+            # last_step); on the CPU the rule hands them back as Python floats (no array to fill).
+            record = None if xp is np else xp.empty((2,), dtype=np.float32)
+            scales = update_scale(xp, self._scale, self._growth_tracker, self._hysteresis_tracker, combined,
+                                  growth_factor=self._growth_factor, backoff_factor=self._backoff_factor,
+                                  growth_interval=self._growth_interval, hysteresis=self._hysteresis,
+                                  min_scale=self._min_scale, max_scale=self._max_scale, record=record)
+            if record is not None:
+                scales = record
+        self.last_step = ScalerStep(combined, scales)
         self._per_optimizer_states = defaultdict(_refresh_per_optimizer_state)
         backend.observe(self)  # a graphed step counts this update's skipped step (tinyamp/cuda_graphs)
 

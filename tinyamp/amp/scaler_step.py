@@ -25,14 +25,16 @@ class ScalerStep:
 
     ``skipped`` is true when some optimizer stepped since the previous update
     found inf/nan and skipped its step; ``scale_before``/``scale_after`` are the
-    scale used for this iteration and the one for the next. Each property read
-    is a host synchronisation.
+    scale used for this iteration and the one for the next, kept as one
+    two-element float32 device array ``scales`` (what the scale rule's kernel
+    writes), or on the CPU the pair of Python floats the rule returns. Each
+    property read is a host synchronisation (counted on the CPU too).
     """
 
-    __slots__ = ("_found_inf", "_before", "_after")
+    __slots__ = ("_found_inf", "_scales")
 
-    def __init__(self, found_inf: Any, before: Any, after: Any) -> None:
-        self._found_inf, self._before, self._after = found_inf, before, after
+    def __init__(self, found_inf: Any, scales: Any) -> None:
+        self._found_inf, self._scales = found_inf, scales
 
     @property
     def found_inf(self) -> "Tensor | None":
@@ -48,11 +50,20 @@ class ScalerStep:
 
     @property
     def scale_before(self) -> float:
-        return 1.0 if self._before is None else read_host(self._before)
+        return self._scale_at(0)
 
     @property
     def scale_after(self) -> float:
-        return 1.0 if self._after is None else read_host(self._after)
+        return self._scale_at(1)
+
+    def _scale_at(self, index: int) -> float:
+        scales = self._scales
+        if scales is None:
+            return 1.0
+        if type(scales) is tuple:  # the CPU rule's floats: a host read like any other, counted as one
+            backend.cuda.note_sync()
+            return scales[index]
+        return read_host(scales[index:index + 1])
 
     def __repr__(self) -> str:
         return (f"ScalerStep(skipped={self.skipped}, scale_before={self.scale_before}, "

@@ -278,8 +278,9 @@ def load() -> bool:  # noqa: C901 - one place that defines every kernel
             wide[i] = b << np.uint32(16)
 
     @jit
-    def unscale_f32(src, dst, inv):  # float32[::1] (dst may be src), float32 inv; True if a result is inf/nan
-        bad = False
+    def unscale_f32(src, dst, inv):  # C-contiguous float32 arrays of one shape (dst may be src), float32 inv;
+        bad = False                  # True if a result is inf/nan. Flattened here: a NumPy reshape costs more
+        src, dst = src.reshape(-1), dst.reshape(-1)
         for i in range(src.size):
             v = src[i] * inv  # float32 times float32: one rounding, as NumPy's multiply
             dst[i] = v
@@ -290,6 +291,7 @@ def load() -> bool:  # noqa: C901 - one place that defines every kernel
     @jit
     def unscale_f32_inplace(buf, inv):  # unscale_f32 with dst = src: LLVM only vectorizes the
         bad = False                     # two-array loop when the arrays do not overlap
+        buf = buf.reshape(-1)
         for i in range(buf.size):
             v = buf[i] * inv
             buf[i] = v

@@ -10,6 +10,7 @@ for the scale rule), which computes the same values.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -29,6 +30,16 @@ def inverse_scale(xp: Any, scale: Any) -> Any:
     return xp.reciprocal(scale.astype(np.float64)).astype(np.float32)
 
 
+@functools.lru_cache(maxsize=64)
+def host_inverse(scale: float) -> np.float32:
+    """``inverse_scale`` of a CPU scale, divided on the host: float32(1 / float64(scale)).
+
+    Remembered per value: the scale changes a few times in a run, the unscale pass runs every step
+    (building the float32 costs more than the look-up).
+    """
+    return np.float32(1.0 / scale)
+
+
 def unscale_group(xp: Any, grads: list, outs: list, scale: Any, found_inf: Any) -> None:
     """``out = grad * inverse_scale(scale)`` for each pair; ``found_inf = 1`` if any result is inf/nan.
 
@@ -43,26 +54,53 @@ def unscale_group(xp: Any, grads: list, outs: list, scale: Any, found_inf: Any) 
         grads, outs = [g for g, _ in pairs], [o for _, o in pairs]
     if not grads:
         return
-    # float32(1 / float64(scale)): on the CPU the host divides (the same IEEE division, no array ops).
-    inv_scale = np.asarray(np.float32(1.0 / float(scale))) if xp is np else inverse_scale(xp, scale)
-    if xp is np and (numba_default() or resolve(None) == "numba"):
-        # float32 pairs: multiply and check in one numba pass each (the NumPy ufuncs take four).
-        inv, rest = inv_scale[()], []
-        in_place, out_of_place = KERNELS["unscale_f32_inplace"], KERNELS["unscale_f32"]
-        for grad, out in zip(grads, outs):
-            if grad.dtype != dt.float32 or out.dtype != dt.float32 or not (grad.flags.c_contiguous
-                                                                          and out.flags.c_contiguous):
-                rest.append((grad, out))
-            elif out is grad:  # in place (O1's gradients): a one-array loop, which LLVM vectorizes
-                if in_place(grad.reshape(-1), inv):
-                    found_inf[...] = 1.0
-            elif out_of_place(grad.reshape(-1), out.reshape(-1), inv):
-                found_inf[...] = 1.0
-        if not rest:
+    if xp is np:
+        # In place (O1's gradients) and out of place (into float32 master gradients) apart: the
+        # numba kernels differ, and LLVM vectorizes only the one-array loop.
+        in_place = [grad for grad, out in zip(grads, outs) if out is grad]
+        if in_place:
+            unscale_in_place_on_host(in_place, scale, found_inf)
+        if len(in_place) == len(grads):
             return
-        grads, outs = [g for g, _ in rest], [o for _, o in rest]
-    if not grads:
-        return
+        grads, outs = zip(*[(grad, out) for grad, out in zip(grads, outs) if out is not grad])
+        if numba_default() or resolve(None) == "numba":
+            # float32 pairs: multiply and check in one numba pass each (the NumPy ufuncs take four).
+            inv, rest, kernel = host_inverse(float(scale)), [], KERNELS["unscale_f32"]
+            for grad, out in zip(grads, outs):
+                if (grad.dtype != dt.float32 or out.dtype != dt.float32
+                        or not (grad.flags.c_contiguous and out.flags.c_contiguous)):
+                    rest.append((grad, out))
+                elif kernel(grad, out, inv):
+                    found_inf[...] = 1.0
+            if not rest:
+                return
+            grads, outs = [g for g, _ in rest], [o for _, o in rest]
+    inv_scale = np.asarray(host_inverse(float(scale))) if xp is np else inverse_scale(xp, scale)
+    _unscale_with_ufuncs(xp, grads, outs, inv_scale, found_inf)
+
+
+def unscale_in_place_on_host(grads: list, scale: Any, found_inf: Any) -> None:
+    """``unscale_group(np, grads, grads, scale, found_inf)``: NumPy gradients unscaled in place.
+
+    The CPU's usual step (O1's gradients, no master copies; GradScaler gathers
+    them apart for this, without unscale_group's sorting of the pairs): each
+    C-contiguous float32 gradient in one numba pass (the kernel flattens it), the
+    others through the NumPy ufuncs.
+    """
+    rest = grads
+    if numba_default() or resolve(None) == "numba":
+        inv, rest, kernel = host_inverse(float(scale)), [], KERNELS["unscale_f32_inplace"]
+        for grad in grads:
+            if grad.dtype != dt.float32 or not grad.flags.c_contiguous:
+                rest.append(grad)
+            elif kernel(grad, inv):
+                found_inf[...] = 1.0
+    if rest:
+        _unscale_with_ufuncs(np, rest, rest, np.asarray(host_inverse(float(scale))), found_inf)
+
+
+def _unscale_with_ufuncs(xp: Any, grads: Any, outs: Any, inv_scale: Any, found_inf: Any) -> None:
+    """The unscale pass in array operations, any dtype and layout (four passes per pair)."""
     with np.errstate(over="ignore", invalid="ignore"):  # inf/nan is what we look for
         for grad, out in zip(grads, outs):
             if out.dtype in dt.LOW_PRECISION:
@@ -75,10 +113,11 @@ def unscale_group(xp: Any, grads: list, outs: list, scale: Any, found_inf: Any) 
 
 def update_scale(xp: Any, scale: Any, growth_tracker: Any, hysteresis_tracker: Any, found_inf: Any, *,
                   growth_factor: float, backoff_factor: float, growth_interval: int, hysteresis: int,
-                  min_scale: float | None, max_scale: float | None, record: Any = None) -> None:
+                  min_scale: float | None, max_scale: float | None, record: Any = None) -> "tuple[float, float] | None":
     """The dynamic rule, in place: on a GPU one kernel thread (no host sync), on the CPU a few host reads.
 
-    ``record`` (two float32, optional) receives the scale before and after.
+    ``record`` (two float32, optional) receives the scale before and after. On
+    the CPU they are also returned as Python floats (read for free there).
 
     inf/nan found: the growth tracker resets and the hysteresis tracker counts
     down; once it reaches 0 the scale backs off (to no less than ``min_scale``).
@@ -95,17 +134,17 @@ def update_scale(xp: Any, scale: Any, growth_tracker: Any, hysteresis_tracker: A
                                  min_scale=min_scale, max_scale=max_scale, floor=DEFAULT_MIN_SCALE, record=record)
         return
     # NumPy arrays: reading them on the host costs nothing, so decide in Python.
-    current = float(scale)  # a float32 value, exactly
-    if record is not None:
-        record[0] = current
-    hyst_left = max(int(hysteresis_tracker) - 1, 0)
+    current = after = float(scale)  # a float32 value, exactly
     successful = int(growth_tracker) + 1
     if float(found_inf) > 0:
+        hyst_left = max(int(hysteresis_tracker) - 1, 0)
         growth_tracker[...] = 0
         hysteresis_tracker[...] = hyst_left
         if hyst_left <= 0:
             floor = np.float32(DEFAULT_MIN_SCALE if min_scale is None else min_scale)
-            scale[...] = max(np.float32(current * backoff_factor), floor)
+            backed = max(np.float32(current * backoff_factor), floor)
+            scale[...] = backed
+            after = float(backed)
     elif successful >= growth_interval:
         grown = current * growth_factor
         if max_scale is not None and max_scale < grown:
@@ -114,9 +153,11 @@ def update_scale(xp: Any, scale: Any, growth_tracker: Any, hysteresis_tracker: A
             grown32 = np.float32(grown)
         if np.isfinite(grown32):  # never grow to inf
             scale[...] = grown32
+            after = float(grown32)
         growth_tracker[...] = 0
         hysteresis_tracker[...] = hysteresis
     else:
         growth_tracker[...] = successful
     if record is not None:
-        record[1] = scale
+        record[0], record[1] = current, after
+    return current, after

@@ -17,6 +17,7 @@ import numbers
 from typing import Any
 
 from .. import dtypes as dt
+from ..backend import array_module
 from ..precision import FP32, NEUTRAL, PROMOTE, current_trace
 from ..autograd.function import Function
 from ..autograd.grad_mode import is_grad_enabled
@@ -98,6 +99,21 @@ class ScaleBy(Function):
                              f"{dt.dtype_name(x.dtype)} {list(x.shape)} and scale "
                              f"{dt.dtype_name(self.scale.dtype)} {list(self.scale.shape)}")
         return xp.multiply(x, self.scale)
+
+    @classmethod
+    def outside_autocast(cls, x: Tensor, scale: Any) -> Tensor:
+        """``ScaleBy(scale)(x)`` when autocast is off: the same node, recorded the same way.
+
+        ``Function.__call__`` would find nothing to do before ``forward`` here: one
+        Tensor input, no autocast state, and a NEUTRAL op that promotes nothing. So
+        this runs ``forward`` and hands the node to the tape (``_record_and_trace``,
+        as ``__call__`` does), without the generic preparation (``GradScaler.scale``
+        calls it once per step).
+        """
+        node = cls(scale)
+        out = Tensor._wrap(node.forward(array_module(x.data), x.data))
+        node._record_and_trace([x], [out])
+        return out
 
     def backward(self, gy: Tensor) -> Tensor:
         if not is_grad_enabled() and current_trace() is None:  # no graph, no report: on arrays
