@@ -4,10 +4,11 @@ Every product here, in the forward pass and in the backward ops, is a call to
 :func:`tinyamp.kernels.gemm.gemm`, so float16/bfloat16 operands are always summed in
 float32 and rounded once: AMP's backward pass keeps the same numerics as its
 forward. Transposes in the gradients (``gy @ W``, ``gy^T @ x``) are gemm's
-``trans_a``/``trans_b`` flags, never materialised copies. (One shortcut:
-``linear``'s CPU backward with 16-bit operands makes gemm's CPU products itself,
-around one numba call that widens and one that rounds, in
-``kernels/linear_grads.py``: the same bits.)
+``trans_a``/``trans_b`` flags, never materialised copies. (Two shortcuts, the
+same bits: ``linear``'s CPU backward with 16-bit operands makes gemm's CPU
+products itself, around one numba call that widens and one that rounds, in
+``kernels/linear_grads.py``; its CPU forward under autocast multiplies the cached
+float32 widenings itself, since its own checks are gemm's for those operands.)
 
 All three are LOWER: under autocast they run in float16 (or bfloat16).
 """
