@@ -268,6 +268,24 @@ def test_relu_fast_path_all_patterns(monkeypatch, dt, shape):
     assert np.array_equal(bits(got), ref)
 
 
+@pytest.mark.skipif(not HAVE_NUMBA, reason="numba not installed or not selected")
+@pytest.mark.parametrize("dt", LOWP, ids=str)
+@pytest.mark.parametrize("shape", [(65536,), (256, 256), (16, 64, 64), (), (0, 16)], ids=str)
+def test_relu_backward_fast_path_all_patterns(monkeypatch, dt, shape):
+    """The common call (no ``out``/``backend``, C-contiguous, one shape): relu_bwd16_nd, any ndim."""
+    calls = []
+    real = cv.cpu_numba.KERNELS["relu_bwd16_nd"]
+    monkeypatch.setitem(cv.cpu_numba.KERNELS, "relu_bwd16_nd", lambda *args: calls.append(1) or real(*args))
+    size = int(np.prod(shape))
+    x = np.random.default_rng(6).permutation(ALL16)[:size].view(dt).reshape(shape)
+    g = np.random.default_rng(7).permutation(ALL16)[:size].view(dt).reshape(shape)
+    with np.errstate(all="ignore"):
+        ref = np.where(x > 0, g, 0)
+    got = ew.relu_backward_lowp(g, x)
+    assert calls == [1]
+    assert_same_bits(got, ref)
+
+
 @pytest.mark.parametrize("dt", LOWP, ids=str)
 def test_relu_backward_all_patterns(backend, dt):
     x = ALL16.view(dt)

@@ -39,8 +39,8 @@ from .cpu_numpy import I16, INF16, U16, flat
 # ReLU forward / backward on 16-bit float bit patterns
 # ---------------------------------------------------------------------------
 
-_INF_BITS = {dtype: np.int16(bits) for dtype, bits in INF16.items()}  # the kernels' ``inf`` argument
-_INF_INT = {dtype: int(bits) for dtype, bits in INF16.items()}  # the same, for relu16_nd
+# The *_nd kernels' ``inf`` argument: a Python int (the same comparison as an int16, cheaper to pass).
+_INF_INT = {dtype: int(bits) for dtype, bits in INF16.items()}
 
 
 def relu_lowp(x, out=None, backend=None):
@@ -54,8 +54,7 @@ def relu_lowp(x, out=None, backend=None):
     if out is None and backend is None and type(x) is np.ndarray and x.flags.c_contiguous and numba_default() \
             and x.dtype in INF16:
         # The common call (an activation under autocast on the CPU): one numba pass, no checks left; the
-        # kernel flattens the (C-contiguous) views itself, and takes ``inf`` as a Python int (the same
-        # comparison), both cheaper to pass.
+        # kernel flattens the (C-contiguous) views itself, where it costs nothing.
         res = np.empty(x.shape, x.dtype)
         KERNELS["relu16_nd"](x.view(I16), res.view(I16), _INF_INT[x.dtype])
         return res
@@ -91,10 +90,10 @@ def relu_backward_lowp(grad, x, out=None, backend=None):
     if (out is None and backend is None and type(x) is np.ndarray and type(grad) is np.ndarray
             and x.flags.c_contiguous and grad.flags.c_contiguous and numba_default() and x.dtype in INF16
             and grad.dtype == x.dtype and grad.shape == x.shape):
-        # The common call (ReLU's backward under autocast on the CPU): one numba pass, no checks left.
+        # The common call (ReLU's backward under autocast on the CPU): one numba pass, no checks left;
+        # the kernel flattens the views itself, as relu_lowp's.
         res = np.empty(x.shape, x.dtype)
-        KERNELS["relu_bwd16"](grad.reshape(-1).view(I16), x.reshape(-1).view(I16), res.reshape(-1).view(I16),
-                              _INF_BITS[x.dtype])
+        KERNELS["relu_bwd16_nd"](grad.view(I16), x.view(I16), res.view(I16), _INF_INT[x.dtype])
         return res
     if (
         type(x) is not np.ndarray
