@@ -250,6 +250,42 @@ def test_relu_all_patterns(backend, dt):
     assert np.array_equal(bits(ew.relu_lowp(x2, backend=backend)).ravel(), ref.reshape(256, 256)[:, ::2].ravel())
 
 
+@pytest.mark.skipif(not HAVE_NUMBA, reason="numba not installed or not selected")
+@pytest.mark.parametrize("dt", LOWP, ids=str)
+@pytest.mark.parametrize("shape", [(65536,), (256, 256), (16, 64, 64), (), (0, 16)], ids=str)
+def test_relu_fast_path_all_patterns(monkeypatch, dt, shape):
+    """The common call (no ``out``/``backend``, C-contiguous): relu16_nd flattens in numba, any ndim."""
+    calls = []
+    real = cv.cpu_numba.KERNELS["relu16_nd"]
+    monkeypatch.setitem(cv.cpu_numba.KERNELS, "relu16_nd", lambda *args: calls.append(1) or real(*args))
+    size = int(np.prod(shape))
+    x = np.random.default_rng(6).permutation(ALL16)[:size].view(dt).reshape(shape)
+    with np.errstate(all="ignore"):
+        ref = bits(np.maximum(x, 0)).copy()
+    ref[ref == 0x8000] = 0  # documented: -0.0 -> +0.0
+    got = ew.relu_lowp(x)
+    assert calls == [1] and got.dtype == dt and got.shape == shape
+    assert np.array_equal(bits(got), ref)
+
+
+@pytest.mark.skipif(not HAVE_NUMBA, reason="numba not installed or not selected")
+@pytest.mark.parametrize("dt", LOWP, ids=str)
+@pytest.mark.parametrize("shape", [(65536,), (256, 256), (16, 64, 64), (), (0, 16)], ids=str)
+def test_relu_backward_fast_path_all_patterns(monkeypatch, dt, shape):
+    """The common call (no ``out``/``backend``, C-contiguous, one shape): relu_bwd16_nd, any ndim."""
+    calls = []
+    real = cv.cpu_numba.KERNELS["relu_bwd16_nd"]
+    monkeypatch.setitem(cv.cpu_numba.KERNELS, "relu_bwd16_nd", lambda *args: calls.append(1) or real(*args))
+    size = int(np.prod(shape))
+    x = np.random.default_rng(6).permutation(ALL16)[:size].view(dt).reshape(shape)
+    g = np.random.default_rng(7).permutation(ALL16)[:size].view(dt).reshape(shape)
+    with np.errstate(all="ignore"):
+        ref = np.where(x > 0, g, 0)
+    got = ew.relu_backward_lowp(g, x)
+    assert calls == [1]
+    assert_same_bits(got, ref)
+
+
 @pytest.mark.parametrize("dt", LOWP, ids=str)
 def test_relu_backward_all_patterns(backend, dt):
     x = ALL16.view(dt)
@@ -309,6 +345,23 @@ def test_bias_act_convert(backend, dt, relu):
     assert_same_bits(ew.bias_act_convert(y3, b, dt, relu=relu, backend=backend), ref.reshape(2, 100, 300))
     # overwrite_y: the caller's buffer may serve as the float32 temporary; same bits.
     assert_same_bits(ew.bias_act_convert(y.copy(), b, dt, relu=relu, backend=backend, overwrite_y=True), ref)
+
+
+@pytest.mark.skipif(not HAVE_NUMBA, reason="numba not installed or not selected")
+@pytest.mark.parametrize("dt", LOWP, ids=str)
+@pytest.mark.parametrize("relu", [False, True])
+def test_bias_convert_checked_is_the_unfused_expression(dt, relu):
+    """linear's unchecked entry: every float32 pattern (and ties, overflow) through the epilogue."""
+    rng = np.random.default_rng(8)
+    y = f32_random_bits(256 * 64, seed=9).view(np.float32).reshape(256, 64)
+    b = rng.standard_normal(64).astype(np.float32)
+    b[:4] = [np.inf, -np.inf, np.nan, 0.0]
+    with np.errstate(all="ignore"):
+        t = y + b
+        ref = (np.maximum(t, 0) if relu else t).astype(dt)
+    y_before = y.copy()
+    assert_same_bits(ew.bias_convert_checked(y, b, dt, relu), ref)
+    assert_same_bits(y, y_before)
 
 
 class _NotAnNdarray(np.ndarray):

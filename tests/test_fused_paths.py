@@ -173,3 +173,44 @@ def test_linear_16bit_backward_fast_path_gives_the_general_paths_bits(monkeypatc
     param = np.float32 if lowered else dtype
     assert [a.dtype for a in fast] == [param] * (x_grad + w_grad + bias)
     assert any(np.isinf(a).any() for a in fast) and all(np.isfinite(a).any() for a in fast)
+
+
+# ------------------------------------------------------------------ Linear's CPU forward under autocast
+# ops/linalg.py multiplies the cached float32 widenings itself and calls the epilogue's numba pass without
+# the checks gemm and bias_act_convert repeat; with numba switched off the general path (gemm with the
+# widened operands, the NumPy epilogue) must give the same bits.
+
+def linear_forward(dtype, batch: tuple, input_dtype) -> list:
+    """Three autocast steps of a linear layer on awkward values (ties, subnormals, overflow to inf)."""
+    rng = np.random.default_rng(11)
+    w = ta.tensor((rng.standard_normal((5, 9)) * 3).astype(np.float32), requires_grad=True)
+    b = ta.tensor(rng.standard_normal(5).astype(np.float32), requires_grad=True)
+    b.data[:3] = [7.0e4, 3.0e-7, 1.0 + 2.0 ** -11]  # past float16's max, a float16 subnormal, a tie
+    outs = []
+    for step in range(3):  # the first step fills the weight-cast cache, the later ones read it
+        x = (rng.standard_normal(batch + (9,)) * 10.0 ** (step - 1)).astype(np.float32)
+        x.reshape(-1)[:2] = [1.0e4, 1.0e-8]
+        with ta.amp.autocast(dtype=dtype):
+            outs.append(ta.linear(ta.tensor(x.astype(input_dtype or dtype)), w, b).detach().numpy())
+    return outs
+
+
+@pytest.mark.skipif(not HAVE_NUMBA, reason="numba not installed or not selected")
+@pytest.mark.parametrize("dtype", [ta.float16, ta.bfloat16], ids=str)
+@pytest.mark.parametrize("batch", [(6,), (2, 3), ()], ids=["2d", "3d", "1d"])
+@pytest.mark.parametrize("input_dtype", [np.float32, None], ids=["lowered-input", "16-bit-input"])
+def test_linear_16bit_forward_fast_path_gives_the_general_paths_bits(monkeypatch, dtype, batch,
+                                                                     input_dtype) -> None:
+    from tinyamp.ops import linalg
+    calls = []
+    real = linalg.bias_convert_checked
+    monkeypatch.setattr(linalg, "bias_convert_checked", lambda *args: calls.append(1) or real(*args))
+    fast = linear_forward(dtype, batch, input_dtype)
+    assert len(calls) >= 2  # the cached steps took the fast path
+    monkeypatch.setattr(cv, "BACKEND", "numpy-bits")  # numba off: gemm and the NumPy epilogue
+    calls.clear()
+    general = linear_forward(dtype, batch, input_dtype)
+    assert not calls
+    fd.assert_same_bits(fast, general, "linear forward")
+    assert all(a.dtype == dtype for a in fast) and all(np.isfinite(a).any() for a in fast)
+    assert any(np.isinf(a).any() for a in fast) == (dtype == ta.float16)  # 7e4 overflows float16 only

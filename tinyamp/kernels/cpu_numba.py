@@ -375,6 +375,15 @@ def load() -> bool:  # noqa: C901 - one place that defines every kernel
         _round16(b, b16, b_mode, bf16)
         _round16(c, c16, c_mode, bf16)
 
+    # -- fwdk (issue 10 item 4): the 16-bit ReLU and its backward on arrays of any shape ----------------
+    @jit
+    def relu16_nd(src, dst, inf):  # C-contiguous int16 views of one shape, any ndim: relu16, flattened
+        relu16(src.reshape(-1), dst.reshape(-1), inf)  # here, where it is free (in Python, 4 calls)
+
+    @jit
+    def relu_bwd16_nd(grad, x, dst, inf):  # relu_bwd16 on C-contiguous int16 views of one shape, flattened
+        relu_bwd16(grad.reshape(-1), x.reshape(-1), dst.reshape(-1), inf)
+
     kernels = dict(
         sgd_f32=sgd_f32,
         adam_f32=adam_f32,
@@ -403,6 +412,8 @@ def load() -> bool:  # noqa: C901 - one place that defines every kernel
         bias_act_bf16=bias_act_bf16,
         widen16_pair=widen16_pair,  # host2
         round16_triple=round16_triple,  # host2
+        relu16_nd=relu16_nd,  # fwdk
+        relu_bwd16_nd=relu_bwd16_nd,  # fwdk
     )
     KERNELS.clear()
     KERNELS.update(kernels)

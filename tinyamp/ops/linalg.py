@@ -4,10 +4,11 @@ Every product here, in the forward pass and in the backward ops, is a call to
 :func:`tinyamp.kernels.gemm.gemm`, so float16/bfloat16 operands are always summed in
 float32 and rounded once: AMP's backward pass keeps the same numerics as its
 forward. Transposes in the gradients (``gy @ W``, ``gy^T @ x``) are gemm's
-``trans_a``/``trans_b`` flags, never materialised copies. (One shortcut:
-``linear``'s CPU backward with 16-bit operands makes gemm's CPU products itself,
-around one numba call that widens and one that rounds, in
-``kernels/linear_grads.py``: the same bits.)
+``trans_a``/``trans_b`` flags, never materialised copies. (Two shortcuts, the
+same bits: ``linear``'s CPU backward with 16-bit operands makes gemm's CPU
+products itself, around one numba call that widens and one that rounds, in
+``kernels/linear_grads.py``; its CPU forward under autocast multiplies the cached
+float32 widenings itself, since its own checks are gemm's for those operands.)
 
 All three are LOWER: under autocast they run in float16 (or bfloat16).
 """
@@ -23,8 +24,8 @@ from .. import dtypes as dt
 from ..autograd.function import Function
 from ..autograd.grad_mode import is_grad_enabled
 from ..kernels import cuda_epilogue, cuda_launch
-from ..kernels.convert import convert
-from ..kernels.elementwise_cpu import bias_act_convert
+from ..kernels.convert import convert, numba_default
+from ..kernels.elementwise_cpu import bias_act_convert, bias_convert_checked
 from ..kernels.gemm import gemm, gemm_widened
 from ..kernels.linear_grads import linear_grads16
 from ..kernels.round_through import round_through
@@ -179,6 +180,15 @@ class Linear(Function):
                 x32 = _rows(x32)
         if b is None:
             y = gemm(rows, w, trans_b=True, a_widened=x32, b_widened=w32)
+        elif w32 is not None and b32 is not None and type(x) is np.ndarray and numba_default():
+            # The CPU under autocast, the weight's and bias's float32 widenings cached (the common
+            # layer): what the branch below computes, without gemm's and the epilogue's checks, which
+            # the ones above already made (two 2-D NumPy operands of one 16-bit dtype, K equal, the
+            # widenings exact copies of their shapes): gemm's CPU product of the widened operands,
+            # then the epilogue's numba pass (a 16-bit activation autocast did not convert is widened
+            # as gemm would, by convert).
+            x32 = convert(rows, dt.float32) if x32 is None else x32
+            y = bias_convert_checked(np.matmul(x32, w32.T), b32, x.dtype)
         elif x.dtype in dt.LOW_PRECISION:
             # The bias is added to the float32 accumulator and the sum rounded
             # once, as a cuBLAS epilogue would (one fused pass: numba on the CPU,
