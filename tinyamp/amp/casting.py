@@ -18,11 +18,10 @@ The weight-cast cache (:data:`WEIGHT_CACHE`) is persistent: an entry lives as
 long as its weight and is used while the weight's version is unchanged, across
 regions and steps. An optimizer that updates the weight on a GPU writes the
 rounded new weight into the entry and re-stamps it (:func:`low_copy_to_refresh`),
-so the next step's forward converts nothing. A CPU optimizer's numba update does
-the same (:func:`low_copy_to_write`): the copy and, for a weight linear
-multiplies, its float32 widening (the CPU GEMM's operand) come out of the
-update's own pass. Any other stale entry on the CPU is rewritten in place on
-its next use, in one numba pass (``kernels/round_through.LowCopy``). PyTorch instead empties its cache
+so the next step's forward converts nothing. On the CPU the next use rewrites
+the entry in place: the copy and, for a weight linear multiplies, its float32
+widening (the CPU GEMM's operand), in one numba pass
+(``kernels/round_through.LowCopy``). PyTorch instead empties its cache
 whenever the outermost region exits (one conversion per weight per step);
 ``ta.amp.clear_autocast_cache()`` empties this one.
 """
@@ -68,9 +67,6 @@ class WeightCastCache:
 
     def __init__(self) -> None:
         self._entries: dict[tuple[int, np.dtype], list] = {}  # (id, dtype) -> [weakref, version, LowCopy]
-        # id(weight) -> its entry kept last (of any dtype): one lookup per parameter for a CPU
-        # optimizer's update, which writes that entry's copies (writable()).
-        self._latest: dict[int, list] = {}
         self.hits = 0
         self.misses = 0
 
@@ -90,18 +86,15 @@ class WeightCastCache:
         _held_by_capture(copy.low)
         self.misses += 1
         key = (id(weight), dtype)
-        entries, latest = self._entries, self._latest
+        entries = self._entries
 
         def forget(ref: Any, key: tuple = key) -> None:  # the weight was collected: drop its copy
             entry = entries.get(key)
             if entry is not None and entry[0] is ref:
                 del entries[key]
-            entry = latest.get(key[0])
-            if entry is not None and entry[0] is ref:
-                del latest[key[0]]
 
         # [weak reference, version converted at, copies]: a list, so current() restamps it in place
-        self._entries[key] = self._latest[key[0]] = [weakref.ref(weight, forget), weight._version[0], copy]
+        self._entries[key] = [weakref.ref(weight, forget), weight._version[0], copy]
 
     def current(self, weight: Any, dtype: np.dtype) -> "tuple[LowCopy, bool]":
         """(the copies of ``weight`` for ``dtype``, whether they were current): converted now when not.
@@ -131,8 +124,8 @@ class WeightCastCache:
         self._keep(weight, dtype, copy)
         return copy, False
 
-    def to_refresh(self, weight: Any) -> "list | None":
-        """A current entry of ``weight`` whose copy (``entry[2].low``) an update may overwrite, else None.
+    def to_refresh(self, weight: Any) -> "tuple[np.dtype, Any] | None":
+        """(dtype, array) of a current entry of ``weight`` that an update may overwrite, else None.
 
         The optimizer writes the rounded updated weight into the array and then
         calls :meth:`restamp`; other dtypes' entries of the weight become stale.
@@ -140,35 +133,18 @@ class WeightCastCache:
         for dtype in (dt.float16, dt.bfloat16):
             entry = self._entries.get((id(weight), dtype))
             if entry is not None and entry[0]() is weight and entry[1] == weight._version[0]:
-                return entry
+                return dtype, entry[2].low
         return None
 
-    def writable(self, weight: Any, array: Any) -> "tuple[list, tuple] | None":
-        """(entry, bit views) when a CPU update of ``array`` (``weight``'s array) may write ``weight``'s
-        last-kept entry, else None.
-
-        The entry must be current (same tensor, same version: the copies hold
-        the weight's values before the update) and its copies made from
-        ``array`` itself (not a replaced one); the views are
-        ``LowCopy.bit_views``. One dict lookup: this runs for every parameter of
-        every CPU step. A weight with entries of both 16-bit dtypes gets only
-        its last-kept one written; the other is converted on its next use.
-        """
-        entry = self._latest.get(id(weight))
-        if entry is None or entry[0]() is not weight or entry[1] != weight._version[0]:
-            return None
-        views = entry[2].bit_views(array)
-        return None if views is None else (entry, views)
-
-    @staticmethod
-    def restamp(weight: Any, entry: list) -> None:
-        """``entry`` (of ``weight``) holds the weight's current value (written by the optimizer)."""
-        entry[1] = weight._version[0]
+    def restamp(self, weight: Any, dtype: np.dtype) -> None:
+        """The entry of ``weight`` holds the weight's current value (written by the optimizer)."""
+        entry = self._entries.get((id(weight), dtype))
+        if entry is not None and entry[0]() is weight:
+            entry[1] = weight._version[0]
 
     def clear(self) -> None:
         """Drop every entry and start the hit and miss counts again."""
         self._entries.clear()
-        self._latest.clear()
         self.hits = self.misses = 0
 
     def __len__(self) -> int:
@@ -316,19 +292,14 @@ def note_fused_cast(op: Any, position: int, tensor: Any, target: np.dtype, state
     precision.record_cast(op, tensor.data, result, "forward", rule=cause, cache=cache, position=position)
 
 
-def low_copy_to_refresh(weight: Any) -> "list | None":
-    """The cache entry of ``weight``'s current copy (``entry[2].low``), for a GPU optimizer to overwrite, else None."""
+def low_copy_to_refresh(weight: Any) -> "tuple[np.dtype, Any] | None":
+    """(dtype, array) of ``weight``'s current cached copy, for an optimizer to overwrite, else None."""
     return WEIGHT_CACHE.to_refresh(weight)
 
 
-def low_copy_to_write(weight: Any, array: Any) -> "tuple[list, tuple] | None":
-    """(cache entry, bit views) of ``weight``'s current copy for a CPU update of ``array`` to write, else None."""
-    return WEIGHT_CACHE.writable(weight, array)
-
-
-def restamp_low_copy(weight: Any, entry: list) -> None:
-    """After the optimizer wrote the rounded new weight into the entry's copies: they are current again."""
-    entry[1] = weight._version[0]
+def restamp_low_copy(weight: Any, dtype: np.dtype) -> None:
+    """After the optimizer wrote the rounded new weight into the copy: it is current again."""
+    WEIGHT_CACHE.restamp(weight, dtype)
 
 
 def clear_autocast_cache() -> None:

@@ -300,28 +300,20 @@ def load() -> bool:  # noqa: C901 - one place that defines every kernel
         return bad
 
     @jit
-    def _sgd_element(w, g, buf, i, lr, momentum, dampening_c, weight_decay, use_wd, maximize, momentum_on,
-                     started, nesterov):  # optim.sgd's update of element i (buf too); returns the new w[i]
-        w32 = w[i]
-        d = g[i]
-        if maximize:
-            d = -d
-        if use_wd:
-            d = d + weight_decay * w32
-        if momentum_on:
-            b = momentum * buf[i] + dampening_c * d if started else d
-            d = d + momentum * b if nesterov else b
-            buf[i] = b
-        new = w32 - lr * d
-        w[i] = new
-        return new
-
-    @jit
     def sgd_f32(w, g, buf, lr, momentum, dampening_c, weight_decay, use_wd, maximize, momentum_on, started,
                 nesterov):  # float32[::1] arrays, float32 scalars: optim.sgd's update, one pass
         for i in range(w.size):
-            _sgd_element(w, g, buf, i, lr, momentum, dampening_c, weight_decay, use_wd, maximize, momentum_on,
-                         started, nesterov)
+            w32 = w[i]
+            d = g[i]
+            if maximize:
+                d = -d
+            if use_wd:
+                d = d + weight_decay * w32
+            if momentum_on:
+                b = momentum * buf[i] + dampening_c * d if started else d
+                d = d + momentum * b if nesterov else b
+                buf[i] = b
+            w[i] = w32 - lr * d
 
     @jit
     def adam_f32(w, g, m, v, v_max, step_size, bias2_sqrt, beta1_c, beta2, beta2_c, eps, weight_decay, decay,
@@ -383,21 +375,6 @@ def load() -> bool:  # noqa: C901 - one place that defines every kernel
         _round16(b, b16, b_mode, bf16)
         _round16(c, c16, c_mode, bf16)
 
-    # -- optcopy (issue 10 item 4): a CPU update that also writes the weight's cached 16-bit copy ---------
-    # sgd_f32 plus, per element, the weight-cast cache's copy of the new value (low: uint16 view) and,
-    # when has_wide, that copy widened back (wide: uint32 view): kernels/round_through.LowCopy's
-    # lower_widen pass folded into the update, so the next forward finds the copies current.
-    @jit
-    def sgd_low_f32(w, g, buf, lr, momentum, dampening_c, weight_decay, use_wd, maximize, momentum_on, started,
-                    nesterov, low, wide, has_wide, bf16):
-        for i in range(w.size):
-            bits = _nb_fbits(_sgd_element(w, g, buf, i, lr, momentum, dampening_c, weight_decay, use_wd,
-                                          maximize, momentum_on, started, nesterov))
-            h = _f2b_bits(bits) if bf16 else _f2h(bits)
-            low[i] = np.uint16(h)
-            if has_wide:
-                wide[i] = (h << np.uint32(16)) if bf16 else _h2f(h)
-
     kernels = dict(
         sgd_f32=sgd_f32,
         adam_f32=adam_f32,
@@ -426,7 +403,6 @@ def load() -> bool:  # noqa: C901 - one place that defines every kernel
         bias_act_bf16=bias_act_bf16,
         widen16_pair=widen16_pair,  # host2
         round16_triple=round16_triple,  # host2
-        sgd_low_f32=sgd_low_f32,  # optcopy
     )
     KERNELS.clear()
     KERNELS.update(kernels)

@@ -38,24 +38,15 @@ def _applies(*arrays: Any) -> bool:
 
 
 def sgd_update(w: Any, g: Any, buf: Any, step: Any, *, lr: float, momentum: float, dampening: float,
-               weight_decay: float, nesterov: bool, maximize: bool, low: "tuple | None" = None) -> bool:
-    """``optim.sgd._sgd_param`` for a kept step, in place; ``buf``/``step`` None without momentum.
-
-    ``low``: the bit views of the weight-cast cache's copies of ``w``
-    (``LowCopy.bit_views``), rewritten from the new values in the same pass
-    (as ``LowCopy.rewrite`` would on the next forward), or None.
-    """
+               weight_decay: float, nesterov: bool, maximize: bool) -> bool:
+    """``optim.sgd._sgd_param`` for a kept step, in place; ``buf``/``step`` None without momentum."""
     if not _applies(w, g, buf):
         return False
     momentum_on = momentum != 0
     started = momentum_on and float(step) > 0  # the first step seeds the buffer with the gradient
-    args = (w.reshape(-1), g.reshape(-1), _DUMMY if buf is None else buf.reshape(-1), _F32(lr), _F32(momentum),
-            _F32(1 - dampening), _F32(weight_decay), weight_decay != 0, bool(maximize), momentum_on, started,
-            bool(nesterov))
-    if low is None:
-        KERNELS["sgd_f32"](*args)
-    else:
-        KERNELS["sgd_low_f32"](*args, *low)
+    KERNELS["sgd_f32"](w.reshape(-1), g.reshape(-1), _DUMMY if buf is None else buf.reshape(-1), _F32(lr),
+                       _F32(momentum), _F32(1 - dampening), _F32(weight_decay), weight_decay != 0, bool(maximize),
+                       momentum_on, started, bool(nesterov))
     if momentum_on:
         step[...] = step + _ONE
     return True

@@ -97,8 +97,6 @@ def lower_widened(source: Any, dtype: Any) -> "tuple[Any, Any]":
 # 4% faster at H=16..128 with the widening kept, 7-20% slower at H=256..1024; RESULTS.md).
 WIDEN_MAX = 1 << 17
 
-_NO_WIDE = np.zeros(1, U32)  # bit_views' placeholder for a copy without a widening (never written)
-
 
 class LowCopy:
     """A float32 array's 16-bit copy ``low`` and, on the CPU, ``wide = float32(low)``, rewritable in place.
@@ -115,10 +113,10 @@ class LowCopy:
     a CPU optimizer step is a single kernel call.
     """
 
-    __slots__ = ("source", "low", "wide", "_pass", "_bits")
+    __slots__ = ("source", "low", "wide", "_pass")
 
     def __init__(self, source: Any, low: Any) -> None:
-        self.source, self.low, self.wide, self._pass, self._bits = source, low, None, None, None
+        self.source, self.low, self.wide, self._pass = source, low, None, None
 
     @classmethod
     def of(cls, source: Any, dtype: Any) -> "LowCopy":
@@ -135,23 +133,7 @@ class LowCopy:
                 kernel = KERNELS["lower_widen_f16" if self.low.dtype == dt.float16 else "lower_widen_bf16"]
                 self._pass = (kernel, (source.reshape(-1).view(U32), self.low.reshape(-1).view(U16),
                                        self.wide.reshape(-1).view(U32)))
-            self._bits = None  # bit_views() now includes the widening
         return self.wide
-
-    def bit_views(self, source: Any) -> "tuple | None":
-        """``(low as uint16, wide as uint32 or an empty placeholder, has wide, is bfloat16)``, flat, for a
-        numba update of ``source`` that writes the copies of its new values in its own pass
-        (``cpu_optim.sgd_update(low=...)``); None when ``source`` is not the array the copies were
-        made from, or they are not C-contiguous NumPy arrays. Made once per copy and reused."""
-        views = self._bits
-        if views is None or source is not self.source:
-            low, wide = self.low, self.wide
-            if source is not self.source or type(low) is not np.ndarray or not low.flags.c_contiguous:
-                return None
-            views = self._bits = (low.reshape(-1).view(U16),
-                                  _NO_WIDE if wide is None else wide.reshape(-1).view(U32),
-                                  wide is not None, low.dtype == dt.bfloat16)
-        return views
 
     def rewrite(self, source: Any) -> bool:
         """Recompute the copies from ``source`` (the weight's array now), in place on the CPU; True when done.

@@ -56,7 +56,7 @@ import tinyamp
 
 from .. import backend
 from .. import dtypes as dt
-from ..amp.casting import low_copy_to_refresh, low_copy_to_write, restamp_low_copy
+from ..amp.casting import low_copy_to_refresh, restamp_low_copy
 from ..kernels import cuda_launch
 from ..kernels.loss_scale import inverse_scale
 from ..tensor import Tensor
@@ -162,8 +162,8 @@ class Optimizer:
         self._master_versions: dict[Tensor, int] = {}
         # Parameters whose low-precision copy a fused GPU kernel already wrote this step.
         self._written_back_by_kernel: set = set()
-        # Float32 parameters whose weight-cast cache copy the update rewrote this step
-        # (parameter -> cache entry), re-stamped with the version the update gives them.
+        # Float32 parameters whose weight-cast cache copy a fused kernel rewrote this step
+        # (parameter -> dtype), re-stamped with the version the update gives them.
         self._refreshed_low_copies: dict = {}
         # Each group's hyper-parameters on the device, for the fused kernels (id(group) -> mirror).
         self._device_hyper: dict[int, cuda_launch.DeviceValues] = {}
@@ -441,26 +441,11 @@ class Optimizer:
         if master is not None:
             self._written_back_by_kernel.add(p)
             return p.data
-        entry = low_copy_to_refresh(p)
-        if entry is None:
+        refresh = low_copy_to_refresh(p)
+        if refresh is None:
             return None
-        self._refreshed_low_copies[p] = entry
-        return entry[2].low
-
-    def _cpu_low_copy(self, p: Tensor, weight: Any) -> "tuple | None":
-        """The bit views of the weight-cast cache's current copies of ``p`` for a CPU numba update of
-        ``weight`` to write (``cpu_optim.sgd_update(low=...)``), else None; ``_finish`` restamps them.
-
-        The CPU counterpart of :meth:`_low_output`: the next forward then finds
-        the copies current instead of rewriting them (``LowCopy.rewrite``).
-        The caller writes the copies, or leaves the weight unchanged (a step
-        the scaler skipped), or drops the entry from ``_refreshed_low_copies``.
-        """
-        found = low_copy_to_write(p, weight)
-        if found is None:
-            return None
-        self._refreshed_low_copies[p] = found[0]
-        return found[1]
+        self._refreshed_low_copies[p] = refresh[0]
+        return refresh[1]
 
     def _finish(self, p: Tensor, master: "Tensor | None") -> None:
         """After the update: round masters back into the parameter, bump the version."""
@@ -477,9 +462,9 @@ class Optimizer:
         if master is not None:
             self._master_versions[p] = p._version[0]
         if self._refreshed_low_copies:
-            entry = self._refreshed_low_copies.pop(p, None)
-            if entry is not None:  # the kernel wrote round(new weight) into the cached copy
-                restamp_low_copy(p, entry)
+            low = self._refreshed_low_copies.pop(p, None)
+            if low is not None:  # the kernel wrote round(new weight) into the cached copy
+                restamp_low_copy(p, low)
 
     def _update_group(self, group: dict, entries: list) -> None:
         raise NotImplementedError(f"{type(self).__name__} must implement _update_group")

@@ -96,12 +96,8 @@ class SGD(Optimizer):
             if momentum != 0:
                 buf = self._state_buffer(p, "momentum_buffer", w)
                 step = self._step_counter(p, w)
-            if keep is True:
-                if cpu_optim.sgd_update(w, g, buf, step, low=self._cpu_low_copy(p, w), **hyper):
-                    continue  # one numba pass on the CPU, the same bits, the cached 16-bit copies written too
-                self._refreshed_low_copies.pop(p, None)  # the array path below does not write them
-            elif keep is False:  # a step the scaler skipped: the weight, so its copies, stay as they are
-                self._cpu_low_copy(p, w)
+            if keep is True and cpu_optim.sgd_update(w, g, buf, step, **hyper):
+                continue  # one numba pass on the CPU, the same bits
             _sgd_param(p.device.xp, w, g, buf, step, self._keep_mask(keep), **hyper)
         for dev, batch in fused.items():
             self._fused_update(group, dev, batch, momentum != 0, hyper)
