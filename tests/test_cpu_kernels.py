@@ -250,16 +250,29 @@ def test_relu_all_patterns(backend, dt):
     assert np.array_equal(bits(ew.relu_lowp(x2, backend=backend)).ravel(), ref.reshape(256, 256)[:, ::2].ravel())
 
 
+def spy_on_kernel(monkeypatch, name):
+    """A list that gets one entry per call of numba kernel ``name`` (which still runs)."""
+    calls = []
+    real = cv.cpu_numba.KERNELS[name]
+    monkeypatch.setitem(cv.cpu_numba.KERNELS, name, lambda *args: calls.append(1) or real(*args))
+    return calls
+
+
+def patterns16(dt, shape, seed):
+    """``shape``-many distinct 16-bit patterns as ``dt`` (every pattern for 65,536 elements)."""
+    return np.random.default_rng(seed).permutation(ALL16)[:int(np.prod(shape))].view(dt).reshape(shape)
+
+
+FAST_PATH_SHAPES = [(65536,), (256, 256), (16, 64, 64), (), (0, 16)]
+
+
 @pytest.mark.skipif(not HAVE_NUMBA, reason="numba not installed or not selected")
 @pytest.mark.parametrize("dt", LOWP, ids=str)
-@pytest.mark.parametrize("shape", [(65536,), (256, 256), (16, 64, 64), (), (0, 16)], ids=str)
+@pytest.mark.parametrize("shape", FAST_PATH_SHAPES, ids=str)
 def test_relu_fast_path_all_patterns(monkeypatch, dt, shape):
     """The common call (no ``out``/``backend``, C-contiguous): relu16_nd flattens in numba, any ndim."""
-    calls = []
-    real = cv.cpu_numba.KERNELS["relu16_nd"]
-    monkeypatch.setitem(cv.cpu_numba.KERNELS, "relu16_nd", lambda *args: calls.append(1) or real(*args))
-    size = int(np.prod(shape))
-    x = np.random.default_rng(6).permutation(ALL16)[:size].view(dt).reshape(shape)
+    calls = spy_on_kernel(monkeypatch, "relu16_nd")
+    x = patterns16(dt, shape, 6)
     with np.errstate(all="ignore"):
         ref = bits(np.maximum(x, 0)).copy()
     ref[ref == 0x8000] = 0  # documented: -0.0 -> +0.0
@@ -270,15 +283,11 @@ def test_relu_fast_path_all_patterns(monkeypatch, dt, shape):
 
 @pytest.mark.skipif(not HAVE_NUMBA, reason="numba not installed or not selected")
 @pytest.mark.parametrize("dt", LOWP, ids=str)
-@pytest.mark.parametrize("shape", [(65536,), (256, 256), (16, 64, 64), (), (0, 16)], ids=str)
+@pytest.mark.parametrize("shape", FAST_PATH_SHAPES, ids=str)
 def test_relu_backward_fast_path_all_patterns(monkeypatch, dt, shape):
     """The common call (no ``out``/``backend``, C-contiguous, one shape): relu_bwd16_nd, any ndim."""
-    calls = []
-    real = cv.cpu_numba.KERNELS["relu_bwd16_nd"]
-    monkeypatch.setitem(cv.cpu_numba.KERNELS, "relu_bwd16_nd", lambda *args: calls.append(1) or real(*args))
-    size = int(np.prod(shape))
-    x = np.random.default_rng(6).permutation(ALL16)[:size].view(dt).reshape(shape)
-    g = np.random.default_rng(7).permutation(ALL16)[:size].view(dt).reshape(shape)
+    calls = spy_on_kernel(monkeypatch, "relu_bwd16_nd")
+    x, g = patterns16(dt, shape, 6), patterns16(dt, shape, 7)
     with np.errstate(all="ignore"):
         ref = np.where(x > 0, g, 0)
     got = ew.relu_backward_lowp(g, x)
