@@ -468,6 +468,22 @@ def test_default_calls_take_numba_with_the_same_bits(numba_impl):
 
 
 @pytest.mark.parametrize("dt", LOWP, ids=str)
+@pytest.mark.parametrize("shape", [(100_000,), (4, 784), (10, 50, 200), (), (0, 16)], ids=str)
+def test_lower_widened_flattens_in_numba_any_shape(numba_impl, dt, shape, monkeypatch):
+    """An autocast input's copies (lower_widened): one *_nd pass, flattened in numba, any ndim, exact bits."""
+    name = "lower_widen_f16_nd" if dt == F16 else "lower_widen_bf16_nd"
+    calls = []
+    real = cv.cpu_numba.KERNELS[name]
+    monkeypatch.setitem(cv.cpu_numba.KERNELS, name, lambda *args: calls.append(1) or real(*args))
+    size = int(np.prod(shape))
+    x = np.concatenate([f32_boundary_cases(), f32_random_bits(100_000)]).view(np.float32)[:size].reshape(shape)
+    low, wide = round_through_module.lower_widened(x, dt)
+    assert calls == [1] and low.dtype == dt and wide.dtype == F32 and low.shape == wide.shape == shape
+    assert_same_bits(low, reference(x, dt))
+    assert_same_bits(wide, reference(reference(x, dt), F32))
+
+
+@pytest.mark.parametrize("dt", LOWP, ids=str)
 def test_low_copy_and_its_widening(backend, dt, monkeypatch):
     monkeypatch.setattr(round_through_module, "WIDEN_MAX", 1 << 30)  # every input below is widened
     w = np.concatenate([f32_boundary_cases(), f32_random_bits(100_000)]).view(np.float32)

@@ -189,6 +189,23 @@ def test_scale_records_the_generic_scale_by_node_without_function_call(monkeypat
     assert generic_calls == ["ScaleBy", "ScaleBy"]
 
 
+def test_scale_by_outside_autocast_writes_a_fresh_array_and_refuses_like_forward() -> None:
+    # GradScaler.scale's direct path multiplies into a fresh array of the loss's shape (no NumPy
+    # scalar round trip); anything it does not take (another dtype) gets forward's check and message.
+    from tinyamp.ops.elementwise import ScaleBy
+    scale = np.full((), 1024.0, np.float32)
+    w = ta.tensor([1.5], requires_grad=True)
+    loss = w * 3.0
+    out = ScaleBy.outside_autocast(loss, scale)
+    assert type(out.data) is np.ndarray and out.data.shape == (1,) and out.data.dtype == np.float32
+    assert not np.shares_memory(out.data, loss.data) and not np.shares_memory(out.data, scale)
+    np.testing.assert_array_equal(out.data, np.float32([4.5 * 1024]))
+    np.testing.assert_array_equal(loss.data, np.float32([4.5]))
+    with pytest.raises(ValueError, match=r"scale_by: expects a 0-d scale of the input's dtype, got input "
+                                         r"float16 \[1\] and scale float32 \[\]"):
+        ScaleBy.outside_autocast(w.half(), scale)
+
+
 def test_scaled_loss_backward_gives_scaled_grads() -> None:
     w, x, y = _problem()
     _loss(w, x, y).backward()

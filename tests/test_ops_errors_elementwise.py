@@ -300,20 +300,20 @@ def test_autocast_tags_of_the_new_ops() -> None:
 def test_relu_keeps_only_its_output() -> None:
     x = _leaf([-1.0, 2.0], ta.float32)
     y = ta.relu(x * 1.0)
-    assert y.grad_fn._saved_in == []
+    assert len(y.grad_fn._saved_in) == 0
     assert len(y.grad_fn._saved_out) == 1 and y.grad_fn._saved_out[0][0] is y.data
 
 
 @pytest.mark.parametrize("op", [ta.sigmoid, ta.tanh, lambda t: ta.leaky_relu(t, 0.1)])
 def test_bounded_activations_save_the_output_not_the_input(op: object) -> None:
     y = op(_leaf([-1.0, 2.0]))
-    assert y.grad_fn._saved_in == [] and len(y.grad_fn._saved_out) == 1
+    assert len(y.grad_fn._saved_in) == 0 and len(y.grad_fn._saved_out) == 1
 
 
 def test_leaky_relu_with_nonpositive_slope_saves_the_input() -> None:
     x = _leaf([-1.0, 2.0])
     y = ta.leaky_relu(x, -0.5)
-    assert len(y.grad_fn._saved_in) == 1 and y.grad_fn._saved_out == []
+    assert len(y.grad_fn._saved_in) == 1 and len(y.grad_fn._saved_out) == 0
     np.testing.assert_array_equal(_grad_of(lambda t: ta.leaky_relu(t, -0.5), x), [-0.5, 1.0])
 
 

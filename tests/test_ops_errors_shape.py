@@ -199,7 +199,7 @@ def test_linear_saves_exactly_x_and_w(device: str) -> None:
     node = y.grad_fn
     saved = [tensor for tensor, _version in node._saved_in]
     assert len(saved) == 2 and saved[0] is x and saved[1] is w
-    assert node._saved_out == []
+    assert len(node._saved_out) == 0
 
 
 @pytest.mark.parametrize("case", ["matmul", "linear", "conv2d"])

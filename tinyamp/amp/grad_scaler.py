@@ -153,11 +153,12 @@ class GradScaler:
         """``outputs * scale``: a Tensor, or nested lists/tuples of Tensors (types kept)."""
         if not self._enabled:
             return outputs
-        if (precision.current_autocast() is None and type(outputs) is Tensor and self._product_in_range(outputs)
-                and outputs.data.dtype == self._scale.dtype and self._scale_device is backend.CPU):
+        if (type(outputs) is Tensor and self._scale_device is backend.CPU and precision.current_autocast() is None
+                and outputs.data.dtype == self._scale.dtype and self._product_in_range(outputs)):
             # The usual call from the second step on: one finite float32 CPU loss, after the autocast
             # region (so nothing to disable for bfloat16: the graph was looked at on the first call).
-            # It is _scaled's scale_by node, recorded without Function.__call__'s preparation.
+            # It is _scaled's scale_by node, recorded without Function.__call__'s preparation. The
+            # checks run cheapest first (a CPU scale device also says the scale exists).
             return ScaleBy.outside_autocast(outputs, self._scale)
         self._maybe_disable_for_bfloat16(outputs)
         if not self._enabled:
@@ -405,9 +406,12 @@ class GradScaler:
         if self._scale is None:
             raise self._no_scale_yet("update")
         dev = self._scale_device
-        xp = dev.xp
+        xp = np if dev is backend.CPU else dev.xp
         found = [v for s in self._per_optimizer_states.values() for v in s["found_inf_per_device"].values()]
-        combined = self._sum_found(found, dev)
+        if len(found) == 1 and dev is backend.CPU and type(found[0]) is np.ndarray:
+            combined = found[0]  # the usual update, one CPU flag for a CPU scale: _sum_found's answer, without the call
+        else:
+            combined = self._sum_found(found, dev)
         if new_scale is not None:
             scales = xp.empty((2,), dtype=np.float32)  # the scale before and after, kept by last_step
             scales[0] = self._scale
@@ -426,7 +430,7 @@ class GradScaler:
             if record is not None:
                 scales = record
         self.last_step = ScalerStep(combined, scales)
-        self._per_optimizer_states = defaultdict(_refresh_per_optimizer_state)
+        self._per_optimizer_states.clear()  # nothing else holds the mapping: emptied, not rebuilt
         backend.observe(self)  # a graphed step counts this update's skipped step (tinyamp/cuda_graphs)
 
     def _set_scale(self, new_scale: Any, xp: Any, dev: backend.Device) -> None:

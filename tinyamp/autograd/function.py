@@ -268,12 +268,15 @@ class Function:
         self._edges = edges
         self._input_meta = meta
         self._output_meta = [(o.data.shape, o.data.dtype) for o in outputs]
-        needed_by = self.saved_input_needed_by
-        self._saved_in = [(inputs[i], inputs[i]._version[0])
-                          if needed_by is None or any(needs[j] for j in needed_by[i]) else (None, 0)
-                          for i in self.save_inputs]
-        self._saved_out = [(outputs[i].data, outputs[i]._version, outputs[i]._version[0])
-                           for i in self.save_outputs]
+        # Nothing to save (scale_by, reshapes): the class's empty defaults stand, without building lists.
+        if self.save_inputs:
+            needed_by = self.saved_input_needed_by
+            self._saved_in = [(inputs[i], inputs[i]._version[0])
+                              if needed_by is None or any(needs[j] for j in needed_by[i]) else (None, 0)
+                              for i in self.save_inputs]
+        if self.save_outputs:
+            self._saved_out = [(outputs[i].data, outputs[i]._version, outputs[i]._version[0])
+                               for i in self.save_outputs]
         for index, out in enumerate(outputs):
             if out.data.dtype in dt.FLOATING:
                 out.grad_fn = self

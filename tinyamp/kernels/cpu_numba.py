@@ -384,6 +384,21 @@ def load() -> bool:  # noqa: C901 - one place that defines every kernel
     def relu_bwd16_nd(grad, x, dst, inf):  # relu_bwd16 on C-contiguous int16 views of one shape, flattened
         relu_bwd16(grad.reshape(-1), x.reshape(-1), dst.reshape(-1), inf)
 
+    # -- scale2 (issue 10 item 4): lower_widen on C-contiguous arrays of any shape ----------------------
+    # src and wide float32, low a uint16 view of the 16-bit copy, all of one shape: flattened and viewed
+    # as bits here, where it is free (in Python, three reshapes and two views per call).
+    @jit
+    def lower_widen_f16_int_nd(src, low, wide):
+        lower_widen_f16_int(src.reshape(-1).view(np.uint32), low.reshape(-1), wide.reshape(-1).view(np.uint32))
+
+    @jit
+    def lower_widen_f16_hw_nd(src, low, wide):
+        lower_widen_f16_hw(src.reshape(-1).view(np.uint32), low.reshape(-1), wide.reshape(-1).view(np.uint32))
+
+    @jit
+    def lower_widen_bf16_nd(src, low, wide):
+        lower_widen_bf16(src.reshape(-1).view(np.uint32), low.reshape(-1), wide.reshape(-1).view(np.uint32))
+
     kernels = dict(
         sgd_f32=sgd_f32,
         adam_f32=adam_f32,
@@ -414,6 +429,9 @@ def load() -> bool:  # noqa: C901 - one place that defines every kernel
         round16_triple=round16_triple,  # host2
         relu16_nd=relu16_nd,  # fwdk
         relu_bwd16_nd=relu_bwd16_nd,  # fwdk
+        lower_widen_f16_int_nd=lower_widen_f16_int_nd,  # scale2
+        lower_widen_f16_hw_nd=lower_widen_f16_hw_nd,  # scale2
+        lower_widen_bf16_nd=lower_widen_bf16_nd,  # scale2
     )
     KERNELS.clear()
     KERNELS.update(kernels)
@@ -467,3 +485,4 @@ def select_f16_impl(which: str) -> None:
     KERNELS["bias_act_f16"] = KERNELS["bias_act_f16_" + which]
     KERNELS["round_f16"] = KERNELS["round_f16_" + which]
     KERNELS["lower_widen_f16"] = KERNELS["lower_widen_f16_" + which]
+    KERNELS["lower_widen_f16_nd"] = KERNELS[f"lower_widen_f16_{which}_nd"]

@@ -71,7 +71,8 @@ def round_through(y: Any, dtype: Any, backend: "str | None" = None) -> Any:
     return y
 
 
-_NUMBA_LOWER_WIDEN = {dt.float16: "lower_widen_f16", dt.bfloat16: "lower_widen_bf16"}
+# lower_widen's passes on arrays of any shape, flattened inside numba (a Python reshape costs more).
+_NUMBA_LOWER_WIDEN_ND = {dt.float16: "lower_widen_f16_nd", dt.bfloat16: "lower_widen_bf16_nd"}
 
 
 def lower_widened(source: Any, dtype: Any) -> "tuple[Any, Any]":
@@ -83,10 +84,9 @@ def lower_widened(source: Any, dtype: Any) -> "tuple[Any, Any]":
     the bits it computes from the copy.
     """
     if type(source) is np.ndarray and source.flags.c_contiguous and numba_default() \
-            and source.dtype == dt.float32 and dtype in _NUMBA_LOWER_WIDEN:
+            and source.dtype == dt.float32 and dtype in _NUMBA_LOWER_WIDEN_ND:
         low, wide = np.empty(source.shape, dtype), np.empty(source.shape, dt.float32)
-        KERNELS[_NUMBA_LOWER_WIDEN[dtype]](source.reshape(-1).view(U32), low.reshape(-1).view(U16),
-                                           wide.reshape(-1).view(U32))
+        KERNELS[_NUMBA_LOWER_WIDEN_ND[dtype]](source, low.view(U16), wide)  # flattened inside numba
         return low, wide
     return convert(source, dtype), None
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 import numbers
 from typing import Any
 
+import numpy as np
+
 from .. import dtypes as dt
 from ..backend import array_module
 from ..precision import FP32, NEUTRAL, PROMOTE, current_trace
@@ -108,10 +110,17 @@ class ScaleBy(Function):
         Tensor input, no autocast state, and a NEUTRAL op that promotes nothing. So
         this runs ``forward`` and hands the node to the tape (``_record_and_trace``,
         as ``__call__`` does), without the generic preparation (``GradScaler.scale``
-        calls it once per step).
+        calls it once per step, on a CPU loss). On a NumPy input the product is
+        written into a fresh array of the input's shape: the value ``forward`` gives,
+        without NumPy's round trip through a scalar for a 0-d loss (a scalar that
+        ``Tensor._wrap`` would turn back into an array).
         """
         node = cls(scale)
-        out = Tensor._wrap(node.forward(array_module(x.data), x.data))
+        data = x.data
+        if type(data) is np.ndarray and type(scale) is np.ndarray and data.dtype == scale.dtype and scale.ndim == 0:
+            out = Tensor._wrap(np.multiply(data, scale, out=np.empty(data.shape, data.dtype)))
+        else:
+            out = Tensor._wrap(node.forward(array_module(data), data))  # forward's checks and message
         node._record_and_trace([x], [out])
         return out
 
