@@ -143,6 +143,17 @@ def test_f32_random_bit_patterns(backend, dst):
     assert_same_bits(convert(x, dst, backend=backend), reference(x, dst))
 
 
+def test_f32_to_f16_any_shape_kernel_matches_the_conversion(backend):
+    # The any-shape form cross-entropy's backward calls: same bits as the reference, 2-D, both impls.
+    if backend != "numba":
+        pytest.skip("a numba kernel")
+    from tinyamp.kernels.cpu_numba import KERNELS
+    x = f32_random_bits(n=200_000).view(np.float32).reshape(400, 500)
+    out = np.empty(x.shape, np.float16)
+    KERNELS["f32_to_f16_nd"](x, out.view(np.uint16))
+    assert_same_bits(out, reference(x, np.dtype(np.float16)))
+
+
 def test_nan_rules_documented():
     """The NaN payload rules the module docstring states (they are astype's)."""
     u = np.array([0x7F800001, 0x7F802000, 0xFFA00000, 0x7FC00000], np.uint32)
