@@ -143,15 +143,19 @@ def test_f32_random_bit_patterns(backend, dst):
     assert_same_bits(convert(x, dst, backend=backend), reference(x, dst))
 
 
-def test_f32_to_f16_any_shape_kernel_matches_the_conversion(backend):
-    # The any-shape form cross-entropy's backward calls: same bits as the reference, 2-D, both impls.
-    if backend != "numba":
-        pytest.skip("a numba kernel")
+@pytest.mark.skipif(not HAVE_NUMBA, reason="numba not installed or not selected")
+def test_f32_to_f16_any_shape_kernel_matches_the_conversion():
+    # The any-shape form cross-entropy's backward calls: same bits as the reference, 2-D, each impl.
     from tinyamp.kernels.cpu_numba import KERNELS
     x = f32_random_bits(n=200_000).view(np.float32).reshape(400, 500)
-    out = np.empty(x.shape, np.float16)
-    KERNELS["f32_to_f16_nd"](x, out.view(np.uint16))
-    assert_same_bits(out, reference(x, np.dtype(np.float16)))
+    try:
+        for impl in ["int"] + (["hw"] if cv.F16C else []):
+            select_f16_impl(impl)
+            out = np.empty(x.shape, np.float16)
+            KERNELS["f32_to_f16_nd"](x, out.view(np.uint16))
+            assert_same_bits(out, reference(x, np.dtype(np.float16)))
+    finally:
+        select_f16_impl("hw" if cv.F16C else "int")
 
 
 def test_nan_rules_documented():

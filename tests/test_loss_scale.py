@@ -62,7 +62,7 @@ def test_in_place_host_unscale_matches_the_reference(cpu_path, bad, scale) -> No
 
 @pytest.mark.parametrize("bad_at", [None, 0, 3, 4, 5])
 def test_every_gradient_is_unscaled_and_checked_whichever_holds_the_inf(cpu_path, bad_at) -> None:
-    # Six float32 gradients: the numba path takes them four per call, the second call padded; an inf
+    # Six float32 gradients of several shapes, one numba pass each; an inf
     # in any of them must raise the flag and leave the others unscaled all the same.
     rng = np.random.default_rng(5)
     shapes = [(4, 7), (7,), (3, 4), (3,), (2, 2, 2), ()]

@@ -399,17 +399,7 @@ def load() -> bool:  # noqa: C901 - one place that defines every kernel
     def lower_widen_bf16_nd(src, low, wide):
         lower_widen_bf16(src.reshape(-1).view(np.uint32), low.reshape(-1), wide.reshape(-1).view(np.uint32))
 
-    # -- r6bwd (issue 10 item 4): four in-place unscales in one dispatch -----------------------------------
-    # A dispatch reads the types of its arguments and costs about as much as a small gradient's pass, so
-    # GradScaler's usual CPU step (a weight and a bias per layer) unscales four gradients per call.
-    @jit
-    def unscale_f32_inplace4(a, b, c, d, inv):  # unscale_f32_inplace on each (an empty array for none)
-        bad_a = unscale_f32_inplace(a, inv)  # each its own statement: all four run, whatever the flags
-        bad_b = unscale_f32_inplace(b, inv)
-        bad_c = unscale_f32_inplace(c, inv)
-        bad_d = unscale_f32_inplace(d, inv)
-        return bad_a or bad_b or bad_c or bad_d
-
+    # -- r6bwd (issue 10 item 4) ------------------------------------------------------------------------
     # float32 -> float16 on a C-contiguous float32 array and a uint16 view of its float16 result, one
     # shape (cross-entropy's 16-bit gradient): flattened and viewed as bits here, where it is free.
     @jit
@@ -453,7 +443,6 @@ def load() -> bool:  # noqa: C901 - one place that defines every kernel
         lower_widen_f16_int_nd=lower_widen_f16_int_nd,  # scale2
         lower_widen_f16_hw_nd=lower_widen_f16_hw_nd,  # scale2
         lower_widen_bf16_nd=lower_widen_bf16_nd,  # scale2
-        unscale_f32_inplace4=unscale_f32_inplace4,  # r6bwd
         f32_to_f16_int_nd=f32_to_f16_int_nd,  # r6bwd
         f32_to_f16_hw_nd=f32_to_f16_hw_nd,  # r6bwd
     )

@@ -20,9 +20,6 @@ from . import cuda_launch, cuda_scaler
 from .convert import numba_default, resolve
 from .cpu_numba import KERNELS
 
-# A gradient that is not there, for the four-gradient unscale kernel (it skips an empty array).
-_NONE32 = np.empty(0, dt.float32)
-
 # Without a min_scale the scale still never drops below the smallest normal
 # float32, so it stays positive and 1/scale stays finite.
 DEFAULT_MIN_SCALE = float(np.finfo(np.float32).tiny)
@@ -87,21 +84,17 @@ def unscale_in_place_on_host(grads: list, scale: Any, found_inf: Any) -> None:
 
     The CPU's usual step (O1's gradients, no master copies; GradScaler gathers
     them apart for this, without unscale_group's sorting of the pairs): each
-    C-contiguous float32 gradient in one numba pass (the kernel flattens it),
-    four gradients per call (padded with empty arrays), the others through the
-    NumPy ufuncs.
+    C-contiguous float32 gradient in one numba pass (the kernel flattens it), the
+    others through the NumPy ufuncs.
     """
     rest = grads
     if numba_default() or resolve(None) == "numba":
-        inv, rest, passes = host_inverse(float(scale)), [], []
+        inv, rest, kernel = host_inverse(float(scale)), [], KERNELS["unscale_f32_inplace"]
         for grad in grads:
-            (rest if grad.dtype != dt.float32 or not grad.flags.c_contiguous else passes).append(grad)
-        if passes:
-            passes += [_NONE32] * (-len(passes) % 4)
-            kernel = KERNELS["unscale_f32_inplace4"]
-            for i in range(0, len(passes), 4):
-                if kernel(passes[i], passes[i + 1], passes[i + 2], passes[i + 3], inv):
-                    found_inf[...] = 1.0
+            if grad.dtype != dt.float32 or not grad.flags.c_contiguous:
+                rest.append(grad)
+            elif kernel(grad, inv):
+                found_inf[...] = 1.0
     if rest:
         _unscale_with_ufuncs(np, rest, rest, np.asarray(host_inverse(float(scale))), found_inf)
 
