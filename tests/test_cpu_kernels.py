@@ -143,6 +143,21 @@ def test_f32_random_bit_patterns(backend, dst):
     assert_same_bits(convert(x, dst, backend=backend), reference(x, dst))
 
 
+@pytest.mark.skipif(not HAVE_NUMBA, reason="numba not installed or not selected")
+def test_f32_to_f16_any_shape_kernel_matches_the_conversion():
+    # The any-shape form cross-entropy's backward calls: same bits as the reference, 2-D, each impl.
+    from tinyamp.kernels.cpu_numba import KERNELS
+    x = f32_random_bits(n=200_000).view(np.float32).reshape(400, 500)
+    try:
+        for impl in ["int"] + (["hw"] if cv.F16C else []):
+            select_f16_impl(impl)
+            out = np.empty(x.shape, np.float16)
+            KERNELS["f32_to_f16_nd"](x, out.view(np.uint16))
+            assert_same_bits(out, reference(x, np.dtype(np.float16)))
+    finally:
+        select_f16_impl("hw" if cv.F16C else "int")
+
+
 def test_nan_rules_documented():
     """The NaN payload rules the module docstring states (they are astype's)."""
     u = np.array([0x7F800001, 0x7F802000, 0xFFA00000, 0x7FC00000], np.uint32)

@@ -155,8 +155,8 @@ def linear_backward(dtype, lowered: bool, bias: bool, x_grad: bool, w_grad: bool
 @pytest.mark.parametrize("bias, x_grad, w_grad", [(True, True, True), (False, True, True), (True, False, True),
                                                   (False, True, False), (True, True, False)],
                          ids=["all", "no-bias", "dW-db", "dx-only", "dx-db"])
-@pytest.mark.parametrize("batch, contiguous", [((6,), True), ((2, 3), True), ((6,), False)],
-                         ids=["2d", "3d", "column-major"])
+@pytest.mark.parametrize("batch, contiguous", [((6,), True), ((2, 3), True), ((6,), False), ((3000,), True)],
+                         ids=["2d", "3d", "column-major", "tall"])  # tall: db's sum over many rows
 def test_linear_16bit_backward_fast_path_gives_the_general_paths_bits(monkeypatch, dtype, lowered, bias, x_grad,
                                                                       w_grad, batch, contiguous) -> None:
     calls = []

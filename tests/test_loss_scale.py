@@ -60,6 +60,25 @@ def test_in_place_host_unscale_matches_the_reference(cpu_path, bad, scale) -> No
     assert float(found_got) == float(found_want) == (1.0 if bad is not None or scale < 1e-30 else 0.0)
 
 
+@pytest.mark.parametrize("bad_at", [None, 0, 3, 4, 5])
+def test_every_gradient_is_unscaled_and_checked_whichever_holds_the_inf(cpu_path, bad_at) -> None:
+    # Six float32 gradients of several shapes, one numba pass each; an inf
+    # in any of them must raise the flag and leave the others unscaled all the same.
+    rng = np.random.default_rng(5)
+    shapes = [(4, 7), (7,), (3, 4), (3,), (2, 2, 2), ()]
+    got = [rng.standard_normal(shape).astype(np.float32) for shape in shapes]
+    if bad_at is not None:
+        got[bad_at].reshape(-1)[0] = np.inf
+    want = [g.copy() for g in got]
+    found_got, found_want = np.zeros((), np.float32), np.zeros((), np.float32)
+    scale = np.full((), 3.0, np.float32)
+    with np.errstate(all="ignore"):
+        loss_scale.unscale_in_place_on_host(got, scale, found_got)
+        cuda_kernels_reference.unscale_reference(want, want, scale, found_want)
+    fd.assert_same_bits(got, want, "unscale in place")
+    assert float(found_got) == float(found_want) == (0.0 if bad_at is None else 1.0)
+
+
 def test_the_strided_view_is_written_through_to_its_parent(cpu_path) -> None:
     parent = np.arange(12, dtype=np.float32).reshape(3, 4) * 4
     found = np.zeros((), np.float32)

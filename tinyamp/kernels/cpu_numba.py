@@ -399,6 +399,17 @@ def load() -> bool:  # noqa: C901 - one place that defines every kernel
     def lower_widen_bf16_nd(src, low, wide):
         lower_widen_bf16(src.reshape(-1).view(np.uint32), low.reshape(-1), wide.reshape(-1).view(np.uint32))
 
+    # -- r6bwd (issue 10 item 4) ------------------------------------------------------------------------
+    # float32 -> float16 on a C-contiguous float32 array and a uint16 view of its float16 result, one
+    # shape (cross-entropy's 16-bit gradient): flattened and viewed as bits here, where it is free.
+    @jit
+    def f32_to_f16_int_nd(src, dst):
+        f32_to_f16_int(src.reshape(-1).view(np.uint32), dst.reshape(-1))
+
+    @jit
+    def f32_to_f16_hw_nd(src, dst):
+        f32_to_f16_hw(src.reshape(-1).view(np.uint32), dst.reshape(-1))
+
     kernels = dict(
         sgd_f32=sgd_f32,
         adam_f32=adam_f32,
@@ -432,6 +443,8 @@ def load() -> bool:  # noqa: C901 - one place that defines every kernel
         lower_widen_f16_int_nd=lower_widen_f16_int_nd,  # scale2
         lower_widen_f16_hw_nd=lower_widen_f16_hw_nd,  # scale2
         lower_widen_bf16_nd=lower_widen_bf16_nd,  # scale2
+        f32_to_f16_int_nd=f32_to_f16_int_nd,  # r6bwd
+        f32_to_f16_hw_nd=f32_to_f16_hw_nd,  # r6bwd
     )
     KERNELS.clear()
     KERNELS.update(kernels)
@@ -486,3 +499,4 @@ def select_f16_impl(which: str) -> None:
     KERNELS["round_f16"] = KERNELS["round_f16_" + which]
     KERNELS["lower_widen_f16"] = KERNELS["lower_widen_f16_" + which]
     KERNELS["lower_widen_f16_nd"] = KERNELS[f"lower_widen_f16_{which}_nd"]
+    KERNELS["f32_to_f16_nd"] = KERNELS[f"f32_to_f16_{which}_nd"]

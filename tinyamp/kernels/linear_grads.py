@@ -68,7 +68,10 @@ def linear_grads16(g: Any, x: Any, w: Any, w_widened: Any, needs: "tuple[bool, .
         dw = np.matmul(g32.T, x32)
         dw16 = None if dw_float32 else np.empty(dw.shape, dtype)
     if need_db:
-        db = g.sum(axis=0, dtype=dt.float32)  # as the Sum op: float32 accumulation, one rounding
+        # As the Sum op: float32 accumulation, one rounding. With two or more columns NumPy adds row by
+        # row into each column, from g or from its exact widening g32 alike (the same bits, without the
+        # cast); a single column is summed pairwise, in blocks that the cast changes, so from g itself.
+        db = np.add.reduce(g32, 0) if g.shape[1] > 1 else g.sum(axis=0, dtype=dt.float32)
         db16 = None if db_float32 else np.empty(db.shape, dtype)
     # The 16-bit results are allocated in their dtype and written through uint16 views, so the arrays
     # handed back own their memory (the engine copies a view before storing it in a leaf's .grad).

@@ -110,23 +110,29 @@ class ScaleBy(Function):
         Tensor input, no autocast state, and a NEUTRAL op that promotes nothing. So
         this runs ``forward`` and hands the node to the tape (``_record_and_trace``,
         as ``__call__`` does), without the generic preparation (``GradScaler.scale``
-        calls it once per step, on a CPU loss). On a NumPy input the product is
-        written into a fresh array of the input's shape: the value ``forward`` gives,
-        without NumPy's round trip through a scalar for a 0-d loss (a scalar that
-        ``Tensor._wrap`` would turn back into an array).
+        calls it once per step, on a CPU loss). The product is ``_product``'s.
         """
         node = cls(scale)
-        data = x.data
-        if type(data) is np.ndarray and type(scale) is np.ndarray and data.dtype == scale.dtype and scale.ndim == 0:
-            out = Tensor._wrap(np.multiply(data, scale, out=np.empty(data.shape, data.dtype)))
-        else:
-            out = Tensor._wrap(node.forward(array_module(data), data))  # forward's checks and message
+        out = Tensor._wrap(node._product(x.data))
         node._record_and_trace([x], [out])
         return out
 
+    def _product(self, data: Any) -> Any:
+        """``forward(xp, data)``, with a direct path for a NumPy array of the scale's dtype.
+
+        On a NumPy input the product is written into a fresh array of the input's
+        shape: the value ``forward`` gives, without NumPy's round trip through a
+        scalar for a 0-d array (a scalar that ``Tensor._wrap`` would turn back into
+        an array). Anything else goes through ``forward``, its checks and message.
+        """
+        scale = self.scale
+        if type(data) is np.ndarray and type(scale) is np.ndarray and data.dtype == scale.dtype and scale.ndim == 0:
+            return np.multiply(data, scale, out=np.empty(data.shape, data.dtype))
+        return self.forward(array_module(data), data)
+
     def backward(self, gy: Tensor) -> Tensor:
         if not is_grad_enabled() and current_trace() is None:  # no graph, no report: on arrays
-            return Tensor._wrap(gy.device.xp.multiply(gy.data, self.scale))
+            return Tensor._wrap(self._product(gy.data))
         return ScaleBy(self.scale)(gy)
 
 
