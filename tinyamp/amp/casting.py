@@ -116,7 +116,14 @@ class WeightCastCache:
                 if capture is not None:
                     capture.keep_alive(copy.low)
                 return copy, True
-            if copy.rewrite(weight.data):
+            source, prepared = weight.data, copy._pass
+            if prepared is not None and source is copy.source:
+                # LowCopy.rewrite's common call (a CPU weight after each optimizer step), without the
+                # call around it: the prepared numba pass alone, for every lowered weight of every step.
+                prepared[0](*prepared[1])
+            elif not copy.rewrite(source):
+                copy = None  # on a GPU: converted anew below
+            if copy is not None:
                 self.misses += 1
                 entry[1] = version
                 return copy, False
@@ -258,13 +265,14 @@ def lower_weights(op: Any, inputs: list, positions: "tuple[int, ...]", target: n
     cache = state.cache
     tracing = precision.current_trace() is not None
     lowered, widened = op.lowered, op.widened
+    current = None if cache is None else cache.current
     for position in positions:
         tensor = inputs[position]
         if not _cacheable(tensor, target):
             inputs[position] = cast_input(op, tensor, target, state, tag)
             continue
-        if cache is not None:
-            copy, cached = cache.current(tensor, target)
+        if current is not None:
+            copy, cached = current(tensor, target)
             array, wide = copy.low, copy.wide
             if wide is None:  # not asked for yet (or not kept: a large weight, a GPU)
                 wide = copy.widened()
