@@ -149,3 +149,22 @@ def test_an_update_off_the_numba_path_is_seen_by_the_next_forward() -> None:
     layer.weight.grad = ta.Tensor._wrap(np.asfortranarray(layer.weight.grad.data))  # not C-contiguous: NumPy's path
     opt.step()
     _assert_copies_are_the_weights(_forward(layer, x, f16), layer, f16)
+
+
+@pytest.mark.parametrize("dtype", [f16, bf16])
+def test_the_prepared_rewrite_counts_hits_and_misses_as_the_general_path(dtype: object) -> None:
+    # From the second forward on, a CPU weight's copies come through WeightCastCache.prepared: a
+    # current copy is a hit, one made stale by the step a miss, exactly as current() counts them.
+    ta.manual_seed(0)
+    layer = ta.nn.Linear(8, 4)
+    opt = ta.optim.SGD(layer.parameters(), lr=0.5)
+    x = ta.tensor(np.linspace(-1, 1, 24, dtype=np.float32).reshape(3, 8))
+    _forward(layer, x, dtype)
+    assert ta.amp.autocast_cache_info()["misses"] == 2 and ta.amp.autocast_cache_info()["hits"] == 0
+    _forward(layer, x, dtype)
+    assert ta.amp.autocast_cache_info()["misses"] == 2 and ta.amp.autocast_cache_info()["hits"] == 2
+    _forward(layer, x, dtype).float().sum().backward()
+    opt.step()
+    out = _forward(layer, x, dtype)
+    assert ta.amp.autocast_cache_info()["misses"] == 4 and ta.amp.autocast_cache_info()["hits"] == 4
+    _assert_copies_are_the_weights(out, layer, dtype)

@@ -116,13 +116,45 @@ class WeightCastCache:
                 if capture is not None:
                     capture.keep_alive(copy.low)
                 return copy, True
-            if copy.rewrite(weight.data):
+            source, prepared = weight.data, copy._pass
+            if prepared is not None and source is copy.source:
+                # LowCopy.rewrite's common call (a CPU weight after each optimizer step), without the
+                # call around it: the prepared numba pass alone, for every lowered weight of every step.
+                prepared[0](*prepared[1])
+            elif not copy.rewrite(source):
+                copy = None  # on a GPU: converted anew below
+            if copy is not None:
                 self.misses += 1
                 entry[1] = version
                 return copy, False
         copy = LowCopy.of(weight.data, dtype)
         self._keep(weight, dtype, copy)
         return copy, False
+
+    def prepared(self, weight: Any, dtype: np.dtype) -> "LowCopy | None":
+        """:meth:`current`'s copies of ``weight`` for ``dtype`` when they are a CPU weight's with a
+        prepared numba pass (rewritten by it when stale), else None and nothing done.
+
+        ``lower_weights``' fast path, for every lowered weight of every CPU step:
+        the same copies, counts and bits as :meth:`current`, without its general
+        checks. The caller has checked the PyTorch rule (:func:`_cacheable`'s
+        leaf test) and that no CUDA graph capture is open.
+        """
+        entry = self._entries.get((id(weight), dtype))
+        if entry is None:
+            return None
+        copy = entry[2]
+        prepared = copy._pass
+        if prepared is None or copy.source is not weight.data or entry[0]() is not weight:
+            return None
+        version = weight._version[0]
+        if entry[1] == version:
+            self.hits += 1
+        else:
+            prepared[0](*prepared[1])
+            self.misses += 1
+            entry[1] = version
+        return copy
 
     def to_refresh(self, weight: Any) -> "tuple[np.dtype, Any] | None":
         """(dtype, array) of a current entry of ``weight`` that an update may overwrite, else None.
@@ -258,13 +290,25 @@ def lower_weights(op: Any, inputs: list, positions: "tuple[int, ...]", target: n
     cache = state.cache
     tracing = precision.current_trace() is not None
     lowered, widened = op.lowered, op.widened
+    current = None if cache is None else cache.current
+    # The CPU step's call (no report, no capture open): a weight whose copies have a prepared numba
+    # pass takes WeightCastCache.prepared, the same copies as current() with fewer checks.
+    prepared = None if cache is None or tracing or backend.current_capture() is not None else cache.prepared
     for position in positions:
         tensor = inputs[position]
+        if prepared is not None and tensor.grad_fn is None and tensor._requires_grad:  # _cacheable's leaf test;
+            copy = prepared(tensor, target)  # an entry (float32 when made, its array unreplaced) implies the rest
+            if copy is not None:
+                if lowered is None:
+                    lowered = op.lowered = {}
+                    widened = op.widened = {}
+                lowered[position], widened[position] = copy.low, copy.wide
+                continue
         if not _cacheable(tensor, target):
             inputs[position] = cast_input(op, tensor, target, state, tag)
             continue
-        if cache is not None:
-            copy, cached = cache.current(tensor, target)
+        if current is not None:
+            copy, cached = current(tensor, target)
             array, wide = copy.low, copy.wide
             if wide is None:  # not asked for yet (or not kept: a large weight, a GPU)
                 wide = copy.widened()
