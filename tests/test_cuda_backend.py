@@ -23,7 +23,7 @@ import pytest
 
 import tinyamp as ta
 import tinyamp.cuda_standin as standin
-from tinyamp import backend
+from tinyamp import backend, cuda_memory
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NO_CUDA = not ta.cuda.is_available()
@@ -137,7 +137,7 @@ def test_peak_tracking_costs_o1_per_allocation(on_standin, monkeypatch) -> None:
     used_reads, device_reads = [], []
     used = pool.used_bytes
     monkeypatch.setattr(standin.runtime, "getDevice", lambda: device_reads.append(1) or 0)
-    monkeypatch.setattr(backend._tracker, "_used_bytes", lambda: used_reads.append(1) or used())
+    monkeypatch.setattr(cuda_memory.tracker, "_used_bytes", lambda: used_reads.append(1) or used())
     ta.cuda.reset_peak_memory_stats()
     base = ta.cuda.memory_allocated()
     device_reads.clear()

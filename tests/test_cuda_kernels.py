@@ -28,7 +28,7 @@ import pytest
 import fused_drivers as fd
 import tinyamp as ta
 import cuda_kernels_reference
-from tinyamp import backend
+from tinyamp import backend, cuda_memory
 from tinyamp.cuda_standin import kernels as standin_kernels
 from tinyamp.kernels import cuda_epilogue, cuda_launch, cuda_optim, cuda_scaler, loss_scale
 from tinyamp.kernels.round_through import ROUND_THROUGH, round_through
@@ -325,14 +325,14 @@ def fake_cuda_module(version: str = "14.2.0") -> types.SimpleNamespace:
 @pytest.fixture
 def fake_cuda(monkeypatch) -> types.SimpleNamespace:
     cp = fake_cuda_module()
-    monkeypatch.setattr(backend, "_tracker", None)
+    monkeypatch.setattr(cuda_memory, "tracker", None)
     monkeypatch.setattr(backend, "_load_cupy", lambda: cp)
     return cp
 
 
 def test_peak_tracking_through_the_wrapped_allocator(fake_cuda, monkeypatch) -> None:
     monkeypatch.delenv("TINYAMP_CUDA_MEMORY_STATS", raising=False)
-    backend._install_tracker(fake_cuda)
+    cuda_memory.install_tracker(fake_cuda)
     cuda, pool = ta.cuda, fake_cuda.pool
     a, b = fake_cuda.alloc(1000), fake_cuda.alloc(3000)
     pool.free(b)
@@ -354,27 +354,27 @@ def test_tracking_is_opt_in_where_used_bytes_walks_the_pool(fake_cuda, monkeypat
     """CuPy < 14.1 sums every live chunk in used_bytes(): a per-allocation read would cost O(live arrays)."""
     monkeypatch.delenv("TINYAMP_CUDA_MEMORY_STATS", raising=False)
     for version, tracked in (("13.6.0", False), ("14.0.1", False), ("14.1.0", True), ("15.0.0a1", True)):
-        monkeypatch.setattr(backend, "_tracker", None)
+        monkeypatch.setattr(cuda_memory, "tracker", None)
         fake_cuda.__version__ = version
         fake_cuda.cuda.set_allocator(fake_cuda.pool.malloc)
-        backend._install_tracker(fake_cuda)
-        assert (backend._tracker is not None) == tracked, version
-    monkeypatch.setattr(backend, "_tracker", None)
+        cuda_memory.install_tracker(fake_cuda)
+        assert (cuda_memory.tracker is not None) == tracked, version
+    monkeypatch.setattr(cuda_memory, "tracker", None)
     monkeypatch.setenv("TINYAMP_CUDA_MEMORY_STATS", "1")  # the opt-in
     fake_cuda.__version__ = "13.6.0"
     fake_cuda.cuda.set_allocator(fake_cuda.pool.malloc)
-    backend._install_tracker(fake_cuda)
-    assert backend._tracker is not None
+    cuda_memory.install_tracker(fake_cuda)
+    assert cuda_memory.tracker is not None
 
 
 def test_no_tracking_with_a_foreign_allocator_or_when_disabled(fake_cuda, monkeypatch) -> None:
     monkeypatch.setenv("TINYAMP_CUDA_MEMORY_STATS", "0")
-    backend._install_tracker(fake_cuda)
-    assert backend._tracker is None
+    cuda_memory.install_tracker(fake_cuda)
+    assert cuda_memory.tracker is None
     monkeypatch.delenv("TINYAMP_CUDA_MEMORY_STATS")
     fake_cuda.cuda.set_allocator(lambda n: None)  # e.g. RMM's allocator: no pool to read
-    backend._install_tracker(fake_cuda)
-    assert backend._tracker is None
+    cuda_memory.install_tracker(fake_cuda)
+    assert cuda_memory.tracker is None
     handle = fake_cuda.pool.malloc(2048)
     assert ta.cuda.memory_allocated() == 2048 and ta.cuda.max_memory_allocated() == 2048
     fake_cuda.pool.free(handle)

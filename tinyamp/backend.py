@@ -7,8 +7,8 @@ itself, so tinyamp installs and runs on machines without CuPy or a GPU.
 
 ``ta.cuda`` also counts host synchronisations and reports GPU memory the way
 ``torch.cuda`` does: ``memory_allocated``, ``max_memory_allocated``,
-``reset_peak_memory_stats``, ``memory_reserved``, ``empty_cache`` (see
-``_PeakTracker``). Its CUDA-graph names (``ta.cuda.CUDAGraph``, ``graph``,
+``reset_peak_memory_stats``, ``memory_reserved``, ``empty_cache`` (the peak
+is kept by :mod:`tinyamp.cuda_memory`). Its CUDA-graph names (``ta.cuda.CUDAGraph``, ``graph``,
 ``graph_pool_handle``, ``make_graphed_step``, ``is_current_stream_capturing``)
 live in ``tinyamp/cuda_graphs`` and are reached through the package at call
 time. This module keeps what the layers below them must ask about a capture
@@ -31,7 +31,6 @@ import importlib.util
 import os
 import traceback
 import warnings
-import weakref
 from types import ModuleType
 from typing import Any, Callable, Iterator
 
@@ -39,6 +38,7 @@ import numpy as np
 
 import tinyamp
 
+from . import cuda_memory
 from . import cuda_standin  # NumPy-only and light: importing it touches no GPU
 
 _INSTALL_HINT = (
@@ -49,7 +49,6 @@ _INSTALL_HINT = (
 _cupy: ModuleType | None = None
 _cupy_checked = False
 _cupy_error: str | None = None
-_tracker: "_PeakTracker | None" = None
 _standin = False  # True while the strict CUDA stand-in (tinyamp.cuda_standin) plays CuPy's part
 _device_count: int | None = None  # cached: CUDA fixes the device count when it initialises
 _switch_hooks: list[Callable[[], None]] = []
@@ -87,15 +86,16 @@ def _load_cupy() -> ModuleType | None:
         )
         return None
     _cupy = cupy
-    _install_tracker(cupy)
+    cuda_memory.install_tracker(cupy)
     return cupy
 
 
 def _activate_standin() -> None:
-    global _cupy, _cupy_checked, _cupy_error, _tracker, _standin
+    global _cupy, _cupy_checked, _cupy_error, _standin
     cuda_standin.cuda.set_allocator(None)  # its pool's own malloc: a tracker from an earlier activation goes
-    _cupy, _cupy_checked, _cupy_error, _tracker, _standin = cuda_standin, True, None, None, True
-    _install_tracker(cuda_standin)
+    _cupy, _cupy_checked, _cupy_error, _standin = cuda_standin, True, None, True
+    cuda_memory.tracker = None
+    cuda_memory.install_tracker(cuda_standin)
 
 
 def on_cuda_switch(hook: Callable[[], None]) -> Callable[[], None]:
@@ -119,13 +119,13 @@ class use_cuda_standin:  # noqa: N801 - used like a function: use_cuda_standin()
     """
 
     def __init__(self) -> None:
-        self._previous = (_cupy, _cupy_checked, _cupy_error, _tracker, _standin)
+        self._previous = (_cupy, _cupy_checked, _cupy_error, cuda_memory.tracker, _standin)
         _activate_standin()
         _switched()
 
     def restore(self) -> None:
-        global _cupy, _cupy_checked, _cupy_error, _tracker, _standin
-        _cupy, _cupy_checked, _cupy_error, _tracker, _standin = self._previous
+        global _cupy, _cupy_checked, _cupy_error, _standin
+        _cupy, _cupy_checked, _cupy_error, cuda_memory.tracker, _standin = self._previous
         if _standin:
             _activate_standin()  # its allocator was reset by the activation being undone
         else:
@@ -225,83 +225,6 @@ def observing(observer: Callable[[Any], None]) -> Iterator[None]:
         _step_observers.remove(observer)
 
 
-class _PeakTracker:
-    """CuPy's allocator, wrapped: after every allocation the pool's used bytes feed a peak per device.
-
-    CuPy's pool keeps no high-water mark. Its used bytes (live arrays, each
-    rounded up to 512 bytes) can only rise at an allocation, so reading them
-    right after each one gives the exact peak. The cost per allocation is one
-    Python call and an O(1) read: the device comes from the allocation
-    itself, and ``used_bytes()`` is a counter read in CuPy >= 14.1 and in the
-    stand-in (older CuPy sums its live chunks, so there tracking is opt-in).
-    """
-
-    def __init__(self, allocator: Any, pool: Any, peak: "dict[int, int] | None" = None) -> None:
-        self._allocator, self.pool, self._used_bytes = allocator, pool, pool.used_bytes
-        self.peak: dict[int, int] = {} if peak is None else peak
-
-    def malloc(self, nbytes: int) -> Any:
-        memory = self._allocator(nbytes)
-        # With CUDA graphs alive, ta.cuda's bytes are the default pool's and the graphs' pools' together.
-        used = self._used_bytes() if not _graph_pools else _tracker.pool.used_bytes() + _used_in_graph_pools()
-        device_id = memory.device_id
-        if used > self.peak.get(device_id, 0):
-            self.peak[device_id] = used
-        return memory
-
-
-# The private pools of live CUDA graphs (tinyamp.cuda_graphs.GraphPool objects), counted in ta.cuda's
-# memory statistics as PyTorch counts its graphs' pools.
-_graph_pools: "weakref.WeakSet[Any]" = weakref.WeakSet()
-
-
-def graph_pool_allocator(owner: Any, pool: Any) -> Callable[[int], Any]:
-    """The allocator a CUDA graph's captures use: ``pool.malloc``, counted in ``ta.cuda.memory_allocated``
-    and its peak while ``owner`` (the graph's pool handle) lives."""
-    _graph_pools.add(owner)
-    if _tracker is None:
-        return pool.malloc
-    return _PeakTracker(pool.malloc, pool, _tracker.peak).malloc
-
-
-def _used_in_graph_pools() -> int:
-    return sum(graph_pool.used_bytes() for graph_pool in list(_graph_pools))
-
-
-def _used_bytes_is_constant_time(cupy: ModuleType) -> bool:
-    """CuPy >= 14.1 keeps used_bytes() as one counter; earlier ones walk every live chunk."""
-    if getattr(cupy, "IS_STANDIN", False):
-        return True
-    try:
-        major, minor = (int(part) for part in str(cupy.__version__).split(".")[:2])
-    except (AttributeError, ValueError):
-        return False
-    return (major, minor) >= (14, 1)
-
-
-def _install_tracker(cupy: ModuleType) -> None:
-    """Wrap CuPy's current allocator when it is a pool that counts its bytes in O(1).
-
-    ``TINYAMP_CUDA_MEMORY_STATS=1`` tracks the peak on any CuPy, ``=0`` never
-    (then the peak reads as the current value). An allocator set later with
-    ``cupy.cuda.set_allocator`` replaces the wrapper and stops the peak.
-    """
-    global _tracker
-    setting = os.environ.get("TINYAMP_CUDA_MEMORY_STATS", "auto")
-    if setting == "0" or (setting != "1" and not _used_bytes_is_constant_time(cupy)):
-        return
-    current = cupy.cuda.memory.get_allocator()
-    pool = getattr(current, "__self__", None)
-    if not (hasattr(pool, "used_bytes") and hasattr(pool, "total_bytes")):
-        return  # a foreign allocator (RMM, torch's...): its pool is not ours to read
-    tracker = _PeakTracker(current, pool)
-    try:
-        cupy.cuda.set_allocator(tracker.malloc)
-    except ValueError:  # inside cupy.cuda.using_allocator(): CuPy refuses a global change
-        return
-    _tracker = tracker
-
-
 class _Cuda:
     """``ta.cuda``: availability, host-synchronisation accounting, GPU memory statistics.
 
@@ -387,7 +310,8 @@ class _Cuda:
             index = device
         else:
             index = Device(device).index
-        pool = _tracker.pool if _tracker is not None else cupy.get_default_memory_pool()
+        tracker = cuda_memory.tracker
+        pool = tracker.pool if tracker is not None else cupy.get_default_memory_pool()
         return cupy, pool, index
 
     def memory_allocated(self, device: Any = None) -> int:
@@ -397,19 +321,21 @@ class _Cuda:
             return 0
         cupy, pool, index = found
         with cupy.cuda.Device(index):
-            return int(pool.used_bytes()) + _used_in_graph_pools()
+            return int(pool.used_bytes()) + cuda_memory.used_in_graph_pools()
 
     def max_memory_allocated(self, device: Any = None) -> int:
         """Peak of ``memory_allocated`` since the start or the last ``reset_peak_memory_stats``."""
         used = self.memory_allocated(device)
-        if _tracker is None:
+        tracker = cuda_memory.tracker
+        if tracker is None:
             return used
-        return max(used, _tracker.peak.get(self._pool_on(device)[2], 0))  # type: ignore[index]
+        return max(used, tracker.peak.get(self._pool_on(device)[2], 0))  # type: ignore[index]
 
     def reset_peak_memory_stats(self, device: Any = None) -> None:
         """Start the peak over from the bytes in use now."""
-        if _tracker is not None:
-            _tracker.peak[self._pool_on(device)[2]] = self.memory_allocated(device)  # type: ignore[index]
+        tracker = cuda_memory.tracker
+        if tracker is not None:
+            tracker.peak[self._pool_on(device)[2]] = self.memory_allocated(device)  # type: ignore[index]
 
     def reset_max_memory_allocated(self, device: Any = None) -> None:
         """Deprecated in PyTorch for ``reset_peak_memory_stats``, which it calls (with PyTorch's FutureWarning)."""
@@ -424,7 +350,7 @@ class _Cuda:
             return 0
         cupy, pool, index = found
         with cupy.cuda.Device(index):
-            return int(pool.total_bytes()) + sum(graph_pool.total_bytes() for graph_pool in list(_graph_pools))
+            return int(pool.total_bytes()) + cuda_memory.reserved_in_graph_pools()
 
     def empty_cache(self) -> None:
         """Give the pool's cached free blocks back to the device (live arrays stay); nothing without CUDA.

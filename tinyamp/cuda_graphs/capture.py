@@ -41,7 +41,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from .. import backend
+from .. import backend, cuda_memory
 
 CAPTURE_ERROR_MODES = ("global", "thread_local", "relaxed")
 _MODE_CONSTANTS = {"global": "streamCaptureModeGlobal", "thread_local": "streamCaptureModeThreadLocal",
@@ -59,7 +59,7 @@ class GraphPool:
         self._memory_pool = backend.cupy().cuda.MemoryPool()
         # Its allocator, counted in ta.cuda.memory_allocated and its peak. Never free its cached blocks
         # (free_all_blocks) while a graph of it lives: they are where the graph's temporaries live at replay.
-        self.malloc = backend.graph_pool_allocator(self, self._memory_pool)
+        self.malloc = cuda_memory.graph_pool_allocator(self, self._memory_pool)
 
     def used_bytes(self) -> int:
         """Bytes in blocks held by arrays the graphs' captures allocated and that are still alive."""
