@@ -29,7 +29,7 @@ def _default_dtype(read: np.ndarray) -> np.dtype:
 
 def _to_array(data: Any, dtype: "np.dtype | None", device: backend.Device) -> Any:
     if isinstance(data, Tensor):
-        data = data.data
+        data = data.array
     if backend.is_cupy_array(data):
         data = backend.to_host(data) if device.type == "cpu" else data
     elif isinstance(data, (list, tuple)) and any(isinstance(x, Tensor) for x in _flatten(data)):
@@ -100,7 +100,7 @@ def _flatten(data: Any) -> list:
 
 def _tensor_item(x: Any) -> Any:
     if isinstance(x, Tensor):
-        return backend.to_host(x.data)
+        return backend.to_host(x.array)
     if isinstance(x, (list, tuple)):
         return [_tensor_item(y) for y in x]
     return x

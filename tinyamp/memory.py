@@ -119,7 +119,7 @@ class _Counter:
         for t in tensors:
             if t is None:
                 continue
-            array = _owner(t.data if isinstance(t, Tensor) else t)
+            array = _owner(t.array if isinstance(t, Tensor) else t)
             if not hasattr(array, "nbytes") or id(array) in self.seen:
                 continue
             self.seen[id(array)] = array

@@ -171,7 +171,7 @@ class _Writer:
         if isinstance(obj, str):
             return {"t": "str", "v": obj}
         if isinstance(obj, Tensor):
-            entry = self._array(obj, obj.data, path)
+            entry = self._array(obj, obj.array, path)
             entry.update(t="tensor", device=str(obj.device), requires_grad=obj.requires_grad,
                          parameter=bool(obj._is_param))
             return entry

@@ -45,19 +45,19 @@ class _HookHandle:
 class Tensor:
     """A multi-dimensional array that can record operations for autograd."""
 
-    __slots__ = ("data", "grad", "_requires_grad", "grad_fn", "_out_index", "_version",
+    __slots__ = ("array", "grad", "_requires_grad", "grad_fn", "_out_index", "_version",
                  "_hooks", "__weakref__", "_is_param")
     # Let NumPy defer to our reflected operators (np.float32(2) * t -> t.__rmul__).
     __array_ufunc__ = None
 
     def __init__(self, data: Any, requires_grad: bool = False) -> None:
         if isinstance(data, Tensor):
-            data = data.data
+            data = data.array
         elif not (isinstance(data, np.ndarray) or backend.is_cupy_array(data)):
             data = tinyamp.factories._to_array(data, None, backend.CPU)
         else:
             data = tinyamp.factories.native_array(data)  # no complex, object, string arrays
-        self.data = data
+        self.array = data
         self.grad: Tensor | None = None
         self._requires_grad = False
         self.grad_fn = None
@@ -67,6 +67,15 @@ class Tensor:
         self._is_param = False
         if requires_grad:
             self.requires_grad = True
+
+    @property
+    def data(self) -> Any:
+        """The raw array (transitional: becomes PyTorch's detached Tensor view)."""
+        return self.array
+
+    @data.setter
+    def data(self, value: Any) -> None:
+        self.array = value.array if isinstance(value, Tensor) else value
 
     @classmethod
     def _wrap(cls, array: Any) -> "Tensor":
@@ -80,7 +89,7 @@ class Tensor:
         if array.__class__ is not np.ndarray and isinstance(array, np.generic):
             array = np.asarray(array)
         t = object.__new__(cls)
-        t.data = array
+        t.array = array
         t.grad = None
         t._requires_grad = False
         t.grad_fn = None
@@ -93,35 +102,35 @@ class Tensor:
     # ------------------------------------------------------------ properties
     @property
     def dtype(self) -> np.dtype:
-        return self.data.dtype
+        return self.array.dtype
 
     @property
     def device(self) -> backend.Device:
-        return backend.device_of(self.data)
+        return backend.device_of(self.array)
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return self.data.shape
+        return self.array.shape
 
     @property
     def ndim(self) -> int:
-        return self.data.ndim
+        return self.array.ndim
 
     def dim(self) -> int:
-        return self.data.ndim
+        return self.array.ndim
 
     def size(self, dim: int | None = None) -> Any:
-        return self.data.shape if dim is None else self.data.shape[dim]
+        return self.array.shape if dim is None else self.array.shape[dim]
 
     def numel(self) -> int:
-        return int(self.data.size)
+        return int(self.array.size)
 
     def element_size(self) -> int:
-        return self.data.dtype.itemsize
+        return self.array.dtype.itemsize
 
     @property
     def nbytes(self) -> int:
-        return int(self.data.nbytes)
+        return int(self.array.nbytes)
 
     @property
     def is_leaf(self) -> bool:
@@ -129,7 +138,7 @@ class Tensor:
 
     @property
     def is_cuda(self) -> bool:
-        return backend.is_cupy_array(self.data)
+        return backend.is_cupy_array(self.array)
 
     @property
     def requires_grad(self) -> bool:
@@ -137,9 +146,9 @@ class Tensor:
 
     @requires_grad.setter
     def requires_grad(self, value: bool) -> None:
-        if value and self.data.dtype not in dt.FLOATING:
+        if value and self.array.dtype not in dt.FLOATING:
             raise RuntimeError(f"only Tensors of floating point dtype can require gradients; "
-                               f"this tensor is {dt.dtype_name(self.data.dtype)} with shape {list(self.shape)}")
+                               f"this tensor is {dt.dtype_name(self.array.dtype)} with shape {list(self.shape)}")
         if not value and self.grad_fn is not None:
             raise RuntimeError("you can only change requires_grad flags of leaf variables. If you want "
                                "to use a computed variable in a subgraph that doesn't require "
@@ -160,27 +169,27 @@ class Tensor:
 
     # ------------------------------------------------------------ conversion
     def item(self) -> Any:
-        if self.data.size != 1:
-            raise RuntimeError(f"a Tensor with {self.data.size} elements cannot be converted to a "
+        if self.array.size != 1:
+            raise RuntimeError(f"a Tensor with {self.array.size} elements cannot be converted to a "
                                f"Python scalar (shape {list(self.shape)})")
-        return backend.to_host(self.data, _ITEM).reshape(()).item()
+        return backend.to_host(self.array, _ITEM).reshape(()).item()
 
     def numpy(self) -> np.ndarray:
         if self._requires_grad:
             raise RuntimeError("Can't call numpy() on Tensor that requires grad. "
                                "Use tensor.detach().numpy() instead.")
-        return backend.to_host(self.data, "Tensor.numpy()")
+        return backend.to_host(self.array, "Tensor.numpy()")
 
     def tolist(self) -> Any:
-        return backend.to_host(self.data, "Tensor.tolist()").tolist()
+        return backend.to_host(self.array, "Tensor.tolist()").tolist()
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        array = backend.to_host(self.data, "numpy.asarray(tensor)")
+        array = backend.to_host(self.array, "numpy.asarray(tensor)")
         return array if dtype is None else array.astype(dtype)
 
     def detach(self) -> "Tensor":
         """A new leaf sharing this tensor's data (and version counter)."""
-        t = Tensor._wrap(self.data)
+        t = Tensor._wrap(self.array)
         t._version = self._version
         return t
 
@@ -281,7 +290,7 @@ class Tensor:
 
     def _old_value(self) -> "Tensor":
         """The tensor as it is now, as a separate node input for a recorded in-place op."""
-        old = Tensor._wrap(self.data)
+        old = Tensor._wrap(self.array)
         old.grad_fn, old._out_index, old._requires_grad = self.grad_fn, self._out_index, self._requires_grad
         return old
 
@@ -295,7 +304,7 @@ class Tensor:
         self._check_result(name, result)
         if result.dtype != self.dtype:  # h.mul_(f): computed in float32, rounded into float16 (recorded)
             result = tinyamp.ops.cast(result, self.dtype)
-        self.data = result.data
+        self.array = result.array
         self.grad_fn, self._out_index, self._requires_grad = result.grad_fn, result._out_index, True
         self._version[0] += 1
         return self
@@ -303,15 +312,15 @@ class Tensor:
     def _write(self, name: str, result: "Tensor") -> "Tensor":
         """An unrecorded in-place op: write into self's buffer (views see it), in self's dtype."""
         self._check_result(name, result)
-        self._store(name, ..., result.data)
+        self._store(name, ..., result.array)
         return self
 
     def _store(self, name: str, key: Any, value: Any) -> None:
         """``data[key] = value`` (cast to self's dtype) and a version bump: every unrecorded write."""
         try:
-            self.data[key] = value
+            self.array[key] = value
         except ValueError:
-            if not getattr(self.data.flags, "writeable", True):
+            if not getattr(self.array.flags, "writeable", True):
                 # NumPy's broadcast views (expand) are read-only; PyTorch refuses the write too.
                 raise RuntimeError(f"{name}: unsupported operation: more than one element of the written-to "
                                    f"tensor (shape {list(self.shape)}, an expanded view) refers to a single "
@@ -376,7 +385,7 @@ class Tensor:
         if self._check_inplace("copy_", src):
             converted = src.to(self.device).to(self.dtype)
             return self._rebind("copy_", tinyamp.ops.clone(converted))
-        self._store("copy_", ..., _converted(backend.to_device(src.data, self.device), self.dtype))
+        self._store("copy_", ..., _converted(backend.to_device(src.array, self.device), self.dtype))
         return self
 
     def __setitem__(self, key: Any, value: Any) -> None:
@@ -387,7 +396,7 @@ class Tensor:
         if isinstance(value, Tensor):
             # Stored in self's dtype, as PyTorch's index_put_/copy_ do (a float16
             # tensor takes a float32 value rounded; this is the explicit write).
-            value = _converted(value.data, self.dtype)
+            value = _converted(value.array, self.dtype)
         self._store("index assignment", _index_key(key), value)
 
     # ------------------------------------------------------ Python operators
@@ -465,45 +474,45 @@ class Tensor:
 
     # Comparisons give bool tensors and never record (no gradient).
     def _compare(self, other: Any, ufunc: Callable) -> "Tensor":
-        other_data = other.data if isinstance(other, Tensor) else other
-        return Tensor._wrap(ufunc(self.data, other_data))
+        other_data = other.array if isinstance(other, Tensor) else other
+        return Tensor._wrap(ufunc(self.array, other_data))
 
     def __eq__(self, other: Any) -> "Tensor":  # type: ignore[override]
-        return self._compare(other, backend.array_module(self.data).equal)
+        return self._compare(other, backend.array_module(self.array).equal)
 
     def __ne__(self, other: Any) -> "Tensor":  # type: ignore[override]
-        return self._compare(other, backend.array_module(self.data).not_equal)
+        return self._compare(other, backend.array_module(self.array).not_equal)
 
     def __lt__(self, other: Any) -> "Tensor":
-        return self._compare(other, backend.array_module(self.data).less)
+        return self._compare(other, backend.array_module(self.array).less)
 
     def __le__(self, other: Any) -> "Tensor":
-        return self._compare(other, backend.array_module(self.data).less_equal)
+        return self._compare(other, backend.array_module(self.array).less_equal)
 
     def __gt__(self, other: Any) -> "Tensor":
-        return self._compare(other, backend.array_module(self.data).greater)
+        return self._compare(other, backend.array_module(self.array).greater)
 
     def __ge__(self, other: Any) -> "Tensor":
-        return self._compare(other, backend.array_module(self.data).greater_equal)
+        return self._compare(other, backend.array_module(self.array).greater_equal)
 
     def __invert__(self) -> "Tensor":
         if self.dtype != dt.bool_:
             raise TypeError(f"~ is defined for bool tensors only, got {dt.dtype_name(self.dtype)}")
-        return Tensor._wrap(~self.data)
+        return Tensor._wrap(~self.array)
 
     def __and__(self, other: Any) -> "Tensor":
-        return self._compare(other, backend.array_module(self.data).logical_and)
+        return self._compare(other, backend.array_module(self.array).logical_and)
 
     def __or__(self, other: Any) -> "Tensor":
-        return self._compare(other, backend.array_module(self.data).logical_or)
+        return self._compare(other, backend.array_module(self.array).logical_or)
 
     eq, ne, lt, le, gt, ge = __eq__, __ne__, __lt__, __le__, __gt__, __ge__
     __hash__ = object.__hash__  # identity, like PyTorch (tensors key optimizer state)
 
     # ------------------------------------------------------ Python protocols
     def __bool__(self) -> bool:
-        if self.data.size != 1:
-            raise RuntimeError(f"Boolean value of Tensor with {self.data.size} elements is ambiguous")
+        if self.array.size != 1:
+            raise RuntimeError(f"Boolean value of Tensor with {self.array.size} elements is ambiguous")
         return bool(self.item())
 
     def __format__(self, spec: str) -> str:
@@ -533,7 +542,7 @@ class Tensor:
         return (self[i] for i in range(self.shape[0]))
 
     def __repr__(self) -> str:
-        host = backend.to_host(self.data, "repr(tensor) / print(tensor)")
+        host = backend.to_host(self.array, "repr(tensor) / print(tensor)")
         body = np.array2string(host.astype(np.float32) if self.dtype == dt.bfloat16 else host,
                                separator=", ", prefix="tensor(", precision=4, threshold=64)
         extras = []
@@ -572,9 +581,9 @@ def _converted(array: Any, dtype: np.dtype) -> Any:
 def _index_key(key: Any) -> Any:
     """Replace Tensors inside an index by their arrays."""
     if isinstance(key, Tensor):
-        return key.data
+        return key.array
     if isinstance(key, tuple):
-        return tuple(k.data if isinstance(k, Tensor) else k for k in key)
+        return tuple(k.array if isinstance(k, Tensor) else k for k in key)
     return key
 
 

@@ -80,7 +80,7 @@ class WeightCastCache:
 
     def put(self, weight: Any, dtype: np.dtype, array: Any) -> None:
         """Keep ``array``, ``weight`` converted to ``dtype`` (by a Cast node), for the weight's current version."""
-        self._keep(weight, dtype, LowCopy(weight.data, array))
+        self._keep(weight, dtype, LowCopy(weight.array, array))
 
     def _keep(self, weight: Any, dtype: np.dtype, copy: LowCopy) -> None:
         _held_by_capture(copy.low)
@@ -116,7 +116,7 @@ class WeightCastCache:
                 if capture is not None:
                     capture.keep_alive(copy.low)
                 return copy, True
-            source, prepared = weight.data, copy._pass
+            source, prepared = weight.array, copy._pass
             if prepared is not None and source is copy.source:
                 # LowCopy.rewrite's common call (a CPU weight after each optimizer step), without the
                 # call around it: the prepared numba pass alone, for every lowered weight of every step.
@@ -127,7 +127,7 @@ class WeightCastCache:
                 self.misses += 1
                 entry[1] = version
                 return copy, False
-        copy = LowCopy.of(weight.data, dtype)
+        copy = LowCopy.of(weight.array, dtype)
         self._keep(weight, dtype, copy)
         return copy, False
 
@@ -145,7 +145,7 @@ class WeightCastCache:
             return None
         copy = entry[2]
         prepared = copy._pass
-        if prepared is None or copy.source is not weight.data or entry[0]() is not weight:
+        if prepared is None or copy.source is not weight.array or entry[0]() is not weight:
             return None
         version = weight._version[0]
         if entry[1] == version:
@@ -198,7 +198,7 @@ def _held_by_capture(array: Any) -> Any:
 
 def _cacheable(tensor: Any, target: np.dtype) -> bool:
     # PyTorch's rule: a float32 leaf that requires grad, cast down.
-    return (tensor.grad_fn is None and tensor._requires_grad and tensor.data.dtype == dt.float32
+    return (tensor.grad_fn is None and tensor._requires_grad and tensor.array.dtype == dt.float32
             and (target == dt.float16 or target == dt.bfloat16))
 
 
@@ -232,7 +232,7 @@ def cast_input(op: Any, tensor: Any, target: np.dtype, state: "AutocastState | N
     tracer = precision.current_trace()
     if tracer is None and not tensor._requires_grad:
         # Nothing to record and nothing to cache (an input batch): the conversion alone.
-        return Tensor._wrap(convert(tensor.data, target))
+        return Tensor._wrap(convert(tensor.array, target))
     cache = None if state is None else state.cache
     if cache is not None and _cacheable(tensor, target):
         array = cache.get(tensor, target)
@@ -245,7 +245,7 @@ def cast_input(op: Any, tensor: Any, target: np.dtype, state: "AutocastState | N
                                    tensor)
         cause = None if tracer is None else _cause(op, tag, tensor.dtype, target, state) + "; cached"
         out = _make_cast(tensor, target, tracer, op, cause, "miss")
-        cache.put(tensor, target, out.data)
+        cache.put(tensor, target, out.array)
         return _shares_version(out, tensor)
     cause = None if tracer is None else _cause(op, tag, tensor.dtype, target, state)
     return _make_cast(tensor, target, tracer, op, cause, None)
@@ -313,7 +313,7 @@ def lower_weights(op: Any, inputs: list, positions: "tuple[int, ...]", target: n
             if wide is None:  # not asked for yet (or not kept: a large weight, a GPU)
                 wide = copy.widened()
         else:
-            array, wide, cached = convert(tensor.data, target), None, None
+            array, wide, cached = convert(tensor.array, target), None, None
         if lowered is None:
             lowered = op.lowered = {}
             widened = op.widened = {}
@@ -332,8 +332,8 @@ def note_fused_cast(op: Any, position: int, tensor: Any, target: np.dtype, state
     causes = op.__dict__.setdefault("_amp_fused_causes", {})
     causes[position] = cause  # the backward names the same rule when it rounds the gradient back
     if result is None:
-        result = convert(tensor.data, target)  # the op converts inside; the report needs the values
-    precision.record_cast(op, tensor.data, result, "forward", rule=cause, cache=cache, position=position)
+        result = convert(tensor.array, target)  # the op converts inside; the report needs the values
+    precision.record_cast(op, tensor.array, result, "forward", rule=cause, cache=cache, position=position)
 
 
 def low_copy_to_refresh(weight: Any) -> "tuple[np.dtype, Any] | None":

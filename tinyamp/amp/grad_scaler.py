@@ -154,7 +154,7 @@ class GradScaler:
         if not self._enabled:
             return outputs
         if (type(outputs) is Tensor and self._scale_device is backend.CPU and precision.current_autocast() is None
-                and outputs.data.dtype == self._scale.dtype and self._product_in_range(outputs)):
+                and outputs.array.dtype == self._scale.dtype and self._product_in_range(outputs)):
             # The usual call from the second step on: one finite float32 CPU loss, after the autocast
             # region (so nothing to disable for bfloat16: the graph was looked at on the first call).
             # It is _scaled's scale_by node, recorded without Function.__call__'s preparation. The
@@ -177,7 +177,7 @@ class GradScaler:
         largest value it rounds to at most that value: no overflow, so no errstate (~1 us) is needed.
         A nan, an inf or a large product (or a loss on a GPU, where reading it would sync) says False.
         """
-        data = loss.data
+        data = loss.array
         return (self._scale is not None and type(data) is np.ndarray and data.size == 1
                 and abs(float(data)) * float(self._scale) < _FLOAT32_MAX)
 
@@ -186,8 +186,8 @@ class GradScaler:
         ``scale_by`` node (one input recorded, its backward on arrays); anything else through ``mul``,
         which promotes (a float16 output times the float32 scale is float32)."""
         scale = self._scale_on(value.device, moved)
-        if value.data.dtype == scale.data.dtype:
-            return ScaleBy(scale.data)(value)
+        if value.array.dtype == scale.array.dtype:
+            return ScaleBy(scale.array)(value)
         return value * scale
 
     def _scale_nested(self, value: Any, moved: dict) -> Any:
@@ -281,7 +281,7 @@ class GradScaler:
                 grad = p.grad
                 if grad is None:
                     continue
-                data = grad.data
+                data = grad.array
                 master = master_of(p, group) if masters else None
                 if master is not None:
                     if master.grad is None:
@@ -299,7 +299,7 @@ class GradScaler:
                 if bucket is None:
                     bucket = per_device[dev] = ([], [], [])
                 bucket[0].append(data)
-                bucket[1].append(grad.data)
+                bucket[1].append(grad.array)
                 bucket[2].append(grad)
         if refused:
             self._refuse_fp16_grads(optimizer, refused)
@@ -308,7 +308,7 @@ class GradScaler:
         if host_grads:
             # A fresh flag per step (last_step keeps it), copied from a kept zero (no dtype to parse).
             found = found_per_device[backend.CPU] = _HOST_ZERO.copy()
-            scale = self._scale if self._scale_device is backend.CPU else self._scale_on(backend.CPU, moved).data
+            scale = self._scale if self._scale_device is backend.CPU else self._scale_on(backend.CPU, moved).array
             unscale_in_place_on_host(host_grads, scale, found)
             for t in host_written:
                 t._version[0] += 1
@@ -317,7 +317,7 @@ class GradScaler:
             found = found_per_device.get(dev)
             if found is None:
                 found = found_per_device[dev] = _HOST_ZERO.copy() if dev is backend.CPU else xp.zeros((), np.float32)
-            unscale_group(xp, grads, outs, self._scale_on(dev, moved).data, found)
+            unscale_group(xp, grads, outs, self._scale_on(dev, moved).array, found)
             for t in written:
                 t._version[0] += 1
         return found_per_device
@@ -441,7 +441,7 @@ class GradScaler:
                 raise ValueError("new_scale should be a float or a 1-element tinyamp Tensor with "
                                  "requires_grad=False.")
             # Checking a device value would need a sync: clamp it into the bounds on the device.
-            value = backend.to_device(new_scale.data, dev).reshape(()).astype(np.float32)
+            value = backend.to_device(new_scale.array, dev).reshape(()).astype(np.float32)
             self._scale[...] = xp.clip(value, np.float32(low), np.float32(high))
             return
         if isinstance(new_scale, bool) or not isinstance(new_scale, (int, float)):

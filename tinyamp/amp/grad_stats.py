@@ -42,7 +42,7 @@ def _host_values(grads: Any) -> np.ndarray:
     for g in items:
         if g is None:
             continue
-        data = getattr(g, "data", g)  # a Tensor's array, or the array itself
+        data = getattr(g, "array", g)  # a Tensor's array, or the array itself
         parts.append(backend.to_host(data).astype(np.float64).ravel())
     return np.concatenate(parts) if parts else np.zeros(0)
 

@@ -282,7 +282,7 @@ class Trace:
         # The same accounting as record_cast: what this conversion lost (a cache
         # hit converts nothing: its loss was counted when the entry was made).
         hit = self._pending is not None and self._pending[2] == "hit"
-        rounding = None if hit else rounding_stats(inputs[0].data, outputs[0].data)
+        rounding = None if hit else rounding_stats(inputs[0].array, outputs[0].array)
         if self._pending is not None:
             owner, cause, cache = self._pending
             self._pending = None

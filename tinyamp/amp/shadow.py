@@ -222,7 +222,7 @@ class _Recorder(Trace):
         if isinstance(op, Cast):
             self._cast_outputs[id(outputs[0])] = (outputs[0], op, inputs[0])
             return
-        self.outputs[row] = [_host(o.data) for o in outputs]
+        self.outputs[row] = [_host(o.array) for o in outputs]
         self.row_ops[row] = op
         sources = []
         for position, t in enumerate(inputs):
@@ -243,7 +243,7 @@ class _Recorder(Trace):
         for position, g in enumerate(grads):
             # A gradient for an input that needs none is dropped by the engine: not compared.
             if g is not None and position < len(needs) and needs[position]:
-                self.grads[(id(node), position)] = _host(g.data)
+                self.grads[(id(node), position)] = _host(g.array)
 
     def compared_rows(self) -> list[int]:
         """Trace rows of the forward ops that are compared (Cast ops left out)."""
@@ -334,13 +334,13 @@ def _run(step: Callable[..., Tensor], model: Module, inputs: list, scale: float)
 def _amp_input(x: Any) -> Any:
     """The AMP run's input: the caller's tensor, or a fresh leaf copy when it requires grad (its .grad is the caller's)."""
     if isinstance(x, Tensor) and x.requires_grad:
-        return Tensor._wrap(x.data.copy()).requires_grad_()
+        return Tensor._wrap(x.array.copy()).requires_grad_()
     return x
 
 
 def _twin_input(x: Any, reference: np.dtype) -> Any:
     if isinstance(x, Tensor) and x.dtype in dt.FLOATING:
-        copy_ = Tensor._wrap(x.data.astype(reference))
+        copy_ = Tensor._wrap(x.array.astype(reference))
         return copy_.requires_grad_() if x.requires_grad else copy_
     return x
 
@@ -352,7 +352,7 @@ def _twin(model: Module, optimizer: Any, reference: np.dtype) -> Module:
     for (_, p), (_, q) in zip(model.named_parameters(), twin.named_parameters()):
         master = state.get(p, {}).get("master_param") if p in state else None
         if master is not None:
-            q.data = master.data.astype(np.float32)
+            q.array = master.array.astype(np.float32)
     _drop_grads(twin)
     return twin.to(reference)
 
@@ -464,7 +464,7 @@ def _compare_parameters(model: Module, amp_model: Module, twin: Module, scale: f
             result.append(ParameterComparison(name, list(a.shape), "-" if a.grad is None else
                                               dt.dtype_name(a.grad.dtype), None, note))
             continue
-        error = relative_error(_host(a.grad.data) / scale, _host(r.grad.data))
+        error = relative_error(_host(a.grad.array) / scale, _host(r.grad.array))
         result.append(ParameterComparison(name, list(a.shape), dt.dtype_name(a.grad.dtype), error))
     return result
 

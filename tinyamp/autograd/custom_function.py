@@ -82,7 +82,7 @@ class CustomFunction(Function):
         for out in returned:
             if not isinstance(out, Tensor):
                 raise TypeError(f"{cls.__name__}.forward must return Tensors, got {type(out).__name__}")
-        out_tensors = [Tensor._wrap(o.data) for o in returned]
+        out_tensors = [Tensor._wrap(o.array) for o in returned]
         ctx._returned = returned
         ctx._record_and_trace(tensor_args, out_tensors)
         ctx._returned = ()
@@ -98,7 +98,7 @@ class CustomFunction(Function):
         # modified in place since (outputs carry theirs in _saved_out), as PyTorch does.
         self._saved_user = tuple(("out", out_ids[id(t)], None) if id(t) in out_ids
                                  else ("in", t, t._version[0]) for t in self._saved_user)
-        self._saved_out = [(o.data, o._version, o._version[0]) for o in outputs]
+        self._saved_out = [(o.array, o._version, o._version[0]) for o in outputs]
 
     def save_for_backward(self, *tensors: Tensor) -> None:
         """Keep tensors for backward."""
@@ -128,7 +128,7 @@ class CustomFunction(Function):
         return tuple(result)
 
     def saved_items(self) -> list[tuple[Any, "Tensor | None"]]:
-        return [(item.data, item) if kind == "in" else (self._saved_out[item][0], None)
+        return [(item.array, item) if kind == "in" else (self._saved_out[item][0], None)
                 for kind, item, _version in self._saved_user]
 
     def release(self) -> None:

@@ -128,7 +128,7 @@ def run_backward(roots: Sequence[Tensor], root_grads: Sequence[Tensor], retain_g
                 if edge is None or grad is None:
                     continue
                 shape, dtype = node._input_meta[index]
-                data = grad.data
+                data = grad.array
                 if data.shape != shape or data.dtype != dtype:  # compared here first: this runs on every edge
                     _check_gradient(node, index, grad, shape, dtype)
                 parent, target = edge
@@ -160,13 +160,13 @@ def run_backward(roots: Sequence[Tensor], root_grads: Sequence[Tensor], retain_g
         # each leaf must own its buffer. A fresh array from a backward op is
         # owned already; copy only views (e.g. mean's broadcast gradient), the
         # caller's seed, and an array handed to two leaves (x + y gives both gy).
-        handed_out = {id(g.data) for g in root_grads}
+        handed_out = {id(g.array) for g in root_grads}
         for key, leaf in leaves.items():
             if allowed is not None and key not in allowed:
                 continue
             grad = leaf_grads[key]  # without create_graph only its array is used: no detached Tensor needed
             if leaf.grad is None:
-                data = grad.data
+                data = grad.array
                 if not create_graph and (data.base is not None or id(data) in handed_out):
                     data = data.copy()
                 handed_out.add(id(data))
@@ -174,7 +174,7 @@ def run_backward(roots: Sequence[Tensor], root_grads: Sequence[Tensor], retain_g
             elif create_graph:
                 leaf.grad = leaf.grad + grad
             else:
-                leaf.grad.data += grad.data
+                leaf.grad.array += grad.array
                 leaf.grad._version[0] += 1
         return []
     results: list[Tensor | None] = []
@@ -230,10 +230,10 @@ def _seed_gradients(outputs: list, grad_outputs: list, caller: str) -> list:
                                f"have a grad_fn")
         g = grad_outputs[i] if grad_outputs else None
         if g is None:
-            if out.data.size != 1:
+            if out.array.size != 1:
                 raise RuntimeError(f"{caller}: grad can be implicitly created only for scalar outputs; "
                                    f"output {i} has shape {list(out.shape)}, pass a gradient")
-            g = Tensor._wrap(_ones(out.data))
+            g = Tensor._wrap(_ones(out.array))
         elif not isinstance(g, Tensor):
             raise TypeError(f"{caller}: gradients must be Tensors or None, got {type(g).__name__}")
         elif g.shape != out.shape or g.dtype != out.dtype:

@@ -142,7 +142,7 @@ class Function:
                 tensors = self._apply_precision(tensors, state)
         elif self.promoted_inputs is not None and _mixed_dtypes(tensors):
             tensors = self._apply_precision(tensors, state)
-        arrays = [t.data for t in tensors]
+        arrays = [t.array for t in tensors]
         if self.lowered is not None:
             for position, array in self.lowered.items():
                 arrays[position] = array
@@ -175,7 +175,7 @@ class Function:
             tag = self.effective_precision(state)
         if tag is NEUTRAL and self.promoted_inputs is None:
             return tensors  # nothing moves (relu, reshapes): the usual NEUTRAL op under autocast
-        key = (type(self), tag, tuple([t.data.dtype for t in tensors]), None if state is None else state.dtype)
+        key = (type(self), tag, tuple([t.array.dtype for t in tensors]), None if state is None else state.dtype)
         target, moves, casts, weights, upcast = _CALL_PLANS.get(key) or _call_plan(*key)
         if upcast:
             self.upcast = True  # the op widens its 16-bit inputs itself
@@ -193,7 +193,7 @@ class Function:
         """The PROMOTE casts still owed after the tag's: an overridden PROMOTE op's, the promoted inputs'."""
         if tag is not self.precision and self.precision is PROMOTE:
             # An overridden PROMOTE op still needs equal operand dtypes.
-            target, moves = cast_plan(PROMOTE, tuple([t.data.dtype for t in tensors]), None)
+            target, moves = cast_plan(PROMOTE, tuple([t.array.dtype for t in tensors]), None)
             if target is not None:
                 tensors = [insert_cast(self, t, target, state, PROMOTE) if move else t
                            for t, move in zip(tensors, moves)]
@@ -203,7 +203,7 @@ class Function:
             # now); the promoted inputs still need one dtype (float32 with
             # float64 is float64).
             indices = range(len(tensors))[promoted]
-            target, moves = cast_plan(PROMOTE, tuple([tensors[i].data.dtype for i in indices]), None)
+            target, moves = cast_plan(PROMOTE, tuple([tensors[i].array.dtype for i in indices]), None)
             if target is not None:
                 tensors = list(tensors)
                 for i, move in zip(indices, moves):
@@ -226,7 +226,7 @@ class Function:
                 # record, only a conversion, which on the CPU also gives the copy widened back to
                 # float32 (one pass): the op's GEMM multiplies it instead of widening the copy again.
                 # A transient: the op drops it after its GEMM (backward widens the saved copy).
-                low, wide = lower_widened(t.data, target)
+                low, wide = lower_widened(t.array, target)
                 out[position] = Tensor._wrap(low)
                 if wide is not None:
                     if self.lowered is None:
@@ -263,11 +263,11 @@ class Function:
                 edges.append((t.grad_fn, t._out_index))
             else:
                 edges.append((None, t))
-            meta.append((t.data.shape, t.data.dtype))
+            meta.append((t.array.shape, t.array.dtype))
         self.needs_input_grad = tuple(needs)
         self._edges = edges
         self._input_meta = meta
-        self._output_meta = [(o.data.shape, o.data.dtype) for o in outputs]
+        self._output_meta = [(o.array.shape, o.array.dtype) for o in outputs]
         # Nothing to save (scale_by, reshapes): the class's empty defaults stand, without building lists.
         if self.save_inputs:
             needed_by = self.saved_input_needed_by
@@ -275,10 +275,10 @@ class Function:
                               if needed_by is None or any(needs[j] for j in needed_by[i]) else (None, 0)
                               for i in self.save_inputs]
         if self.save_outputs:
-            self._saved_out = [(outputs[i].data, outputs[i]._version, outputs[i]._version[0])
+            self._saved_out = [(outputs[i].array, outputs[i]._version, outputs[i]._version[0])
                                for i in self.save_outputs]
         for index, out in enumerate(outputs):
-            if out.data.dtype in dt.FLOATING:
+            if out.array.dtype in dt.FLOATING:
                 out.grad_fn = self
                 out._out_index = index
                 out._requires_grad = True
@@ -318,7 +318,7 @@ class Function:
 
         For the precision report and memory accounting; nothing is version-checked.
         """
-        items = [(t.data, t) for t, _version in self._saved_in if t is not None]
+        items = [(t.array, t) for t, _version in self._saved_in if t is not None]
         return items + [(array, None) for array, _counter, _version in self._saved_out]
 
     def release(self) -> None:
@@ -375,9 +375,9 @@ def modified_error(node: Function, shape: tuple, dtype: np.dtype, saved: int, no
 
 def _mixed_dtypes(tensors: list[Tensor]) -> bool:
     """True when the operands do not all share one dtype (PROMOTE has work to do)."""
-    first = tensors[0].data.dtype
+    first = tensors[0].array.dtype
     for t in tensors:
-        if t.data.dtype != first:
+        if t.array.dtype != first:
             return True
     return False
 
@@ -408,9 +408,9 @@ def _with_scalars(op: Function, args: tuple) -> list[Tensor]:
             # NumPy scalars are treated like Python numbers (weak), as PyTorch does.
             tensors.append(_scalar_tensor(arg.item() if isinstance(arg, np.generic) else arg, reference))
         elif hasattr(arg, "__array_interface__") or hasattr(arg, "__cuda_array_interface__"):
-            # Often torch-style `t.data`, which in tinyamp is the raw array, not a Tensor.
+            # Often torch-style `t.array`, which in tinyamp is the raw array, not a Tensor.
             raise TypeError(f"{op.name}: expected Tensors or Python numbers, got a {type(arg).__name__} "
-                            f"(shape {list(arg.shape)}); tinyamp's `tensor.data` is the raw NumPy/CuPy array: "
+                            f"(shape {list(arg.shape)}); tinyamp's `tensor.array` is the raw NumPy/CuPy array: "
                             f"use `tensor.detach()` for a Tensor without history, or wrap arrays with "
                             f"ta.from_numpy / ta.tensor")
         else:
@@ -427,10 +427,10 @@ def _scalar_tensor(value: Any, reference: "Tensor | None") -> Tensor:
         dtype = dt.float32  # int_tensor * 0.5 is a float32 op, as in PyTorch
     elif isinstance(value, int) and not isinstance(value, bool) and dtype == dt.bool_:
         dtype = dt.int64
-    xp = array_module(reference.data)
+    xp = array_module(reference.array)
     if xp is np:
         return Tensor._wrap(np.asarray(value, dtype=dtype))
-    return Tensor._wrap(device_scalar(xp, reference.data, value, dtype))
+    return Tensor._wrap(device_scalar(xp, reference.array, value, dtype))
 
 
 _DEVICE_SCALARS: dict = {}  # (module, device id, dtype, type, value) -> 0-d device array, never written

@@ -58,16 +58,16 @@ def gradcheck(func: Callable, inputs: Sequence[Tensor], eps: float = 1e-6, atol:
         total = 0.0
         for o, v in zip(_outputs(func, inputs), cotangents):
             if o.dtype in dt.FLOATING:
-                xp = backend.array_module(o.data)
-                total += float(backend.to_host(xp.sum(o.data.astype(np.float64) * v.data.astype(np.float64))))
+                xp = backend.array_module(o.array)
+                total += float(backend.to_host(xp.sum(o.array.astype(np.float64) * v.array.astype(np.float64))))
         return total
 
     for position, (t, g) in enumerate(zip(diff_inputs, analytic)):
-        if not t.data.flags.c_contiguous:
+        if not t.array.flags.c_contiguous:
             raise ValueError(f"gradcheck: input {position} (shape {list(t.shape)}) is not contiguous; "
                              f"perturbing it in place needs a contiguous tensor (pass x.contiguous())")
         expected = np.zeros(t.shape)
-        flat = t.data.reshape(-1)  # a view: perturb in place, restore after
+        flat = t.array.reshape(-1)  # a view: perturb in place, restore after
         originals = backend.to_host(flat).copy()  # host floats: flat[k] would be a view on CuPy
         for k in range(flat.size):
             original = originals[k]
@@ -77,7 +77,7 @@ def gradcheck(func: Callable, inputs: Sequence[Tensor], eps: float = 1e-6, atol:
             minus = objective()
             flat[k] = original
             expected.reshape(-1)[k] = (plus - minus) / (2 * eps)
-        got = np.zeros(t.shape) if g is None else backend.to_host(g.data).astype(np.float64)
+        got = np.zeros(t.shape) if g is None else backend.to_host(g.array).astype(np.float64)
         if not np.allclose(got, expected, atol=atol, rtol=rtol):
             if not raise_exception:
                 return False
@@ -104,7 +104,7 @@ def gradgradcheck(func: Callable, inputs: Sequence[Tensor], eps: float = 1e-6, a
         diff = [x for x in xs if x.requires_grad]
         grads = grad(values, diff, vs, create_graph=True, allow_unused=True)
         # An input the gradient does not depend on contributes a constant zero.
-        return tuple(g if g is not None else Tensor._wrap(x.data * 0) for g, x in zip(grads, diff))
+        return tuple(g if g is not None else Tensor._wrap(x.array * 0) for g, x in zip(grads, diff))
 
     return gradcheck(first_derivative, inputs + cotangents, eps=eps, atol=atol, rtol=rtol,
                      raise_exception=raise_exception, seed=seed)

@@ -132,19 +132,19 @@ def _storage_of(optimizer: Optimizer) -> list[tuple[str, Callable[[], Any], Any]
     for gi, group in enumerate(optimizer.param_groups):
         for pi, p in enumerate(group["params"]):
             where = f"{name}.param_groups[{gi}]['params'][{pi}] (shape {list(p.shape)})"
-            found.append((f"the data of {where}", lambda p=p: p.data, p.data))
+            found.append((f"the data of {where}", lambda p=p: p.array, p.array))
             if p.grad is not None:
-                found.append((f"{where}.grad", lambda p=p: None if p.grad is None else p.grad.data, p.grad.data))
+                found.append((f"{where}.grad", lambda p=p: None if p.grad is None else p.grad.array, p.grad.array))
             for key, value in optimizer.state.get(p, {}).items():
                 if isinstance(value, Tensor):
                     found.append((f"{name}.state[{where}][{key!r}]", lambda p=p, key=key: _state_array(optimizer, p,
-                                                                                                      key), value.data))
+                                                                                                      key), value.array))
     return found
 
 
 def _state_array(optimizer: Optimizer, p: Tensor, key: str) -> Any:
     value = optimizer.state.get(p, {}).get(key)
-    return value.data if isinstance(value, Tensor) else None
+    return value.array if isinstance(value, Tensor) else None
 
 
 class GraphedStep:
@@ -180,7 +180,7 @@ class GraphedStep:
                              "a graph runs on one")
         self._train_step = train_step
         self.num_warmup_iters = num_warmup_iters
-        self.static_inputs = tuple(Tensor._wrap(t.data.copy()) for t in sample_inputs)
+        self.static_inputs = tuple(Tensor._wrap(t.array.copy()) for t in sample_inputs)
         self._device = sample_inputs[0].device
         self.cuda_graph = CUDAGraph()
         self._pool = pool if pool is not None else GraphPool()
@@ -252,8 +252,8 @@ class GraphedStep:
     def _load(self, inputs: tuple) -> None:
         """Copy the inputs into the static buffers (one device copy each; none for a static buffer itself)."""
         for x, static in zip(inputs, self.static_inputs):
-            if x is not static and x.data is not static.data:
-                static.data[...] = x.data
+            if x is not static and x.array is not static.array:
+                static.array[...] = x.array
                 static._version[0] += 1
 
     def _observe(self, participant: Any) -> None:
@@ -275,7 +275,7 @@ class GraphedStep:
             skipped = found[0] > 0
             for flag in found[1:]:
                 skipped = xp.logical_or(skipped, flag > 0)
-            xp.add(self.skipped_steps.data, skipped, out=self.skipped_steps.data, casting="unsafe")
+            xp.add(self.skipped_steps.array, skipped, out=self.skipped_steps.array, casting="unsafe")
         return _detached(outputs)
 
     def _run_eagerly(self) -> Any:

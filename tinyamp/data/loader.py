@@ -136,8 +136,8 @@ def _stack(items: Sequence[Any]) -> Any:
     """Stack one field of a list of samples into a batch."""
     first = items[0]
     if isinstance(first, Tensor):
-        xp = backend.array_module(first.data)
-        return _as_tensor(xp.stack([item.data for item in items]))
+        xp = backend.array_module(first.array)
+        return _as_tensor(xp.stack([item.array for item in items]))
     if isinstance(first, (bool, int, float)):
         # A Dataset returning (image_tensor, label_int): labels batch into an int64
         # (float: float64) Tensor, as torch's default_collate does, so they go
@@ -291,4 +291,4 @@ def _host_rng(generator: Any) -> np.random.Generator:
 
 def _raw(t: Any) -> Any:
     """The backend array behind a NumPy array or a tinyamp Tensor."""
-    return t if isinstance(t, np.ndarray) else t.data
+    return t if isinstance(t, np.ndarray) else t.array

@@ -64,7 +64,7 @@ def _calculate_correct_fan(tensor: Tensor, mode: str) -> int:
 
 def _write(tensor: Tensor, array: Any) -> Tensor:
     """Store ``array`` into ``tensor`` in place: one rounding, one version bump, no graph."""
-    tensor.data[...] = convert(array, tensor.dtype) if array.dtype != tensor.dtype else array
+    tensor.array[...] = convert(array, tensor.dtype) if array.dtype != tensor.dtype else array
     tensor._version[0] += 1
     return tensor
 
@@ -113,7 +113,7 @@ def trunc_normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0, a: float 
 
 
 def constant_(tensor: Tensor, val: float) -> Tensor:
-    tensor.data[...] = val
+    tensor.array[...] = val
     tensor._version[0] += 1
     return tensor
 

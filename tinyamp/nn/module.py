@@ -285,9 +285,9 @@ class Module:
                 for target in (tensor, tensor.grad):
                     if target is None:
                         continue
-                    new = convert(target.data)
-                    if new is not target.data:
-                        target.data = new
+                    new = convert(target.array)
+                    if new is not target.array:
+                        target.array = new
                         target._version[0] += 1
         return self
 
@@ -390,8 +390,8 @@ class Module:
             raise RuntimeError(f"Error(s) in loading state_dict for {type(self).__name__}:\n\t" + "\n\t".join(errors))
         with tinyamp.no_grad():
             for target, source in pairs:
-                array = source.data if isinstance(source, Tensor) else source
-                target.data[...] = convert_to(backend.to_device(array, target.device), target.dtype)
+                array = source.array if isinstance(source, Tensor) else source
+                target.array[...] = convert_to(backend.to_device(array, target.device), target.dtype)
                 target._version[0] += 1
         return _IncompatibleKeys(missing, unexpected)
 

@@ -70,7 +70,7 @@ class _BatchNorm(Module):
         self._check_input(x)
         factor = 0.0 if self.momentum is None else self.momentum
         if self.training and self.track_running_stats:
-            self.num_batches_tracked.data += 1
+            self.num_batches_tracked.array += 1
             self.num_batches_tracked._version[0] += 1
             if self.momentum is None:  # a cumulative moving average (reads the count on the host)
                 factor = 1.0 / float(self.num_batches_tracked.item())

@@ -56,7 +56,7 @@ def clip_grad_norm_(parameters: "Tensor | Iterable[Tensor]", max_norm: float, no
         return tinyamp.tensor(0.0)
     device = grads[0].device
     xp = device.xp
-    per_grad = [backend.to_device(_norm(g.device.xp, g.data, norm_type), device) for g in grads]
+    per_grad = [backend.to_device(_norm(g.device.xp, g.array, norm_type), device) for g in grads]
     total = _norm(xp, xp.stack(per_grad), norm_type)
     if error_if_nonfinite and not bool(backend.to_host(xp.isfinite(total))):
         raise RuntimeError(f"The total norm of order {norm_type} for gradients from `parameters` is non-finite, "
@@ -67,9 +67,9 @@ def clip_grad_norm_(parameters: "Tensor | Iterable[Tensor]", max_norm: float, no
     for g in grads:
         scale = backend.to_device(coef, g.device)
         if g.dtype == dt.float32:
-            g.data *= scale
+            g.array *= scale
         else:  # scale in float32, round once to the gradient's dtype
-            g.data[...] = convert(_float32(g.data) * scale, g.dtype)
+            g.array[...] = convert(_float32(g.array) * scale, g.dtype)
         g._version[0] += 1
     return Tensor._wrap(total)
 
@@ -80,7 +80,7 @@ def clip_grad_value_(parameters: "Tensor | Iterable[Tensor]", clip_value: float,
     clip_value = float(clip_value)
     for g in _grads(parameters):
         xp = g.device.xp
-        xp.clip(g.data, -clip_value, clip_value, out=g.data)
+        xp.clip(g.array, -clip_value, clip_value, out=g.array)
         g._version[0] += 1
 
 
@@ -101,7 +101,7 @@ def vector_to_parameters(vec: Tensor, parameters: Iterable[Tensor]) -> None:
     offset = 0
     for p in parameters:
         n = p.numel()
-        chunk = backend.to_device(vec.data[offset:offset + n], p.device).reshape(p.shape)
-        p.data[...] = chunk if chunk.dtype == p.dtype else convert(chunk, p.dtype)
+        chunk = backend.to_device(vec.array[offset:offset + n], p.device).reshape(p.shape)
+        p.array[...] = chunk if chunk.dtype == p.dtype else convert(chunk, p.dtype)
         p._version[0] += 1
         offset += n

@@ -158,7 +158,7 @@ class Relu(Function):
         (y,) = self.saved_tensors
         if not is_grad_enabled() and current_trace() is None:
             # The common backward (no double backward, no report): the mask on arrays, without a node.
-            return Tensor._wrap(_relu_backward(gy.data, y.data))
+            return Tensor._wrap(_relu_backward(gy.array, y.array))
         return ReluBackward()(gy, y)
 
 
@@ -317,7 +317,7 @@ class Softplus(Function):
 
     def backward(self, gy: Tensor) -> Tensor:
         (x,) = self.saved_tensors
-        linear = Tensor._wrap(x.data * self.beta > self.threshold)
+        linear = Tensor._wrap(x.array * self.beta > self.threshold)
         return where(linear, gy, gy * sigmoid(x * self.beta))
 
 

@@ -33,10 +33,10 @@ class Cast(Function):
         return convert(x, self.dtype)  # astype, bit for bit, faster on the CPU
 
     def backward(self, gy: Tensor) -> Tensor:
-        if gy.data.dtype != self.source and not is_grad_enabled() and current_trace() is None:
+        if gy.array.dtype != self.source and not is_grad_enabled() and current_trace() is None:
             # The common backward (no double backward, no report): the conversion on arrays, without a
             # Cast node (the one cast() would record and a report would show).
-            return Tensor._wrap(convert(gy.data, self.source))
+            return Tensor._wrap(convert(gy.array, self.source))
         return cast(gy, self.source)
 
 

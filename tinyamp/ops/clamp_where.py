@@ -44,7 +44,7 @@ class Maximum(Function):
 
     def backward(self, gy: Tensor) -> tuple:
         a, b = self.saved_tensors
-        return _split_gradient(gy, a.data > b.data, a.data == b.data, [a.shape, b.shape])
+        return _split_gradient(gy, a.array > b.array, a.array == b.array, [a.shape, b.shape])
 
 
 class Minimum(Function):
@@ -58,7 +58,7 @@ class Minimum(Function):
 
     def backward(self, gy: Tensor) -> tuple:
         a, b = self.saved_tensors
-        return _split_gradient(gy, a.data < b.data, a.data == b.data, [a.shape, b.shape])
+        return _split_gradient(gy, a.array < b.array, a.array == b.array, [a.shape, b.shape])
 
 
 class Clamp(Function):
@@ -81,9 +81,9 @@ class Clamp(Function):
         (x,) = self.saved_tensors
         inside = x.device.xp.ones(x.shape, dtype=bool)
         if self.min is not None:
-            inside &= x.data >= self.min
+            inside &= x.array >= self.min
         if self.max is not None:
-            inside &= x.data <= self.max
+            inside &= x.array <= self.max
         return where(inside, gy, 0.0)
 
 
@@ -112,7 +112,7 @@ class Where(Function):
 
 def _condition_array(condition: Any) -> Any:
     """The bool array inside a Tensor or NumPy/CuPy array; anything else is an error."""
-    array = condition.data if isinstance(condition, Tensor) else condition
+    array = condition.array if isinstance(condition, Tensor) else condition
     if not (hasattr(array, "dtype") and hasattr(array, "shape")):
         raise TypeError(f"where: condition must be a bool Tensor or array, got {type(condition).__name__}")
     if array.dtype != dt.bool_:

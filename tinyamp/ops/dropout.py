@@ -44,7 +44,7 @@ class Dropout(Function):
 
     def backward(self, gy: Tensor) -> Tensor:
         low = dt.is_low_precision(gy.dtype)
-        xp = backend.array_module(gy.data)
+        xp = backend.array_module(gy.array)
         mask = Tensor._wrap(xp.where(self.keep, self.scale, 0).astype(dt.float32 if low else gy.dtype))
         return cast(cast(gy, dt.float32) * mask, gy.dtype) if low else gy * mask
 

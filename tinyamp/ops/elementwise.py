@@ -71,8 +71,8 @@ class Mul(Function):
             # No graph, no report, nothing to promote or reduce (a loss times the loss scale):
             # the two products on arrays, without their nodes.
             xp = gy.device.xp
-            return (Tensor._wrap(xp.multiply(gy.data, b.data)) if self.needs_input_grad[0] else None,
-                    Tensor._wrap(xp.multiply(gy.data, a.data)) if self.needs_input_grad[1] else None)
+            return (Tensor._wrap(xp.multiply(gy.array, b.array)) if self.needs_input_grad[0] else None,
+                    Tensor._wrap(xp.multiply(gy.array, a.array)) if self.needs_input_grad[1] else None)
         da = sum_to(gy * b, a.shape) if self.needs_input_grad[0] else None
         db = sum_to(gy * a, b.shape) if self.needs_input_grad[1] else None
         return da, db
@@ -113,7 +113,7 @@ class ScaleBy(Function):
         calls it once per step, on a CPU loss). The product is ``_product``'s.
         """
         node = cls(scale)
-        out = Tensor._wrap(node._product(x.data))
+        out = Tensor._wrap(node._product(x.array))
         node._record_and_trace([x], [out])
         return out
 
@@ -132,7 +132,7 @@ class ScaleBy(Function):
 
     def backward(self, gy: Tensor) -> Tensor:
         if not is_grad_enabled() and current_trace() is None:  # no graph, no report: on arrays
-            return Tensor._wrap(self._product(gy.data))
+            return Tensor._wrap(self._product(gy.array))
         return ScaleBy(self.scale)(gy)
 
 
@@ -225,12 +225,12 @@ class Pow(Function):
         if self.needs_input_grad[0]:
             # x ** 0 is constant: PyTorch gives 0 there, where b * a^(b-1) is 0 * inf = nan
             # at a = 0. The base is swapped for 1 under the mask so no inf enters the graph.
-            constant = Tensor._wrap(b.data == 0)
+            constant = Tensor._wrap(b.array == 0)
             safe_a = where(constant, 1.0, a)
             da = sum_to(where(constant, 0.0, gy * b * pow(safe_a, b - 1)), a.shape)
         if self.needs_input_grad[1]:
             # log(0) = -inf, but 0 ** b is flat in b for b >= 0: PyTorch masks those to 0.
-            flat = Tensor._wrap((a.data == 0) & (b.data >= 0))
+            flat = Tensor._wrap((a.array == 0) & (b.array >= 0))
             safe_a = where(flat, 1.0, a)
             db = sum_to(where(flat, 0.0, gy * y * log(safe_a)), b.shape)
         return da, db

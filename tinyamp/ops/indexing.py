@@ -41,7 +41,7 @@ def normalize_key(key: Any, device: backend.Device) -> tuple:
     result: list = []
     for k in items:
         if isinstance(k, Tensor):
-            k = k.data
+            k = k.array
         elif isinstance(k, list):
             k = np.asarray(k)
             if k.dtype == object or k.dtype.kind not in "biu":
@@ -130,7 +130,7 @@ def index_select(x: Tensor, dim: int, index: Any) -> Tensor:
     """``x`` gathered along ``dim`` at the 1-D integer ``index`` (repeats allowed)."""
     if not -max(x.ndim, 1) <= dim < max(x.ndim, 1):
         raise IndexError(f"index_select: dimension {dim} out of range for shape {list(x.shape)}")
-    index = index.data if isinstance(index, Tensor) else np.asarray(index)
+    index = index.array if isinstance(index, Tensor) else np.asarray(index)
     if index.ndim != 1:
         raise IndexError(f"index_select: index must be 1-D, got shape {list(index.shape)}")
     return getitem(x, (slice(None),) * (dim % max(x.ndim, 1)) + (index,))

@@ -237,15 +237,15 @@ class Linear(Function):
     def _backward_arrays(self, x: "Tensor | None", w: "Tensor | None", gy: Tensor) -> tuple:
         """The same gradients computed on arrays, without nodes (no double backward, no report open)."""
         lowered = self.lowered or {}
-        g = gy.data
+        g = gy.array
         g_rows = _rows(g) if g.ndim != 2 else g
         needs = self.needs_input_grad
         low = dt.is_low_precision(g.dtype)
         if low and type(g) is np.ndarray:
             # 16-bit on the CPU: the conversions around the two GEMMs in two numba calls, the same bits
             # as below (kernels/linear_grads.py); None for what it does not take (no numba, odd layouts).
-            x_rows = None if x is None else _rows(x.data) if x.ndim != 2 else x.data
-            grads = linear_grads16(g_rows, x_rows, lowered.get(1, None if w is None else w.data),
+            x_rows = None if x is None else _rows(x.array) if x.ndim != 2 else x.array
+            grads = linear_grads16(g_rows, x_rows, lowered.get(1, None if w is None else w.array),
                                    (self.widened or {}).get(1), needs, 1 in lowered, 2 in lowered)
             if grads is not None:
                 dx, dw, db = grads
@@ -258,10 +258,10 @@ class Linear(Function):
         # A 16-bit gradient that both CPU GEMMs read is widened once, for both.
         g32 = convert(g_rows, dt.float32) if (needs[0] and needs[1] and low and not cuda_launch.on_gpu(g)) else None
         if needs[0]:
-            dx = Tensor._wrap(gemm(g_rows, lowered.get(1, w.data if w is not None else None), a_widened=g32,
+            dx = Tensor._wrap(gemm(g_rows, lowered.get(1, w.array if w is not None else None), a_widened=g32,
                                    b_widened=(self.widened or {}).get(1)).reshape(self.input_shapes[0]))
         if needs[1]:
-            x_rows = _rows(x.data) if x.ndim != 2 else x.data
+            x_rows = _rows(x.array) if x.ndim != 2 else x.array
             dw = Tensor._wrap(gemm_widened(g_rows, x_rows, trans_a=True, a_widened=g32) if 1 in lowered
                               else gemm(g_rows, x_rows, trans_a=True, a_widened=g32))
         if len(needs) == 2:
@@ -279,7 +279,7 @@ class Linear(Function):
     def saved_items(self) -> list[tuple[Any, "Tensor | None"]]:
         """What backward keeps: a lowered weight is read as its 16-bit copy, so that is what is kept."""
         lowered = self.lowered or {}
-        return [(lowered.get(position, t.data), t)
+        return [(lowered.get(position, t.array), t)
                 for position, (t, _version) in zip(self.save_inputs, self._saved_in) if t is not None]
 
 

@@ -266,7 +266,7 @@ class CrossEntropy(ClassIndexLoss):
         (x,) = self.saved_tensors
         if self.fused is not None and not is_grad_enabled() and current_trace() is None:
             # The common backward (no double backward, no report): the kernel on arrays, no node.
-            gx = Tensor._wrap(self.fused_backward(x.data, gy.data))
+            gx = Tensor._wrap(self.fused_backward(x.array, gy.array))
         else:
             gx = CrossEntropyGrad(self)(x, gy)
         return (gx, None) + ((None,) if self.weighted else ())
@@ -341,7 +341,7 @@ class CrossEntropyGrad(Function):
     def backward(self, ggx: Tensor) -> tuple:
         x, gy = self.saved_tensors
         loss = self.loss
-        loss.general_state(x.device.xp, x.data)
+        loss.general_state(x.device.xp, x.array)
         low = x.dtype if loss.upcast and dt.is_low_precision(x.dtype) else None
         if low is not None:
             # The loss computed with the float32 values of the logits and rounded the
@@ -434,7 +434,7 @@ class L1Loss(PairLoss):
         x, t = self.saved_tensors
         xp = x.device.xp
         # sign(x - t) is piecewise constant: a constant of the graph (its derivative is 0).
-        sign = Tensor._wrap(xp.sign(x.data - t.data))
+        sign = Tensor._wrap(xp.sign(x.array - t.array))
         gx = sign * scale_grad(gy, self.reduction, self.size)
         return (gx if self.needs_input_grad[0] else None,
                 -gx if self.needs_input_grad[1] else None)

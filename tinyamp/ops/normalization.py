@@ -183,8 +183,8 @@ class BatchNorm(_Normalization):
             if self.running_mean is None or self.running_var is None:
                 raise ValueError("batch_norm: running_mean and running_var are required when "
                                  "training=False (they are the statistics eval mode normalises with)")
-            self.mean = self.running_mean.data.astype(cdt).reshape(self.pshape)
-            var = self.running_var.data.astype(cdt).reshape(self.pshape)
+            self.mean = self.running_mean.array.astype(cdt).reshape(self.pshape)
+            var = self.running_var.array.astype(cdt).reshape(self.pshape)
         self.rstd = 1 / xp.sqrt(var + self.eps)
         return _normalize(xp, x, self.mean, self.rstd, (weight, bias), self.pshape)
 
@@ -193,7 +193,7 @@ class BatchNorm(_Normalization):
         m = self.momentum
         for stat, batch in ((self.running_mean, self.mean.reshape(-1)), (self.running_var, unbiased_var)):
             if stat is not None:
-                stat.data[...] = ((1 - m) * stat.data.astype(batch.dtype) + m * batch).astype(stat.dtype)
+                stat.array[...] = ((1 - m) * stat.array.astype(batch.dtype) + m * batch).astype(stat.dtype)
                 stat._version[0] += 1
 
 

@@ -117,8 +117,8 @@ def _check_nonempty(op: str, x: Any, dims: tuple) -> None:
 def _tie_split(gy: Tensor, x: Tensor, y: Tensor, dims: tuple, keepdim: bool) -> Tensor:
     """dx for amax/amin: gy shared evenly among the elements equal to the result."""
     shape = x.shape
-    y_data = _keep(y, shape, dims, keepdim).data
-    hits = x.data == y_data
+    y_data = _keep(y, shape, dims, keepdim).array
+    hits = x.array == y_data
     count = hits.sum(axis=dims, keepdims=True)
     weights = (hits / x.device.xp.maximum(count, 1)).astype(gy.dtype)
     return broadcast_to(_keep(gy, shape, dims, keepdim), shape) * Tensor._wrap(weights)

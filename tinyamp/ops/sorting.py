@@ -47,7 +47,7 @@ def _gather(x: Tensor, indices: Tensor, dim: int) -> Tensor:
     """``x`` taken at ``indices`` along ``dim`` (take_along_axis) through differentiable getitem."""
     xp = x.device.xp
     shape = indices.shape
-    key = tuple(indices.data if i == dim else xp.arange(n).reshape((n,) + (1,) * (len(shape) - 1 - i))
+    key = tuple(indices.array if i == dim else xp.arange(n).reshape((n,) + (1,) * (len(shape) - 1 - i))
                 for i, n in enumerate(shape))
     return getitem(x, key)
 

@@ -72,7 +72,7 @@ class Adagrad(Optimizer):
         for group in self.param_groups:
             for p in group["params"]:
                 master = self._master(p, group)
-                self._init_state(p, p.data if master is None else master.data, group)
+                self._init_state(p, p.array if master is None else master.array, group)
 
     def _init_state(self, p: Any, like: Any, group: dict) -> tuple:
         """``state[p]``'s ``step`` and ``sum`` arrays, created on first use in ``like``'s dtype (the master's under O2)."""

@@ -36,7 +36,7 @@ raw arrays; everything they share lives here:
   a float32 weight (re-stamped with the new version, so the next forward
   converts nothing).
 
-Updates write in place into ``p.data`` (and bump ``p._version``, which the
+Updates write in place into ``p.array`` (and bump ``p._version``, which the
 autocast weight-cast cache keys on, so it sees every optimizer update).
 
 ``track_swamping()`` (opt-in) makes each step also measure which update
@@ -75,12 +75,12 @@ required = _RequiredParameter()
 
 def as_array(value: Any) -> Any:
     """The raw xp array of a Tensor (or the value itself)."""
-    return value.data if isinstance(value, Tensor) else value
+    return value.array if isinstance(value, Tensor) else value
 
 
 def _kept_on_host(found_inf: Any) -> bool:
     """True when ``found_inf`` is a NumPy flag (free to read) that says the step is kept."""
-    found = found_inf.data if isinstance(found_inf, Tensor) else found_inf  # as_array, inlined: every AMP step
+    found = found_inf.array if isinstance(found_inf, Tensor) else found_inf  # as_array, inlined: every AMP step
     return type(found) is np.ndarray and found.size == 1 and found.item() == 0
 
 
@@ -232,7 +232,7 @@ class Optimizer:
                 if set_to_none:
                     p.grad = None
                 else:
-                    p.grad.data[...] = 0
+                    p.grad.array[...] = 0
                     p.grad._version[0] += 1
 
     def _master(self, p: Tensor, group: "dict | None" = None) -> "Tensor | None":
@@ -251,11 +251,11 @@ class Optimizer:
         state = self.state.setdefault(p, {})
         master = state.get("master_param")
         if master is None:
-            state["master_param"] = master = Tensor._wrap(p.data.astype(np.float32))
+            state["master_param"] = master = Tensor._wrap(p.array.astype(np.float32))
         elif self._master_versions.get(p) != p._version[0]:
-            xp = backend.array_module(p.data)
-            stale = master.data.astype(p.dtype) != p.data
-            masked_write(xp, master.data, p.data, stale)
+            xp = backend.array_module(p.array)
+            stale = master.array.astype(p.dtype) != p.array
+            masked_write(xp, master.array, p.array, stale)
         self._master_versions[p] = p._version[0]
         return master
 
@@ -335,7 +335,7 @@ class Optimizer:
                     if entry is not None:
                         entries.append(entry)
                 # The weights before the update, only when measuring swamping.
-                before = [(w.copy(), p.data.copy()) for p, w, _, _, _ in entries] if low is not None else None
+                before = [(w.copy(), p.array.copy()) for p, w, _, _, _ in entries] if low is not None else None
                 if entries:
                     self._update_group(group, entries)
                 for p, _, _, _, master in entries:
@@ -365,13 +365,13 @@ class Optimizer:
             if grad_scale is not None:
                 raise RuntimeError("step: grad_scale was given, but GradScaler.unscale_ already wrote "
                                    "unscaled float32 master gradients for this optimizer")
-            grad = master.grad.data
+            grad = master.grad.array
         else:
-            grad = p.grad.data if master is None else p.grad.data.astype(np.float32)
+            grad = p.grad.array if master is None else p.grad.array.astype(np.float32)
             if grad_scale is not None:
                 scale = backend.to_device(as_array(grad_scale), dev)
                 grad = dt.opmath(grad) * inverse_scale(dev.xp, scale).reshape(())
-        weight = p.data if master is None else master.data
+        weight = p.array if master is None else master.array
         return p, weight, grad, keeps[dev], master
 
     def _keep_flag(self, dev: backend.Device, found_inf: Any) -> Any:
@@ -433,14 +433,14 @@ class Optimizer:
         for group in self.param_groups:
             mirror = self._device_hyper.get(id(group))
             if mirror is not None and group["params"]:
-                mirror.get(cuda_launch._device(group["params"][0].data), self._device_hyper_values(group))
+                mirror.get(cuda_launch._device(group["params"][0].array), self._device_hyper_values(group))
 
     def _low_output(self, p: Tensor, master: "Tensor | None") -> Any:
         """Where a fused kernel writes ``p``'s rounded new value: the O2 parameter, the
         weight-cast cache's current copy of a float32 parameter, or nowhere (None)."""
         if master is not None:
             self._written_back_by_kernel.add(p)
-            return p.data
+            return p.array
         refresh = low_copy_to_refresh(p)
         if refresh is None:
             return None
@@ -455,7 +455,7 @@ class Optimizer:
         elif master is not None:
             # Rounded write-back; a skipped step left the master unchanged, so the
             # rounding reproduces the parameter's current value bit for bit.
-            p.data[...] = master.data.astype(p.dtype)
+            p.array[...] = master.array.astype(p.dtype)
         if master is not None:
             master.grad = None  # consumed: the next step reads the next unscale_'s grads
         p._version[0] += 1
@@ -475,7 +475,7 @@ class Optimizer:
         if name not in state:
             xp = backend.array_module(like)
             state[name] = Tensor._wrap(xp.full(like.shape, fill, dtype=like.dtype))
-        return state[name].data
+        return state[name].array
 
     def _step_counter(self, p: Tensor, like: Any) -> Any:
         """``state[p]["step"]``: a 0-d float32 device array, as in PyTorch."""
@@ -483,7 +483,7 @@ class Optimizer:
         if "step" not in state:
             xp = backend.array_module(like)
             state["step"] = Tensor._wrap(xp.zeros((), dtype=np.float32))
-        return state["step"].data
+        return state["step"].array
 
     # ---------------------------------------------------------- state dict
     def state_dict(self) -> dict:

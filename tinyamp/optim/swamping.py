@@ -125,8 +125,8 @@ def measure(name: str, param: Any, old_weight: Any, new_weight: Any, old_param: 
     master under master weights), or the parameter itself; ``old_param``: the
     parameter before the step (its float16 copy under master weights).
     """
-    moved = int(np.count_nonzero(backend.to_host(old_param) != backend.to_host(param.data)))
-    shape, elements = list(param.shape), int(param.data.size)
+    moved = int(np.count_nonzero(backend.to_host(old_param) != backend.to_host(param.array)))
+    shape, elements = list(param.shape), int(param.array.size)
     weight_dtype = old_weight.dtype
     if dt.is_low_precision(weight_dtype):  # a 16-bit parameter without a master: no float32 update to compare
         return ParameterSwamping(name, shape, dt.dtype_name(weight_dtype), elements, moved, None, None, None)
@@ -139,7 +139,7 @@ def measure(name: str, param: Any, old_weight: Any, new_weight: Any, old_param: 
     vanished = kept & (after16 == w16)
     held = None
     if master:
-        copy_unchanged = backend.to_host(param.data) == backend.to_host(old_param)
+        copy_unchanged = backend.to_host(param.array) == backend.to_host(old_param)
         held = int(np.count_nonzero(kept & copy_unchanged))
     weights = "float32 master" if master else dt.dtype_name(weight_dtype)
     return ParameterSwamping(name, shape, weights, elements, moved, int(np.count_nonzero(kept)),
