@@ -29,6 +29,7 @@ from . import data
 from . import utils  # torch.utils.data spellings
 from . import memory
 from . import optim
+from .foreach import *  # noqa: F401,F403 - ta._foreach_mul_, ... (torch._foreach_*)
 from . import nn
 from . import cuda_graphs  # ta.cuda.CUDAGraph, ta.cuda.graph, ta.cuda.make_graphed_step, ...
 from .serialization import load, save
