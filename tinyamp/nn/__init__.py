@@ -6,7 +6,7 @@ each ``forward`` calls at call time.
 
 from __future__ import annotations
 
-from . import functional, init, utils
+from . import functional, init, parallel, utils
 from .activation import ELU, GELU, LeakyReLU, LogSoftmax, ReLU, SiLU, Sigmoid, Softmax, Tanh
 from .container import ModuleDict, ModuleList, Sequential
 from .conv import Conv2d
@@ -25,5 +25,5 @@ __all__ = [
     "Embedding", "Dropout", "ReLU", "LeakyReLU", "GELU", "SiLU", "ELU", "Tanh", "Sigmoid", "Softmax",
     "LogSoftmax",
     "Flatten", "MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d", "Sequential", "ModuleList", "ModuleDict", "CrossEntropyLoss",
-    "NLLLoss", "MSELoss", "L1Loss", "BCELoss", "BCEWithLogitsLoss", "functional", "init", "utils",
+    "NLLLoss", "MSELoss", "L1Loss", "BCELoss", "BCEWithLogitsLoss", "functional", "init", "parallel", "utils",
 ]
