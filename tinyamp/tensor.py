@@ -243,6 +243,12 @@ class Tensor:
     def bool(self) -> "Tensor":
         return self.to(dt.bool_)
 
+    def type_as(self, other: "Tensor") -> "Tensor":
+        """This tensor in ``other``'s dtype (``self`` itself when it already has it)."""
+        if not isinstance(other, Tensor):
+            raise TypeError(f"type_as(): argument 'other' (position 1) must be Tensor, not {type(other).__name__}")
+        return self.to(other.dtype)
+
     def is_floating_point(self) -> bool:
         return self.dtype in dt.FLOATING
 
@@ -387,6 +393,30 @@ class Tensor:
             raise RuntimeError("fill_: cannot fill a non-leaf tensor that requires grad in place")
         self._store("fill_", ..., value)
         return self
+
+    def _fill_random(self, name: str, fill: Callable[["Tensor"], Any]) -> "Tensor":
+        if self.dtype not in dt.FLOATING:
+            raise NotImplementedError(f'"{name}" not implemented for {dt.dtype_name(self.dtype)} '
+                                      f"(shape {list(self.shape)}): it needs a floating point tensor")
+        if self._check_inplace(name, None):
+            raise RuntimeError(f"{name}: cannot fill a non-leaf tensor that requires grad in place")
+        fill(self)
+        return self
+
+    def normal_(self, mean: float = 0, std: float = 1, *, generator: Any = None) -> "Tensor":
+        """Fill with samples from N(mean, std^2) (drawn in float32/float64, rounded once)."""
+        if std < 0:
+            raise RuntimeError(f"normal expects std >= 0.0, but found std {std}")
+        return self._fill_random("normal_", lambda t: tinyamp.nn.init.normal_(t, mean, std, generator))
+
+    def uniform_(self, from_: float = 0, to: float = 1, *, generator: Any = None, **kwargs: Any) -> "Tensor":
+        """Fill with samples from U(from, to) (``from`` is PyTorch's keyword, also accepted)."""
+        from_ = kwargs.pop("from", from_)
+        if kwargs:
+            raise TypeError(f"uniform_() got an unexpected keyword argument {next(iter(kwargs))!r}")
+        if from_ > to:
+            raise RuntimeError(f"uniform_ expects to return a [from, to) range, but found from={from_} > to={to}")
+        return self._fill_random("uniform_", lambda t: tinyamp.nn.init.uniform_(t, from_, to, generator))
 
     def copy_(self, src: "Tensor") -> "Tensor":
         """Copy ``src`` (same shape; dtype and device may differ: this *is* the explicit cast)."""
@@ -616,3 +646,14 @@ def parse_to_args(caller: str, args: tuple, kwargs: dict) -> tuple["backend.Devi
             dtype = arg
     return (None if device is None else backend.Device(device),
             None if dtype is None else dt.as_dtype(dtype))
+
+
+def is_tensor(obj: Any) -> bool:
+    """True when ``obj`` is a Tensor (an ``nn.Parameter`` included), as ``torch.is_tensor``."""
+    return isinstance(obj, Tensor)
+
+
+def _assert(condition: Any, message: str) -> None:
+    """``torch._assert``: raise AssertionError(message) unless ``condition`` holds (a Tensor is read on the host)."""
+    if not condition:
+        raise AssertionError(message)

@@ -26,7 +26,7 @@ from ..autograd.grad_mode import is_grad_enabled
 from ..kernels import cuda_epilogue, cuda_launch
 from ..kernels.convert import convert, numba_default
 from ..kernels.elementwise_cpu import bias_act_convert, bias_convert_checked
-from ..kernels.gemm import gemm, gemm_widened
+from ..kernels.gemm import gemm, gemm_bias, gemm_widened
 from ..kernels.linear_grads import linear_grads16
 from ..kernels.round_through import round_through
 from ..precision import LOWER, current_trace, fused_cause
@@ -189,6 +189,10 @@ class Linear(Function):
             # as gemm would, by convert).
             x32 = convert(rows, dt.float32) if x32 is None else x32
             y = bias_convert_checked(np.matmul(x32, w32.T), b32, x.dtype)
+        elif x.dtype in dt.LOW_PRECISION and b32 is None and cuda_launch.on_gpu(rows):
+            # On a GPU the bias rows go into C and the GEMM adds its float32 accumulator to them,
+            # rounding once: the 16-bit output written once, no float32 result in memory.
+            y = gemm_bias(rows, w, b, trans_b=True)
         elif x.dtype in dt.LOW_PRECISION:
             # The bias is added to the float32 accumulator and the sum rounded
             # once, as a cuBLAS epilogue would (one fused pass: numba on the CPU,
