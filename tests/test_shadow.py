@@ -112,7 +112,7 @@ def test_twin_starts_from_the_optimizers_master_weights() -> None:
     optimizer = ta.optim.SGD(model.parameters(), lr=0.1, master_weights=True)
     masters = [optimizer.state[p]["master_param"] for p in model.parameters()]
     for m in masters:  # low bits float16 cannot hold: the twin must read the masters
-        m.data += np.float32(1e-4)
+        m.array += np.float32(1e-4)
     x, _ = _batch()
 
     def step(m: nn.Module, x: ta.Tensor) -> ta.Tensor:
@@ -120,13 +120,13 @@ def test_twin_starts_from_the_optimizers_master_weights() -> None:
             return (m(x) ** 2).mean()
 
     report = ta.amp.shadow_run(step, model, x, optimizer=optimizer)
-    expected = ((x @ ta.tensor(masters[0].data).T + ta.tensor(masters[1].data)) ** 2).mean().item()
+    expected = ((x @ ta.tensor(masters[0].array).T + ta.tensor(masters[1].array)) ** 2).mean().item()
     assert report.reference_loss == expected
 
 
 def _snapshot(model: nn.Module, optimizer: ta.optim.Optimizer, scaler: ta.amp.GradScaler) -> dict:
     def raw(t: object) -> object:
-        return (t.data.dtype.str, t.data.tobytes(), t._version[0]) if isinstance(t, ta.Tensor) else t
+        return (t.array.dtype.str, t.array.tobytes(), t._version[0]) if isinstance(t, ta.Tensor) else t
 
     state = {
         "params": [(n, raw(p), None if p.grad is None else raw(p.grad)) for n, p in model.named_parameters()],
