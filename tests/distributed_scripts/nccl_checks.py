@@ -28,7 +28,8 @@ def raises(kind, words, call) -> None:
 def duplicate() -> None:
     assert ta.cuda.device_count() == 1
     ta.cuda.set_device(0)
-    raises(RuntimeError, "Duplicate GPU detected", lambda: dist.init_process_group("nccl"))
+    dist.init_process_group("nccl")  # the communicator is built at the first collective, as in PyTorch
+    raises(RuntimeError, "Duplicate GPU detected", lambda: dist.all_reduce(ta.ones(2, device="cuda")))
     print("OK duplicate", flush=True)
 
 
