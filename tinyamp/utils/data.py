@@ -6,6 +6,6 @@
 
 from __future__ import annotations
 
-from ..data.loader import DataLoader, Dataset, Subset, TensorDataset, random_split
+from ..data.loader import DataLoader, Dataset, Subset, TensorDataset, default_collate, random_split
 
-__all__ = ["DataLoader", "Dataset", "TensorDataset", "Subset", "random_split"]
+__all__ = ["DataLoader", "Dataset", "TensorDataset", "Subset", "random_split", "default_collate"]
