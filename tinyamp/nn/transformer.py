@@ -1,11 +1,12 @@
-"""Transformer encoder and decoder layers and stacks, as PyTorch builds them (post-norm or ``norm_first``).
+"""Transformer, its encoder and decoder layers and stacks, as PyTorch builds them (post-norm or ``norm_first``).
 
 A layer is MultiheadAttention, a feed-forward block ``linear2(dropout(activation(linear1(x))))``,
 LayerNorms and dropouts, with PyTorch's submodule names (``self_attn``,
 ``multihead_attn``, ``linear1``, ``linear2``, ``norm1``..``norm3``,
 ``dropout``..``dropout3``), so state_dicts load. ``TransformerEncoder`` and
 ``TransformerDecoder`` stack deep copies of one layer (``layers.0`` ...) and an
-optional final ``norm``.
+optional final ``norm``; ``Transformer`` is an encoder stack and a decoder stack,
+each ending in a LayerNorm, with every matrix re-drawn xavier-uniform.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any, Callable
 import tinyamp
 
 from ..tensor import Tensor
+from . import init
 from .attention import MultiheadAttention
 from .container import ModuleList
 from .dropout import Dropout
@@ -169,3 +171,50 @@ class TransformerDecoder(Module):
                         tgt_is_causal=bool(tgt_is_causal) and tgt_mask is not None,
                         memory_is_causal=memory_is_causal)
         return out if self.norm is None else self.norm(out)
+
+
+class Transformer(Module):
+    """Encoder-decoder Transformer: ``decoder(tgt, encoder(src))``; PyTorch's submodule names and init."""
+
+    def __init__(self, d_model: int = 512, nhead: int = 8, num_encoder_layers: int = 6, num_decoder_layers: int = 6,
+                 dim_feedforward: int = 2048, dropout: float = 0.1, activation: "str | Callable" = "relu",
+                 custom_encoder: "Module | None" = None, custom_decoder: "Module | None" = None,
+                 layer_norm_eps: float = 1e-5, batch_first: bool = False, norm_first: bool = False,
+                 bias: bool = True, device: Any = None, dtype: Any = None) -> None:
+        super().__init__()
+        options = dict(dim_feedforward=dim_feedforward, dropout=dropout, activation=activation,
+                       layer_norm_eps=layer_norm_eps, batch_first=batch_first, norm_first=norm_first, bias=bias,
+                       device=device, dtype=dtype)
+        norm = {"eps": layer_norm_eps, "bias": bias, "device": device, "dtype": dtype}
+        self.encoder = custom_encoder if custom_encoder is not None else TransformerEncoder(
+            TransformerEncoderLayer(d_model, nhead, **options), num_encoder_layers, LayerNorm(d_model, **norm))
+        self.decoder = custom_decoder if custom_decoder is not None else TransformerDecoder(
+            TransformerDecoderLayer(d_model, nhead, **options), num_decoder_layers, LayerNorm(d_model, **norm))
+        self.d_model, self.nhead, self.batch_first = d_model, nhead, batch_first
+        for p in self.parameters():
+            if p.ndim > 1:
+                init.xavier_uniform_(p)
+
+    def forward(self, src: Tensor, tgt: Tensor, src_mask: "Tensor | None" = None, tgt_mask: "Tensor | None" = None,
+                memory_mask: "Tensor | None" = None, src_key_padding_mask: "Tensor | None" = None,
+                tgt_key_padding_mask: "Tensor | None" = None, memory_key_padding_mask: "Tensor | None" = None,
+                src_is_causal: "bool | None" = None, tgt_is_causal: "bool | None" = None,
+                memory_is_causal: bool = False) -> Tensor:
+        batch_dim = 0 if self.batch_first else 1
+        if src.ndim == 3 and src.shape[batch_dim] != tgt.shape[batch_dim]:
+            raise RuntimeError(f"Transformer: the batch number of src and tgt must be equal, got src "
+                               f"{list(src.shape)} and tgt {list(tgt.shape)}")
+        if src.shape[-1] != self.d_model or tgt.shape[-1] != self.d_model:
+            raise RuntimeError(f"Transformer: the feature number of src and tgt must be equal to d_model "
+                               f"({self.d_model}), got src {list(src.shape)} and tgt {list(tgt.shape)}")
+        memory = self.encoder(src, mask=src_mask, src_key_padding_mask=src_key_padding_mask,
+                              is_causal=src_is_causal)
+        return self.decoder(tgt, memory, tgt_mask=tgt_mask, memory_mask=memory_mask,
+                            tgt_key_padding_mask=tgt_key_padding_mask,
+                            memory_key_padding_mask=memory_key_padding_mask, tgt_is_causal=tgt_is_causal,
+                            memory_is_causal=memory_is_causal)
+
+    @staticmethod
+    def generate_square_subsequent_mask(sz: int, device: Any = None, dtype: Any = None) -> Tensor:
+        """(sz, sz) additive causal mask: 0 on and below the diagonal, -inf above."""
+        return tinyamp.triu(tinyamp.full((sz, sz), float("-inf"), dtype=dtype, device=device), diagonal=1)

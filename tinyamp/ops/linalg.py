@@ -23,7 +23,7 @@ import numpy as np
 from .. import dtypes as dt
 from ..autograd.function import Function
 from ..autograd.grad_mode import is_grad_enabled
-from ..kernels import cuda_epilogue, cuda_launch
+from ..kernels import cuda_epilogue, cuda_launch, cuda_vector
 from ..kernels.convert import convert, numba_default
 from ..kernels.elementwise_cpu import bias_act_convert, bias_convert_checked
 from ..kernels.gemm import gemm, gemm_bias, gemm_widened
@@ -271,7 +271,13 @@ class Linear(Function):
         if len(needs) == 2:
             return dx, dw
         if needs[2]:
-            if 2 in lowered:
+            if cuda_launch.on_gpu(g_rows) and g_rows.shape[0] > 0 and g_rows.shape[1] > 1 and cuda_vector.takes(g_rows):
+                # One launch, 16-byte loads, float32 accumulation rounded once (through the 16-bit dtype
+                # for a lowered float32 bias): the general path's bits up to SUM_ROWS rows.
+                low_g = dt.is_low_precision(g.dtype)
+                db = cuda_vector.column_sum(g_rows, dt.float32 if 2 in lowered or not low_g else g.dtype,
+                                            through=2 in lowered and low_g)
+            elif 2 in lowered:
                 db = round_through(g_rows.sum(axis=0, dtype=dt.float32), g.dtype)
             elif dt.is_low_precision(g.dtype):  # as the Sum op: float32 accumulation, one rounding
                 db = g_rows.sum(axis=(0,), dtype=dt.float32).astype(g.dtype)
