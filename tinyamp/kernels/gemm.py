@@ -245,7 +245,7 @@ def gemm_widened(a: Array, b: Array, *, trans_a: bool = False, trans_b: bool = F
     and one conversion widens it.
     """
     if backend.is_cupy_array(a):
-        return gemm(a, b, trans_a=trans_a, trans_b=trans_b).astype(dt.float32)
+        return convert(gemm(a, b, trans_a=trans_a, trans_b=trans_b), dt.float32)
     return round_through(gemm(a, b, dt.float32, trans_a=trans_a, trans_b=trans_b, a_widened=a_widened,
                               b_widened=b_widened), a.dtype)
 
