@@ -281,6 +281,13 @@ class Tensor:
             result = tinyamp.ops.cast(result, dtype)
         return result
 
+    def pin_memory(self) -> "Tensor":
+        """The tensor itself: CuPy copies from pageable host memory, so there is nothing to pin (PyTorch copies
+        a CPU tensor into page-locked memory for faster, asynchronous host-to-GPU copies)."""
+        if self.device.type != "cpu":
+            raise RuntimeError(f"cannot pin '{self.device}' memory: only CPU tensors can be pinned")
+        return self
+
     def cpu(self) -> "Tensor":
         return self.to("cpu")
 
