@@ -18,9 +18,9 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..autograd.function import Function
-from ..kernels import cuda_epilogue, cuda_launch
+from ..kernels import cuda_launch
 from ..kernels.elementwise_cpu import bias_act_convert
-from ..kernels.gemm import gemm
+from ..kernels.gemm import gemm, gemm_bias
 from ..precision import LOWER
 from ..tensor import Tensor
 from .broadcast import sum_to
@@ -158,15 +158,15 @@ class Linear(Function):
         rows = x if x.ndim == 2 else _rows(x)  # batch dims folded into M: one GEMM
         if b is None:
             y = gemm(rows, w, trans_b=True)
+        elif x.dtype in dt.LOW_PRECISION and cuda_launch.on_gpu(rows):
+            # On a GPU the bias rows go into C and the GEMM adds its float32 accumulator to them,
+            # rounding once: the 16-bit output written once, no float32 result in memory.
+            y = gemm_bias(rows, w, b, trans_b=True)
         elif x.dtype in dt.LOW_PRECISION:
             # The bias is added to the float32 accumulator and the sum rounded
-            # once, as a cuBLAS epilogue would (one fused pass: numba on the CPU,
-            # one kernel launch on a GPU, which widens the 16-bit bias itself).
+            # once, as a cuBLAS epilogue would (one fused numba pass).
             acc = gemm(rows, w, xp.float32, trans_b=True)
-            if cuda_launch.on_gpu(acc):
-                y = cuda_epilogue.bias_act_convert(acc, b, x.dtype, relu=False)
-            else:
-                y = bias_act_convert(acc, b.astype(xp.float32), x.dtype, overwrite_y=True)
+            y = bias_act_convert(acc, b.astype(xp.float32), x.dtype, overwrite_y=True)
         else:
             y = gemm(rows, w, trans_b=True)
             y += b  # in place on gemm's fresh result: no second output buffer
