@@ -44,14 +44,14 @@ KINDS = ("launches", "allocations", "h2d", "d2h", "syncs")
 BYTES = ("bytes_read", "bytes_written")
 CASES = {"float32": dict(amp=False, optimizer="sgd"), "amp-sgd": dict(amp=True, optimizer="sgd"),
          "amp-adam": dict(amp=True, optimizer="adam")}
-BUDGETS = {"float32": {"launches": 25}, "amp-sgd": {"launches": 31, "allocations": 31},
+BUDGETS = {"float32": {"launches": 25}, "amp-sgd": {"launches": 30, "allocations": 30},
            "amp-adam": {"launches": 35}}
 NO_TRANSFERS = {"h2d": 0, "d2h": 0, "syncs": 0}
 # The kernels a step launches today, without the pointer-table writes (a new set of gradient
 # addresses costs one launch per table; whether a step sees one depends on where the pool puts
 # the gradients, i.e. on what ran before). tests/test_launch_budget.py holds the step to these:
 # one launch more than today fails, so a regression shows before it reaches the budget.
-REACHED = {"float32": 15, "amp-sgd": 29, "amp-adam": 29}
+REACHED = {"float32": 15, "amp-sgd": 27, "amp-adam": 27}
 TABLE_WRITES = "tinyamp_fill_pointers"
 WIDE = dict(inputs=98, hidden=1024, batch=1024)  # 784-8192-10 at batch 8192, every size but C over 8
 BYTES_BUDGET = 1.3  # the AMP step of the wide MLP moves at most this many times its floor

@@ -123,12 +123,12 @@ def test_setters_validate() -> None:
 def test_scale_tensor_and_nested_structures() -> None:
     s = GradScaler(init_scale=4.0)
     t = ta.tensor([1.0, 2.0])
-    np.testing.assert_array_equal(s.scale(t).data, [4.0, 8.0])
+    np.testing.assert_array_equal(s.scale(t).array, [4.0, 8.0])
     Pair = collections.namedtuple("Pair", "a b")
     out = s.scale([t, (t, Pair(t, [t]))])
     assert isinstance(out, list) and isinstance(out[1], tuple) and isinstance(out[1][1], Pair)
     assert isinstance(out[1][1].b, list)
-    np.testing.assert_array_equal(out[1][1].b[0].data, [4.0, 8.0])
+    np.testing.assert_array_equal(out[1][1].b[0].array, [4.0, 8.0])
     with pytest.raises(ValueError, match="outputs must be a Tensor or an iterable of Tensors.*got dict"):
         s.scale({"loss": t})
     with pytest.raises(ValueError, match="got float"):
@@ -141,14 +141,14 @@ def test_a_float32_loss_is_scaled_by_one_light_node_and_others_by_mul() -> None:
     scaled = s.scale(w * 3.0)
     assert type(scaled.grad_fn).__name__ == "ScaleBy" and scaled.grad_fn.needs_input_grad == (True,)
     assert scaled.dtype == ta.float32
-    np.testing.assert_array_equal(scaled.data, np.float32([4.5, -6.0]) * F32(1024))
+    np.testing.assert_array_equal(scaled.array, np.float32([4.5, -6.0]) * F32(1024))
     half = s.scale(w.half() * 3.0)  # float16 times the float32 scale: mul promotes, as in the general rule
     assert type(half.grad_fn).__name__ == "Mul" and half.dtype == ta.float32
     # Its backward on arrays, and recorded when a graph is wanted (double backward).
     (g,) = ta.autograd.grad(scaled.sum(), [w], create_graph=True)
-    np.testing.assert_array_equal(g.data, np.full(2, 3.0 * 1024, np.float32))
+    np.testing.assert_array_equal(g.array, np.full(2, 3.0 * 1024, np.float32))
     (gg,) = ta.autograd.grad((g * w).sum(), [w])
-    np.testing.assert_array_equal(gg.data, np.full(2, 3.0 * 1024, np.float32))
+    np.testing.assert_array_equal(gg.array, np.full(2, 3.0 * 1024, np.float32))
     from tinyamp.ops.elementwise import ScaleBy
     with pytest.raises(ValueError, match=r"scale_by: expects a 0-d scale of the input's dtype, got input "
                                          r"float16 \[2\] and scale float32 \[\]"):
@@ -158,10 +158,10 @@ def test_a_float32_loss_is_scaled_by_one_light_node_and_others_by_mul() -> None:
 def test_scaled_loss_backward_gives_scaled_grads() -> None:
     w, x, y = _problem()
     _loss(w, x, y).backward()
-    plain = w.grad.data.copy()
+    plain = w.grad.array.copy()
     w.grad = None
     GradScaler(init_scale=2.0 ** 10).scale(_loss(w, x, y)).backward()
-    np.testing.assert_array_equal(w.grad.data, plain * F32(2.0 ** 10))
+    np.testing.assert_array_equal(w.grad.array, plain * F32(2.0 ** 10))
 
 
 # ------------------------------------------------------------ unscale_
@@ -174,8 +174,8 @@ def test_unscale_divides_exactly_and_records_found_inf() -> None:
     ga, gb = np.array([3.0, -5.5, 1e-3], F32), np.array([7.25, 1e-300])
     _set_grads([a, b], [ga * F32(2.0 ** 12), gb * 2.0 ** 12])
     s.unscale_(opt)
-    np.testing.assert_array_equal(a.grad.data, ga)
-    np.testing.assert_array_equal(b.grad.data, gb)
+    np.testing.assert_array_equal(a.grad.array, ga)
+    np.testing.assert_array_equal(b.grad.array, gb)
     assert s.found_inf(opt).item() == 0.0
     s.step(opt)
     s.update()
@@ -208,7 +208,7 @@ def test_float16_grads_without_master_weights_are_refused() -> None:
     assert "Attempting to unscale FP16 gradients" in message
     assert "param_groups[0]['params'][1] (shape [2, 3])" in message
     assert "master_weights=True" in message
-    np.testing.assert_array_equal(good.grad.data, np.ones(4))  # nothing was touched
+    np.testing.assert_array_equal(good.grad.array, np.ones(4))  # nothing was touched
 
 
 # ------------------------------------------------------------ the state machine
@@ -271,12 +271,12 @@ def test_step_skips_on_inf_and_steps_otherwise(make) -> None:
     _set_grads([p], [[np.inf, 8.0]])
     s.step(opt)
     s.update()
-    np.testing.assert_array_equal(p.data, [1.0, 2.0])
+    np.testing.assert_array_equal(p.array, [1.0, 2.0])
     assert s.get_scale() == 4.0 and s.last_step.skipped and not s.last_step.applied
     _set_grads([p], [[4.0, 4.0]])
     s.step(opt)
     s.update()
-    assert not np.array_equal(p.data, [1.0, 2.0])
+    assert not np.array_equal(p.array, [1.0, 2.0])
     assert s.last_step.applied and s.last_step.scale_before == 4.0 == s.last_step.scale_after
 
 
@@ -294,7 +294,7 @@ def test_last_step_keeps_its_values_through_the_next_iteration() -> None:
     syncs = ta.cuda.sync_count()
     assert skipped.skipped and skipped.scale_before == 8.0 and skipped.scale_after == 4.0
     assert ta.cuda.sync_count() == syncs + 3  # one host read per property, on the CPU too
-    assert float(s.found_inf(opt).data) == 0.0
+    assert float(s.found_inf(opt).array) == 0.0
     s.step(opt)
     s.update(new_scale=64.0)
     assert not s.last_step.skipped and s.last_step.scale_before == 4.0 and s.last_step.scale_after == 64.0
@@ -323,7 +323,7 @@ def test_one_optimizer_may_skip_while_another_steps() -> None:
     s.step(opt_b)
     assert s.found_inf(opt_a).item() == 1.0 and s.found_inf(opt_b).item() == 0.0
     s.update()
-    assert a.data[0] == 1.0 and b.data[0] != 1.0
+    assert a.array[0] == 1.0 and b.array[0] != 1.0
     assert s.get_scale() == 1.0  # the combined check backs off
 
 
@@ -422,7 +422,7 @@ def test_disabled_scaler_is_a_pass_through() -> None:
     s.unscale_(opt)
     assert s.step(opt) == "stepped"
     s.update()
-    assert p.data[0] == 0.0 and s.get_scale() == 1.0 and not s.last_step.skipped
+    assert p.array[0] == 0.0 and s.get_scale() == 1.0 and not s.last_step.skipped
     assert s.found_inf(opt).item() == 0.0
 
 

@@ -162,3 +162,38 @@ def test_group_norm_and_huber_refuse_bad_input() -> None:
         ta.nn.functional.huber_loss(ta.ones(3), ta.ones(3), weight=ta.ones(2))
     with pytest.raises(ValueError, match="smooth_l1_loss: beta must be non-negative"):
         ta.nn.functional.smooth_l1_loss(ta.ones(3), ta.ones(3), beta=-1.0)
+
+
+def test_recurrent_init_is_pytorchs_uniform() -> None:
+    ta.manual_seed(0)
+    for module in (ta.nn.LSTM(8, 16, num_layers=2, bidirectional=True), ta.nn.GRUCell(8, 16)):
+        values = np.concatenate([p.detach().numpy().ravel() for p in module.parameters()])
+        bound = 1 / np.sqrt(16)
+        assert values.min() >= -bound and values.max() <= bound
+        assert abs(values.std() - bound / np.sqrt(3)) < 0.01  # the std of U(-b, b)
+
+
+def test_lstm_dropout_acts_between_layers_only_in_training() -> None:
+    ta.manual_seed(0)
+    lstm = ta.nn.LSTM(3, 4, num_layers=2, dropout=0.5)
+    x = ta.randn(5, 2, 3)
+    eval_out = lstm.eval()(x)[0].detach().numpy()
+    np.testing.assert_array_equal(lstm(x)[0].detach().numpy(), eval_out)
+    assert not np.allclose(lstm.train()(x)[0].detach().numpy(), eval_out)
+    single = ta.nn.LSTM(3, 4, num_layers=1, dropout=0.5)  # one layer: nothing to drop between
+    np.testing.assert_array_equal(single.train()(x)[0].detach().numpy(), single.eval()(x)[0].detach().numpy())
+
+
+def test_recurrent_layers_refuse_bad_input() -> None:
+    lstm = ta.nn.LSTM(3, 4, num_layers=2)
+    with pytest.raises(RuntimeError, match=r"LSTM: input.size\(-1\) must be equal to input_size. Expected 3, got 5"):
+        lstm(ta.ones(2, 1, 5))
+    with pytest.raises(RuntimeError, match=r"LSTM: Expected hidden size \[2, 1, 4\], got \[1, 1, 4\]"):
+        lstm(ta.ones(2, 1, 3), (ta.zeros(1, 1, 4), ta.zeros(2, 1, 4)))
+    with pytest.raises(ValueError, match="LSTM: input must have the type float32, got type float64"):
+        lstm(ta.ones(2, 1, 3, dtype=ta.float64))
+    with pytest.raises(ValueError, match="proj_size argument is only supported for LSTM"):
+        ta.nn.RNNBase("GRU", 3, 4, proj_size=2)
+    with pytest.raises(ValueError, match=r"GRUCell: Expected input of shape \(N, 3\)"):
+        ta.nn.GRUCell(3, 4)(ta.ones(2, 5))
+    lstm.flatten_parameters()  # PyTorch code calls it; nothing to do here

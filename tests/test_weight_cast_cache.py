@@ -63,7 +63,7 @@ def test_other_lower_ops_get_a_cast_node_per_use_over_the_cached_copy() -> None:
         y1 = ta.matmul(x1, w)
         y2 = ta.matmul(x2, w)
     w16_first, w16_again = y1.grad_fn.saved_tensors[1], y2.grad_fn.saved_tensors[1]
-    assert w16_first.data is w16_again.data                    # one conversion, one array
+    assert w16_first.array is w16_again.array                    # one conversion, one array
     assert w16_first.grad_fn is not w16_again.grad_fn          # a Cast node per use
     assert w16_first._version is w._version                    # the copy changes when the weight does
     (y1.sum() + y2.sum()).backward()
@@ -177,7 +177,7 @@ def test_cast_cached_under_no_grad_keeps_its_link_to_the_weight() -> None:
 def test_cache_entry_needs_the_same_tensor_not_just_the_same_id() -> None:
     cache = WeightCastCache()
     w, other = _leaf(2, 2), _leaf(2, 2, seed=1)
-    cast = w.detach().half().data
+    cast = w.detach().half().array
     cache.put(w, f16, cast)
     assert cache.get(w, f16) is cast
     # Pretend `other` got w's id after w was collected: the weak reference tells them apart.

@@ -11,7 +11,9 @@ Regions form a stack kept in context variables (so per thread): an inner region
 (``enabled=False``, another dtype, more overrides) is undone on exit. The
 weight-cast cache (``casting.WEIGHT_CACHE``) lives while the outermost region
 does: its exit empties it, as PyTorch's does, so a weight changed between
-regions by any route is converted afresh.
+regions by any route is converted afresh (a GPU entry an optimizer step
+refreshed is kept, unless a write through ``.data`` happened since, which the
+outermost entry checks).
 """
 
 from __future__ import annotations
@@ -159,6 +161,7 @@ class autocast:
         cache_enabled = (outer.cache_enabled if outer is not None else True) \
             if self._cache_enabled is None else self._cache_enabled
         if outer is None:
+            WEIGHT_CACHE.forget_aliased_writes()
             scope = precision.AutocastScope(WEIGHT_CACHE, dict(self.overrides), cache_enabled)
         else:
             scope = precision.AutocastScope(outer.cache, {**outer.overrides, **self.overrides}, cache_enabled)

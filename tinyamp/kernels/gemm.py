@@ -38,6 +38,7 @@ import numpy as np
 
 from .. import backend
 from .. import dtypes as dt
+from . import cuda_vector
 from .convert import convert
 
 Array = Any  # numpy.ndarray or cupy.ndarray
@@ -179,7 +180,7 @@ def gemm_bias(a: Array, b: Array, bias: Array, *, trans_b: bool = False) -> Arra
         c = cp.empty((m, n), dtype=out)
         if m == 0 or n == 0:
             return c
-        c[...] = bias  # every row the bias: C, which the GEMM adds its product to
+        cuda_vector.bias_rows(cp.ascontiguousarray(bias), c)  # every row the bias: the C the GEMM adds to
         if _k == 0:
             return c
         cublas = backend.cuda_lib("cupy_backends.cuda.libs.cublas")
