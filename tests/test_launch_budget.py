@@ -63,11 +63,13 @@ def test_the_amp_step_runs_the_fused_kernels(counted) -> None:
     assert kernels["backward"].get("tinyamp_relu_backward_f16") == 1
     assert kernels["backward"].get("tinyamp_column_sum_f16_round") == 2  # each bias gradient in one launch
     assert "tinyamp_bias_act_convert" not in kernels["forward"]  # no float32 GEMM output to convert
-    # The input batch's Cast and the logits' Cast to float32 (FP32 cross-entropy); the four weight
-    # Cast nodes read the copies the optimizer's kernel wrote at the last step.
-    assert kernels["forward"].get("astype") == 2
+    # The input batch's Cast to float16 and the logits' Cast to float32 (FP32 cross-entropy); the four
+    # weight Cast nodes read the copies the optimizer's kernel wrote at the last step.
+    assert kernels["forward"].get("tinyamp_convert_f32_f16") == 1
+    assert kernels["forward"].get("tinyamp_convert_f16_f32") == 1
     # The logits' gradient back to float16, and dW, db of both layers back to float32 (Cast backward).
-    assert kernels["backward"].get("astype") == 5
+    assert kernels["backward"].get("tinyamp_convert_f32_f16") == 1
+    assert kernels["backward"].get("tinyamp_convert_f16_f32") == 4
     assert kernels["backward"].get("tinyamp_ce_backward_f32_f32_f32_f32") == 1
     assert kernels["unscale"].get("tinyamp_unscale_f32_f32") == 1
     assert kernels["step"] == {"tinyamp_sgd_group_f32_f32_f16": 1, "tinyamp_advance_steps": 1}

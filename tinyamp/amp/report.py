@@ -388,12 +388,14 @@ class Trace:
                  and (dt.is_low_precision(dt.as_dtype(c.target)) or c.rounding.lost or c.rounding.nan)]
         if not shown and not any(c.rounding is not None for c in self.casts):
             return []
-        lines = ["", "information lost at casts (->0: underflow, sub: now subnormal, ->inf: overflow; "
+        lines = ["", "information lost at casts (#: the row above that made the cast, its cast op or, for a "
+                     "cast made inside an op (fused), that op; ->0: underflow, sub: now subnormal, ->inf: overflow; "
                      "|x|: smallest non-zero and largest finite source magnitude):"]
         rows = [("#", "phase", "cast", "made for", "elements", "->0", "sub", "->inf", "nan", "|x| min", "|x| max")]
         for c in shown:
             r = c.rounding
-            rows.append((str(c.index), c.phase, f"{c.source} -> {c.target}" + (" (fused)" if c.fused else ""),
+            row = c.row if c.row >= 0 else c.op_index
+            rows.append((str(row) if row >= 0 else "-", c.phase, f"{c.source} -> {c.target}" + (" (fused)" if c.fused else ""),
                          c.op or "-", str(r.elements), str(r.underflow), str(r.subnormal), str(r.overflow),
                          str(r.nan), _magnitude(r.min_abs), _magnitude(r.max_abs)))
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]

@@ -64,6 +64,7 @@ using std::isfinite; using std::isnan; using std::isinf; using std::sqrt; using 
 #define __forceinline__ inline
 struct standin_dim3 { unsigned int x, y, z; };
 struct uint4 { unsigned int x, y, z, w; };  // CUDA's 16-byte vector type
+static inline uint4 make_uint4(unsigned int x, unsigned int y, unsigned int z, unsigned int w) { return {x, y, z, w}; }
 static standin_dim3 blockIdx, blockDim, threadIdx, gridDim;
 static inline unsigned int __float_as_uint(float f) { unsigned int u; std::memcpy(&u, &f, 4); return u; }
 static inline float __uint_as_float(unsigned int u) { float f; std::memcpy(&f, &u, 4); return f; }
