@@ -43,6 +43,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import threading
 from typing import Any
 
 import ml_dtypes
@@ -189,13 +190,25 @@ def compile_library(source: str) -> ctypes.CDLL:
 
 
 _libraries: dict[str, ctypes.CDLL] = {}
+_compile_lock = threading.Lock()  # one compile of a source at a time (its temporary file is per process)
+# One RawKernel runs at a time, as on CUDA's default stream; its host code also keeps blockIdx/threadIdx
+# in globals that two threads would overwrite for each other.
+_run_lock = threading.Lock()
 
 
 def _library(source: str) -> ctypes.CDLL:
     lib = _libraries.get(source)
     if lib is None:
-        lib = _libraries[source] = compile_library(source)
+        with _compile_lock:
+            lib = _libraries.get(source)
+            if lib is None:
+                lib = _libraries[source] = compile_library(source)
     return lib
+
+
+def _run_serially(lib: ctypes.CDLL, frozen: list) -> None:
+    with _run_lock:
+        lib.standin_run(*frozen)
 
 
 def _dtype_name(t: str) -> np.dtype:
@@ -354,7 +367,7 @@ class RawKernel:
         # The pointers and scalars are frozen; what the kernel reads through them (pointer tables included)
         # is read when it runs.
         frozen = [ctypes.c_uint(v) for v in grid3 + block3] + call_args
-        run(self.name, lambda: lib.standin_run(*frozen), *devices, moved=moved)
+        run(self.name, lambda: _run_serially(lib, frozen), *devices, moved=moved)
 
     def _source(self) -> str:
         sig = ", ".join(f"{t} {p}" for t, p in self.params)

@@ -12,7 +12,7 @@ ReLU and GEMM-epilogue kernels in ``elementwise_cpu.py``.
 Paths (``BACKEND``)
 -------------------
 ``"numba"``
-    When numba is importable (optional extra ``tinyamp[jit]``). Serial
+    When numba is importable (a dependency of the package). Serial
     ``nogil`` loops whose scalar conversion is written in LLVM IR on 32-bit
     integers; with F16C (``F16C``) LLVM emits ``vcvtps2ph``/``vcvtph2ps``
     plus a NaN fix-up, otherwise an integer/float recipe. Kernels compile
