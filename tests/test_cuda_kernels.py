@@ -20,6 +20,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import types
 
 import numpy as np
@@ -150,7 +151,8 @@ def test_pointer_tables_are_written_once_while_the_pointers_repeat(monkeypatch) 
         assert counters.total("allocations") == 0 and counters.kernels()["tinyamp_fill_pointers"] == 1
         assert len(tables) == 2 and any(t is first for t in tables.values())
         assert first.get().tolist() == [g.data.ptr for g in grads[2:]] * 2
-        assert site == (0, ("unscale", np.dtype(np.float32), np.dtype(np.float32), 2))  # (device, site)
+        # (thread, device, site): each thread keeps its own tables
+        assert site == (threading.get_ident(), 0, ("unscale", np.dtype(np.float32), np.dtype(np.float32), 2))
 
 
 def test_the_stand_in_rejects_what_cupy_rejects(checking_standin) -> None:

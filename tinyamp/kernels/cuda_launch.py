@@ -26,6 +26,7 @@ host: a whole training step stays asynchronous.
 
 from __future__ import annotations
 
+import threading
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -39,8 +40,10 @@ NVRTC_OPTIONS = ("--fmad=false",)  # no contraction of a*b+c: the NumPy paths ro
 launches: dict[str, int] = {}
 _kernels: dict[str, Any] = {}
 _chunk_tables: dict[tuple, Any] = {}
-_pointer_tables: dict[tuple, Any] = {}
-_site_tables: dict[tuple, dict] = {}  # (device id, site) -> {pointers: table}, least recently used first
+# Pointer tables are kept per thread (CuPy is thread-safe; so is this cache): a table one thread looked
+# up must not be rewritten for another thread's pointers before its launch.
+_pointer_tables: dict[tuple, dict] = {}  # (thread, device id) -> {pointers: table}, least recently used first
+_site_tables: dict[tuple, dict] = {}  # (thread, device id, site) -> {pointers: table}, least recently used first
 POINTER_TABLES_KEPT = 64
 SITE_TABLES_KEPT = 4
 
@@ -82,6 +85,13 @@ def _upload_into(array: Any, host: np.ndarray) -> None:
 def fusable(*arrays: Any) -> bool:
     """Whether the fused kernels take these dtypes (float64 stays on the CuPy ufunc path)."""
     return all(a.dtype in FUSED_DTYPES for a in arrays)
+
+
+def fusable_update(w: Any, g: Any) -> bool:
+    """Whether an optimizer's fused group kernels take this weight and gradient: GPU arrays of the fused
+    dtypes, C-contiguous (the kernels index them as flat arrays); others take the CuPy ufunc path."""
+    return (on_gpu(w) and w.dtype in FUSED_DTYPES and g.dtype in FUSED_DTYPES and w.flags.c_contiguous
+            and g.flags.c_contiguous)
 
 
 # ------------------------------------------------------------ kernel sources
@@ -126,6 +136,42 @@ __device__ __forceinline__ unsigned short tinyamp_f32_to_bf16(float f) {
     return (unsigned short)(u >> 16);
 }
 __device__ __forceinline__ float tinyamp_f32_to_f32(float f) { return f; }
+"""
+
+# Four consecutive elements as one load or store (16 bytes of float32, 8 of float16/bfloat16), converted to or
+# from float32 as the scalar conversions above do; tinyamp_aligned4(p): p may be read or written that way.
+VECTOR4 = r"""
+__device__ __forceinline__ bool tinyamp_aligned4(const float* p) { return ((unsigned long long)p & 15ull) == 0; }
+__device__ __forceinline__ bool tinyamp_aligned4(const unsigned short* p) {
+    return ((unsigned long long)p & 7ull) == 0;
+}
+__device__ __forceinline__ void tinyamp_load4_f32(const float* p, float* v) {
+    const float4 a = *reinterpret_cast<const float4*>(p);
+    v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
+}
+__device__ __forceinline__ void tinyamp_store4_f32(float* p, const float* v) {
+    *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+}
+__device__ __forceinline__ void tinyamp_load4_f16(const unsigned short* p, float* v) {
+    const uint2 a = *reinterpret_cast<const uint2*>(p);
+    v[0] = tinyamp_f16_to_f32((unsigned short)(a.x & 0xffffu)); v[1] = tinyamp_f16_to_f32((unsigned short)(a.x >> 16));
+    v[2] = tinyamp_f16_to_f32((unsigned short)(a.y & 0xffffu)); v[3] = tinyamp_f16_to_f32((unsigned short)(a.y >> 16));
+}
+__device__ __forceinline__ void tinyamp_store4_f16(unsigned short* p, const float* v) {
+    *reinterpret_cast<uint2*>(p) = make_uint2(
+        (unsigned int)tinyamp_f32_to_f16(v[0]) | ((unsigned int)tinyamp_f32_to_f16(v[1]) << 16),
+        (unsigned int)tinyamp_f32_to_f16(v[2]) | ((unsigned int)tinyamp_f32_to_f16(v[3]) << 16));
+}
+__device__ __forceinline__ void tinyamp_load4_bf16(const unsigned short* p, float* v) {
+    const uint2 a = *reinterpret_cast<const uint2*>(p);
+    v[0] = tinyamp_bf16_to_f32((unsigned short)(a.x & 0xffffu)); v[1] = tinyamp_bf16_to_f32((unsigned short)(a.x >> 16));
+    v[2] = tinyamp_bf16_to_f32((unsigned short)(a.y & 0xffffu)); v[3] = tinyamp_bf16_to_f32((unsigned short)(a.y >> 16));
+}
+__device__ __forceinline__ void tinyamp_store4_bf16(unsigned short* p, const float* v) {
+    *reinterpret_cast<uint2*>(p) = make_uint2(
+        (unsigned int)tinyamp_f32_to_bf16(v[0]) | ((unsigned int)tinyamp_f32_to_bf16(v[1]) << 16),
+        (unsigned int)tinyamp_f32_to_bf16(v[2]) | ((unsigned int)tinyamp_f32_to_bf16(v[3]) << 16));
+}
 """
 
 # dtype -> (C storage type in a RawKernel, suffix of its tinyamp_*_to_* conversion)
@@ -205,7 +251,8 @@ def pointer_table(dev: Any, pointers: list[int], site: Any = None) -> Any:
     launch arguments (64 a launch): no host-to-device copy, which from pageable
     memory would make the host wait for the stream.
 
-    ``site`` names the call (a kernel and its dtypes): each site keeps its last
+    Each thread keeps its own tables (a table is never rewritten under another
+    thread's launch). ``site`` names the call (a kernel and its dtypes): each site keeps its last
     ``SITE_TABLES_KEPT`` tables and rewrites the least recently used one in
     place for a new set, so the tables stop allocating after the first steps
     (a new allocation every step would move the pool's addresses, and with
@@ -219,9 +266,12 @@ def pointer_table(dev: Any, pointers: list[int], site: Any = None) -> Any:
     """
     pointers = tuple(pointers)
     capture = backend.current_capture()
-    tables = _pointer_tables if site is None else _site_tables.setdefault((dev.id, site), {})
-    kept = POINTER_TABLES_KEPT if site is None else SITE_TABLES_KEPT
-    key = (dev.id, pointers) if site is None else pointers
+    thread = threading.get_ident()
+    if site is None:
+        tables, kept = _pointer_tables.setdefault((thread, dev.id), {}), POINTER_TABLES_KEPT
+    else:
+        tables, kept = _site_tables.setdefault((thread, dev.id, site), {}), SITE_TABLES_KEPT
+    key = pointers
     table = tables.pop(key, None)
     if table is None:
         if capture is not None:
