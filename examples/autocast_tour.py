@@ -158,8 +158,8 @@ def swamping() -> None:
     row = results[True][1]
     print(f"  weights 1.0 in float16, 10 SGD steps of lr 2e-4 * g, |g| < 1 (updates up to 2e-4; half an ulp of 1.0 "
           f"is 2^-11 = 4.9e-4 above, 2.4e-4 below)")
-    print(f"  float16 weights, no master: {np.count_nonzero(plain.data != 1.0):4} of 1000 weights ever moved")
-    print(f"  float32 master weights:     {np.count_nonzero(with_master.data != 1.0):4} of 1000 float16 copies moved")
+    print(f"  float16 weights, no master: {int((plain != 1.0).sum()):4} of 1000 weights ever moved")
+    print(f"  float32 master weights:     {int((with_master != 1.0).sum()):4} of 1000 float16 copies moved")
     print(f"  last step, with masters: {row.kept_fp32} update elements kept in float32, {row.vanished_fp16} of them "
           f"would vanish on float16 weights, {row.held_by_master} held in the master (not yet in the copy)")
     print("What happened and why:\n"

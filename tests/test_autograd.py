@@ -400,17 +400,17 @@ def test_leaf_gradients_never_alias_each_other_or_the_seed() -> None:
     x = ta.tensor([1.0, 2.0], requires_grad=True)
     y = ta.tensor([3.0, 4.0], requires_grad=True)
     (x + y).backward(ta.tensor([1.0, 1.0]))
-    assert x.grad.data is not y.grad.data
-    x.grad.data *= 10.0
+    assert x.grad.array is not y.grad.array
+    x.grad.array *= 10.0
     np.testing.assert_array_equal(y.grad.numpy(), [1.0, 1.0])
     seed = ta.tensor([1.0, 1.0])
     z = ta.tensor([0.0, 0.0], requires_grad=True)
     z.backward(seed)
-    z.grad.data += 1.0
+    z.grad.array += 1.0
     np.testing.assert_array_equal(seed.numpy(), [1.0, 1.0])
     m = ta.ones(3, requires_grad=True)
     m.mean().backward()           # the gradient is a broadcast view of one value
-    m.grad.data[0] = 5.0          # owned and writable
+    m.grad.array[0] = 5.0          # owned and writable
     np.testing.assert_allclose(m.grad.numpy(), [5.0, 1 / 3, 1 / 3])
 
 

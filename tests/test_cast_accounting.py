@@ -119,8 +119,8 @@ class RoundsInside(Function):
         return y.astype(np.float32)
 
     def backward(self, gy):
-        rounded = gy.data.astype(np.float16)
-        precision.record_cast(self, gy.data, rounded, "backward")
+        rounded = gy.array.astype(np.float16)
+        precision.record_cast(self, gy.array, rounded, "backward")
         return ta.tensor(rounded.astype(np.float32))
 
 

@@ -62,8 +62,8 @@ def test_use_cuda_standin_switches_and_restores() -> None:
     with backend.use_cuda_standin():
         assert ta.cuda.is_available() and backend.standin_active() and backend.cupy() is standin
         x = ta.ones(3, device="cuda")
-        assert x.is_cuda and type(x.data) is standin.ndarray and x.device == ta.device("cuda:0")
-        assert backend.array_module(x.data) is standin and backend.is_cupy_array(x.data)
+        assert x.is_cuda and type(x.array) is standin.ndarray and x.device == ta.device("cuda:0")
+        assert backend.array_module(x.array) is standin and backend.is_cupy_array(x.array)
     assert (ta.cuda.is_available(), backend.standin_active()) == before
     switch = backend.use_cuda_standin()  # called, not entered: switched until restore()
     assert backend.standin_active()
@@ -74,7 +74,7 @@ def test_use_cuda_standin_switches_and_restores() -> None:
 def test_the_environment_variable_selects_the_standin() -> None:
     code = ("import tinyamp as ta; from tinyamp import backend\n"
             "assert ta.cuda.is_available() and backend.standin_active()\n"
-            "x = ta.randn(4, 3, device='cuda'); print(type(x.data).__module__, float((x * 0).sum().item()))\n")
+            "x = ta.randn(4, 3, device='cuda'); print(type(x.array).__module__, float((x * 0).sum().item()))\n")
     env = dict(os.environ, PYTHONPATH=REPO, TINYAMP_CUDA="standin")
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr

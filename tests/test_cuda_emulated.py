@@ -20,6 +20,7 @@ import fused_drivers as fd
 import tinyamp as ta
 from tinyamp import backend
 from tinyamp.kernels import cross_entropy, cuda_epilogue, cuda_launch, cuda_optim, cuda_scaler, loss_scale
+from tinyamp.kernels.gemm import gemm, gemm_bias
 from tinyamp.kernels.round_through import round_through
 from tinyamp.cuda_standin import kernels as standin_kernels
 
@@ -133,14 +134,14 @@ def train(make_optimizer, o2: bool, device: str, steps: int = 5) -> list:
             loss = ta.nn.functional.cross_entropy(out.float(), y)
         scaler.scale(loss).backward()
         if step == 3:
-            model[0].weight.grad.data[0, 0] = np.inf
-        before = [host(p.data) for p in model.parameters()]
+            model[0].weight.grad.array[0, 0] = np.inf
+        before = [host(p.array) for p in model.parameters()]
         scaler.step(opt)
         scaler.update()
-        params = [host(p.data) for p in model.parameters()]
+        params = [host(p.array) for p in model.parameters()]
         if step == 3:
             fd.assert_same_bits(params, before, "a skipped step changed a parameter")
-        state = [host(t.data) for p in model.parameters() for _, t in sorted(opt.state.get(p, {}).items())
+        state = [host(t.array) for p in model.parameters() for _, t in sorted(opt.state.get(p, {}).items())
                  if isinstance(t, ta.Tensor)]
         snapshots.append(params + state + [host(scaler._scale), host(scaler._growth_tracker)])
     return snapshots
@@ -304,6 +305,28 @@ def test_bias_act_kernel_matches_numpy(cp, bias_dtype, out_dtype, relu) -> None:
         got = cuda_epilogue.bias_act_convert(cp.asarray(y), None if bias is None else cp.asarray(bias), out_dtype,
                                              relu)
         fd.assert_same_bits([got.get()], [want], "bias_act")
+
+
+@pytest.mark.parametrize("dtype", [fd.F16, fd.BF16], ids=str)
+def test_gemm_bias_rounds_the_accumulator_plus_bias_once(cp, dtype) -> None:
+    """Linear's 16-bit forward on a GPU: the bits of the float32 accumulator, += the widened bias, one cast."""
+    rng = np.random.default_rng(2)
+    x = (rng.standard_normal((33, 24)) * 60).astype(dtype)
+    w = (rng.standard_normal((10, 24)) * 60).astype(dtype)
+    bias = (rng.standard_normal(10) * 1e3).astype(dtype)
+    x[0, :10] = SPECIALS.astype(dtype)  # inf, nan, overflow past float16's largest value
+    with np.errstate(all="ignore"):
+        acc = gemm(cp.asarray(x), cp.asarray(w), np.float32, trans_b=True).get()
+        want = (acc + bias.astype(np.float32)).astype(dtype)
+        got = gemm_bias(cp.asarray(x), cp.asarray(w), cp.asarray(bias), trans_b=True)
+        fd.assert_same_bits([got.get()], [want], "gemm_bias")
+        on_cpu = gemm_bias(x, w, bias, trans_b=True)  # the CPU path: the same bits
+        fd.assert_same_bits([on_cpu], [want], "gemm_bias on the CPU")
+    with pytest.raises(ValueError, match=r"gemm_bias: bias must be \(10,\) " + np.dtype(dtype).name):
+        gemm_bias(cp.asarray(x), cp.asarray(w), cp.asarray(bias.astype(np.float32)), trans_b=True)
+    with pytest.raises(ValueError, match=r"gemm_bias: needs 2-D float16/bfloat16 operands"):
+        gemm_bias(cp.asarray(x.astype(np.float32)), cp.asarray(w.astype(np.float32)),
+                  cp.asarray(bias.astype(np.float32)), trans_b=True)
 
 
 @pytest.mark.parametrize("dtypes", [(fd.F32, fd.F32), (fd.F16, fd.F16), (fd.BF16, fd.BF16), (fd.F32, fd.F16)],

@@ -30,12 +30,12 @@ def test_a_captured_block_runs_at_replay_on_the_current_contents_of_its_inputs(c
     g = ta.cuda.CUDAGraph()
     with ta.cuda.graph(g):
         y = x * two + w
-        w.data[...] = y.data  # in place, as an optimizer writes
+        w.array[...] = y.array  # in place, as an optimizer writes
     if backend.standin_active():  # CUDA records the block without running it
-        assert _fresh(y.data.get()) and w.tolist() == [0.5, 0.5, 0.5]
+        assert _fresh(y.array.get()) and w.tolist() == [0.5, 0.5, 0.5]
     g.replay()
     assert y.tolist() == [2.5, 4.5, 6.5] and w.tolist() == [2.5, 4.5, 6.5]
-    x.data[...] = ta.tensor([10.0, 20.0, 30.0], device="cuda").data  # a new batch in the static input
+    x.array[...] = ta.tensor([10.0, 20.0, 30.0], device="cuda").array  # a new batch in the static input
     g.replay()
     assert y.tolist() == [22.5, 44.5, 66.5] and w.tolist() == [22.5, 44.5, 66.5]
 
@@ -53,7 +53,7 @@ def test_graph_misuse_raises_pytorchs_errors(cuda_backend) -> None:
         g.capture_end()
     x = ta.ones(3, device="cuda")
     with ta.cuda.graph(g):
-        x.data[...] = 2.0
+        x.array[...] = 2.0
     with pytest.raises(RuntimeError, match=r"^This CUDAGraph instance already owns a captured graph\. To capture a "
                                            r"new graph, create a new instance\.$"):
         with ta.cuda.graph(g):
@@ -82,7 +82,7 @@ def test_an_error_inside_the_capture_ends_it_and_propagates(cuda_backend) -> Non
     h = ta.cuda.CUDAGraph()  # and the next capture works
     x = ta.zeros(2, device="cuda")
     with ta.cuda.graph(h):
-        x.data[...] = 5.0
+        x.array[...] = 5.0
     h.replay()
     assert x.tolist() == [5.0, 5.0]
 
@@ -131,7 +131,7 @@ def test_memory_a_graph_uses_is_never_handed_to_arrays_outside_it(cuda_backend) 
     with ta.cuda.graph(g):
         for _ in range(3):  # temporaries, freed during the capture: their blocks stay the graph's
             temporary = x * three
-            out.data[...] = temporary.data + out.data
+            out.array[...] = temporary.array + out.array
     del temporary
     eager = [ta.full((256,), float(i), device="cuda") for i in range(8)]  # same sizes as the temporaries
     g.replay()

@@ -48,10 +48,10 @@ def train(optimizer: str, dtype, smoothing: float, steps: int = 4, trace: bool =
             with ta.amp.autocast(dtype=dtype):
                 loss = ta.nn.functional.cross_entropy(model(x), y, label_smoothing=smoothing)
             scaler.scale(loss).backward()
-        grads = [p.grad.data.copy() for p in model.parameters()]
+        grads = [p.grad.array.copy() for p in model.parameters()]
         scaler.step(opt)
         scaler.update()
-        snapshots.append([loss.detach().numpy()] + grads + [p.data.copy() for p in model.parameters()])
+        snapshots.append([loss.detach().numpy()] + grads + [p.array.copy() for p in model.parameters()])
     return snapshots
 
 
@@ -185,7 +185,7 @@ def linear_forward(dtype, batch: tuple, input_dtype) -> list:
     rng = np.random.default_rng(11)
     w = ta.tensor((rng.standard_normal((5, 9)) * 3).astype(np.float32), requires_grad=True)
     b = ta.tensor(rng.standard_normal(5).astype(np.float32), requires_grad=True)
-    b.data[:3] = [7.0e4, 3.0e-7, 1.0 + 2.0 ** -11]  # past float16's max, a float16 subnormal, a tie
+    b.array[:3] = [7.0e4, 3.0e-7, 1.0 + 2.0 ** -11]  # past float16's max, a float16 subnormal, a tie
     outs = []
     for step in range(3):  # the first step fills the weight-cast cache, the later ones read it
         x = (rng.standard_normal(batch + (9,)) * 10.0 ** (step - 1)).astype(np.float32)

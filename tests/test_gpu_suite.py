@@ -200,7 +200,7 @@ def make_run(o2: bool, opt_name: str):
             loss = ta.nn.functional.cross_entropy(logits.float(), y)
         scaler.scale(loss).backward()
         if poison:
-            params[0].grad.data[0, 0] = float("inf")
+            params[0].grad.array[0, 0] = float("inf")
         scaler.step(opt)
         scaler.update()
         return loss
@@ -246,8 +246,8 @@ def test_skipped_step_leaves_everything_bit_identical(cp, o2, opt_name) -> None:
     step(), step()
 
     def snapshot():
-        arrays = [p.data for p in model.parameters()]
-        arrays += [t.data for p in model.parameters() for t in opt.state.get(p, {}).values() if isinstance(t, ta.Tensor)]
+        arrays = [p.array for p in model.parameters()]
+        arrays += [t.array for p in model.parameters() for t in opt.state.get(p, {}).values() if isinstance(t, ta.Tensor)]
         return [a.get() for a in arrays]
 
     before, scale = snapshot(), scaler.get_scale()

@@ -123,12 +123,12 @@ def test_setters_validate() -> None:
 def test_scale_tensor_and_nested_structures() -> None:
     s = GradScaler(init_scale=4.0)
     t = ta.tensor([1.0, 2.0])
-    np.testing.assert_array_equal(s.scale(t).data, [4.0, 8.0])
+    np.testing.assert_array_equal(s.scale(t).array, [4.0, 8.0])
     Pair = collections.namedtuple("Pair", "a b")
     out = s.scale([t, (t, Pair(t, [t]))])
     assert isinstance(out, list) and isinstance(out[1], tuple) and isinstance(out[1][1], Pair)
     assert isinstance(out[1][1].b, list)
-    np.testing.assert_array_equal(out[1][1].b[0].data, [4.0, 8.0])
+    np.testing.assert_array_equal(out[1][1].b[0].array, [4.0, 8.0])
     with pytest.raises(ValueError, match="outputs must be a Tensor or an iterable of Tensors.*got dict"):
         s.scale({"loss": t})
     with pytest.raises(ValueError, match="got float"):
@@ -141,14 +141,14 @@ def test_a_float32_loss_is_scaled_by_one_light_node_and_others_by_mul() -> None:
     scaled = s.scale(w * 3.0)
     assert type(scaled.grad_fn).__name__ == "ScaleBy" and scaled.grad_fn.needs_input_grad == (True,)
     assert scaled.dtype == ta.float32
-    np.testing.assert_array_equal(scaled.data, np.float32([4.5, -6.0]) * F32(1024))
+    np.testing.assert_array_equal(scaled.array, np.float32([4.5, -6.0]) * F32(1024))
     half = s.scale(w.half() * 3.0)  # float16 times the float32 scale: mul promotes, as in the general rule
     assert type(half.grad_fn).__name__ == "Mul" and half.dtype == ta.float32
     # Its backward on arrays, and recorded when a graph is wanted (double backward).
     (g,) = ta.autograd.grad(scaled.sum(), [w], create_graph=True)
-    np.testing.assert_array_equal(g.data, np.full(2, 3.0 * 1024, np.float32))
+    np.testing.assert_array_equal(g.array, np.full(2, 3.0 * 1024, np.float32))
     (gg,) = ta.autograd.grad((g * w).sum(), [w])
-    np.testing.assert_array_equal(gg.data, np.full(2, 3.0 * 1024, np.float32))
+    np.testing.assert_array_equal(gg.array, np.full(2, 3.0 * 1024, np.float32))
     from tinyamp.ops.elementwise import ScaleBy
     with pytest.raises(ValueError, match=r"scale_by: expects a 0-d scale of the input's dtype, got input "
                                          r"float16 \[2\] and scale float32 \[\]"):
@@ -179,11 +179,11 @@ def test_scale_records_the_generic_scale_by_node_without_function_call(monkeypat
     assert type(a) is type(b) is ScaleBy and a.scale is b.scale is s._scale
     assert (a.needs_input_grad, a._input_meta, a._output_meta) == (b.needs_input_grad, b._input_meta, b._output_meta)
     assert type(a._edges[0][0]) is type(b._edges[0][0]) and a.seq < b.seq
-    assert direct.data.shape == () and direct.data.dtype == np.float32 and isinstance(direct.data, np.ndarray)
-    np.testing.assert_array_equal(direct.data, generic.data)
+    assert direct.array.shape == () and direct.array.dtype == np.float32 and isinstance(direct.array, np.ndarray)
+    np.testing.assert_array_equal(direct.array, generic.array)
     s._scale[...] = 4.0  # backward reads the scale as it is then, as mul reads its saved operand
     (g,) = ta.autograd.grad(direct, [w])
-    np.testing.assert_array_equal(g.data, np.full(2, 12.0, np.float32))
+    np.testing.assert_array_equal(g.array, np.full(2, 12.0, np.float32))
     with ta.amp.autocast():  # inside a region: the generic call (autocast may have work to do)
         s.scale((w * 3.0).sum())
     assert generic_calls == ["ScaleBy", "ScaleBy"]
@@ -197,10 +197,10 @@ def test_scale_by_outside_autocast_writes_a_fresh_array_and_refuses_like_forward
     w = ta.tensor([1.5], requires_grad=True)
     loss = w * 3.0
     out = ScaleBy.outside_autocast(loss, scale)
-    assert type(out.data) is np.ndarray and out.data.shape == (1,) and out.data.dtype == np.float32
-    assert not np.shares_memory(out.data, loss.data) and not np.shares_memory(out.data, scale)
-    np.testing.assert_array_equal(out.data, np.float32([4.5 * 1024]))
-    np.testing.assert_array_equal(loss.data, np.float32([4.5]))
+    assert type(out.array) is np.ndarray and out.array.shape == (1,) and out.array.dtype == np.float32
+    assert not np.shares_memory(out.array, loss.array) and not np.shares_memory(out.array, scale)
+    np.testing.assert_array_equal(out.array, np.float32([4.5 * 1024]))
+    np.testing.assert_array_equal(loss.array, np.float32([4.5]))
     with pytest.raises(ValueError, match=r"scale_by: expects a 0-d scale of the input's dtype, got input "
                                          r"float16 \[1\] and scale float32 \[\]"):
         ScaleBy.outside_autocast(w.half(), scale)
@@ -209,10 +209,10 @@ def test_scale_by_outside_autocast_writes_a_fresh_array_and_refuses_like_forward
 def test_scaled_loss_backward_gives_scaled_grads() -> None:
     w, x, y = _problem()
     _loss(w, x, y).backward()
-    plain = w.grad.data.copy()
+    plain = w.grad.array.copy()
     w.grad = None
     GradScaler(init_scale=2.0 ** 10).scale(_loss(w, x, y)).backward()
-    np.testing.assert_array_equal(w.grad.data, plain * F32(2.0 ** 10))
+    np.testing.assert_array_equal(w.grad.array, plain * F32(2.0 ** 10))
 
 
 # ------------------------------------------------------------ unscale_
@@ -225,8 +225,8 @@ def test_unscale_divides_exactly_and_records_found_inf() -> None:
     ga, gb = np.array([3.0, -5.5, 1e-3], F32), np.array([7.25, 1e-300])
     _set_grads([a, b], [ga * F32(2.0 ** 12), gb * 2.0 ** 12])
     s.unscale_(opt)
-    np.testing.assert_array_equal(a.grad.data, ga)
-    np.testing.assert_array_equal(b.grad.data, gb)
+    np.testing.assert_array_equal(a.grad.array, ga)
+    np.testing.assert_array_equal(b.grad.array, gb)
     assert s.found_inf(opt).item() == 0.0
     s.step(opt)
     s.update()
@@ -259,7 +259,7 @@ def test_float16_grads_without_master_weights_are_refused() -> None:
     assert "Attempting to unscale FP16 gradients" in message
     assert "param_groups[0]['params'][1] (shape [2, 3])" in message
     assert "master_weights=True" in message
-    np.testing.assert_array_equal(good.grad.data, np.ones(4))  # nothing was touched
+    np.testing.assert_array_equal(good.grad.array, np.ones(4))  # nothing was touched
 
 
 # ------------------------------------------------------------ the state machine
@@ -322,12 +322,12 @@ def test_step_skips_on_inf_and_steps_otherwise(make) -> None:
     _set_grads([p], [[np.inf, 8.0]])
     s.step(opt)
     s.update()
-    np.testing.assert_array_equal(p.data, [1.0, 2.0])
+    np.testing.assert_array_equal(p.array, [1.0, 2.0])
     assert s.get_scale() == 4.0 and s.last_step.skipped and not s.last_step.applied
     _set_grads([p], [[4.0, 4.0]])
     s.step(opt)
     s.update()
-    assert not np.array_equal(p.data, [1.0, 2.0])
+    assert not np.array_equal(p.array, [1.0, 2.0])
     assert s.last_step.applied and s.last_step.scale_before == 4.0 == s.last_step.scale_after
 
 
@@ -345,7 +345,7 @@ def test_last_step_keeps_its_values_through_the_next_iteration() -> None:
     syncs = ta.cuda.sync_count()
     assert skipped.skipped and skipped.scale_before == 8.0 and skipped.scale_after == 4.0
     assert ta.cuda.sync_count() == syncs + 3  # one host read per property, on the CPU too
-    assert float(s.found_inf(opt).data) == 0.0
+    assert float(s.found_inf(opt).array) == 0.0
     s.step(opt)
     s.update(new_scale=64.0)
     assert not s.last_step.skipped and s.last_step.scale_before == 4.0 and s.last_step.scale_after == 64.0
@@ -374,7 +374,7 @@ def test_one_optimizer_may_skip_while_another_steps() -> None:
     s.step(opt_b)
     assert s.found_inf(opt_a).item() == 1.0 and s.found_inf(opt_b).item() == 0.0
     s.update()
-    assert a.data[0] == 1.0 and b.data[0] != 1.0
+    assert a.array[0] == 1.0 and b.array[0] != 1.0
     assert s.get_scale() == 1.0  # the combined check backs off
 
 
@@ -473,7 +473,7 @@ def test_disabled_scaler_is_a_pass_through() -> None:
     s.unscale_(opt)
     assert s.step(opt) == "stepped"
     s.update()
-    assert p.data[0] == 0.0 and s.get_scale() == 1.0 and not s.last_step.skipped
+    assert p.array[0] == 0.0 and s.get_scale() == 1.0 and not s.last_step.skipped
     assert s.found_inf(opt).item() == 0.0
 
 

@@ -128,7 +128,7 @@ def test_the_capture_safety_mode_fails_when_a_host_read_is_added_to_the_step(cud
 
     def logging_step(x, y):
         loss = train_step(x, y)
-        if bool(loss.data > 100):  # a raw CuPy read: a synchronisation
+        if bool(loss.array > 100):  # a raw CuPy read: a synchronisation
             raise AssertionError("diverged")
         return loss
 

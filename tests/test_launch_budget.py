@@ -58,7 +58,11 @@ def test_the_amp_step_runs_the_fused_kernels(counted) -> None:
     kernels = {phase: {k: n for k, n in counts["kernels"].items() if k != bench_launches.TABLE_WRITES}
                for phase, counts in counted["amp-sgd"].items()}
     assert kernels["forward"].get("tinyamp_ce_forward_f16_f32_f32") == 1
-    assert kernels["forward"].get("tinyamp_bias_act_convert") == 2
+    assert kernels["forward"].get("gemmEx") == 2 and kernels["forward"].get("tinyamp_bias_rows_f16") == 2  # C's rows
+    assert kernels["forward"].get("tinyamp_relu_f16") == 1
+    assert kernels["backward"].get("tinyamp_relu_backward_f16") == 1
+    assert kernels["backward"].get("tinyamp_column_sum_f16_through") == 2  # each bias gradient in one launch
+    assert "tinyamp_bias_act_convert" not in kernels["forward"]  # no float32 GEMM output to convert
     assert kernels["forward"].get("astype") == 1  # the input batch's cast; the weights come from the cache
     assert kernels["backward"].get("tinyamp_ce_backward_f16_f32_f32_f16") == 1
     assert kernels["unscale"].get("tinyamp_unscale_f32_f32") == 1

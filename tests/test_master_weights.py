@@ -49,7 +49,7 @@ def test_masters_exist_for_low_precision_params_only() -> None:
     opt = SGD([half, bf, full], lr=0.1, master_weights=True)
     for p in (half, bf):
         master = opt.state[p]["master_param"]
-        assert master.dtype == ta.float32 and np.array_equal(master.data, p.data.astype(F32))
+        assert master.dtype == ta.float32 and np.array_equal(master.array, p.array.astype(F32))
     assert full not in opt.state
     assert list(opt.master_params())[2] is full
     assert SGD([ta.tensor(np.ones(3, F16), requires_grad=True)], lr=0.1).state == {}
@@ -60,7 +60,7 @@ def test_master_trajectory_equals_float32_training_on_the_same_grads(name: str) 
     # The optimizer math on the masters is float32 training fed float32(g16):
     # bit-identical, and the float16 weights are its rounding.
     half = _half_params()
-    full = [ta.tensor(p.data.astype(F32), requires_grad=True) for p in half]
+    full = [ta.tensor(p.array.astype(F32), requires_grad=True) for p in half]
     opt16 = OPTIMIZERS[name](half, master_weights=True)
     opt32 = OPTIMIZERS[name](full)
     for step in _grads16(0, 5):
@@ -69,23 +69,23 @@ def test_master_trajectory_equals_float32_training_on_the_same_grads(name: str) 
         opt16.step()
         opt32.step()
         for p, q in zip(half, full):
-            np.testing.assert_array_equal(opt16.state[p]["master_param"].data, q.data)
-            np.testing.assert_array_equal(p.data, q.data.astype(F16))
+            np.testing.assert_array_equal(opt16.state[p]["master_param"].array, q.array)
+            np.testing.assert_array_equal(p.array, q.array.astype(F16))
             assert p.dtype == ta.float16
 
 
 def test_bfloat16_params_with_masters() -> None:
     half = _half_params(dtype=ta.bfloat16)
-    full = [ta.tensor(p.data.astype(F32), requires_grad=True) for p in half]
+    full = [ta.tensor(p.array.astype(F32), requires_grad=True) for p in half]
     opt_b, opt_f = Adam(half, lr=0.01, master_weights=True), Adam(full, lr=0.01)
     for step in _grads16(1, 3):
         for p, q, g in zip(half, full, step):
             p.grad = ta.tensor(g.astype(F32), dtype=ta.bfloat16)
-            q.grad = ta.tensor(p.grad.data.astype(F32))
+            q.grad = ta.tensor(p.grad.array.astype(F32))
         opt_b.step()
         opt_f.step()
     for p, q in zip(half, full):
-        np.testing.assert_array_equal(p.data, q.data.astype(ta.bfloat16))
+        np.testing.assert_array_equal(p.array, q.array.astype(ta.bfloat16))
 
 
 def test_unscale_writes_float32_master_grads_and_leaves_param_grads_scaled() -> None:
@@ -103,15 +103,15 @@ def test_unscale_writes_float32_master_grads_and_leaves_param_grads_scaled() -> 
     for p, g_scaled, g in zip(half, scaled, small):
         master = opt.state[p]["master_param"]
         assert master.grad.dtype == ta.float32
-        np.testing.assert_array_equal(master.grad.data, g)
-        np.testing.assert_array_equal(p.grad.data, g_scaled)  # the float16 grads stay scaled
+        np.testing.assert_array_equal(master.grad.array, g)
+        np.testing.assert_array_equal(p.grad.array, g_scaled)  # the float16 grads stay scaled
     assert float(F16(small[0][0, 0])) == 0.0
-    before = [opt.state[p]["master_param"].data.copy() for p in half]
+    before = [opt.state[p]["master_param"].array.copy() for p in half]
     scaler.step(opt)
     scaler.update()
     for p, b, g in zip(half, before, small):
-        np.testing.assert_array_equal(opt.state[p]["master_param"].data, b - F32(2.0 ** 20) * g)
-        assert not np.array_equal(opt.state[p]["master_param"].data, b)
+        np.testing.assert_array_equal(opt.state[p]["master_param"].array, b - F32(2.0 ** 20) * g)
+        assert not np.array_equal(opt.state[p]["master_param"].array, b)
         assert opt.state[p]["master_param"].grad is None  # consumed by the step
 
 
@@ -125,7 +125,7 @@ def test_skipped_step_changes_nothing_with_masters(name: str) -> None:
         if step == 2:
             grads = [g.copy() for g in grads]
             grads[1][0] = np.inf
-        snapshot = copy.deepcopy(opt.state_dict()), [p.data.copy() for p in half]
+        snapshot = copy.deepcopy(opt.state_dict()), [p.array.copy() for p in half]
         for p, g in zip(half, grads):
             p.grad = ta.tensor(g * F16(16))
         scaler.step(opt)
@@ -133,10 +133,10 @@ def test_skipped_step_changes_nothing_with_masters(name: str) -> None:
         if step == 2:
             assert scaler.last_step.skipped
             for p, w in zip(half, snapshot[1]):
-                np.testing.assert_array_equal(p.data, w)
+                np.testing.assert_array_equal(p.array, w)
             for i, entry in opt.state_dict()["state"].items():
                 for key, value in entry.items():
-                    np.testing.assert_array_equal(value.data, snapshot[0]["state"][i][key].data, err_msg=key)
+                    np.testing.assert_array_equal(value.array, snapshot[0]["state"][i][key].array, err_msg=key)
         else:
             assert not scaler.last_step.skipped
 
@@ -152,11 +152,11 @@ def test_state_dict_holds_masters_and_resumes_identically(name: str) -> None:
             for p, g in zip(ps, step):
                 p.grad = ta.tensor(g)
             o.step()
-        return [p.data.copy() for p in ps]
+        return [p.array.copy() for p in ps]
 
     run(opt, half, grads[:3])
     saved = copy.deepcopy(opt.state_dict())
-    saved_weights = [p.data.copy() for p in half]
+    saved_weights = [p.array.copy() for p in half]
     assert all(entry["master_param"].dtype == ta.float32 for entry in saved["state"].values())
     expected = run(opt, half, grads[3:])
 
@@ -164,7 +164,7 @@ def test_state_dict_holds_masters_and_resumes_identically(name: str) -> None:
     opt2 = OPTIMIZERS[name](fresh, master_weights=True)
     opt2.load_state_dict(saved)
     for p, entry in zip(fresh, saved["state"].values()):
-        np.testing.assert_array_equal(opt2.state[p]["master_param"].data, entry["master_param"].data)
+        np.testing.assert_array_equal(opt2.state[p]["master_param"].array, entry["master_param"].array)
     for a, b in zip(expected, run(opt2, fresh, grads[3:])):
         np.testing.assert_array_equal(a, b)
 
@@ -175,13 +175,13 @@ def test_outside_writes_to_a_param_refresh_only_the_changed_master_elements() ->
     p.grad = ta.tensor(np.array([1.0, 1.0, 1.0], F16))
     opt.step()
     master = opt.state[p]["master_param"]
-    np.testing.assert_array_equal(master.data, F32(1.0) - F32(1e-4))  # below half an ulp: p stays 1
-    np.testing.assert_array_equal(p.data, [1.0, 1.0, 1.0])
+    np.testing.assert_array_equal(master.array, F32(1.0) - F32(1e-4))  # below half an ulp: p stays 1
+    np.testing.assert_array_equal(p.array, [1.0, 1.0, 1.0])
     with ta.no_grad():
         p[1] = ta.tensor(np.array(5.0, F16))  # e.g. a checkpoint load into the model
     p.grad = ta.tensor(np.array([0.0, 0.0, 0.0], F16))
     opt.step()
-    np.testing.assert_array_equal(master.data, [F32(1.0) - F32(1e-4), 5.0, F32(1.0) - F32(1e-4)])
+    np.testing.assert_array_equal(master.array, [F32(1.0) - F32(1e-4), 5.0, F32(1.0) - F32(1e-4)])
 
 
 def test_clip_master_grads_after_unscale() -> None:
@@ -194,7 +194,7 @@ def test_clip_master_grads_after_unscale() -> None:
     scaler.unscale_(opt)
     norm = ta.nn.utils.clip_grad_norm_(opt.master_params(), max_norm=1.0)
     assert norm.item() == pytest.approx(3.0 * np.sqrt(15), rel=1e-6)
-    total = np.sqrt(sum(float((opt.state[p]["master_param"].grad.data.astype(np.float64) ** 2).sum())
+    total = np.sqrt(sum(float((opt.state[p]["master_param"].grad.array.astype(np.float64) ** 2).sum())
                         for p in half))
     assert total == pytest.approx(1.0, rel=1e-5)
 
@@ -275,7 +275,7 @@ def test_float16_without_master_weights_stalls() -> None:
             loss = F.mse_loss(ta.matmul(xh, w).float(), y)
             scaler.scale(loss).backward()
             if not losses:
-                g = np.abs(w.grad.data.astype(F32)).max() / scaler.get_scale()
+                g = np.abs(w.grad.array.astype(F32)).max() / scaler.get_scale()
                 assert lr * g < 2.0 ** -11  # the precondition of the stall
             scaler.step(opt)
             scaler.update()
@@ -283,7 +283,7 @@ def test_float16_without_master_weights_stalls() -> None:
         return losses, w
 
     stalled, w16 = train(master=False)
-    np.testing.assert_array_equal(w16.data, w0)  # 300 steps, not one bit moved
+    np.testing.assert_array_equal(w16.array, w0)  # 300 steps, not one bit moved
     assert stalled[-1] == stalled[0]
     trained, _ = train(master=True)
     assert trained[-1] < 0.5 * trained[0]

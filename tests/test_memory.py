@@ -69,7 +69,7 @@ def test_a_view_is_charged_to_its_base_once() -> None:
     w, v = _param(2, 6), _param(3, 5)
     a = ta.relu(w * 1.0)                  # relu saves a (2 x 6)
     view = a.reshape(3, 4)                # a view of a's array
-    assert view.data.base is not None
+    assert view.array.base is not None
     y = ta.matmul(view.reshape(3, 4).T, v)  # matmul saves a transposed view of a, and v (a leaf)
     saved = memory.saved_tensor_bytes(y)
     assert saved["total"] == 2 * 6 * F32 + F32  # a once, plus the scalar 1.0

@@ -48,7 +48,7 @@ def test_state_dict_is_detached_and_shares_memory() -> None:
     assert not weight.requires_grad and not isinstance(weight, nn.Parameter)
     with ta.no_grad():
         net.fc1.weight.fill_(2.0)
-    assert float(weight.data[0, 0]) == 2.0
+    assert float(weight.array[0, 0]) == 2.0
 
 
 def test_reassignment_rules() -> None:
@@ -94,7 +94,7 @@ def test_parameter_repr_and_sharing() -> None:
     t = ta.tensor([1.0, 2.0])
     p = nn.Parameter(t)
     assert repr(p) == "Parameter containing:\ntensor([1., 2.], requires_grad=True)"
-    assert p.data is t.data and p.is_leaf
+    assert p.array is t.array and p.is_leaf
     assert not nn.Parameter(t, requires_grad=False).requires_grad
 
 
@@ -179,9 +179,9 @@ def test_half_keep_norm_fp32() -> None:
 
 def test_to_same_dtype_is_a_no_op() -> None:
     model = nn.Linear(2, 2)
-    data, version = model.weight.data, model.weight._version[0]
+    data, version = model.weight.array, model.weight._version[0]
     model.to(ta.float32).to("cpu")
-    assert model.weight.data is data and model.weight._version[0] == version
+    assert model.weight.array is data and model.weight._version[0] == version
 
 
 # -------------------------------------------------------------- modes etc.
@@ -203,7 +203,7 @@ def test_zero_grad_apply_requires_grad() -> None:
     for p in model.parameters():
         p.grad = ta.ones(p.shape)
     model.zero_grad(set_to_none=False)
-    assert all(float(p.grad.data.sum()) == 0.0 for p in model.parameters())
+    assert all(float(p.grad.array.sum()) == 0.0 for p in model.parameters())
     model.zero_grad()
     assert all(p.grad is None for p in model.parameters())
     seen = []

@@ -169,7 +169,7 @@ def test_max_along_dim_sends_the_gradient_to_the_first_maximum_only() -> None:
 def test_writing_into_returned_indices_does_not_move_the_gradient() -> None:
     x = _leaf([[1.0, 5.0, 2.0]])
     result = x.max(dim=1)
-    result.indices.data[...] = 0
+    result.indices.array[...] = 0
     (g,) = ta.autograd.grad(result.values.sum(), [x])
     np.testing.assert_array_equal(g.numpy(), [[0.0, 1.0, 0.0]])
 
@@ -301,7 +301,7 @@ def test_relu_keeps_only_its_output() -> None:
     x = _leaf([-1.0, 2.0], ta.float32)
     y = ta.relu(x * 1.0)
     assert len(y.grad_fn._saved_in) == 0
-    assert len(y.grad_fn._saved_out) == 1 and y.grad_fn._saved_out[0][0] is y.data
+    assert len(y.grad_fn._saved_out) == 1 and y.grad_fn._saved_out[0][0] is y.array
 
 
 @pytest.mark.parametrize("op", [ta.sigmoid, ta.tanh, lambda t: ta.leaky_relu(t, 0.1)])

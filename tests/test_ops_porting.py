@@ -75,10 +75,10 @@ def test_lerp_promotes_mixed_dtypes_and_refuses_bad_inputs() -> None:
 
 def test_lerp_in_place_is_the_ema_idiom(device: str) -> None:
     ema = ta.zeros(4, device=device)
-    buffer, version = ema.data, ema._version[0]
+    buffer, version = ema.array, ema._version[0]
     for value in (1.0, 2.0, 3.0):
         ema.lerp_(ta.full((4,), value, device=device), 0.1)
-    assert ema.data is buffer and ema._version[0] == version + 3
+    assert ema.array is buffer and ema._version[0] == version + 3
     expected = 0.0
     for value in (1.0, 2.0, 3.0):
         expected = expected + 0.1 * (value - expected)

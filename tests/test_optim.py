@@ -39,7 +39,7 @@ def _run(opt: ta.optim.Optimizer, params: list, grads: list) -> list:
         for p, g in zip(params, step_grads):
             p.grad = ta.tensor(g)
         opt.step()
-        history.append([p.data.copy() for p in params])
+        history.append([p.array.copy() for p in params])
     return history
 
 
@@ -91,7 +91,7 @@ SGD_CONFIGS = [
 @pytest.mark.parametrize("config", SGD_CONFIGS, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
 def test_sgd_matches_reference(config: dict) -> None:
     params = _params()
-    start = [p.data.copy() for p in params]
+    start = [p.array.copy() for p in params]
     grads = _grads(0)
     history = _run(SGD(params, **config), params, grads)
     for i, w0 in enumerate(start):
@@ -112,7 +112,7 @@ ADAM_CONFIGS = [
 @pytest.mark.parametrize("config", ADAM_CONFIGS, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
 def test_adam_matches_reference(cls: type, config: dict) -> None:
     params = _params(1)
-    start = [p.data.copy() for p in params]
+    start = [p.array.copy() for p in params]
     grads = _grads(1)
     # The amsgrad run needs a gradient whose square shrinks so v_max differs from v.
     if config.get("amsgrad"):
@@ -135,7 +135,7 @@ def test_amsgrad_divides_by_the_running_max_of_v(cls: type) -> None:
     # 8 steps, then shrink by 0.6 per step, so v falls for the remaining 22 steps.
     steps, config = 30, dict(lr=0.01, betas=(0.9, 0.9), amsgrad=True, weight_decay=0.01)
     params = _params(4)
-    start = [p.data.copy() for p in params]
+    start = [p.array.copy() for p in params]
     grads = [[g * 0.6 ** max(0, k - 8) for g in step] for k, step in enumerate(_grads(4, steps=steps))]
     opt = cls(params, **config)
     history = _run(opt, params, grads)
@@ -170,11 +170,11 @@ def test_param_groups_have_their_own_hyperparameters() -> None:
     p1, p2 = _params(3)
     opt = SGD([{"params": [p1]}, {"params": [p2], "lr": 0.5}], lr=0.1)
     assert [g["lr"] for g in opt.param_groups] == [0.1, 0.5]
-    w1, w2 = p1.data.copy(), p2.data.copy()
+    w1, w2 = p1.array.copy(), p2.array.copy()
     p1.grad, p2.grad = ta.ones_like(p1), ta.ones_like(p2)
     opt.step()
-    np.testing.assert_allclose(p1.data, w1 - 0.1)
-    np.testing.assert_allclose(p2.data, w2 - 0.5)
+    np.testing.assert_allclose(p1.array, w1 - 0.1)
+    np.testing.assert_allclose(p2.array, w2 - 0.5)
 
 
 def test_add_param_group_fills_defaults_and_rejects_duplicates() -> None:
@@ -225,28 +225,28 @@ def test_zero_grad() -> None:
         p.grad = ta.ones_like(p)
     grad = params[0].grad
     opt.zero_grad(set_to_none=False)
-    assert params[0].grad is grad and not grad.data.any()
+    assert params[0].grad is grad and not grad.array.any()
     opt.zero_grad()
     assert all(p.grad is None for p in params)
 
 
 def test_parameters_without_grad_are_left_alone() -> None:
     p1, p2 = _params()
-    before = p2.data.copy()
+    before = p2.array.copy()
     opt = Adam([p1, p2], lr=0.1)
     p1.grad = ta.ones_like(p1)
     opt.step()
-    np.testing.assert_array_equal(p2.data, before)
+    np.testing.assert_array_equal(p2.array, before)
     assert p2 not in opt.state
 
 
 def test_step_bumps_version_and_writes_in_place() -> None:
     (p,) = _params(shapes=((4,),))
-    array, version = p.data, p._version[0]
+    array, version = p.array, p._version[0]
     opt = SGD([p], lr=0.1)
     p.grad = ta.ones_like(p)
     opt.step()
-    assert p.data is array
+    assert p.array is array
     assert p._version[0] == version + 1
 
 
@@ -260,11 +260,11 @@ def test_closure_is_called_under_grad_and_its_loss_returned() -> None:
         loss.backward()
         return loss
 
-    before = p.data.copy()
+    before = p.array.copy()
     with ta.no_grad():
         loss = opt.step(closure)
     assert loss.item() == pytest.approx(float((before * before).sum()))
-    np.testing.assert_allclose(p.data, before - 0.1 * 2 * before)
+    np.testing.assert_allclose(p.array, before - 0.1 * 2 * before)
 
 
 # Every optimizer with the AMP contract, each with all of its state in use.
@@ -291,17 +291,17 @@ def test_masked_step_is_bit_for_bit_identity_and_unmasked_step_is_plain(make) ->
         opt_a.step()
         opt_b.step(found_inf=np.zeros((), np.float32))
         # Then a poisoned step that must change nothing at all.
-        snapshot = copy.deepcopy(opt_b.state_dict()["state"]), [q.data.copy() for q in b]
+        snapshot = copy.deepcopy(opt_b.state_dict()["state"]), [q.array.copy() for q in b]
         for q in b:
             q.grad = ta.full(q.shape, float("nan") if k % 2 else float("inf"), dtype=q.dtype)
         opt_b.step(found_inf=ta.tensor(1.0))
         for q, w in zip(b, snapshot[1]):
-            np.testing.assert_array_equal(q.data, w)
+            np.testing.assert_array_equal(q.array, w)
         for i, entry in opt_b.state_dict()["state"].items():
             for key, value in entry.items():
-                np.testing.assert_array_equal(value.data, snapshot[0][i][key].data, err_msg=key)
+                np.testing.assert_array_equal(value.array, snapshot[0][i][key].array, err_msg=key)
     for p, q in zip(a, b):
-        np.testing.assert_array_equal(p.data, q.data)
+        np.testing.assert_array_equal(p.array, q.array)
 
 
 def test_skipped_first_step_leaves_momentum_uninitialised() -> None:
@@ -315,7 +315,7 @@ def test_skipped_first_step_leaves_momentum_uninitialised() -> None:
     _run(opt_a, a, grads)
     _run(opt_b, b, grads)
     for p, q in zip(a, b):
-        np.testing.assert_array_equal(p.data, q.data)
+        np.testing.assert_array_equal(p.array, q.array)
 
 
 def test_grad_scale_contract_unscales_inside_the_step() -> None:
@@ -327,7 +327,7 @@ def test_grad_scale_contract_unscales_inside_the_step() -> None:
         opt_a.step()
         opt_b.step(found_inf=np.zeros((), np.float32), grad_scale=ta.tensor(1024.0))
     for p, q in zip(a, b):
-        np.testing.assert_array_equal(p.data, q.data)
+        np.testing.assert_array_equal(p.array, q.array)
 
 
 def test_low_precision_params_compute_in_float32_and_round_once() -> None:
@@ -337,7 +337,7 @@ def test_low_precision_params_compute_in_float32_and_round_once() -> None:
     SGD([w], lr=0.3).step()
     assert w.dtype == ta.float16
     expected = (np.array([1.0, 2.0, -3.0], np.float32) - np.float32(0.3) * g.astype(np.float32)).astype(np.float16)
-    np.testing.assert_array_equal(w.data, expected)
+    np.testing.assert_array_equal(w.array, expected)
 
 
 @pytest.mark.parametrize("make", [lambda ps: SGD(ps, lr=0.1, momentum=0.9, nesterov=True),
@@ -350,7 +350,7 @@ def test_state_dict_round_trip_continues_identically(make) -> None:
     grads = _grads(8, steps=6)
     _run(opt, params, grads[:3])
     saved = copy.deepcopy(opt.state_dict())
-    saved_params = [p.data.copy() for p in params]
+    saved_params = [p.array.copy() for p in params]
     assert set(saved["state"]) == {0, 1}
     assert saved["param_groups"][0]["params"] == [0, 1]
     tail = _run(opt, params, grads[3:])
@@ -390,7 +390,7 @@ class PyTorchStyleMomentum(ta.optim.Optimizer):
 
 def test_optimizer_state_is_a_defaultdict_for_user_written_optimizers() -> None:
     params = _params(9)
-    start = [p.data.copy() for p in params]
+    start = [p.array.copy() for p in params]
     opt = PyTorchStyleMomentum(params, lr=0.05, momentum=0.9)
     assert opt.state[params[0]] == {} and len(opt.state) == 1  # as collections.defaultdict(dict)
     grads = _grads(9, steps=6)
@@ -516,5 +516,5 @@ def test_autocast_weight_cache_sees_optimizer_updates() -> None:
         opt.step()
         y2 = ta.linear(x, w)
     expected = ta.linear(x.half(), w.detach().half())
-    np.testing.assert_array_equal(y2.data, expected.data)
-    assert not np.array_equal(y1.data, y2.data)
+    np.testing.assert_array_equal(y2.array, expected.array)
+    assert not np.array_equal(y1.array, y2.array)

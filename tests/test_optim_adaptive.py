@@ -307,15 +307,15 @@ def test_the_step_never_reads_a_device_value_on_the_host(case) -> None:
     for k, step_grads in enumerate(_grads(4, steps=7)):
         _set_grads(params, step_grads)
         for p in params:
-            p.grad.data = p.grad.data.view(_DeviceLike)
+            p.grad.array = p.grad.array.view(_DeviceLike)
         found_inf = ta.tensor(np.array(float(k == 2), np.float32).view(_DeviceLike))
         opt.step(found_inf=found_inf)
         for p in params:  # the state the step made or advanced stays device-like for the next one
             for key, value in opt.state[p].items():
-                if not isinstance(value.data, _DeviceLike):
-                    value.data = value.data.view(_DeviceLike)
+                if not isinstance(value.array, _DeviceLike):
+                    value.array = value.array.view(_DeviceLike)
     with pytest.raises(HostReadError):  # the guard works
-        bool(opt.state[params[0]]["step"].data > 0)
+        bool(opt.state[params[0]]["step"].array > 0)
 
 
 def _o1_o2_training(cls, config: dict, level: str) -> tuple:
@@ -337,15 +337,15 @@ def _o1_o2_training(cls, config: dict, level: str) -> tuple:
         loss = ta.nn.functional.mse_loss(out.float(), y) * (1e38 if i == 3 else 1.0)
         with np.errstate(over="ignore", invalid="ignore"):
             scaler.scale(loss).backward()
-        before = copy.deepcopy(opt.state_dict()["state"]), [p.data.copy() for p in model.parameters()]
+        before = copy.deepcopy(opt.state_dict()["state"]), [p.array.copy() for p in model.parameters()]
         scaler.step(opt)
         scaler.update()
         if i == 3:
             for p, w in zip(model.parameters(), before[1]):
-                np.testing.assert_array_equal(p.data, w)
+                np.testing.assert_array_equal(p.array, w)
             for key, entry in opt.state_dict()["state"].items():
                 for name, value in entry.items():
-                    np.testing.assert_array_equal(value.data, before[0][key][name].data, err_msg=name)
+                    np.testing.assert_array_equal(value.array, before[0][key][name].array, err_msg=name)
     return scaler, opt, list(model.parameters()), ta.cuda.sync_count()
 
 
@@ -361,4 +361,4 @@ def test_grad_scaler_training_skips_the_overflow_without_host_syncs(cls, level: 
         assert opt.state[p]["step"].item() == 5.0  # the skipped step did not count
         if level == "O2":
             assert p.dtype == ta.float16 and opt.state[p]["master_param"].dtype == ta.float32
-            np.testing.assert_array_equal(p.data, opt.state[p]["master_param"].data.astype(np.float16))
+            np.testing.assert_array_equal(p.array, opt.state[p]["master_param"].array.astype(np.float16))

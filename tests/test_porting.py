@@ -356,10 +356,12 @@ def test_loading_a_pytorch_file_says_how_to_convert(tmp_path) -> None:
         torch.load(path)
 
 
-def test_tensor_data_is_the_raw_array_and_the_error_says_so() -> None:
-    out = torch.ones(2, 3)
-    with pytest.raises(TypeError, match=r"detach\(\)"):
-        torch.max(out.data, 1)
+def test_tensor_data_is_a_tensor_and_a_raw_array_is_refused_with_the_way_to_wrap_it() -> None:
+    out = torch.tensor([[1.0, 5.0, 2.0], [7.0, 0.0, 3.0]])
+    values, indices = torch.max(out.data, 1)  # torchvision's accuracy idiom
+    assert indices.tolist() == [1, 0] and values.tolist() == [5.0, 7.0]
+    with pytest.raises(TypeError, match=r"max: .*ndarray \(shape \[2, 3\]\); wrap arrays with ta.from_numpy"):
+        torch.max(out.numpy(), 1)
 
 
 def test_clip_on_an_overflowed_step_is_silent_and_the_step_is_skipped() -> None:

@@ -116,8 +116,8 @@ def _power_of_two(x: float) -> bool:
 
 
 def _snapshot(opt: Optimizer) -> tuple:
-    params = [p.data.copy() for g in opt.param_groups for p in g["params"]]
-    state = {id(p): {k: (v.data.copy() if isinstance(v, ta.Tensor) else v) for k, v in s.items()}
+    params = [p.array.copy() for g in opt.param_groups for p in g["params"]]
+    state = {id(p): {k: (v.array.copy() if isinstance(v, ta.Tensor) else v) for k, v in s.items()}
              for p, s in opt.state.items()}
     return params, state
 
@@ -186,7 +186,7 @@ class ScalerMachine(RuleBasedStateMachine):
         for opt, params, coeffs, found, (before, state) in zip(self.opts, self.params, coeffs_all,
                                                                  expected_found, snapshots):
             assert scaler.found_inf(opt).item() == float(found)
-            after = [p.data for p in params]
+            after = [p.array for p in params]
             if found:
                 for a, b in zip(after, before):
                     np.testing.assert_array_equal(a, b)
@@ -201,7 +201,7 @@ class ScalerMachine(RuleBasedStateMachine):
                 assert all(not np.array_equal(a, b) for a, b in zip(after, before))
                 if exact:
                     for p, c in zip(params, coeffs):
-                        np.testing.assert_array_equal(p.grad.data, c)
+                        np.testing.assert_array_equal(p.grad.array, c)
 
         if data.draw(st.integers(0, 6)) == 0:
             low = self.config["min_scale"] or 2.0 ** -20
@@ -243,7 +243,7 @@ class ScalerMachine(RuleBasedStateMachine):
 
 
 def as_array(value):
-    return value.data if isinstance(value, ta.Tensor) else value
+    return value.array if isinstance(value, ta.Tensor) else value
 
 
 ScalerMachine.TestCase.settings = _machine_settings()
@@ -307,7 +307,7 @@ def test_disabled_scaler_is_the_identity(seed, steps, kind, unscale_first) -> No
                 loss.backward()
                 opt.step()
     for p, q in zip(a, b):
-        np.testing.assert_array_equal(p.data, q.data)
+        np.testing.assert_array_equal(p.array, q.array)
     assert scaler.get_scale() == 1.0 and scaler.state_dict() == {}
 
 
@@ -336,7 +336,7 @@ def test_resumed_scaler_follows_the_same_trajectory(config, pattern, data) -> No
     opt1 = Adam([q], lr=0.01)
     first = GradScaler(**config)
     head = run(first, opt1, q, pattern[:cut])
-    checkpoint = copy.deepcopy((first.state_dict(), opt1.state_dict(), q.data.copy()))
+    checkpoint = copy.deepcopy((first.state_dict(), opt1.state_dict(), q.array.copy()))
     r = ta.tensor(checkpoint[2], requires_grad=True)
     opt2 = Adam([r], lr=0.01)
     opt2.load_state_dict(checkpoint[1])
@@ -344,4 +344,4 @@ def test_resumed_scaler_follows_the_same_trajectory(config, pattern, data) -> No
     resumed.load_state_dict(checkpoint[0])
     tail = run(resumed, opt2, r, pattern[cut:])
     assert head + tail == full
-    np.testing.assert_array_equal(r.data, p.data)
+    np.testing.assert_array_equal(r.array, p.array)

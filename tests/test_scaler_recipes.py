@@ -36,18 +36,18 @@ def _pair(seed: int = 0) -> tuple:
     """Two identical models (same initial weights)."""
     a, b = _model(seed), _model(seed)
     for p, q in zip(a.parameters(), b.parameters()):
-        np.testing.assert_array_equal(p.data, q.data)
+        np.testing.assert_array_equal(p.array, q.array)
     return a, b
 
 
 def _assert_same(a: "nn.Module", b: "nn.Module") -> None:
     for (name, p), q in zip(a.named_parameters(), b.parameters()):
-        np.testing.assert_array_equal(p.data, q.data, err_msg=name)
+        np.testing.assert_array_equal(p.array, q.array, err_msg=name)
 
 
 def _assert_trained(model: "nn.Module", seed: int = 0) -> None:
     fresh = _model(seed)
-    assert any(not np.array_equal(p.data, q.data) for p, q in zip(model.parameters(), fresh.parameters()))
+    assert any(not np.array_equal(p.array, q.array) for p, q in zip(model.parameters(), fresh.parameters()))
 
 
 def test_typical_use() -> None:
@@ -86,7 +86,7 @@ def test_typical_use_under_autocast_stays_close() -> None:
     # The autocast run computes the matmuls in float16 (11-bit significand):
     # weights of order 0.1-1 after 6 steps differ by a few float16 ulps.
     for p, q in zip(ref.parameters(), amp.parameters()):
-        np.testing.assert_allclose(q.data, p.data, rtol=0, atol=2e-3)
+        np.testing.assert_allclose(q.array, p.array, rtol=0, atol=2e-3)
 
 
 def test_clipping_unscaled_gradients() -> None:
@@ -128,7 +128,7 @@ def test_clipping_scaled_gradients_to_scaled_max_norm() -> None:
     # clip's coefficient is max_norm / (norm + 1e-6): the 1e-6 is not scaled with
     # the norm, so the two coefficients differ by about 1e-6 / norm (norm ~ 1).
     for p, q in zip(ref.parameters(), amp.parameters()):
-        np.testing.assert_allclose(q.data, p.data, rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(q.array, p.array, rtol=1e-5, atol=1e-7)
 
 
 def test_gradient_penalty() -> None:
@@ -226,8 +226,8 @@ def test_switching_amp_with_enabled(use_amp: bool) -> None:
     if use_amp:
         # float16 matmuls: a few float16 ulps apart (see the autocast test above).
         for p, q in zip(ref.parameters(), amp.parameters()):
-            np.testing.assert_allclose(q.data, p.data, rtol=0, atol=2e-3)
-        assert any(not np.array_equal(p.data, q.data) for p, q in zip(ref.parameters(), amp.parameters()))
+            np.testing.assert_allclose(q.array, p.array, rtol=0, atol=2e-3)
+        assert any(not np.array_equal(p.array, q.array) for p, q in zip(ref.parameters(), amp.parameters()))
     else:
         _assert_same(ref, amp)  # the same loop with AMP off is exactly float32 training
 
@@ -295,5 +295,5 @@ def test_checkpoint_resume_continues_identically(level: str, tmp_path) -> None:
     _assert_same(model, model2)
     for p, q in zip(model.parameters(), model2.parameters()):
         for key, value in opt.state[p].items():
-            np.testing.assert_array_equal(value.data, opt2.state[q][key].data, err_msg=key)
+            np.testing.assert_array_equal(value.array, opt2.state[q][key].array, err_msg=key)
     assert scaler.state_dict() == scaler2.state_dict()

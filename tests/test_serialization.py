@@ -47,8 +47,8 @@ def _assert_same(a, b) -> None:
     if isinstance(a, ta.Tensor):
         assert a.dtype == b.dtype and a.shape == b.shape and a.requires_grad == b.requires_grad
         assert b.is_leaf
-        np.testing.assert_array_equal(np.asarray(a.data).reshape(-1).view(np.uint8),
-                                      np.asarray(b.data).reshape(-1).view(np.uint8))
+        np.testing.assert_array_equal(np.asarray(a.array).reshape(-1).view(np.uint8),
+                                      np.asarray(b.array).reshape(-1).view(np.uint8))
     elif isinstance(a, np.ndarray):
         assert a.dtype == b.dtype
         np.testing.assert_array_equal(a, b)
@@ -264,7 +264,7 @@ def test_bfloat16_is_stored_as_its_bits(tmp_path) -> None:
         stored = np.load(io.BytesIO(archive.read("arrays/0.npy")), allow_pickle=False)
     assert stored.dtype == np.uint16
     np.testing.assert_array_equal(stored, values.view(np.uint16))
-    np.testing.assert_array_equal(ta.load(tmp_path / "b.ta")["b"].data.view(np.uint16), values.view(np.uint16))
+    np.testing.assert_array_equal(ta.load(tmp_path / "b.ta")["b"].array.view(np.uint16), values.view(np.uint16))
 
 
 # ---------------------------------------------------------------- atomic save

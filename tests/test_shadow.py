@@ -112,7 +112,7 @@ def test_twin_starts_from_the_optimizers_master_weights() -> None:
     optimizer = ta.optim.SGD(model.parameters(), lr=0.1, master_weights=True)
     masters = [optimizer.state[p]["master_param"] for p in model.parameters()]
     for m in masters:  # low bits float16 cannot hold: the twin must read the masters
-        m.data += np.float32(1e-4)
+        m.array += np.float32(1e-4)
     x, _ = _batch()
 
     def step(m: nn.Module, x: ta.Tensor) -> ta.Tensor:
@@ -120,13 +120,13 @@ def test_twin_starts_from_the_optimizers_master_weights() -> None:
             return (m(x) ** 2).mean()
 
     report = ta.amp.shadow_run(step, model, x, optimizer=optimizer)
-    expected = ((x @ ta.tensor(masters[0].data).T + ta.tensor(masters[1].data)) ** 2).mean().item()
+    expected = ((x @ ta.tensor(masters[0].array).T + ta.tensor(masters[1].array)) ** 2).mean().item()
     assert report.reference_loss == expected
 
 
 def _snapshot(model: nn.Module, optimizer: ta.optim.Optimizer, scaler: ta.amp.GradScaler) -> dict:
     def raw(t: object) -> object:
-        return (t.data.dtype.str, t.data.tobytes(), t._version[0]) if isinstance(t, ta.Tensor) else t
+        return (t.array.dtype.str, t.array.tobytes(), t._version[0]) if isinstance(t, ta.Tensor) else t
 
     state = {
         "params": [(n, raw(p), None if p.grad is None else raw(p.grad)) for n, p in model.named_parameters()],
@@ -137,7 +137,7 @@ def _snapshot(model: nn.Module, optimizer: ta.optim.Optimizer, scaler: ta.amp.Gr
         "groups": [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups],
         "scaler": scaler.state_dict(),
         "scaler_arrays": [None if a is None else a.tobytes() for a in (scaler._scale, scaler._growth_tracker)],
-        "rng": json.dumps(ta_random.default_generator("cpu").get_state(), default=str),
+        "rng": ta_random.default_generator("cpu").get_state().numpy().tobytes(),
         "training": [m.training for m in model.modules()],
     }
     return state
@@ -172,7 +172,7 @@ def test_callers_model_optimizer_scaler_grads_and_rng_are_untouched(level: str) 
     assert abs(report.amp_loss - report.reference_loss) < 1e-2
     # ... and the next draw from the caller's generator is the one it would have been.
     after_draw = ta.rand(3).numpy()
-    ta_random.default_generator("cpu").set_state(json.loads(before["rng"]))
+    ta_random.default_generator("cpu").set_state(ta.tensor(np.frombuffer(before["rng"], np.uint8)))
     np.testing.assert_array_equal(ta.rand(3).numpy(), after_draw)
 
 

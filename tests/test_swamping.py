@@ -49,14 +49,14 @@ def test_float32_weights_exact_counts() -> None:
     assert (row.weights, row.elements, row.kept_fp32, row.vanished_fp16, row.held_by_master) == \
         ("float32", 10, 8, 4, None)
     assert (row.survived_fraction, row.vanished_fraction) == (0.8, 0.4)
-    changed = np.flatnonzero(p.data != 1.0)
+    changed = np.flatnonzero(p.array != 1.0)
     assert list(changed) == KEPT_FP32
 
 
 def test_float16_weights_really_lose_what_the_report_says_and_masters_keep_it() -> None:
     p16, plain = _step(master=False, low_dtype=ta.float16)
     # Without a master the vanished updates are gone from the weights themselves ...
-    assert sorted(set(range(10)) - set(np.flatnonzero(p16.data != 1.0))) == sorted(VANISH_FP16 + [5, 6])
+    assert sorted(set(range(10)) - set(np.flatnonzero(p16.array != 1.0))) == sorted(VANISH_FP16 + [5, 6])
     row = plain.swamping()["w"]
     assert (row.weights, row.moved, row.kept_fp32, row.vanished_fp16) == ("float16", 4, None, None)
 
@@ -65,20 +65,20 @@ def test_float16_weights_really_lose_what_the_report_says_and_masters_keep_it() 
     row = with_master.swamping()["w"]
     assert (row.weights, row.kept_fp32, row.vanished_fp16, row.held_by_master, row.moved) == \
         ("float32 master", 8, 4, 4, 4)
-    master = with_master.state[pm]["master_param"].data
+    master = with_master.state[pm]["master_param"].array
     assert list(np.flatnonzero(master != 1.0)) == KEPT_FP32
-    np.testing.assert_array_equal(pm.data, p16.data)     # the float16 copy shows what float16 shows
+    np.testing.assert_array_equal(pm.array, p16.array)     # the float16 copy shows what float16 shows
 
 
 def test_held_updates_add_up_in_the_master_and_move_the_copy() -> None:
     # Steps of 2^-12 at 1.0: float16 alone never moves; the master adds them up, and the
     # copy moves once the sum passes half an ulp (2^-11, which itself ties back to 1.0).
     p16, _ = _step(master=False, low_dtype=ta.float16, steps=4)
-    assert p16.data[0] == 1.0
+    assert p16.array[0] == 1.0
     p2, _ = _step(master=True, low_dtype=ta.float16, steps=2)
-    assert p2.data[0] == 1.0                             # 2 * 2^-12 = half an ulp: held in the master
+    assert p2.array[0] == 1.0                             # 2 * 2^-12 = half an ulp: held in the master
     p3, _ = _step(master=True, low_dtype=ta.float16, steps=3)
-    assert p3.data[0] == np.float16(1 + 2.0**-10)        # 3 * 2^-12: the float16 copy moves
+    assert p3.array[0] == np.float16(1 + 2.0**-10)        # 3 * 2^-12: the float16 copy moves
 
 
 OPTIMIZERS = {
@@ -102,11 +102,11 @@ def test_every_optimizer_counts_its_own_update(name: str) -> None:
     optimizer = OPTIMIZERS[name]([p])
     optimizer.track_swamping()
     for _ in range(2):
-        before = p.data.copy()
+        before = p.array.copy()
         p.grad = ta.tensor(rng.standard_normal(400) * 0.1, dtype=ta.float32)
         optimizer.step()
     row = optimizer.swamping().rows[0]
-    u = p.data.astype(np.float64) - before.astype(np.float64)
+    u = p.array.astype(np.float64) - before.astype(np.float64)
     w16 = before.astype(np.float16)
     lost = (u != 0) & ((w16.astype(np.float64) + u).astype(np.float16) == w16)
     assert row.name == "group0.0" and row.kept_fp32 == np.count_nonzero(u) > 0

@@ -75,9 +75,9 @@ def test_properties_and_conversion() -> None:
     assert x.to(ta.bfloat16).dtype == ta.bfloat16 and x.to("float64").dtype == ta.float64
     assert x.float() is x
     c = x.clone()
-    assert c.grad_fn is not None and c.data is not x.data
+    assert c.grad_fn is not None and c.array is not x.array
     d = x.detach()
-    assert d.data is x.data and not d.requires_grad
+    assert d.array is x.array and not d.requires_grad
 
 
 def test_cast_gradient_returns_in_source_dtype() -> None:

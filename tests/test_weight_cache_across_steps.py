@@ -36,7 +36,7 @@ def _assert_copies_are_the_weights(out: ta.Tensor, layer: ta.nn.Linear, dtype: o
     node = out.grad_fn
     for position, param in ((1, layer.weight), (2, layer.bias)):
         with np.errstate(over="ignore"):  # a weight beyond the format: inf, as the cast rounds it
-            expected = param.data.astype(dtype)
+            expected = param.array.astype(dtype)
         assert node.lowered[position].tobytes() == expected.tobytes()
         assert node.widened[position].tobytes() == expected.astype(f32).tobytes()
 
@@ -44,7 +44,7 @@ def _assert_copies_are_the_weights(out: ta.Tensor, layer: ta.nn.Linear, dtype: o
 def _layer(weight: np.ndarray) -> ta.nn.Linear:
     layer = ta.nn.Linear(weight.shape[1], weight.shape[0])
     with ta.no_grad():
-        layer.weight.data[...] = weight
+        layer.weight.array[...] = weight
     return layer
 
 
@@ -86,7 +86,7 @@ def test_a_weight_the_update_takes_past_the_format_rounds_to_inf_in_its_copy(dty
     grad[0, 1], grad[1, 2] = push, -push
     _set_grads(layer, grad)
     opt.step()
-    assert np.isfinite(layer.weight.data).all()  # finite in float32, beyond the 16-bit format
+    assert np.isfinite(layer.weight.array).all()  # finite in float32, beyond the 16-bit format
     out = _forward(layer, x, dtype)
     _assert_copies_are_the_weights(out, layer, dtype)
     low = out.grad_fn.lowered[1].astype(f32)
@@ -101,11 +101,11 @@ def test_a_step_the_scaler_skips_leaves_the_copies_equal_to_the_weights(dtype: o
     opt = ta.optim.SGD(layer.parameters(), lr=0.1, momentum=0.9)
     scaler = ta.amp.GradScaler("cpu", auto_disable_bf16=False)  # keep it: the skip is what is tested
     scaler.scale(_forward(layer, x, dtype).float().sum()).backward()
-    before = layer.weight.data.copy()
-    layer.weight.grad.data[2, 3] = np.inf
+    before = layer.weight.array.copy()
+    layer.weight.grad.array[2, 3] = np.inf
     scaler.step(opt)  # an inf: the step is skipped
     scaler.update()
-    assert layer.weight.data.tobytes() == before.tobytes()
+    assert layer.weight.array.tobytes() == before.tobytes()
     out = _forward(layer, x, dtype)
     _assert_copies_are_the_weights(out, layer, dtype)
 
@@ -132,7 +132,7 @@ def test_a_replaced_weight_array_is_not_written_through_the_old_copy() -> None:
     opt = ta.optim.SGD(layer.parameters(), lr=0.1)
     first = _forward(layer, x, f16)
     kept = first.grad_fn.lowered[1].copy()
-    layer.weight.data = rng.standard_normal((4, 6)).astype(f32)  # a new array (a load)
+    layer.weight.array = rng.standard_normal((4, 6)).astype(f32)  # a new array (a load)
     _set_grads(layer, rng.standard_normal((4, 6)))
     opt.step()
     assert first.grad_fn.lowered[1].tobytes() == kept.tobytes()  # the old copy is not the new weight's
@@ -146,7 +146,7 @@ def test_an_update_off_the_numba_path_is_seen_by_the_next_forward() -> None:
     opt = ta.optim.SGD(layer.parameters(), lr=0.1, momentum=0.9)
     _forward(layer, x, f16)
     _set_grads(layer, rng.standard_normal((4, 6)))
-    layer.weight.grad = ta.Tensor._wrap(np.asfortranarray(layer.weight.grad.data))  # not C-contiguous: NumPy's path
+    layer.weight.grad = ta.Tensor._wrap(np.asfortranarray(layer.weight.grad.array))  # not C-contiguous: NumPy's path
     opt.step()
     _assert_copies_are_the_weights(_forward(layer, x, f16), layer, f16)
 

@@ -63,7 +63,7 @@ def test_other_lower_ops_get_a_cast_node_per_use_over_the_cached_copy() -> None:
         y1 = ta.matmul(x1, w)
         y2 = ta.matmul(x2, w)
     w16_first, w16_again = y1.grad_fn.saved_tensors[1], y2.grad_fn.saved_tensors[1]
-    assert w16_first.data is w16_again.data                    # one conversion, one array
+    assert w16_first.array is w16_again.array                    # one conversion, one array
     assert w16_first.grad_fn is not w16_again.grad_fn          # a Cast node per use
     assert w16_first._version is w._version                    # the copy changes when the weight does
     (y1.sum() + y2.sum()).backward()
@@ -177,11 +177,11 @@ def test_cast_cached_under_no_grad_keeps_its_link_to_the_weight() -> None:
 def test_cache_entry_needs_the_same_tensor_not_just_the_same_id() -> None:
     cache = WeightCastCache()
     w, other = _leaf(2, 2), _leaf(2, 2, seed=1)
-    cast = w.detach().half().data
+    cast = w.detach().half().array
     cache.put(w, f16, cast)
     assert cache.get(w, f16) is cast
     # Pretend `other` got w's id after w was collected: the weak reference tells them apart.
-    cache._entries[(id(other), f16)] = [weakref.ref(w), other._version[0], LowCopy(w.data, cast)]
+    cache._entries[(id(other), f16)] = [weakref.ref(w), other._version[0], LowCopy(w.array, cast)]
     assert cache.get(other, f16) is None
     with ta.no_grad():
         w.add_(1.0)
@@ -233,7 +233,7 @@ def test_cpu_linear_multiplies_the_cached_widening_with_the_same_bits(dtype: obj
                 loss = ta.nn.functional.cross_entropy(out, y)
             loss.backward()
             opt.step()
-            run += [out.data.copy(), loss.data.copy()] + [p.grad.data.copy() for p in model.parameters()]
+            run += [out.array.copy(), loss.array.copy()] + [p.grad.array.copy() for p in model.parameters()]
         results[cache_enabled] = run
         if cache_enabled:
             copy = out.grad_fn.widened  # linear's inputs 1 and 2 (weight and bias): their float32 widenings

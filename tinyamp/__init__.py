@@ -6,20 +6,20 @@ This module only gathers the public API; each piece lives in its own module.
 
 from __future__ import annotations
 
-from . import backend, dtypes
+from . import backend, dtypes, random
 from .backend import Device, accelerator, cuda, device, get_default_device, set_default_device
 from .dtypes import (bfloat16, bool_ as bool, double, float16, float32, float64, half, int8,  # noqa: A004
                      int16, int32, int64, long, uint8)
 from .dtypes import float as float  # noqa: A001,PLC0414 - torch.float
 from .dtypes import finfo, get_default_dtype, iinfo
-from .tensor import Tensor
+from .tensor import Tensor, _assert, is_tensor
 from . import autograd
 from .autograd import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
 from . import ops
 from .ops import *  # noqa: F401,F403 - ta.add, ta.matmul, ... are the op functions
 from . import amp
 from .amp import autocast, get_autocast_dtype, is_autocast_enabled  # torch.autocast, ...
-from .random import Generator, initial_seed, manual_seed, seed
+from .random import Generator, get_rng_state, initial_seed, manual_seed, seed, set_rng_state
 from .factories import (arange, as_tensor, empty, empty_like, eye, from_numpy, full, full_like, linspace,
                         ones, ones_like, rand, rand_like, randint, randn, randn_like, randperm, tensor,
                         zeros, zeros_like)
@@ -29,6 +29,7 @@ from . import data
 from . import utils  # torch.utils.data spellings
 from . import memory
 from . import optim
+from .foreach import *  # noqa: F401,F403 - ta._foreach_mul_, ... (torch._foreach_*)
 from . import nn
 from . import cuda_graphs  # ta.cuda.CUDAGraph, ta.cuda.graph, ta.cuda.make_graphed_step, ...
 from .serialization import load, save

@@ -240,6 +240,10 @@ class _Cuda:
 
     # CUDA graphs (tinyamp/cuda_graphs), one layer up: reached through the package at call time.
     GRAPH_NAMES = ("CUDAGraph", "graph", "graph_pool_handle", "make_graphed_step", "is_current_stream_capturing")
+    # The CUDA generators' state and seeds (tinyamp/random.py, one layer up): ``ta.cuda.get_rng_state`` is
+    # ``random.cuda_get_rng_state``.
+    RNG_NAMES = ("get_rng_state", "set_rng_state", "get_rng_state_all", "set_rng_state_all", "manual_seed",
+                 "manual_seed_all")
 
     def __init__(self) -> None:
         self._sync_count = 0
@@ -247,6 +251,8 @@ class _Cuda:
     def __getattr__(self, name: str) -> Any:
         if name in _Cuda.GRAPH_NAMES:
             return getattr(tinyamp.cuda_graphs, name)
+        if name in _Cuda.RNG_NAMES:
+            return getattr(tinyamp.random, "cuda_" + name)
         raise AttributeError(f"tinyamp.cuda has no attribute {name!r}")
 
     def is_available(self) -> bool:

@@ -2,6 +2,10 @@
 
 Each device has a default generator (NumPy's PCG64 on the CPU, CuPy's on a GPU);
 ``manual_seed`` reseeds them all, so a run is reproducible from one integer.
+A generator's state is a uint8 tensor (``ta.get_rng_state``, ``ta.cuda.get_rng_state``,
+``Generator.get_state``), as PyTorch's ByteTensor: the bytes of NumPy's PCG64 state on
+the CPU, and of CuPy's cuRAND states on a GPU (copied from the device). The streams
+themselves differ from PyTorch's (Mersenne Twister, Philox).
 """
 
 from __future__ import annotations
@@ -10,7 +14,25 @@ from typing import Any
 
 import numpy as np
 
+import tinyamp
+
 from . import backend
+
+_PCG64_BYTES = 40  # state and increment (16 bytes each), has_uint32 and uinteger (4 bytes each)
+
+
+def _pcg64_to_bytes(state: dict) -> np.ndarray:
+    inner = state["state"]
+    raw = (int(inner["state"]).to_bytes(16, "little") + int(inner["inc"]).to_bytes(16, "little")
+           + int(state["has_uint32"]).to_bytes(4, "little") + int(state["uinteger"]).to_bytes(4, "little"))
+    return np.frombuffer(raw, dtype=np.uint8).copy()
+
+
+def _pcg64_from_bytes(raw: np.ndarray) -> dict:
+    b = bytes(raw)
+    return {"bit_generator": "PCG64",
+            "state": {"state": int.from_bytes(b[:16], "little"), "inc": int.from_bytes(b[16:32], "little")},
+            "has_uint32": int.from_bytes(b[32:36], "little"), "uinteger": int.from_bytes(b[36:40], "little")}
 
 
 class Generator:
@@ -30,14 +52,32 @@ class Generator:
         return self._seed
 
     def get_state(self) -> Any:
-        if self.device.type != "cpu":
-            raise NotImplementedError("get_state is supported for CPU generators only")
-        return self.rng.bit_generator.state
+        """The generator's state as a uint8 CPU tensor (PyTorch's ByteTensor)."""
+        if self.device.type == "cpu":
+            raw = _pcg64_to_bytes(self.rng.bit_generator.state)
+        else:  # CuPy (and the stand-in) keep the cuRAND states in a device int8 array
+            raw = backend.to_host(self.rng.bit_generator._state).view(np.uint8).copy()
+        return tinyamp.Tensor(raw)
 
-    def set_state(self, state: Any) -> None:
-        if self.device.type != "cpu":
-            raise NotImplementedError("set_state is supported for CPU generators only")
-        self.rng.bit_generator.state = state
+    def set_state(self, new_state: Any) -> "Generator":
+        """Restore a state from ``get_state`` (a uint8 tensor of the same size)."""
+        if not isinstance(new_state, tinyamp.Tensor):
+            raise TypeError(f"expected a torch.ByteTensor, but got {type(new_state).__name__}")
+        if new_state.dtype != np.uint8:
+            raise TypeError("RNG state must be a torch.ByteTensor")
+        raw = backend.to_host(new_state.array).reshape(-1)
+        if self.device.type == "cpu":
+            if raw.size != _PCG64_BYTES:
+                raise RuntimeError(f"Expected a CPU generator state (PCG64) of size {_PCG64_BYTES} but found "
+                                   f"the input RNG state size to be {raw.size}")
+            self.rng.bit_generator.state = _pcg64_from_bytes(raw)
+            return self
+        device_state = self.rng.bit_generator._state
+        if raw.size != device_state.size:
+            raise RuntimeError(f"Expected a {self.device} generator state of size {device_state.size} but found "
+                               f"the input RNG state size to be {raw.size}")
+        device_state[...] = backend.to_device(raw.view(np.int8), self.device)
+        return self
 
 
 _default: dict = {}
@@ -70,6 +110,56 @@ def seed() -> int:
 
 def initial_seed() -> int:
     return _seed
+
+
+def get_rng_state() -> Any:
+    """The CPU default generator's state (a uint8 tensor)."""
+    return default_generator("cpu").get_state()
+
+
+def set_rng_state(new_state: Any) -> None:
+    """Restore the CPU default generator's state from ``get_rng_state()``."""
+    default_generator("cpu").set_state(new_state)
+
+
+def _cuda_device(device: Any) -> backend.Device:
+    if isinstance(device, int):
+        return backend.Device("cuda", device)
+    device = backend.Device(device)
+    if device.type != "cuda":
+        raise ValueError(f"ta.cuda RNG state: expected a CUDA device, got {device}")
+    return device
+
+
+def cuda_get_rng_state(device: Any = "cuda") -> Any:
+    """``ta.cuda.get_rng_state``: a CUDA device's default generator state (a uint8 CPU tensor)."""
+    return default_generator(_cuda_device(device)).get_state()
+
+
+def cuda_set_rng_state(new_state: Any, device: Any = "cuda") -> None:
+    """``ta.cuda.set_rng_state``: restore a CUDA device's default generator state."""
+    default_generator(_cuda_device(device)).set_state(new_state)
+
+
+def cuda_get_rng_state_all() -> list:
+    """Every CUDA device's generator state, in device order."""
+    return [cuda_get_rng_state(i) for i in range(backend.cuda.device_count())]
+
+
+def cuda_set_rng_state_all(new_states: Any) -> None:
+    for i, state in enumerate(new_states):
+        cuda_set_rng_state(state, i)
+
+
+def cuda_manual_seed(seed: int) -> None:
+    """``ta.cuda.manual_seed``: reseed the current CUDA device's default generator."""
+    if backend.cuda.is_available():
+        default_generator("cuda").manual_seed(seed)
+
+
+def cuda_manual_seed_all(seed: int) -> None:
+    for i in range(backend.cuda.device_count() if backend.cuda.is_available() else 0):
+        default_generator(backend.Device("cuda", i)).manual_seed(seed)
 
 
 @backend.on_cuda_switch

@@ -1,8 +1,13 @@
 """Tensor: an xp array (NumPy or CuPy) plus what autograd needs to know about it.
 
-A Tensor holds ``data`` (the array), ``grad``, ``requires_grad``, ``grad_fn`` (the
-node that made it, None for leaves) and a version counter bumped by in-place
-writes. Methods that are ops (``x.exp()``, ``x.sum(1)``) and the Python
+A Tensor holds ``array`` (the raw NumPy/CuPy array), ``grad``, ``requires_grad``,
+``grad_fn`` (the node that made it, None for leaves) and a version counter bumped by
+in-place writes. ``t.data`` is PyTorch's: another Tensor on the same array, detached,
+with its own version counter (writes through it are invisible to autograd's
+saved-tensor check, as in PyTorch), but every write through the tensor or its
+``.data`` bumps a storage counter they share (``_storage``, which O2 master weights
+read) and ``ALIASED_WRITES`` (on which the autocast weight-cast cache empties itself at
+the next outermost region), so neither keeps a copy of the old values. Methods that are ops (``x.exp()``, ``x.sum(1)``) and the Python
 operators call the op library through the package at call time
 (``tinyamp.ops.add``), so they are recorded on the tape and follow the
 precision rules like any op, and this module never imports the op library.
@@ -18,6 +23,7 @@ bool tensors and are never recorded. Tensors hash by identity, as in PyTorch
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -28,6 +34,9 @@ from . import backend
 from . import dtypes as dt
 from .kernels.convert import convert
 
+# Writes into arrays that have a .data alias (any of them, ever): the weight-cast cache, keyed on
+# the version counter that .data does not share, compares this at each outermost autocast entry.
+ALIASED_WRITES = [0]
 _ITEM = "Tensor.item() (which float(t), int(t), bool(t) and f'{t:.4f}' call)"  # how a host read is named
 
 
@@ -46,12 +55,14 @@ class Tensor:
     """A multi-dimensional array that can record operations for autograd."""
 
     __slots__ = ("array", "grad", "_requires_grad", "grad_fn", "_out_index", "_version",
-                 "_hooks", "__weakref__", "_is_param")
+                 "_hooks", "__weakref__", "_is_param", "_storage")
     # Let NumPy defer to our reflected operators (np.float32(2) * t -> t.__rmul__).
     __array_ufunc__ = None
 
     def __init__(self, data: Any, requires_grad: bool = False) -> None:
-        if isinstance(data, Tensor):
+        storage = None
+        if isinstance(data, Tensor):  # shares the array, as PyTorch shares storage
+            storage = data._storage
             data = data.array
         elif not (isinstance(data, np.ndarray) or backend.is_cupy_array(data)):
             data = tinyamp.factories._to_array(data, None, backend.CPU)
@@ -65,17 +76,44 @@ class Tensor:
         self._version = [0]  # a list so a detached alias shares the counter
         self._hooks: list | None = None
         self._is_param = False
+        self._storage: list | None = storage  # [writes], made when .data is first taken or set
         if requires_grad:
             self.requires_grad = True
 
     @property
-    def data(self) -> Any:
-        """The raw array (transitional: becomes PyTorch's detached Tensor view)."""
-        return self.array
+    def data(self) -> "Tensor":
+        """A Tensor on the same array: detached, ``requires_grad=False``, its own version counter."""
+        t = Tensor._wrap(self.array)
+        t._storage = self.storage_counter()
+        return t
 
     @data.setter
-    def data(self, value: Any) -> None:
-        self.array = value.array if isinstance(value, Tensor) else value
+    def data(self, value: "Tensor") -> None:
+        """``t.data = other``: ``t`` now shares ``other``'s array (any shape, dtype or device), as in PyTorch."""
+        if not isinstance(value, Tensor):
+            raise TypeError(f"Variable data has to be a tensor, but got {type(value).__name__}"
+                            + (" (Tensor.data = ...: wrap a raw array with ta.from_numpy or ta.as_tensor)"
+                               if isinstance(value, np.ndarray) or backend.is_cupy_array(value) else ""))
+        if self._requires_grad and value.dtype not in dt.FLOATING:
+            raise RuntimeError(f"data set to a tensor that requires gradients must be floating point or complex "
+                               f"dtype (Tensor.data = a {dt.dtype_name(value.dtype)} tensor of shape "
+                               f"{list(value.shape)})")
+        self.array = value.array
+        self._storage = value.storage_counter()
+        ALIASED_WRITES[0] += 1
+
+    def storage_counter(self) -> list:
+        """``[n]``: in-place writes into this tensor's array through it or its ``.data`` aliases.
+
+        Made on first use and shared by ``.data`` (and ``detach()``, ``Parameter(t)``
+        once it exists); the version counter, which ``.data`` does not share, misses
+        the alias's writes. Code that keeps a copy derived from the array (O2 master
+        weights) compares it, with the array's identity, to see every write.
+        """
+        storage = self._storage
+        if storage is None:
+            storage = self._storage = [0]
+        return storage
 
     @classmethod
     def _wrap(cls, array: Any) -> "Tensor":
@@ -97,6 +135,7 @@ class Tensor:
         t._version = [0]
         t._hooks = None
         t._is_param = False
+        t._storage = None
         return t
 
     # ------------------------------------------------------------ properties
@@ -188,9 +227,10 @@ class Tensor:
         return array if dtype is None else array.astype(dtype)
 
     def detach(self) -> "Tensor":
-        """A new leaf sharing this tensor's data (and version counter)."""
+        """A new leaf sharing this tensor's array and version counter (and storage counter, if any)."""
         t = Tensor._wrap(self.array)
         t._version = self._version
+        t._storage = self._storage
         return t
 
     def detach_(self) -> "Tensor":
@@ -240,6 +280,12 @@ class Tensor:
 
     def bool(self) -> "Tensor":
         return self.to(dt.bool_)
+
+    def type_as(self, other: "Tensor") -> "Tensor":
+        """This tensor in ``other``'s dtype (``self`` itself when it already has it)."""
+        if not isinstance(other, Tensor):
+            raise TypeError(f"type_as(): argument 'other' (position 1) must be Tensor, not {type(other).__name__}")
+        return self.to(other.dtype)
 
     def is_floating_point(self) -> bool:
         return self.dtype in dt.FLOATING
@@ -307,6 +353,7 @@ class Tensor:
         self.array = result.array
         self.grad_fn, self._out_index, self._requires_grad = result.grad_fn, result._out_index, True
         self._version[0] += 1
+        self._storage = None  # a new array: earlier aliases keep the old one
         return self
 
     def _write(self, name: str, result: "Tensor") -> "Tensor":
@@ -328,6 +375,9 @@ class Tensor:
                                    f"operation.") from None
             raise
         self._version[0] += 1
+        if self._storage is not None:
+            self._storage[0] += 1
+            ALIASED_WRITES[0] += 1
 
     def _inplace_binary(self, name: str, op: Callable, other: Any) -> "Tensor":
         if self._check_inplace(name, other):
@@ -336,12 +386,14 @@ class Tensor:
             result = op(self, other)
         return self._write(name, result)
 
-    def add_(self, other: Any, alpha: float = 1) -> "Tensor":
+    def add_(self, other: Any, alpha: Any = 1) -> "Tensor":
+        other, alpha = _alpha_first("add_", other, alpha)
         if alpha != 1:
             other = other * alpha
         return self._inplace_binary("add_", tinyamp.ops.add, other)
 
-    def sub_(self, other: Any, alpha: float = 1) -> "Tensor":
+    def sub_(self, other: Any, alpha: Any = 1) -> "Tensor":
+        other, alpha = _alpha_first("sub_", other, alpha)
         if alpha != 1:
             other = other * alpha
         return self._inplace_binary("sub_", tinyamp.ops.sub, other)
@@ -374,6 +426,30 @@ class Tensor:
             raise RuntimeError("fill_: cannot fill a non-leaf tensor that requires grad in place")
         self._store("fill_", ..., value)
         return self
+
+    def _fill_random(self, name: str, fill: Callable[["Tensor"], Any]) -> "Tensor":
+        if self.dtype not in dt.FLOATING:
+            raise NotImplementedError(f'"{name}" not implemented for {dt.dtype_name(self.dtype)} '
+                                      f"(shape {list(self.shape)}): it needs a floating point tensor")
+        if self._check_inplace(name, None):
+            raise RuntimeError(f"{name}: cannot fill a non-leaf tensor that requires grad in place")
+        fill(self)
+        return self
+
+    def normal_(self, mean: float = 0, std: float = 1, *, generator: Any = None) -> "Tensor":
+        """Fill with samples from N(mean, std^2) (drawn in float32/float64, rounded once)."""
+        if std < 0:
+            raise RuntimeError(f"normal expects std >= 0.0, but found std {std}")
+        return self._fill_random("normal_", lambda t: tinyamp.nn.init.normal_(t, mean, std, generator))
+
+    def uniform_(self, from_: float = 0, to: float = 1, *, generator: Any = None, **kwargs: Any) -> "Tensor":
+        """Fill with samples from U(from, to) (``from`` is PyTorch's keyword, also accepted)."""
+        from_ = kwargs.pop("from", from_)
+        if kwargs:
+            raise TypeError(f"uniform_() got an unexpected keyword argument {next(iter(kwargs))!r}")
+        if from_ > to:
+            raise RuntimeError(f"uniform_ expects to return a [from, to) range, but found from={from_} > to={to}")
+        return self._fill_random("uniform_", lambda t: tinyamp.nn.init.uniform_(t, from_, to, generator))
 
     def copy_(self, src: "Tensor") -> "Tensor":
         """Copy ``src`` (same shape; dtype and device may differ: this *is* the explicit cast)."""
@@ -566,6 +642,16 @@ class Tensor:
         return method.__get__(self, Tensor)
 
 
+def _alpha_first(name: str, other: Any, alpha: Any) -> tuple[Any, Any]:
+    """PyTorch's deprecated ``add_(alpha, other)`` (``p.data.add_(-lr, p.grad)``), still accepted, with its warning."""
+    if isinstance(alpha, Tensor) and not isinstance(other, Tensor):
+        warnings.warn(f"This overload of {name} is deprecated:\n\t{name}(Number alpha, Tensor other)\n"
+                      f"Consider using one of the following signatures instead:\n\t"
+                      f"{name}(Tensor other, *, Number alpha = 1)", UserWarning, stacklevel=3)
+        return alpha, other
+    return other, alpha
+
+
 def _converted(array: Any, dtype: np.dtype) -> Any:
     """``array`` in ``dtype`` for an explicit write: rounded as PyTorch's ``copy_``, quietly.
 
@@ -603,3 +689,14 @@ def parse_to_args(caller: str, args: tuple, kwargs: dict) -> tuple["backend.Devi
             dtype = arg
     return (None if device is None else backend.Device(device),
             None if dtype is None else dt.as_dtype(dtype))
+
+
+def is_tensor(obj: Any) -> bool:
+    """True when ``obj`` is a Tensor (an ``nn.Parameter`` included), as ``torch.is_tensor``."""
+    return isinstance(obj, Tensor)
+
+
+def _assert(condition: Any, message: str) -> None:
+    """``torch._assert``: raise AssertionError(message) unless ``condition`` holds (a Tensor is read on the host)."""
+    if not condition:
+        raise AssertionError(message)

@@ -66,6 +66,17 @@ def ref_reduce(loss: np.ndarray, reduction: str) -> np.ndarray:
     return {"none": loss, "sum": np.asarray(loss.sum()), "mean": np.asarray(loss.mean())}[reduction]
 
 
+def ref_huber(x: np.ndarray, t: np.ndarray, delta: float = 1.0, reduction: str = "mean") -> np.ndarray:
+    d = np.abs(x - t)
+    return ref_reduce(np.where(d < delta, 0.5 * d ** 2, delta * (d - 0.5 * delta)), reduction)
+
+
+def ref_smooth_l1(x: np.ndarray, t: np.ndarray, beta: float = 1.0, reduction: str = "mean") -> np.ndarray:
+    d = np.abs(x - t)
+    loss = d if beta == 0 else np.where(d < beta, 0.5 * d ** 2 / beta, d - 0.5 * beta)
+    return ref_reduce(loss, reduction)
+
+
 def ref_bce(x: np.ndarray, t: np.ndarray, weight: "np.ndarray | None" = None, reduction: str = "mean") -> np.ndarray:
     loss = -(t * np.log(x) + (1 - t) * np.log(1 - x))
     return ref_reduce(loss if weight is None else loss * weight, reduction)
@@ -138,6 +149,24 @@ SPECS = [
              lambda x, t, r=r: ref_reduce(np.abs(x - t), r), [Arg((3, 4)), Arg((3, 4), 2, 3)],
              id=f"l1_loss_{r}")  # target in [2, 3), input in [-1, 1): never at the kink
       for r in ("mean", "sum", "none")],
+    # Huber / smooth L1: the input stays 0.05 from the kinks at |d| = delta (beta), where the second
+    # derivative jumps; rows with a target argument sit wholly in one region so both get gradients.
+    *[OpSpec("huber_loss", lambda x, r=r: ta.huber_loss(x, ta.zeros_like(x), reduction=r, delta=0.7),
+             lambda x, r=r: ref_huber(x, np.zeros_like(x), 0.7, r), [Arg((3, 4), -2, 2, away_from=(-0.7, 0.7))],
+             id=f"huber_loss_{r}")
+      for r in ("mean", "sum", "none")],
+    OpSpec("huber_loss", lambda x, t: ta.huber_loss(x, t), lambda x, t: ref_huber(x, t),
+           [Arg((3, 4), -0.4, 0.4), Arg((3, 4), -0.4, 0.4)], id="huber_loss_quadratic_target"),
+    OpSpec("huber_loss", lambda x, t: ta.huber_loss(x, t, reduction="sum", delta=0.5),
+           lambda x, t: ref_huber(x, t, 0.5, "sum"), [Arg((3, 4)), Arg((3, 4), 2, 3)], id="huber_loss_linear_target"),
+    *[OpSpec("smooth_l1_loss", lambda x, r=r: ta.smooth_l1_loss(x, ta.zeros_like(x), reduction=r, beta=0.5),
+             lambda x, r=r: ref_smooth_l1(x, np.zeros_like(x), 0.5, r),
+             [Arg((3, 4), -2, 2, away_from=(-0.5, 0.5))], id=f"smooth_l1_loss_{r}")
+      for r in ("mean", "sum", "none")],
+    OpSpec("smooth_l1_loss", lambda x, t: ta.smooth_l1_loss(x, t, beta=2.0), lambda x, t: ref_smooth_l1(x, t, 2.0),
+           [Arg((3, 4)), Arg((3, 4))], id="smooth_l1_loss_quadratic_target"),
+    OpSpec("smooth_l1_loss", lambda x, t: ta.smooth_l1_loss(x, t, beta=0.0), lambda x, t: ref_smooth_l1(x, t, 0.0),
+           [Arg((3, 4)), Arg((3, 4), 2, 3)], id="smooth_l1_loss_beta0_is_l1"),
     *[OpSpec("binary_cross_entropy", lambda x, t, r=r: ta.binary_cross_entropy(x, t, reduction=r),
              lambda x, t, r=r: ref_bce(x, t, reduction=r), [Arg((3, 4), 0.05, 0.95), Arg((3, 4), 0, 1)],
              id=f"binary_cross_entropy_{r}")

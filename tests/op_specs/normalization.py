@@ -1,4 +1,4 @@
-"""Op-spec rows for layer_norm and batch_norm (tinyamp/ops/normalization.py).
+"""Op-spec rows for layer_norm, group_norm and batch_norm (tinyamp/ops/normalization.py).
 
 batch_norm in training mode updates its running statistics in place, so each
 row's function makes fresh ones on every call (gradcheck calls it many times);
@@ -48,6 +48,17 @@ def ref_batch_norm(x: np.ndarray, weight: "np.ndarray | None" = None, bias: "np.
     return out
 
 
+def ref_group_norm(x: np.ndarray, groups: int, weight: "np.ndarray | None" = None,
+                   bias: "np.ndarray | None" = None) -> np.ndarray:
+    """Each sample's channels in ``groups`` blocks, each block normalised over its channels and positions."""
+    n, c = x.shape[:2]
+    out = ref_layer_norm(x.reshape(n, groups, -1), 1).reshape(x.shape)
+    shape = (1, c) + (1,) * (x.ndim - 2)
+    if weight is not None:
+        out = out * weight.reshape(shape)
+    return out if bias is None else out + bias.reshape(shape)
+
+
 def _fresh_stats(x: ta.Tensor, channels: int) -> tuple:
     return (ta.zeros(channels, dtype=x.dtype, device=x.device),
             ta.ones(channels, dtype=x.dtype, device=x.device))
@@ -66,6 +77,13 @@ SPECS = [
     OpSpec("layer_norm", lambda x, w: ta.layer_norm(x, 5, weight=w, eps=EPS),
            lambda x, w: ref_layer_norm(x, 1, w), [Arg((3, 5), -2, 2), Arg((5,), 0.5, 1.5)],
            id="layer_norm_weight_only"),
+    OpSpec("group_norm", lambda x, w, b: ta.group_norm(x, 2, w, b),
+           lambda x, w, b: ref_group_norm(x, 2, w, b),
+           [Arg((2, 6, 2, 3), -2, 2), Arg((6,), 0.5, 1.5), Arg((6,))], id="group_norm_affine_4d"),
+    OpSpec("group_norm", lambda x: ta.group_norm(x, 3, eps=EPS), lambda x: ref_group_norm(x, 3),
+           [Arg((3, 3, 4), -2, 2)], id="group_norm_plain_3d"),
+    OpSpec("group_norm", lambda x, w: ta.group_norm(x, 1, w), lambda x, w: ref_group_norm(x, 1, w),
+           [Arg((2, 4), -2, 2), Arg((4,), 0.5, 1.5)], id="group_norm_one_group_2d"),
     OpSpec("batch_norm", lambda x, w, b: ta.batch_norm(x, *_fresh_stats(x, 3), w, b, training=True),
            lambda x, w, b: ref_batch_norm(x, w, b), [Arg((5, 3), -2, 2), Arg((3,), 0.5, 1.5), Arg((3,))],
            id="batch_norm_train_2d"),

@@ -11,7 +11,8 @@ Regions form a stack kept in context variables (so per thread): an inner region
 (``enabled=False``, another dtype, more overrides) is undone on exit. The
 weight-cast cache (``casting.WEIGHT_CACHE``) outlives the regions: a float32
 weight is converted once per version (see ``casting.py`` for how this differs
-from PyTorch, which empties its cache at the outermost exit).
+from PyTorch, which empties its cache at the outermost exit); the outermost entry
+empties it after writes through ``.data``, which leave the version as it was.
 """
 
 from __future__ import annotations
@@ -159,6 +160,7 @@ class autocast:
         cache_enabled = (outer.cache_enabled if outer is not None else True) \
             if self._cache_enabled is None else self._cache_enabled
         if outer is None:
+            WEIGHT_CACHE.forget_aliased_writes()
             scope = precision.AutocastScope(WEIGHT_CACHE, dict(self.overrides), cache_enabled)
         else:
             scope = precision.AutocastScope(outer.cache, {**outer.overrides, **self.overrides}, cache_enabled)

@@ -40,7 +40,7 @@ from ..kernels import cuda_launch
 from ..kernels.convert import convert
 from ..kernels.round_through import LowCopy
 from ..ops.cast import CachedCast, Cast, cast
-from ..tensor import Tensor
+from ..tensor import ALIASED_WRITES, Tensor
 from ..precision import PROMOTE, AutocastState, Precision
 
 
@@ -69,6 +69,15 @@ class WeightCastCache:
         self._entries: dict[tuple[int, np.dtype], list] = {}  # (id, dtype) -> [weakref, version, LowCopy]
         self.hits = 0
         self.misses = 0
+        self._aliased_writes = ALIASED_WRITES[0]
+
+    def forget_aliased_writes(self) -> None:
+        """Drop every entry if some array was written through a ``.data`` alias (or ``.data`` set) since the
+        last call: those writes leave the version counter as it was, as in PyTorch. Called at each outermost
+        autocast entry, so a weight written that way is converted anew by the next region."""
+        if self._aliased_writes != ALIASED_WRITES[0]:
+            self._aliased_writes = ALIASED_WRITES[0]
+            self._entries.clear()
 
     def get(self, weight: Any, dtype: np.dtype) -> Any:
         """The converted array of ``weight``, or None when absent or stale."""

@@ -363,7 +363,7 @@ def _drop_grads(model: Module) -> None:
 
 
 def _random_states() -> dict:
-    """The CPU generators' states (GPU generators cannot be rewound: see tinyamp/random.py)."""
+    """The CPU generators' states (a GPU generator is left to run on: reading its state is a host copy)."""
     return {dev: gen.get_state() for dev, gen in ta_random._default.items() if dev.type == "cpu"}
 
 

@@ -408,11 +408,11 @@ def _with_scalars(op: Function, args: tuple) -> list[Tensor]:
             # NumPy scalars are treated like Python numbers (weak), as PyTorch does.
             tensors.append(_scalar_tensor(arg.item() if isinstance(arg, np.generic) else arg, reference))
         elif hasattr(arg, "__array_interface__") or hasattr(arg, "__cuda_array_interface__"):
-            # Often torch-style `t.array`, which in tinyamp is the raw array, not a Tensor.
+            # A raw array (`t.array`, `t.numpy()`): PyTorch refuses it too; say how to wrap it.
             raise TypeError(f"{op.name}: expected Tensors or Python numbers, got a {type(arg).__name__} "
-                            f"(shape {list(arg.shape)}); tinyamp's `tensor.array` is the raw NumPy/CuPy array: "
-                            f"use `tensor.detach()` for a Tensor without history, or wrap arrays with "
-                            f"ta.from_numpy / ta.tensor")
+                            f"(shape {list(arg.shape)}); wrap arrays with ta.from_numpy / ta.tensor "
+                            f"(`tensor.array` is tinyamp's raw NumPy/CuPy array; `tensor.data` and "
+                            f"`tensor.detach()` are Tensors)")
         else:
             raise TypeError(f"{op.name}: expected Tensors or Python numbers, got {type(arg).__name__}")
     return tensors

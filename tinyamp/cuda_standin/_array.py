@@ -31,7 +31,7 @@ from typing import Any, Callable
 import numpy as np
 
 from . import _capture, _memory
-from ._counters import counters
+from ._counters import counters, footprint
 from ._device import Device
 
 PYTHON_SCALARS = (int, float, bool, complex)
@@ -113,7 +113,21 @@ def _dense_strides(result: np.ndarray) -> "tuple | None":
     return None
 
 
-def adopt(result: Any, kernel: str, keep_layout: bool = False) -> "ndarray":
+def read_bytes(arrays: tuple) -> int:
+    """Bytes a kernel reads from ``arrays`` (stand-in arrays): each distinct view's elements once."""
+    if len(arrays) == 1:
+        return footprint(arrays[0]._a)
+    seen, total = set(), 0
+    for a in arrays:
+        view = a._a
+        key = (view.__array_interface__["data"][0], view.shape, view.strides)
+        if key not in seen:
+            seen.add(key)
+            total += footprint(view)
+    return total
+
+
+def adopt(result: Any, kernel: str, keep_layout: bool = False, read: int = 0) -> "ndarray":
     """A device array holding ``result`` (a host NumPy value just computed "on the device"): one launch.
 
     ``keep_layout`` keeps an F-ordered or permuted dense layout (CuPy's
@@ -126,29 +140,32 @@ def adopt(result: Any, kernel: str, keep_layout: bool = False) -> "ndarray":
     out = _allocate(result.shape, result.dtype, result.nbytes, _dense_strides(result) if keep_layout else None)
     if result.size:
         np.copyto(out._a, result, casting="unsafe")
-    counters.launch(kernel)
+    counters.launch(kernel, read, out.nbytes)
     return out
 
 
-def produce(kernel: str, compute: Callable[[], Any], *arrays: "ndarray", keep_layout: bool = False) -> "ndarray":
-    """A new device array holding ``compute()``: one launch of ``kernel``.
+def produce(kernel: str, compute: Callable[[], Any], *arrays: "ndarray", keep_layout: bool = False,
+            read: "int | None" = None) -> "ndarray":
+    """A new device array holding ``compute()``: one launch of ``kernel``, reading ``arrays`` (or ``read``
+    bytes) and writing the result.
 
     While a stream captures, the node recorded writes ``compute()`` into the
     same memory at each replay, so ``compute`` must close over NumPy views
     (``x._a``) and scalars, never over stand-in arrays (a graph does not keep
     its arrays alive). ``arrays`` are the stand-in arrays it reads.
     """
-    out = adopt(compute(), kernel, keep_layout)
+    out = adopt(compute(), kernel, keep_layout, read_bytes(arrays) if read is None else read)
     if _capture.active is not None:
         view = out._a
         _capture.record(kernel, lambda: _write(view, compute()), (*arrays, out))
     return out
 
 
-def run(kernel: str, action: Callable[[], None], *arrays: "ndarray") -> None:
-    """Do ``action`` (an in-place write into device memory): one launch of ``kernel``, recorded by a capture."""
+def run(kernel: str, action: Callable[[], None], *arrays: "ndarray", moved: "tuple[int, int]" = (0, 0)) -> None:
+    """Do ``action`` (an in-place write into device memory): one launch of ``kernel`` reading and writing
+    ``moved`` bytes (unless declared, see ``_counters``), recorded by a capture."""
     action()
-    counters.launch(kernel)
+    counters.launch(kernel, *moved)
     if _capture.active is not None:
         _capture.record(kernel, action, arrays)
 
@@ -428,8 +445,11 @@ class ndarray:  # noqa: N801 - CuPy's name
             with _quiet():
                 target[parts] = source
 
+        selected = target[parts]  # a view (basic) or a copy of the selection (advanced): its size is what is written
+        written = footprint(selected) if basic else selected.nbytes
+        read = read_bytes(tuple(keep) + ((value,) if kind is ndarray else ()))
         run("setitem" if not basic else "copy" if kind is ndarray else "fill", write, self, *keep,
-            *((value,) if kind is ndarray else ()))
+            *((value,) if kind is ndarray else ()), moved=(read, written))
 
     # ------------------------------------------------------- shape methods
     def reshape(self, *shape: Any, order: str = "C") -> "ndarray":
@@ -491,7 +511,7 @@ class ndarray:  # noqa: N801 - CuPy's name
                 raise ValueError("non-scalar numpy.ndarray cannot be used for fill")
             source = host[()]
         target = self._a
-        run("fill", lambda: target.__setitem__(Ellipsis, source), self)
+        run("fill", lambda: target.__setitem__(Ellipsis, source), self, moved=(0, footprint(target)))
 
     # The Python operators, __array_ufunc__, __reduce__ and the value methods (sum, max, clip,
     # ...) are attached by _operators.py: they call the functions of _routines.py, which build

@@ -29,7 +29,7 @@ handed out during the capture with garbage (0xFF bytes, as a fresh block).
 Random generators, whose state CuPy keeps on the device, get their state back
 too. The graph's first launch does the work.
 
-**Replay.** ``Graph.launch()`` runs the nodes in order (one counted launch,
+**Replay.** ``Graph.launch()`` runs the nodes in order (one counted launch, with the bytes its nodes move,
 ``cudaGraphLaunch``). Before it does, it checks that every array a node uses
 that was allocated outside the capture's own pool is still allocated: a graph
 that writes into memory its owner gave back would, on a GPU, write into
@@ -91,6 +91,7 @@ class _Capture:
     def __init__(self, stream: Any, mode: int, pool: "_memory.MemoryPool | None") -> None:
         self.stream, self.mode, self.pool = stream, mode, pool
         self.nodes: list[tuple[str, Callable[[], None], tuple]] = []
+        self.moved = [0, 0]  # bytes the nodes read and write (counters.last_bytes of each recorded launch)
         self.invalid: "str | None" = None
         self.pool_mallocs = pool.device_mallocs if pool is not None else 0
         # Every live block's bytes, to be written back at the end (nothing ran).
@@ -118,6 +119,8 @@ def record(kernel: str, replay: Callable[[], None], arrays: tuple = ()) -> None:
     outside = tuple(weakref.ref(a._data.mem) for a in arrays
                     if a._data.mem.pool is not None and a._data.mem.pool is not capture.pool)
     capture.nodes.append((kernel, replay, outside))
+    capture.moved[0] += counters.last_bytes[0]
+    capture.moved[1] += counters.last_bytes[1]
 
 
 def on_rollback(key: Any, restore: Callable[[], None]) -> None:
@@ -231,7 +234,7 @@ def end_capture(self: _device.Stream) -> "Graph":
     if capture.invalid is not None:
         raise runtime.CUDARuntimeError(runtime.cudaErrorStreamCaptureInvalidated,
                                        f"the capture was invalidated by: {capture.invalid}")
-    return Graph._from_capture(capture.nodes, capture.pool)
+    return Graph._from_capture(capture.nodes, capture.pool, tuple(capture.moved))
 
 
 def is_capturing(self: _device.Stream) -> bool:
@@ -260,9 +263,9 @@ class Graph:
                                   "via stream capture")
 
     @classmethod
-    def _from_capture(cls, nodes: list, pool: Any) -> "Graph":
+    def _from_capture(cls, nodes: list, pool: Any, moved: tuple = (0, 0)) -> "Graph":
         graph = object.__new__(cls)
-        graph._nodes, graph._pool = nodes, pool
+        graph._nodes, graph._pool, graph._moved = nodes, pool, moved
         return graph
 
     @property
@@ -273,8 +276,8 @@ class Graph:
     def launch(self, stream: Any = None) -> None:
         """Run the recorded work on the memory it was recorded on (one ``cudaGraphLaunch``)."""
         if active is not None:  # a graph launched into a capture becomes one node of it
+            counters.launch("cudaGraphLaunch", *self._moved)
             record("cudaGraphLaunch", self._run)
-            counters.launch("cudaGraphLaunch")
             return
         for index, (name, _, outside) in enumerate(self._nodes):
             for ref in outside:
@@ -284,7 +287,7 @@ class Graph:
                         "pool that has been freed since the capture; on a GPU the replay would read and write "
                         "memory the pool may have handed to other arrays (keep every array a graph uses alive "
                         "while the graph is replayed) [tinyamp CUDA stand-in]")
-        counters.launch("cudaGraphLaunch")
+        counters.launch("cudaGraphLaunch", *self._moved)  # the bytes of every node it replays
         self._run()
 
     def _run(self) -> None:

@@ -16,14 +16,15 @@ ml_dtypes returns float32 for bfloat16).
 
 from __future__ import annotations
 
+import builtins
 import functools
 from typing import Any, Callable
 
 import ml_dtypes
 import numpy as np
 
-from ._array import empty as _empty, host_to_device, ndarray, operand, produce, quiet_call, run
-from ._counters import counters
+from ._array import empty as _empty, host_to_device, ndarray, operand, produce, quiet_call, read_bytes, run
+from ._counters import counters, footprint
 
 _quiet = functools.partial(np.errstate, all="ignore")  # a fresh errstate each time: it is not reentrant
 _LOW = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
@@ -35,6 +36,12 @@ def _device_array(value: Any, function: str) -> ndarray:
         return value
     raise TypeError(f"cupy.{function}: expected a cupy.ndarray, got {type(value)} "
                     f"(a host value must be copied with cupy.asarray first)")
+
+
+def _scattered_bytes(target: ndarray, sources: list) -> int:
+    """Bytes of ``target`` an indexed update (``add.at``, ``scatter_add``) touches: one element per index."""
+    count = builtins.max((a.size for a in sources), default=target.size)  # max and min are cupy's below
+    return builtins.min(count, target.size) * target.itemsize
 
 
 def _out(out: Any, function: str) -> ndarray:
@@ -62,7 +69,7 @@ class ufunc:  # noqa: N801 - CuPy's name
             target = _out(out, self.name)
             view = target._a
             run(self.name, lambda: quiet_call(function, *values, out=view, dtype=dtype, casting=casting),
-                target, *devices)
+                target, *devices, moved=(read_bytes(tuple(devices)), footprint(view)))
             return target
         return produce(self.name, lambda: quiet_call(function, *values, dtype=dtype, casting=casting), *devices)
 
@@ -73,7 +80,9 @@ class ufunc:  # noqa: N801 - CuPy's name
         view, function = target._a, self._ufunc
         extra = () if b is None else (operand(b),)
         devices = [x for x in ((indices if type(indices) is tuple else (indices,)) + (b,)) if type(x) is ndarray]
-        run(f"{self.name}.at", lambda: quiet_call(function.at, view, index, *extra), target, *devices)
+        touched = _scattered_bytes(target, devices)
+        run(f"{self.name}.at", lambda: quiet_call(function.at, view, index, *extra), target, *devices,
+            moved=(read_bytes(tuple(devices)) + touched, touched))
 
     def __repr__(self) -> str:
         return f"<ufunc '{self.name}'>"
@@ -100,7 +109,8 @@ def clip(a: ndarray, a_min: Any = None, a_max: Any = None, out: Any = None, **kw
     devices = [a] + [x for x in (a_min, a_max) if type(x) is ndarray]
     if out is not None:
         target = _out(out, "clip")._a
-        run("clip", lambda: np.copyto(target, quiet_call(np.clip, view, low, high), casting="unsafe"), out, *devices)
+        run("clip", lambda: np.copyto(target, quiet_call(np.clip, view, low, high), casting="unsafe"), out, *devices,
+            moved=(read_bytes(tuple(devices)), footprint(target)))
         return out
     return produce("clip", lambda: quiet_call(np.clip, view, low, high), *devices)
 
@@ -145,7 +155,8 @@ def matmul(a: Any, b: Any, out: Any = None, dtype: Any = None) -> ndarray:
 
     if out is not None:
         target = _out(out, "matmul")._a
-        run("matmul", lambda: np.copyto(target, compute(), casting="unsafe"), out, x, y)
+        run("matmul", lambda: np.copyto(target, compute(), casting="unsafe"), out, x, y,
+            moved=(read_bytes((x, y)), footprint(target)))
         return out
     return produce("matmul", compute, x, y)
 
@@ -174,14 +185,14 @@ def zeros(shape: Any, dtype: Any = float, order: str = "C") -> ndarray:
     """Zeros: one allocation and a memset."""
     out = empty(shape, dtype, order)
     view = out._a
-    run("memset", lambda: view.fill(0), out)
+    run("memset", lambda: view.fill(0), out, moved=(0, view.nbytes))
     return out
 
 
 def ones(shape: Any, dtype: Any = float, order: str = "C") -> ndarray:
     out = empty(shape, dtype, order)
     view = out._a
-    run("fill", lambda: view.fill(1), out)
+    run("fill", lambda: view.fill(1), out, moved=(0, view.nbytes))
     return out
 
 
@@ -229,7 +240,7 @@ def linspace(start: Any, stop: Any, num: int = 50, endpoint: bool = True, retste
 def eye(N: int, M: "int | None" = None, k: int = 0, dtype: Any = float, order: str = "C") -> ndarray:  # noqa: N803
     out = zeros((N, N if M is None else M), dtype)
     view = out._a
-    run("fill", lambda: np.copyto(view, np.eye(N, M, k, dtype=dtype)), out)
+    run("fill", lambda: np.copyto(view, np.eye(N, M, k, dtype=dtype)), out, moved=(0, view.nbytes))
     return out
 
 
@@ -280,8 +291,9 @@ def copyto(dst: Any, src: Any, casting: str = "same_kind", where: Any = None) ->
             raise ValueError("non-scalar numpy.ndarray cannot be used for copyto")
         src = src.squeeze()[()]
     value, mask, target = operand(src), True if where is None else operand(where), dst._a
-    run("copy", lambda: quiet_call(np.copyto, target, value, casting=casting, where=mask), dst,
-        *(v for v in (src, where) if type(v) is ndarray))
+    sources = tuple(v for v in (src, where) if type(v) is ndarray)
+    run("copy", lambda: quiet_call(np.copyto, target, value, casting=casting, where=mask), dst, *sources,
+        moved=(read_bytes(sources), footprint(target)))
 
 
 # --------------------------------------------------------------- reductions
@@ -305,7 +317,8 @@ def _reduction(name: str, accumulate_low_in_float32: bool) -> Callable:
 
         if out is not None:
             target = _out(out, name)._a
-            run(name, lambda: np.copyto(target, compute(), casting="unsafe"), out, x)
+            run(name, lambda: np.copyto(target, compute(), casting="unsafe"), out, x,
+                moved=(read_bytes((x,)), footprint(target)))
             return out
         return produce(name, compute, x)
 
@@ -405,15 +418,17 @@ def take_along_axis(a: Any, indices: Any, axis: Any) -> ndarray:
 def put_along_axis(a: Any, indices: Any, values: Any, axis: Any) -> None:
     target, index = _device_array(a, "put_along_axis"), _device_array(indices, "put_along_axis")
     view, index_view, value = target._a, index._a, operand(values)
-    run("put_along_axis", lambda: np.put_along_axis(view, index_view, value, axis), target, index,
-        *((values,) if type(values) is ndarray else ()))
+    sources = (index, *((values,) if type(values) is ndarray else ()))
+    run("put_along_axis", lambda: np.put_along_axis(view, index_view, value, axis), target, *sources,
+        moved=(read_bytes(sources), index.size * target.itemsize))
 
 
 def put(a: Any, ind: Any, v: Any, mode: str = "wrap") -> None:
     target = _device_array(a, "put")
     view, index, value = target._a, operand(ind), operand(v)
-    run("put", lambda: np.put(view, index, value, mode=mode), target,
-        *(x for x in (ind, v) if type(x) is ndarray))
+    sources = tuple(x for x in (ind, v) if type(x) is ndarray)
+    run("put", lambda: np.put(view, index, value, mode=mode), target, *sources,
+        moved=(read_bytes(sources), np.size(index) * target.itemsize))
 
 
 def repeat(a: Any, repeats: Any, axis: Any = None) -> ndarray:
@@ -532,12 +547,12 @@ def can_cast(from_: Any, to: Any, casting: str = "safe") -> bool:
 # --------------------------------------------------------- ndarray methods
 def _sort_in_place(self: ndarray, axis: int = -1, kind: Any = None) -> None:
     view = self._a
-    run("sort", lambda: view.sort(axis=axis), self)
+    run("sort", lambda: view.sort(axis=axis), self, moved=(view.nbytes, view.nbytes))
 
 
 def _partition_in_place(self: ndarray, kth: Any, axis: int = -1) -> None:
     view = self._a
-    run("partition", lambda: view.partition(kth, axis=axis), self)
+    run("partition", lambda: view.partition(kth, axis=axis), self, moved=(view.nbytes, view.nbytes))
 
 
 # x.sum(...) is sum(x, ...), and so on (sort and partition work in place, as the methods do).

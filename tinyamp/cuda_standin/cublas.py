@@ -178,6 +178,7 @@ def _gemm(function: str, handle: int, transa: int, transb: int, m: int, n: int, 
     if m == 0 or n == 0 or batch == 0:
         run(function, lambda: None)
         return
+    in_size, c_size = _DATA_TYPES[a_type].itemsize, _DATA_TYPES[c_type].itemsize
     in_dtype, c_dtype = _DATA_TYPES[a_type], _DATA_TYPES[c_type]
     accumulate = _ACCUMULATOR.get(compute, np.float32)
     scale_type = np.float16 if accumulate is np.float16 else np.float64 if accumulate is np.float64 else np.float32
@@ -214,7 +215,10 @@ def _gemm(function: str, handle: int, transa: int, transb: int, m: int, n: int, 
                 total = (total + accumulate(scale_b) * out.astype(accumulate)).astype(accumulate)
             out[...] = total.astype(c_dtype)
 
-    run(function, multiply)
+    # A and B read once, C written once (and read first when beta is not 0: checked at the call).
+    reads_c = device_scalars or beta_value != 0.0
+    moved = (batch * ((m * k + k * n) * in_size + (m * n * c_size if reads_c else 0)), batch * m * n * c_size)
+    run(function, multiply, moved=moved)
 
 
 def gemmEx(handle: int, transa: int, transb: int, m: int, n: int, k: int, alpha: int, A: int,  # noqa: N802,N803

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from ._array import ndarray, operand, quiet_call, run
+from ._array import ndarray, operand, quiet_call, read_bytes, run
 
 
 def scatter_add(a: ndarray, slices: Any, value: Any) -> None:
@@ -17,5 +17,7 @@ def scatter_add(a: ndarray, slices: Any, value: Any) -> None:
         else (slices if isinstance(slices, slice) else operand(slices))
     view, source = a._a, operand(value)
     parts = slices if type(slices) is tuple else (slices,)
-    run("scatter_add", lambda: quiet_call(np.add.at, view, index, source), a,
-        *(x for x in parts + (value,) if type(x) is ndarray))
+    sources = tuple(x for x in parts + (value,) if type(x) is ndarray)
+    touched = min(max((x.size for x in sources), default=a.size), a.size) * a.itemsize  # one element per index
+    run("scatter_add", lambda: quiet_call(np.add.at, view, index, source), a, *sources,
+        moved=(read_bytes(sources) + touched, touched))

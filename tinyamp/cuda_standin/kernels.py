@@ -28,7 +28,10 @@ NVRTC itself and CuPy's code generation (tests/test_nvrtc_kernels.py compiles
 every kernel tinyamp builds with NVRTC, as CuPy writes it), races between
 threads and the device's libm (``pow``).
 
-Every call counts one launch under the kernel's name (see ``_counters``); while a
+Every call counts one launch under the kernel's name (see ``_counters``), with the
+bytes of its array arguments: an ElementwiseKernel reads its inputs and writes its
+outputs, a RawKernel reads its ``const`` pointers and writes the others, unless the
+caller declared what the launch moves (``counters.declare``); while a
 stream captures, it is recorded with its addresses and scalar arguments frozen
 (see ``_capture``).
 """
@@ -47,7 +50,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from ._array import ndarray, run
+from ._array import ndarray, read_bytes, run
 
 CXX = shutil.which("g++")
 CACHE = os.path.join(tempfile.gettempdir(), f"tinyamp-cuda-standin-{os.getuid()}")
@@ -62,6 +65,7 @@ using std::isfinite; using std::isnan; using std::isinf; using std::sqrt; using 
 #define __device__
 #define __forceinline__ inline
 struct standin_dim3 { unsigned int x, y, z; };
+struct uint4 { unsigned int x, y, z, w; };  // CUDA's 16-byte vector type
 static standin_dim3 blockIdx, blockDim, threadIdx, gridDim;
 static inline unsigned int __float_as_uint(float f) { unsigned int u; std::memcpy(&u, &f, 4); return u; }
 static inline float __uint_as_float(unsigned int u) { float f; std::memcpy(&f, &u, 4); return f; }
@@ -129,17 +133,26 @@ def parse_params(text: str) -> list[tuple[bool, str, str]]:
 
 def parse_signature(source: str, name: str) -> list[tuple[str, str]]:
     """[(C type, name)] of ``extern "C" __global__ void name(...)`` in a RawKernel source."""
-    match = re.search(r'extern\s+"C"\s+__global__\s+void\s+' + re.escape(name) + r"\s*\(([^)]*)\)", source)
-    if match is None:
-        raise LookupError(f"no kernel {name} in the source")
     params = []
-    for item in match.group(1).split(","):
+    for item in _signature_items(source, name):
         item = " ".join(item.replace("const ", "").split())
         ctype, pname = item.rsplit(" ", 1)
         if pname.startswith("*"):
             ctype, pname = ctype + "*", pname[1:]
         params.append((ctype.replace(" *", "*"), pname))
     return params
+
+
+def _signature_items(source: str, name: str) -> list[str]:
+    match = re.search(r'extern\s+"C"\s+__global__\s+void\s+' + re.escape(name) + r"\s*\(([^)]*)\)", source)
+    if match is None:
+        raise LookupError(f"no kernel {name} in the source")
+    return match.group(1).split(",")
+
+
+def read_only_pointers(source: str, name: str) -> list[bool]:
+    """For each parameter of kernel ``name``: whether it is a pointer to ``const`` data (read, never written)."""
+    return [bool(re.match(r"\s*const\b", item)) and "*" in item for item in _signature_items(source, name)]
 
 
 def host_source(cuda_source: str, name: str) -> str:
@@ -237,8 +250,11 @@ class ElementwiseKernel:
         count = size if size != -1 else nonraw[0].size
         self.calls.append(tuple(a.dtype if type(a) is ndarray else type(a) for a in args))
         devices = [a for a in args if type(a) is ndarray]
+        n_in = len(self.ins)
+        moved = (read_bytes(tuple(a for a in args[:n_in] if type(a) is ndarray)),
+                 read_bytes(tuple(a for a in args[n_in:] if type(a) is ndarray)))
         if not self.execute:
-            run(self.name, lambda: None, *devices)
+            run(self.name, lambda: None, *devices, moved=moved)
             return
         lib = _library(self._source(params, args, types_))
         # Frozen at the call, as a launch's arguments are: the addresses and the scalars.
@@ -251,7 +267,7 @@ class ElementwiseKernel:
             else:
                 ctype = _CTYPE[_dtype_name(t)]
                 frozen.append(_CTYPES_SCALAR[ctype](_dtype_name(t).type(a).item()))
-        run(self.name, lambda: _run_elementwise(lib, frozen), *devices)
+        run(self.name, lambda: _run_elementwise(lib, frozen), *devices, moved=moved)
 
     def _source(self, params: list, args: tuple, types_: dict) -> str:
         sig, decls = ["long long standin_size"], []
@@ -299,6 +315,7 @@ class RawKernel:
             raise TypeError(f"unexpected RawKernel arguments {sorted(kwargs)}")
         self.code, self.name, self.options = code, name, tuple(options)
         self.params = parse_signature(code, name)
+        self.read_only = read_only_pointers(code, name)
         self._host_code = host_source(code, name)
         self.calls: list[tuple] = []
 
@@ -324,8 +341,10 @@ class RawKernel:
                 call_args.append(_CTYPES_SCALAR[ctype](a.item()))
         self.calls.append((tuple(grid), tuple(block)))
         devices = [a for a in args if type(a) is ndarray]
+        moved = (read_bytes(tuple(a for a, const in zip(args, self.read_only) if const)),
+                 read_bytes(tuple(a for a, const in zip(args, self.read_only) if type(a) is ndarray and not const)))
         if not self.execute:
-            run(self.name, lambda: None, *devices)
+            run(self.name, lambda: None, *devices, moved=moved)
             return
         grid3 = tuple(grid) + (1,) * (3 - len(grid))
         block3 = tuple(block) + (1,) * (3 - len(block))
@@ -333,7 +352,7 @@ class RawKernel:
         # The pointers and scalars are frozen; what the kernel reads through them (pointer tables included)
         # is read when it runs.
         frozen = [ctypes.c_uint(v) for v in grid3 + block3] + call_args
-        run(self.name, lambda: lib.standin_run(*frozen), *devices)
+        run(self.name, lambda: lib.standin_run(*frozen), *devices, moved=moved)
 
     def _source(self) -> str:
         sig = ", ".join(f"{t} {p}" for t, p in self.params)

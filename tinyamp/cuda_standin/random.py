@@ -15,6 +15,7 @@ import numpy as np
 
 from . import _capture
 from ._array import ndarray, produce
+from ._routines import zeros
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -26,19 +27,60 @@ def _float_dtype(dtype: Any, method: str) -> np.dtype:
     return dtype
 
 
+class _BitGenerator:
+    """CuPy's ``bit_generator`` as far as tinyamp reads it: ``_state``, the generator's state as a device
+    int8 array (CuPy's cuRAND states; here the 40 bytes of a PCG64 state), read and written in place."""
+
+    def __init__(self, rng: np.random.Generator) -> None:
+        self._rng = rng
+        self._state = zeros((_STATE_BYTES,), np.int8)
+        self.store()
+
+    def store(self) -> None:
+        """The host generator's state into the device array."""
+        self._state._a[...] = np.frombuffer(_pcg64_bytes(self._rng.bit_generator.state), np.int8)
+
+    def load(self) -> None:
+        """The device array (which ``_state[...] = ...`` may have rewritten) into the host generator."""
+        b = self._state._a.tobytes()
+        self._rng.bit_generator.state = {
+            "bit_generator": "PCG64",
+            "state": {"state": int.from_bytes(b[:16], "little"), "inc": int.from_bytes(b[16:32], "little")},
+            "has_uint32": int.from_bytes(b[32:36], "little"), "uinteger": int.from_bytes(b[36:40], "little")}
+
+
+_STATE_BYTES = 40
+
+
+def _pcg64_bytes(state: dict) -> bytes:
+    inner = state["state"]
+    return (int(inner["state"]).to_bytes(16, "little") + int(inner["inc"]).to_bytes(16, "little")
+            + int(state["has_uint32"]).to_bytes(4, "little") + int(state["uinteger"]).to_bytes(4, "little"))
+
+
 class Generator:
-    """``cupy.random.Generator``: ``random``, ``uniform``, ``standard_normal``, ``integers``."""
+    """``cupy.random.Generator``: ``random``, ``uniform``, ``standard_normal``, ``integers``, ``bit_generator``."""
 
     def __init__(self, seed: Any = None) -> None:
         self._rng = np.random.default_rng(seed)
+        self.bit_generator = _BitGenerator(self._rng)
 
     def _draw(self, kernel: str, draw: Any) -> ndarray:
-        """One drawing kernel. CuPy keeps a generator's state on the device, so a capture does not advance
-        it (its state comes back when the capture ends) and each replay draws the next numbers."""
+        """One drawing kernel, reading and advancing the state held on the device. CuPy keeps a generator's
+        state on the device, so a capture does not advance it (its state comes back when the capture ends)
+        and each replay draws the next numbers."""
+        bits = self.bit_generator
+        bits.load()
         if _capture.active is not None:
             state = self._rng.bit_generator.state
-            _capture.on_rollback(self, lambda: setattr(self._rng.bit_generator, "state", state))
-        return produce(kernel, draw)
+            _capture.on_rollback(self, lambda: (setattr(self._rng.bit_generator, "state", state), bits.store()))
+
+        def drawn() -> Any:
+            bits.load()
+            values = draw()
+            bits.store()
+            return values
+        return produce(kernel, drawn)
 
     def random(self, size: Any = None, dtype: Any = np.float64, out: "ndarray | None" = None) -> ndarray:
         dtype = _float_dtype(dtype, "random")

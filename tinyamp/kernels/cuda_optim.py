@@ -213,8 +213,13 @@ def _signatures(weights: list, grads: list, lows: list) -> dict:
 
 
 
-def _per_tensor_threads(kernel: Any, name: str, args: tuple, ntensors: int) -> None:
-    launch.count(name)
+def _nbytes(*columns: "list | None") -> int:
+    """Bytes of every array in the columns (None entries and columns skipped)."""
+    return sum(a.nbytes for column in columns if column is not None for a in column if a is not None)
+
+
+def _per_tensor_threads(kernel: Any, name: str, args: tuple, ntensors: int, moved: tuple) -> None:
+    launch.count(name, moved)
     kernel(((ntensors + GROUP_BLOCK - 1) // GROUP_BLOCK,), (GROUP_BLOCK,), args)
 
 
@@ -245,7 +250,11 @@ def sgd_group(weights: list, grads: list, bufs: "list | None", steps: "list | No
             if chunks.shape[0] == 0:
                 continue
             name, source = sgd_group_source(w_dt, g_dt, lo_dt)
-            launch.count(name)
+            # Each weight, gradient, momentum buffer and step counter read once; weight, buffer and low copy
+            # written once; the tables read by every block (counted once).
+            w, g, b, st, lo = columns
+            launch.count(name, (_nbytes(w, g, b, st) + ptrs.nbytes + chunks.nbytes + found.nbytes + hyper.nbytes,
+                                _nbytes(w, b, lo)))
             launch.raw_kernel(name, source)((chunks.shape[0],), (GROUP_BLOCK,),
                                             (ptrs, np.int32(len(index)), chunks, found, hyper,
                                              np.int32(momentum_on), np.int32(nesterov), np.int32(maximize)))
@@ -253,7 +262,8 @@ def sgd_group(weights: list, grads: list, bufs: "list | None", steps: "list | No
             table = launch.pointer_table(dev, [launch._pointer(s) for s in steps])
             kernel = launch.raw_kernel("tinyamp_advance_steps",
                                        launch.F16_CONVERSIONS + launch.BF16_CONVERSIONS + ADVANCE_STEPS)
-            _per_tensor_threads(kernel, "tinyamp_advance_steps", (table, np.int32(count), found), count)
+            _per_tensor_threads(kernel, "tinyamp_advance_steps", (table, np.int32(count), found), count,
+                                (table.nbytes + found.nbytes + _nbytes(steps), _nbytes(steps)))
 
 
 def adam_group(weights: list, grads: list, ms: list, vs: list, v_maxs: "list | None", steps: list,
@@ -290,7 +300,9 @@ def adam_group(weights: list, grads: list, ms: list, vs: list, v_maxs: "list | N
             if chunks.shape[0] == 0:
                 continue
             name, source = adam_group_source(w_dt, g_dt, lo_dt)
-            launch.count(name)
+            w, g, m, v, vmax, st, lo = columns
+            launch.count(name, (_nbytes(w, g, m, v, vmax, st) + ptrs.nbytes + chunks.nbytes + found.nbytes
+                                + hyper.nbytes + 8 * len(index), _nbytes(w, m, v, vmax, lo)))
             launch.raw_kernel(name, source)((chunks.shape[0],), (GROUP_BLOCK,),
                                             (ptrs, np.int32(len(index)), chunks, found, hyper, rows,
                                              np.int32(decoupled), np.int32(amsgrad)))
@@ -305,4 +317,6 @@ def adam_bias_corrections(steps: list, found_inf: Any, hyper: Any, coef: Any) ->
         prepare = launch.raw_kernel("tinyamp_adam_prepare_group",
                                     launch.F16_CONVERSIONS + launch.BF16_CONVERSIONS + ADAM_PREPARE_GROUP)
         _per_tensor_threads(prepare, "tinyamp_adam_prepare_group",
-                            (table, np.int32(len(steps)), found_inf, hyper, coef), len(steps))
+                            (table, np.int32(len(steps)), found_inf, hyper, coef), len(steps),
+                            (table.nbytes + found_inf.nbytes + hyper.nbytes + _nbytes(steps),
+                             _nbytes(steps) + 8 * len(steps)))

@@ -121,7 +121,9 @@ def unscale_group(grads: list, outs: list, scale: Any, found_inf: Any) -> list[t
             ptrs = launch.pointer_table(dev, [launch._pointer(g) for g, _ in pairs]
                                         + [launch._pointer(o) for _, o in pairs],
                                         site=("unscale", g_dtype, o_dtype, len(pairs)))
-            launch.count(name)
+            # Each gradient read once, each output written once (the same memory when unscaling in place).
+            launch.count(name, (sum(g.nbytes for g, _ in pairs) + ptrs.nbytes + chunks.nbytes + scale.nbytes,
+                                sum(o.nbytes for _, o in pairs) + found_inf.nbytes))
             kernel((chunks.shape[0],), (UNSCALE_BLOCK,),
                    (ptrs, np.int32(len(pairs)), chunks, scale, found_inf))
     return rest

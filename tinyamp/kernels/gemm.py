@@ -15,6 +15,12 @@ and the sum is rounded **once** to the output dtype.
     16-bit A/B and ``CUBLAS_COMPUTE_32F``, so the compute type is in plain
     sight; :data:`last_gpu_call` records what the last call passed, for tests.
 
+- :func:`gemm_bias` - ``op(a) @ op(b) + bias`` for 16-bit operands, the bias
+  added to the float32 accumulator and the sum rounded once. On a GPU the bias
+  rows are written into C first and one cuBLAS call with ``beta = 1`` adds the
+  product to them: the 16-bit output is written once, and no float32 result
+  makes a round trip through memory (the first layer's largest array).
+
 - :func:`gemm_fp16_accumulate` - a TEACHING variant that accumulates in
   float16 and shows why nobody should: a length-4096 dot product of ones stops
   growing at 2048. Never the default, never reached by an op.
@@ -32,6 +38,7 @@ import numpy as np
 
 from .. import backend
 from .. import dtypes as dt
+from . import cuda_vector
 from .convert import convert
 from .round_through import round_through
 
@@ -155,6 +162,41 @@ def gemm(a: Array, b: Array, out_dtype: DTypeLike = None, *,
     return _gemm_cpu(a, b, out, trans_a, trans_b, a_widened, b_widened)
 
 
+def gemm_bias(a: Array, b: Array, bias: Array, *, trans_b: bool = False) -> Array:
+    """``round(float32(op(a) @ op(b)) + float32(bias))``: 16-bit 2-D operands, ``bias`` (N,) of their dtype.
+
+    The float32 accumulator plus the widened bias, rounded once to the
+    operands' dtype: the bits of ``gemm(a, b, float32)``, ``+= bias`` and one
+    cast. On a GPU, cuBLAS computes ``alpha * AB + beta * C`` in float32 (the
+    scale type of ``CUBLAS_COMPUTE_32F``) with C holding the bias rows and
+    ``alpha = beta = 1`` (both products exact), then rounds once to C's type.
+    """
+    _batch, m, _k, n, out = _check("gemm_bias", a, b, None, False, trans_b)
+    if a.ndim != 2 or b.ndim != 2 or a.dtype not in dt.LOW_PRECISION:
+        raise ValueError(f"gemm_bias: needs 2-D float16/bfloat16 operands, got {_describe(a, b, False, trans_b)}")
+    if bias.shape != (n,) or bias.dtype != a.dtype:
+        raise ValueError(f"gemm_bias: bias must be ({n},) {a.dtype.name}, got {tuple(bias.shape)} {bias.dtype.name}"
+                         f" for {_describe(a, b, False, trans_b)}")
+    if not backend.is_cupy_array(a):
+        acc = _gemm_cpu(a, b, dt.float32, False, trans_b)
+        acc += convert(bias, dt.float32)
+        return convert(acc, out)
+    cp = backend.cupy()
+    if not backend.is_cupy_array(bias) or bias.device != a.device:
+        raise ValueError(f"gemm_bias: bias must be on the operands' device {a.device}, got {bias.device}")
+    with a.device:
+        c = cp.empty((m, n), dtype=out)
+        if m == 0 or n == 0:
+            return c
+        cuda_vector.bias_rows(cp.ascontiguousarray(bias), c)  # every row the bias: the C the GEMM adds to
+        if _k == 0:
+            return c
+        cublas = backend.cuda_lib("cupy_backends.cuda.libs.cublas")
+        return _cublas_gemm(cp, cublas, cp.cuda.device.get_cublas_handle(), a, b, out, False, trans_b,
+                            compute_type=cublas.CUBLAS_COMPUTE_32F, algo=cublas.CUBLAS_GEMM_DEFAULT_TENSOR_OP,
+                            accumulate_into=c)
+
+
 def gemm_widened(a: Array, b: Array, *, trans_a: bool = False, trans_b: bool = False,
                  a_widened: "Array | None" = None, b_widened: "Array | None" = None) -> Array:
     """``float32(gemm(a, b))`` for 16-bit operands: the 16-bit product, widened to float32.
@@ -263,9 +305,10 @@ def _row_major(xp: Any, x: Array, trans: bool, batch: tuple[int, ...]
 
 # With CUBLAS_COMPUTE_32F the scale type is float: alpha/beta are float32 host
 # scalars (CuPy leaves the handle in host pointer mode), read before the call
-# returns, so two constant arrays serve every call.
+# returns, so these constant arrays serve every call.
 _ALPHA = np.ones((), dtype=np.float32)
 _BETA = np.zeros((), dtype=np.float32)
+_BETA_ONE = np.ones((), dtype=np.float32)  # C += AB: the product added to what C holds
 def _compute_type_name(cublas: Any, compute_type: int) -> "str | None":
     if compute_type == getattr(cublas, "CUBLAS_COMPUTE_32F", None):
         return "CUBLAS_COMPUTE_32F"
@@ -274,8 +317,9 @@ def _compute_type_name(cublas: Any, compute_type: int) -> "str | None":
 
 def _cublas_gemm(xp: Any, cublas: Any, handle: int, a: Array, b: Array,
                  c_dtype: np.dtype, trans_a: bool, trans_b: bool, *,
-                 compute_type: int, algo: int) -> Array:
-    """One cuBLAS call computing ``op(a) @ op(b)`` into a new ``c_dtype`` array.
+                 compute_type: int, algo: int, accumulate_into: "Array | None" = None) -> Array:
+    """One cuBLAS call computing ``op(a) @ op(b)`` into a new ``c_dtype`` array, or adding it to
+    ``accumulate_into`` (C-contiguous, the result's shape and ``c_dtype``: beta = 1) and returning that.
 
     ``xp`` and ``cublas`` are passed in (cupy and its cuBLAS wrapper in real
     use) so the argument plumbing can be checked against a host stand-in.
@@ -291,7 +335,13 @@ def _cublas_gemm(xp: Any, cublas: Any, handle: int, a: Array, b: Array,
     n_batch = math.prod(batch)
     a, trans_a, stride_a = _row_major(xp, a, trans_a, batch)
     b, trans_b, stride_b = _row_major(xp, b, trans_b, batch)
-    out = xp.empty(batch + (m, n), dtype=c_dtype)
+    if accumulate_into is None:
+        out, beta = xp.empty(batch + (m, n), dtype=c_dtype), _BETA
+    else:
+        out, beta = accumulate_into, _BETA_ONE
+        if out.shape != batch + (m, n) or out.dtype != c_dtype or not out.flags.c_contiguous:
+            raise ValueError(f"gemm: accumulate_into must be a C-contiguous {np.dtype(c_dtype).name} array of "
+                             f"shape {batch + (m, n)}, got {out.dtype.name} {tuple(out.shape)}")
 
     rows_c = m
     if n_batch > 1 and stride_b == 0 and not trans_a and n_batch * m <= _INT32_MAX:
@@ -300,7 +350,7 @@ def _cublas_gemm(xp: Any, cublas: Any, handle: int, a: Array, b: Array,
         a, stride_a, rows_c, n_batch = a.reshape(n_batch * m, k), 0, n_batch * m, 1
 
     op_n, op_t = cublas.CUBLAS_OP_N, cublas.CUBLAS_OP_T
-    alpha, beta = _ALPHA, _BETA
+    alpha = _ALPHA
     in_type, c_type = _CUDA_DATA_TYPE[a.dtype], _CUDA_DATA_TYPE[np.dtype(c_dtype)]
     args_b = (b.data.ptr, in_type, b.shape[-1])
     args_a = (a.data.ptr, in_type, a.shape[-1])

@@ -6,24 +6,27 @@ each ``forward`` calls at call time.
 
 from __future__ import annotations
 
-from . import functional, init, utils
+from . import functional, init, modules, utils
 from .activation import ELU, GELU, LeakyReLU, LogSoftmax, ReLU, SiLU, Sigmoid, Softmax, Tanh
 from .container import ModuleDict, ModuleList, Sequential
 from .conv import Conv2d
-from .dropout import Dropout
+from .dropout import Dropout, Dropout1d, Dropout2d
 from .embedding import Embedding
 from .flatten import Flatten
 from .linear import Identity, Linear
-from .loss import BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, L1Loss, MSELoss, NLLLoss
+from .loss import (BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, HuberLoss, L1Loss, MSELoss, NLLLoss,
+                   SmoothL1Loss)
 from .module import Module
-from .normalization import BatchNorm1d, BatchNorm2d, LayerNorm
+from .normalization import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm
 from .parameter import Parameter
 from .pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
+from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase
 
 __all__ = [
-    "Module", "Parameter", "Linear", "Identity", "Conv2d", "BatchNorm1d", "BatchNorm2d", "LayerNorm",
-    "Embedding", "Dropout", "ReLU", "LeakyReLU", "GELU", "SiLU", "ELU", "Tanh", "Sigmoid", "Softmax",
+    "Module", "Parameter", "Linear", "Identity", "Conv2d", "BatchNorm1d", "BatchNorm2d", "LayerNorm", "GroupNorm",
+    "Embedding", "Dropout", "Dropout1d", "Dropout2d", "ReLU", "LeakyReLU", "GELU", "SiLU", "ELU", "Tanh", "Sigmoid", "Softmax",
     "LogSoftmax",
     "Flatten", "MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d", "Sequential", "ModuleList", "ModuleDict", "CrossEntropyLoss",
-    "NLLLoss", "MSELoss", "L1Loss", "BCELoss", "BCEWithLogitsLoss", "functional", "init", "utils",
+    "NLLLoss", "MSELoss", "L1Loss", "HuberLoss", "SmoothL1Loss", "BCELoss", "BCEWithLogitsLoss", "functional", "init",
+    "modules", "utils", "RNNBase", "RNN", "LSTM", "GRU", "RNNCellBase", "RNNCell", "LSTMCell", "GRUCell",
 ]

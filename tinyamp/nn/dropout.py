@@ -1,4 +1,5 @@
-"""Dropout: zero each element with probability p in training, scale the rest by 1/(1-p)."""
+"""Dropout, Dropout1d, Dropout2d: zero each element (or whole channel) with probability p in training,
+scale the rest by 1/(1-p)."""
 
 from __future__ import annotations
 
@@ -22,3 +23,17 @@ class Dropout(Module):
 
     def extra_repr(self) -> str:
         return f"p={self.p}, inplace={self.inplace}"
+
+
+class Dropout1d(Dropout):
+    """Zeroes whole channels of (N, C, L) or (C, L) inputs."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return tinyamp.ops.dropout1d(x, self.p, self.training)
+
+
+class Dropout2d(Dropout):
+    """Zeroes whole channels of (N, C, H, W) or (C, H, W) inputs."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return tinyamp.ops.dropout2d(x, self.p, self.training)

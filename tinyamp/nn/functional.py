@@ -16,10 +16,11 @@ _FORWARDED = frozenset({
     "relu", "leaky_relu", "gelu", "sigmoid", "tanh", "softplus", "silu", "elu",
     "softmax", "log_softmax", "logsumexp",
     # losses
-    "cross_entropy", "nll_loss", "mse_loss", "l1_loss", "binary_cross_entropy",
+    "cross_entropy", "nll_loss", "mse_loss", "l1_loss", "huber_loss", "smooth_l1_loss", "binary_cross_entropy",
     "binary_cross_entropy_with_logits",
     # layers
-    "linear", "conv2d", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "dropout", "layer_norm", "batch_norm",
+    "linear", "conv2d", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "dropout", "dropout1d", "dropout2d",
+    "layer_norm", "batch_norm", "group_norm",
     "embedding", "pad", "flatten", "one_hot", "normalize",
     # attention
     "scaled_dot_product_attention",

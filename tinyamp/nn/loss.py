@@ -72,6 +72,32 @@ class L1Loss(_Loss):
         return tinyamp.ops.l1_loss(input, target, reduction=self.reduction)
 
 
+class HuberLoss(_Loss):
+    """0.5 d^2 for |d| < delta, delta (|d| - 0.5 delta) beyond, d = input - target"""
+
+    def __init__(self, reduction: str = "mean", delta: float = 1.0) -> None:
+        super().__init__(reduction)
+        self.delta = delta
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002
+        return tinyamp.ops.huber_loss(input, target, reduction=self.reduction, delta=self.delta)
+
+
+class SmoothL1Loss(_Loss):
+    """0.5 d^2 / beta for |d| < beta, |d| - 0.5 beta beyond, d = input - target"""
+
+    def __init__(self, size_average: None = None, reduce: None = None, reduction: str = "mean",
+                 beta: float = 1.0) -> None:
+        if size_average is not None or reduce is not None:
+            raise TypeError("SmoothL1Loss: size_average and reduce are deprecated in PyTorch and not supported; "
+                            "use reduction='none', 'mean' or 'sum'")
+        super().__init__(reduction)
+        self.beta = beta
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002
+        return tinyamp.ops.smooth_l1_loss(input, target, reduction=self.reduction, beta=self.beta)
+
+
 class BCELoss(_WeightedLoss):
     """Binary cross entropy of probabilities; prefer BCEWithLogitsLoss (it is autocast-safe)."""
 

@@ -31,6 +31,7 @@ from .. import backend
 from .. import dtypes as dt
 from ..kernels.convert import convert
 from ..tensor import Tensor, parse_to_args
+from .backward_hooks import BackwardHookCall
 from .parameter import Parameter
 
 
@@ -49,6 +50,8 @@ class Module:
         object.__setattr__(self, "_modules", OrderedDict())
         object.__setattr__(self, "_forward_pre_hooks", OrderedDict())
         object.__setattr__(self, "_forward_hooks", OrderedDict())
+        object.__setattr__(self, "_backward_hooks", OrderedDict())
+        object.__setattr__(self, "_backward_pre_hooks", OrderedDict())
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError(f'Module [{type(self).__name__}] is missing the required "forward" function')
@@ -58,11 +61,18 @@ class Module:
             result = hook(self, args)
             if result is not None:
                 args = result if isinstance(result, tuple) else (result,)
+        backward_hooks = None
+        if self._backward_hooks or self._backward_pre_hooks:
+            backward_hooks = BackwardHookCall(self, list(self._backward_hooks.values()),
+                                              list(self._backward_pre_hooks.values()))
+            args = backward_hooks.setup_inputs(args)
         output = self.forward(*args, **kwargs)
         for hook in self._forward_hooks.values():
             result = hook(self, args, output)
             if result is not None:
                 output = result
+        if backward_hooks is not None:
+            output = backward_hooks.setup_outputs(output)
         return output
 
     def register_forward_pre_hook(self, hook: Callable) -> "_RemovableHandle":
@@ -72,6 +82,16 @@ class Module:
     def register_forward_hook(self, hook: Callable) -> "_RemovableHandle":
         """``hook(module, args, output)`` runs after ``forward``; it may return a replacement output."""
         return _RemovableHandle(self._forward_hooks, hook)
+
+    def register_full_backward_hook(self, hook: Callable, prepend: bool = False) -> "_RemovableHandle":
+        """``hook(module, grad_input, grad_output)`` runs when the gradients of the module's inputs are
+        computed; it may return a replacement ``grad_input`` tuple (see ``nn/backward_hooks.py``)."""
+        return _RemovableHandle(self._backward_hooks, hook, prepend)
+
+    def register_full_backward_pre_hook(self, hook: Callable, prepend: bool = False) -> "_RemovableHandle":
+        """``hook(module, grad_output)`` runs when the gradients of the module's outputs arrive, before the
+        module's own backward; it may return a replacement ``grad_output`` tuple."""
+        return _RemovableHandle(self._backward_pre_hooks, hook, prepend)
 
     # --------------------------------------------------------- registration
     def __setattr__(self, name: str, value: Any) -> None:
@@ -433,10 +453,12 @@ class _RemovableHandle:
 
     _next_id = 0
 
-    def __init__(self, hooks: OrderedDict, hook: Callable) -> None:
+    def __init__(self, hooks: OrderedDict, hook: Callable, prepend: bool = False) -> None:
         self._hooks, self.id = hooks, _RemovableHandle._next_id
         _RemovableHandle._next_id += 1
         hooks[self.id] = hook
+        if prepend:
+            hooks.move_to_end(self.id, last=False)
 
     def remove(self) -> None:
         self._hooks.pop(self.id, None)

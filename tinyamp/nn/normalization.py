@@ -1,10 +1,10 @@
-"""Normalization layers: BatchNorm1d, BatchNorm2d and LayerNorm.
+"""Normalization layers: BatchNorm1d, BatchNorm2d, LayerNorm and GroupNorm.
 
 These layers are where mixed precision needs care: their statistics (a mean and
 a variance over many values) lose accuracy and overflow easily in float16. So
 ``model.half(keep_norm_fp32=True)`` leaves them in float32 (``_is_normalization``),
 and their ``forward`` then receives float16 activations with float32 weights and
-running statistics. That pairing is part of the ``layer_norm``/``batch_norm`` ops'
+running statistics. That pairing is part of the ``layer_norm``/``group_norm``/``batch_norm`` ops'
 contract (ops/normalization.py): they normalise in float32, return the input's
 dtype, and send each gradient back in its own input's dtype: float16 to the
 previous layer, float32 to the norm's weights. No extra cast nodes, and no
@@ -140,3 +140,38 @@ class LayerNorm(Module):
     def extra_repr(self) -> str:
         return (f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}, "
                 f"bias={self.bias is not None}")
+
+
+class GroupNorm(Module):
+    """Normalize each sample over groups of ``num_channels // num_groups`` channels; per-channel affine."""
+
+    _is_normalization = True
+
+    def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True,
+                 device: Any = None, dtype: Any = None) -> None:
+        super().__init__()
+        if num_channels % num_groups:
+            raise ValueError("num_channels must be divisible by num_groups")
+        self.num_groups, self.num_channels, self.eps, self.affine = num_groups, num_channels, eps, affine
+        if affine:
+            self.weight = Parameter(tinyamp.ones(num_channels, dtype=dtype, device=device))
+            self.bias = Parameter(tinyamp.zeros(num_channels, dtype=dtype, device=device))
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
+
+    def reset_parameters(self) -> None:
+        """Weight back to ones and bias to zeros (PyTorch's initialisation)."""
+        with tinyamp.no_grad():
+            if self.affine:
+                self.weight.fill_(1)
+                self.bias.fill_(0)
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.ndim < 2 or x.shape[1] != self.num_channels:
+            raise ValueError(f"{self!r}: expected input of shape (N, {self.num_channels}, *), got "
+                             f"{list(x.shape)} ({dt.dtype_name(x.dtype)})")
+        return tinyamp.ops.group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}"

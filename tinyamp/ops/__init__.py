@@ -31,11 +31,11 @@ from .shape import (cat, chunk, concat, concatenate, contiguous, flatten, narrow
 # Families whose module shares its name with its op: keep the module under an alias.
 from . import dropout as _dropout_family, embedding as _embedding_family, softmax as _softmax_family
 from . import loss, loss_binary, normalization
-from .dropout import dropout
+from .dropout import dropout, dropout1d, dropout2d
 from .embedding import embedding
-from .loss import cross_entropy, l1_loss, mse_loss, nll_loss
+from .loss import cross_entropy, huber_loss, l1_loss, mse_loss, nll_loss, smooth_l1_loss
 from .loss_binary import binary_cross_entropy, binary_cross_entropy_with_logits
-from .normalization import batch_norm, layer_norm
+from .normalization import batch_norm, group_norm, layer_norm
 from .softmax import log_softmax, logsumexp, softmax
 
 # Added for porting (issue 12): triangles, lerp, multinomial, attention.

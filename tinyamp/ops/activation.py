@@ -22,7 +22,7 @@ from .. import dtypes as dt
 from ..backend import array_module
 from ..autograd.function import Function
 from ..autograd.grad_mode import is_grad_enabled
-from ..kernels import cuda_epilogue, cuda_launch
+from ..kernels import cuda_epilogue, cuda_launch, cuda_vector
 from ..kernels.elementwise_cpu import relu_backward_lowp, relu_lowp
 from ..precision import FP32, NEUTRAL, current_trace
 from ..tensor import Tensor
@@ -131,8 +131,11 @@ def _relu_backward(gy: Any, y: Any) -> Any:
         # dead unit gives 0, as in PyTorch; the GradScaler still sees the
         # overflow in the other gradients computed from gy.
         return relu_backward_lowp(gy, y)
-    if cuda_launch.on_gpu(gy) and cuda_launch.fusable(gy, y) and gy.shape == y.shape:
-        return cuda_epilogue.relu_backward(gy, y)  # one launch for the compare and the multiply
+    if cuda_launch.on_gpu(gy) and gy.shape == y.shape:
+        if cuda_vector.takes(gy, y):  # one dtype, contiguous: 16-byte loads and stores
+            return cuda_vector.relu_backward(gy, y)
+        if cuda_launch.fusable(gy, y):
+            return cuda_epilogue.relu_backward(gy, y)  # one launch for the compare and the multiply
     return array_module(gy).multiply(gy, y > 0, dtype=gy.dtype)
 
 
@@ -152,6 +155,8 @@ class Relu(Function):
             return relu_lowp(x)
         if x.dtype == dt.bool_:  # NumPy would return int64 (PyTorch refuses too)
             raise TypeError(f"relu: boolean inputs are not supported (shape {list(x.shape)})")
+        if xp is not np and cuda_vector.takes(x):
+            return cuda_vector.relu(x)  # the CPU path's bits, 16 bytes a load
         return xp.maximum(x, 0)
 
     def backward(self, gy: Tensor) -> Tensor:

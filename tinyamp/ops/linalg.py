@@ -23,10 +23,10 @@ import numpy as np
 from .. import dtypes as dt
 from ..autograd.function import Function
 from ..autograd.grad_mode import is_grad_enabled
-from ..kernels import cuda_epilogue, cuda_launch
+from ..kernels import cuda_epilogue, cuda_launch, cuda_vector
 from ..kernels.convert import convert, numba_default
 from ..kernels.elementwise_cpu import bias_act_convert, bias_convert_checked
-from ..kernels.gemm import gemm, gemm_widened
+from ..kernels.gemm import gemm, gemm_bias, gemm_widened
 from ..kernels.linear_grads import linear_grads16
 from ..kernels.round_through import round_through
 from ..precision import LOWER, current_trace, fused_cause
@@ -189,6 +189,10 @@ class Linear(Function):
             # as gemm would, by convert).
             x32 = convert(rows, dt.float32) if x32 is None else x32
             y = bias_convert_checked(np.matmul(x32, w32.T), b32, x.dtype)
+        elif x.dtype in dt.LOW_PRECISION and b32 is None and cuda_launch.on_gpu(rows):
+            # On a GPU the bias rows go into C and the GEMM adds its float32 accumulator to them,
+            # rounding once: the 16-bit output written once, no float32 result in memory.
+            y = gemm_bias(rows, w, b, trans_b=True)
         elif x.dtype in dt.LOW_PRECISION:
             # The bias is added to the float32 accumulator and the sum rounded
             # once, as a cuBLAS epilogue would (one fused pass: numba on the CPU,
@@ -267,7 +271,13 @@ class Linear(Function):
         if len(needs) == 2:
             return dx, dw
         if needs[2]:
-            if 2 in lowered:
+            if cuda_launch.on_gpu(g_rows) and g_rows.shape[0] > 0 and g_rows.shape[1] > 1 and cuda_vector.takes(g_rows):
+                # One launch, 16-byte loads, float32 accumulation rounded once (through the 16-bit dtype
+                # for a lowered float32 bias): the general path's bits up to SUM_ROWS rows.
+                low_g = dt.is_low_precision(g.dtype)
+                db = cuda_vector.column_sum(g_rows, dt.float32 if 2 in lowered or not low_g else g.dtype,
+                                            through=2 in lowered and low_g)
+            elif 2 in lowered:
                 db = round_through(g_rows.sum(axis=0, dtype=dt.float32), g.dtype)
             elif dt.is_low_precision(g.dtype):  # as the Sum op: float32 accumulation, one rounding
                 db = g_rows.sum(axis=(0,), dtype=dt.float32).astype(g.dtype)

@@ -1,4 +1,4 @@
-"""Classification and regression losses: cross_entropy, nll_loss, mse_loss, l1_loss.
+"""Classification and regression losses: cross_entropy, nll_loss, mse_loss, l1_loss, huber_loss, smooth_l1_loss.
 
 All are FP32-tagged, as in PyTorch's autocast lists: a loss sums many terms and
 its gradient is the first thing loss scaling multiplies, so it runs in float32.
@@ -30,6 +30,7 @@ from ..kernels import cross_entropy as fused_loss
 from ..precision import current_trace, fused_cause, record_cast
 from ..tensor import Tensor
 from .cast import cast
+from .clamp_where import clamp
 from .reduce import sum as _sum
 from .softmax import shifted, softmax
 
@@ -440,6 +441,60 @@ class L1Loss(PairLoss):
                 -gx if self.needs_input_grad[1] else None)
 
 
+class HuberLoss(PairLoss):
+    """y = reduce(0.5 d^2 if |d| < delta else delta (|d| - 0.5 delta)), d = x - t; dx = clamp(d, -delta, delta) gy"""
+
+    precision = FP32
+    name = "huber_loss"
+
+    def __init__(self, reduction: str, delta: float) -> None:
+        super().__init__(reduction)
+        self.delta = delta
+
+    def forward(self, xp: Any, x: Any, t: Any) -> Any:
+        d = self.difference(xp, x, t)
+        a = xp.abs(d)
+        loss = xp.where(a < self.delta, 0.5 * d * d, self.delta * (a - 0.5 * self.delta))
+        return reduce_loss(xp, loss, self.reduction, x.dtype)
+
+    def backward(self, gy: Tensor) -> tuple:
+        x, t = self.saved_tensors
+        # The derivative of the loss is d clipped to [-delta, delta]; clamp's own derivative
+        # (1 inside, 0 outside) is the second derivative, so double backward comes with it.
+        gx = clamp(x - t, -self.delta, self.delta) * scale_grad(gy, self.reduction, self.size)
+        return (gx if self.needs_input_grad[0] else None,
+                -gx if self.needs_input_grad[1] else None)
+
+
+class SmoothL1Loss(PairLoss):
+    """y = reduce(0.5 d^2 / beta if |d| < beta else |d| - 0.5 beta), d = x - t; dx = clamp(d / beta, -1, 1) gy"""
+
+    precision = FP32
+    name = "smooth_l1_loss"
+
+    def __init__(self, reduction: str, beta: float) -> None:
+        super().__init__(reduction)
+        self.beta = beta
+
+    def forward(self, xp: Any, x: Any, t: Any) -> Any:
+        d = self.difference(xp, x, t)
+        a = xp.abs(d)
+        if self.beta == 0:  # PyTorch: beta = 0 is exactly l1_loss
+            return reduce_loss(xp, a, self.reduction, x.dtype)
+        loss = xp.where(a < self.beta, 0.5 * d * d / self.beta, a - 0.5 * self.beta)
+        return reduce_loss(xp, loss, self.reduction, x.dtype)
+
+    def backward(self, gy: Tensor) -> tuple:
+        x, t = self.saved_tensors
+        scale = scale_grad(gy, self.reduction, self.size)
+        if self.beta == 0:  # sign(d): a constant of the graph, as l1_loss's
+            gx = Tensor._wrap(x.device.xp.sign(x.array - t.array)) * scale
+        else:
+            gx = clamp((x - t) / self.beta, -1.0, 1.0) * scale
+        return (gx if self.needs_input_grad[0] else None,
+                -gx if self.needs_input_grad[1] else None)
+
+
 # ---------------------------------------------------------------- functions
 def cross_entropy(input: Tensor, target: Tensor, weight: "Tensor | None" = None,  # noqa: A002
                   ignore_index: int = -100, reduction: str = "mean",
@@ -477,6 +532,37 @@ def l1_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:  
     """Absolute error; ``input`` and ``target`` must have the same shape."""
     check_reduction("l1_loss", reduction)
     return L1Loss(reduction)(input, target)
+
+
+def huber_loss(input: Tensor, target: Tensor, reduction: str = "mean", delta: float = 1.0,  # noqa: A002
+               weight: "Tensor | None" = None) -> Tensor:
+    """Squared error for |input - target| < delta, linear (slope delta) beyond; same shapes required.
+
+    ``weight`` (the input's shape) multiplies each element's loss before the reduction, as PyTorch's."""
+    check_reduction("huber_loss", reduction)
+    if not delta > 0:
+        raise ValueError(f"huber_loss: delta must be positive, got {delta}")
+    if weight is None:
+        return HuberLoss(reduction, float(delta))(input, target)
+    if tuple(weight.shape) != tuple(input.shape):
+        raise ValueError(f"huber_loss: Weights and input must have the same size, got weight "
+                         f"{describe(weight)} for input {describe(input)}")
+    weighted = HuberLoss("none", float(delta))(input, target) * weight
+    if reduction == "none":
+        return weighted
+    return weighted.sum() if reduction == "sum" else weighted.mean()
+
+
+def smooth_l1_loss(input: Tensor, target: Tensor, size_average: None = None, reduce: None = None,  # noqa: A002
+                   reduction: str = "mean", beta: float = 1.0) -> Tensor:
+    """Huber loss divided by beta: 0.5 d^2 / beta for |d| < beta, |d| - 0.5 beta beyond (beta = 0: l1_loss)."""
+    if size_average is not None or reduce is not None:
+        raise TypeError("smooth_l1_loss: size_average and reduce are deprecated in PyTorch and not supported; "
+                        "use reduction='none', 'mean' or 'sum'")
+    check_reduction("smooth_l1_loss", reduction)
+    if beta < 0:
+        raise ValueError(f"smooth_l1_loss: beta must be non-negative, got {beta}")
+    return SmoothL1Loss(reduction, float(beta))(input, target)
 
 
 METHODS: dict = {}  # losses are functions only (torch.nn.functional), not Tensor methods

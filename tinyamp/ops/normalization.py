@@ -1,12 +1,16 @@
-"""Normalisation: layer_norm and batch_norm (statistics in float32, backward differentiable).
+"""Normalisation: layer_norm, group_norm and batch_norm (statistics in float32, backward differentiable).
 
-Both are FP32-tagged (layer_norm and batch-norm statistics run in float32 under
+All are FP32-tagged (layer_norm, group_norm and batch-norm statistics run in float32 under
 autocast; the tags: tinyamp/precision.py). Outside autocast, a float16/bfloat16 input is
 normalised with float32 statistics and the output rounded once to the input's
 dtype; its affine ``weight``/``bias`` (and batch_norm's running statistics) may
 then be float32, as O2 training keeps them.
 
-The backward is one formula for both, written in tinyamp ops::
+``group_norm`` is layer_norm over (channels of a group, spatial dims): the
+function views (N, C, *) as (N, G, C/G, L) so that the op normalises over its
+last two axes while its per-channel weight is viewed as (1, G, C/G, 1).
+
+The backward is one formula for all three, written in tinyamp ops::
 
     xhat = (x - mean) * rstd,  g = gy * weight
     dx = rstd * (g - mean(g) - xhat * mean(g * xhat))      (means over the normalised axes)
@@ -135,6 +139,31 @@ class LayerNorm(_Normalization):
         return _normalize(xp, x, self.mean, self.rstd, (weight, bias), self.pshape)
 
 
+class GroupNorm(_Normalization):
+    """y = (x - mean_g) rstd_g w_c + b_c over each (sample, group) of x viewed (N, G, C/G, L); dx as layer_norm"""
+
+    precision = FP32
+    name = "group_norm"
+    stats_from_input = True
+    axes = (2, 3)
+
+    def __init__(self, has_weight: bool, has_bias: bool, eps: float) -> None:
+        self._setup(has_weight, has_bias, eps)
+
+    def forward(self, xp: Any, x: Any, *params: Any) -> Any:
+        n, groups, per_group, _ = x.shape
+        channels = groups * per_group
+        weight, bias = self._params(params)
+        for name, p in (("weight", weight), ("bias", bias)):
+            if p is not None:
+                _check_param("group_norm", name, p, (channels,), x)
+        self.pshape = (1, groups, per_group, 1)
+        xf = x.astype(dt.opmath_dtype(x.dtype), copy=False)
+        self.mean = xf.mean(axis=self.axes, keepdims=True)
+        self.rstd = 1 / xp.sqrt(xf.var(axis=self.axes, keepdims=True) + self.eps)
+        return _normalize(xp, x, self.mean, self.rstd, (weight, bias), self.pshape)
+
+
 class BatchNorm(_Normalization):
     """y = (x - mean_c) rstd_c w_c + b_c per channel; dx as layer_norm over (N, H, W) in training, gy w rstd in eval
 
@@ -204,6 +233,24 @@ def layer_norm(input: Tensor, normalized_shape: "int | Sequence[int]",  # noqa: 
     shape = (int(normalized_shape),) if integral else tuple(normalized_shape)
     params = [p for p in (weight, bias) if p is not None]
     return LayerNorm(shape, weight is not None, bias is not None, float(eps))(input, *params)
+
+
+def group_norm(input: Tensor, num_groups: int, weight: "Tensor | None" = None,  # noqa: A002 - torch name
+               bias: "Tensor | None" = None, eps: float = 1e-5) -> Tensor:
+    """Normalise (N, C, *) over each sample's groups of C / num_groups channels, then a per-channel affine."""
+    if input.ndim < 2 or input.dtype not in dt.FLOATING:
+        raise ValueError(f"group_norm: expected a floating input of shape (N, C, *), got {_describe(input)}")
+    n, channels = input.shape[:2]
+    if not isinstance(num_groups, numbers.Integral) or num_groups < 1 or channels % num_groups:
+        raise ValueError(f"group_norm: expected number of channels in input to be divisible by num_groups, "
+                         f"but got input of shape {list(input.shape)} and num_groups={num_groups}")
+    spatial = 1
+    for size in input.shape[2:]:
+        spatial *= size
+    grouped = input.reshape(n, int(num_groups), channels // int(num_groups), spatial)
+    params = [p for p in (weight, bias) if p is not None]
+    y = GroupNorm(weight is not None, bias is not None, float(eps))(grouped, *params)
+    return y.reshape(input.shape)
 
 
 def batch_norm(input: Tensor, running_mean: "Tensor | None", running_var: "Tensor | None",  # noqa: A002

@@ -1,4 +1,5 @@
-"""Optimizers (``ta.optim``): the Optimizer base, SGD, the Adam family, RMSprop, Adagrad, Adadelta, schedulers.
+"""Optimizers (``ta.optim``): the Optimizer base, SGD, the Adam family, RMSprop, Adagrad, Adadelta, schedulers,
+``swa_utils`` (weight averaging).
 
 Each optimizer follows PyTorch's update and constructor, plus two AMP features:
 ``master_weights=True`` (float32 master copies of float16/bfloat16 parameters, O2)
@@ -8,7 +9,7 @@ a step without a host synchronisation (see ``optimizer.py``).
 
 from __future__ import annotations
 
-from . import lr_scheduler
+from . import lr_scheduler, swa_utils
 from .adadelta import Adadelta
 from .adagrad import Adagrad
 from .adam import Adam, AdamW
@@ -19,4 +20,4 @@ from .rmsprop import RMSprop
 from .sgd import SGD
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "NAdam", "RAdam", "RMSprop", "Adagrad", "Adadelta",
-           "lr_scheduler"]
+           "lr_scheduler", "swa_utils"]

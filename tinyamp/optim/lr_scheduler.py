@@ -1,5 +1,6 @@
 """Learning-rate schedules: StepLR, MultiStepLR, ExponentialLR, LinearLR, CosineAnnealingLR, OneCycleLR,
-LambdaLR (PyTorch's closed forms) and ReduceLROnPlateau (driven by a metric).
+LambdaLR (PyTorch's closed forms), ReduceLROnPlateau (driven by a metric), and SequentialLR and
+ChainedScheduler, which combine them.
 
 A scheduler sets ``group["lr"]`` of each of its optimizer's groups from the
 group's ``initial_lr`` and the epoch counter ``last_epoch``. Construction
@@ -311,3 +312,121 @@ class ReduceLROnPlateau:
 
     def load_state_dict(self, state_dict: dict) -> None:
         self.__dict__.update(state_dict)
+
+
+class SequentialLR(LRScheduler):
+    """One scheduler after another: ``schedulers[i]`` runs from ``milestones[i-1]`` on, restarted at its epoch 0."""
+
+    def __init__(self, optimizer: Optimizer, schedulers: Sequence[LRScheduler], milestones: Sequence[int],
+                 last_epoch: int = -1, verbose: str = "deprecated") -> None:
+        if len(schedulers) < 1:
+            raise ValueError(f"{type(self).__name__} expects at least one scheduler, but got no scheduler.")
+        for i, scheduler in enumerate(schedulers):
+            if not hasattr(scheduler, "optimizer"):
+                raise TypeError(f"{type(self).__name__} at index {i} should have `optimizer` as its attribute.")
+            if isinstance(scheduler, ReduceLROnPlateau):
+                raise ValueError(f"{type(self).__name__} does not support `ReduceLROnPlateau` scheduler as it "
+                                 f"requires additional kwargs to be specified when calling `step`, but got one "
+                                 f"at index {i} in the given schedulers sequence.")
+            if scheduler.optimizer is not optimizer:
+                raise ValueError(f"{type(self).__name__} expects all schedulers to belong to the same optimizer, "
+                                 f"but got scheduler {type(scheduler).__name__} at index {i} has "
+                                 f"{scheduler.optimizer}, which is different from {type(optimizer).__name__}.")
+        if len(milestones) != len(schedulers) - 1:
+            raise ValueError("Sequential Schedulers expects number of schedulers provided to be one more than the "
+                             f"number of milestone points, but got number of schedulers {len(schedulers)} and the "
+                             f"number of milestones to be equal to {len(milestones)}")
+        self._schedulers = list(schedulers)
+        self._milestones = list(milestones)
+        self.last_epoch = last_epoch + 1
+        self.optimizer = optimizer
+        # Each scheduler stepped once when it was made; undo that and start the first one.
+        for group in optimizer.param_groups:
+            group["lr"] = group["initial_lr"]
+        for scheduler in self._schedulers:
+            scheduler.last_epoch -= 1
+        self._schedulers[0].step()
+        self._last_lr = self._schedulers[0].get_last_lr()
+
+    def step(self, epoch: int | None = None) -> None:  # type: ignore[override]
+        """Advance one epoch; at a milestone the next scheduler starts from its epoch 0."""
+        self.last_epoch += 1
+        index = bisect.bisect_right(self._milestones, self.last_epoch)
+        scheduler = self._schedulers[index]
+        if index > 0 and self._milestones[index - 1] == self.last_epoch:
+            scheduler.step(0)
+        else:
+            scheduler.step()
+        self._last_lr = scheduler.get_last_lr()
+
+    def state_dict(self) -> dict:
+        state = {key: value for key, value in self.__dict__.items() if key not in ("optimizer", "_schedulers")}
+        state["_schedulers"] = [s.state_dict() for s in self._schedulers]
+        return state
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        state = dict(state_dict)
+        schedulers = state.pop("_schedulers")
+        self.__dict__.update(state)
+        for scheduler, sub in zip(self._schedulers, schedulers):
+            scheduler.load_state_dict(sub)
+
+
+class ChainedScheduler(LRScheduler):
+    """Several schedulers at once: each group's lr is its initial lr times every scheduler's factor.
+
+    PyTorch's schedulers step recursively (each multiplies the lr the previous
+    one left); tinyamp's are closed forms, so the chain multiplies their factors
+    (``lr / initial_lr`` of each): the same learning rates for the
+    multiplicative schedules (StepLR, MultiStepLR, ExponentialLR, LinearLR,
+    LambdaLR).
+    """
+
+    def __init__(self, schedulers: Sequence[LRScheduler], optimizer: "Optimizer | None" = None) -> None:
+        if len(schedulers) < 1:
+            raise ValueError(f"{type(self).__name__} expects at least one scheduler to be chained, but got no "
+                             f"scheduler.")
+        optimizer = optimizer or schedulers[0].optimizer
+        for i, scheduler in enumerate(schedulers):
+            if not hasattr(scheduler, "optimizer"):
+                raise TypeError(f"{type(self).__name__} at index {i} should have `optimizer` as its attribute.")
+            if isinstance(scheduler, ReduceLROnPlateau):
+                raise ValueError(f"{type(self).__name__} does not support `ReduceLROnPlateau` scheduler as it "
+                                 f"requires additional kwargs to be specified when calling `step`, but got one "
+                                 f"at index {i} in the given schedulers sequence.")
+            if scheduler.optimizer is not optimizer:
+                raise ValueError(f"{type(self).__name__} expects all schedulers to belong to the same optimizer, "
+                                 f"but got scheduler {type(scheduler).__name__} at index {i} has "
+                                 f"{scheduler.optimizer}, which is different from {type(optimizer).__name__}.")
+        self._schedulers = list(schedulers)
+        self.optimizer = optimizer
+        self._set_product()
+
+    def _set_product(self) -> None:
+        lrs = []
+        for i, group in enumerate(self.optimizer.param_groups):
+            lr = group["initial_lr"]
+            for scheduler in self._schedulers:
+                base = scheduler.base_lrs[i]
+                lr *= scheduler.get_last_lr()[i] / base if base else 0.0
+            group["lr"] = lr
+            lrs.append(lr)
+        self._last_lr = lrs
+
+    def step(self, epoch: int | None = None) -> None:  # type: ignore[override]
+        """Step every scheduler once, then set the product of their factors."""
+        for scheduler in self._schedulers:
+            scheduler.step()
+        self._set_product()
+
+    def state_dict(self) -> dict:
+        state = {key: value for key, value in self.__dict__.items() if key not in ("optimizer", "_schedulers")}
+        state["_schedulers"] = [s.state_dict() for s in self._schedulers]
+        return state
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        state = dict(state_dict)
+        schedulers = state.pop("_schedulers")
+        self.__dict__.update(state)
+        for scheduler, sub in zip(self._schedulers, schedulers):
+            scheduler.load_state_dict(sub)

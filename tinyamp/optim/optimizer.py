@@ -73,6 +73,21 @@ class _RequiredParameter:
 required = _RequiredParameter()
 
 
+def _write_stamp(p: Tensor) -> tuple:
+    """What changes when anyone writes ``p``: its version, its array, its storage counter (``.data`` writes)."""
+    storage = p._storage
+    return p._version[0], p.array, storage, 0 if storage is None else storage[0]
+
+
+def _written_since(stamp: "tuple | None", p: Tensor) -> bool:
+    """Whether ``p`` was written (or given another array) since ``stamp`` was taken."""
+    if stamp is None:
+        return True
+    version, array, storage, writes = stamp
+    return (version != p._version[0] or array is not p.array or storage is not p._storage
+            or (storage is not None and writes != storage[0]))
+
+
 def as_array(value: Any) -> Any:
     """The raw xp array of a Tensor (or the value itself)."""
     return value.array if isinstance(value, Tensor) else value
@@ -156,10 +171,10 @@ class Optimizer:
         self.defaults = dict(defaults)
         self.state: defaultdict[Tensor, dict] = defaultdict(dict)
         self.param_groups: list[dict] = []
-        # The parameter version right after we last wrote it from its master: a
-        # different version means someone else wrote the parameter (a model load),
-        # and the master is refreshed from it. Host metadata, so no sync.
-        self._master_versions: dict[Tensor, int] = {}
+        # The parameter's write stamp (_write_stamp) right after we last wrote it from its
+        # master: a different one means someone else wrote the parameter (a model load,
+        # p.data written or replaced), and the master is refreshed from it. Host metadata, so no sync.
+        self._master_versions: dict[Tensor, tuple] = {}
         # Parameters whose low-precision copy a fused GPU kernel already wrote this step.
         self._written_back_by_kernel: set = set()
         # Float32 parameters whose weight-cast cache copy a fused kernel rewrote this step
@@ -240,9 +255,11 @@ class Optimizer:
 
         A parameter has a master when its group has ``master_weights`` and it is
         float16 or bfloat16. If the parameter was written by someone else since the
-        last step (its version moved: a model load, a manual edit), each element of
-        the master that no longer rounds to the parameter is replaced by it, on the
-        device; elements that still match keep their float32 low bits.
+        last step (a model load, ``copy_`` under ``no_grad``, a write through ``p.data``
+        or ``p.data = t``: its version, storage counter or array moved), each element
+        of the master that no longer rounds to the parameter is replaced by it, on the
+        device; elements that still match keep their float32 low bits. A parameter
+        given another shape or device through ``p.data = t`` gets a new master.
         """
         if group is None:
             group = self._group_of(p)
@@ -252,11 +269,16 @@ class Optimizer:
         master = state.get("master_param")
         if master is None:
             state["master_param"] = master = Tensor._wrap(p.array.astype(np.float32))
-        elif self._master_versions.get(p) != p._version[0]:
-            xp = backend.array_module(p.array)
-            stale = master.array.astype(p.dtype) != p.array
-            masked_write(xp, master.array, p.array, stale)
-        self._master_versions[p] = p._version[0]
+        elif _written_since(self._master_versions.get(p), p):
+            if master.shape != p.shape or master.device != p.device:
+                master.array = p.array.astype(np.float32)
+                master.grad = None
+            else:
+                xp = backend.array_module(p.array)
+                stale = master.array.astype(p.dtype) != p.array
+                masked_write(xp, master.array, p.array, stale)
+            master._version[0] += 1
+        self._master_versions[p] = _write_stamp(p)
         return master
 
     def master_params(self) -> Iterable[Tensor]:
@@ -460,7 +482,7 @@ class Optimizer:
             master.grad = None  # consumed: the next step reads the next unscale_'s grads
         p._version[0] += 1
         if master is not None:
-            self._master_versions[p] = p._version[0]
+            self._master_versions[p] = _write_stamp(p)
         if self._refreshed_low_copies:
             low = self._refreshed_low_copies.pop(p, None)
             if low is not None:  # the kernel wrote round(new weight) into the cached copy
@@ -530,7 +552,7 @@ class Optimizer:
             self.state[p] = {name: Tensor._wrap(backend.to_device(as_array(value), p.device))
                              if isinstance(value, Tensor) else value for name, value in entry.items()}
             if "master_param" in self.state[p]:
-                self._master_versions[p] = p._version[0]
+                self._master_versions[p] = _write_stamp(p)
         for mine, saved in zip(self.param_groups, saved_groups):
             params = mine["params"]
             mine.clear()

@@ -1,0 +1,353 @@
+"""CUDA kernels at memory speed: ReLU forward and backward, a bias broadcast into rows, a column sum.
+
+Each is a ``RawKernel`` whose threads move 16 bytes per load and store
+(``uint4``: eight float16/bfloat16 or four float32 values) when every array it
+touches is 16-byte aligned, with a scalar loop for the elements after the last
+full vector (and for everything when an array is not aligned). A grid-stride
+loop gives each thread several vectors (``VECTORS_PER_THREAD``). No float64
+arithmetic and no CuPy type (RawKernels see 16-bit storage as ``unsigned short``
+and convert with ``cuda_launch``'s PTX/bit conversions).
+
+- :func:`relu`: ``maximum(x, 0)`` on the bits, as the CPU path
+  (``elementwise_cpu.relu_lowp``) gives it: a negative number or -0.0 becomes
+  +0.0, everything else is kept bit for bit (a NaN with its sign and payload).
+  NumPy's float32 and bfloat16 ``maximum`` agree; its float16 loop, which the
+  stand-in used for CuPy's ``maximum``, keeps -0.0.
+- :func:`relu_backward`: ``gy * (y > 0)`` computed in float32 and rounded to
+  ``gy``'s dtype, the rounding sequence of ``cuda_epilogue.relu_backward``
+  (same bits; an inf/nan in ``gy`` at a dead unit gives nan).
+- :func:`bias_rows`: every row of a (rows, cols) array set to ``bias``: the C
+  a GEMM with beta = 1 adds its product to (``gemm.gemm_bias``).
+- :func:`column_sum`: a bias gradient, ``g.sum(axis=0)`` accumulated in float32
+  in one launch: the rows in chunks of ``SUM_ROWS``, each chunk summed row by
+  row into a float32 partial; the last chunk of a column to finish (an integer
+  ticket per column group) adds the partials in chunk order and rounds once,
+  to the output dtype or through the gradient's 16-bit dtype. With at most
+  ``SUM_ROWS`` rows this is NumPy's order for a C-contiguous array with two or
+  more columns (row by row into each column), bit for bit; with more rows the
+  order is the chunked one (a GPU needs the rows split to read at memory speed;
+  CuPy's own reduction order was not NumPy's either).
+
+Compiling, launching and counting: ``cuda_launch.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .. import dtypes as dt
+from . import cuda_launch as launch
+
+BLOCK = 256
+VECTORS_PER_THREAD = 4  # 64 bytes a thread at least, before the grid-stride loop repeats
+MAX_BLOCKS = 65535
+SUM_ROWS = 128  # rows per chunk of the column sum
+ALIGN = 16  # bytes of a uint4
+
+# dtype -> (storage type, conversion suffix, bits type, elements per uint4). A kernel works on an element's
+# bits (unsigned short, or unsigned int for float32, whose storage stays float: CuPy passes float32 arrays
+# to float pointers) and converts them with tinyamp_{suffix}_to_f32 / tinyamp_f32_to_{suffix}.
+_STORAGE = {dt.float16: ("unsigned short", "f16", "unsigned short", 8),
+            dt.bfloat16: ("unsigned short", "bf16", "unsigned short", 8),
+            dt.float32: ("float", "u32", "unsigned int", 4)}
+VECTOR_DTYPES = tuple(_STORAGE)
+
+_PRELUDE = launch.F16_CONVERSIONS + launch.BF16_CONVERSIONS + r"""
+// A uint4's 32-bit words as the 16-bit or 32-bit values they hold (the low half first: little-endian).
+__device__ __forceinline__ unsigned int tinyamp_lo(unsigned int u) { return u & 0xffffu; }
+__device__ __forceinline__ unsigned int tinyamp_hi(unsigned int u) { return u >> 16; }
+__device__ __forceinline__ float tinyamp_u32_to_f32(unsigned int u) { return __uint_as_float(u); }
+__device__ __forceinline__ unsigned int tinyamp_f32_to_u32(float f) { return __float_as_uint(f); }
+__device__ __forceinline__ unsigned short tinyamp_bits(unsigned short h) { return h; }
+__device__ __forceinline__ unsigned int tinyamp_bits(float f) { return __float_as_uint(f); }
+__device__ __forceinline__ void tinyamp_put(unsigned short* p, unsigned short h) { *p = h; }
+__device__ __forceinline__ void tinyamp_put(float* p, unsigned int u) { *p = __uint_as_float(u); }
+"""
+
+# {fn}_word maps one 32-bit word of a uint4: two 16-bit elements, or one float32.
+_WORD_UNARY = {
+    8: "__device__ __forceinline__ unsigned int {fn}_word(unsigned int a) {{\n"
+       "    return (unsigned int){fn}_one((unsigned short)tinyamp_lo(a))\n"
+       "        | ((unsigned int){fn}_one((unsigned short)tinyamp_hi(a)) << 16);\n}}\n",
+    4: "__device__ __forceinline__ unsigned int {fn}_word(unsigned int a) {{ return {fn}_one(a); }}\n",
+}
+_WORD_BINARY = {
+    8: "__device__ __forceinline__ unsigned int {fn}_word(unsigned int a, unsigned int b) {{\n"
+       "    return (unsigned int){fn}_one((unsigned short)tinyamp_lo(a), (unsigned short)tinyamp_lo(b))\n"
+       "        | ((unsigned int){fn}_one((unsigned short)tinyamp_hi(a), (unsigned short)tinyamp_hi(b)) << 16);\n}}\n",
+    4: "__device__ __forceinline__ unsigned int {fn}_word(unsigned int a, unsigned int b) {{ return {fn}_one(a, b); }}\n",
+}
+
+# relu on the bits: a set sign bit on anything but a NaN (magnitude above the infinity's) gives +0.0.
+_RELU_ONE = {
+    "f16": "return ((h & 0x8000u) && (h & 0x7fffu) <= 0x7c00u) ? 0u : h;",
+    "bf16": "return ((h & 0x8000u) && (h & 0x7fffu) <= 0x7f80u) ? 0u : h;",
+    "u32": "return ((h & 0x80000000u) && (h & 0x7fffffffu) <= 0x7f800000u) ? 0u : h;",
+}
+
+_UNARY = r"""
+__device__ __forceinline__ {b} {fn}_one({b} h) {{
+    {body}
+}}
+{word}
+extern "C" __global__ void {fn}(const {s}* x, {s}* y, const long long n, const long long nvec) {{
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    const long long first = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const uint4* xv = reinterpret_cast<const uint4*>(x);
+    uint4* yv = reinterpret_cast<uint4*>(y);
+    for (long long v = first; v < nvec; v += stride) {{
+        uint4 a = xv[v];
+        a.x = {fn}_word(a.x); a.y = {fn}_word(a.y); a.z = {fn}_word(a.z); a.w = {fn}_word(a.w);
+        yv[v] = a;
+    }}
+    for (long long i = nvec * {per} + first; i < n; i += stride) tinyamp_put(y + i, {fn}_one(tinyamp_bits(x[i])));
+}}
+"""
+
+_BINARY = r"""
+__device__ __forceinline__ {b} {fn}_one({b} g, {b} h) {{
+    {body}
+}}
+{word}
+extern "C" __global__ void {fn}(const {s}* grad, const {s}* x, {s}* y, const long long n, const long long nvec) {{
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    const long long first = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const uint4* gv = reinterpret_cast<const uint4*>(grad);
+    const uint4* xv = reinterpret_cast<const uint4*>(x);
+    uint4* yv = reinterpret_cast<uint4*>(y);
+    for (long long v = first; v < nvec; v += stride) {{
+        const uint4 g = gv[v];
+        uint4 a = xv[v];
+        a.x = {fn}_word(g.x, a.x); a.y = {fn}_word(g.y, a.y); a.z = {fn}_word(g.z, a.z); a.w = {fn}_word(g.w, a.w);
+        yv[v] = a;
+    }}
+    for (long long i = nvec * {per} + first; i < n; i += stride)
+        tinyamp_put(y + i, {fn}_one(tinyamp_bits(grad[i]), tinyamp_bits(x[i])));
+}}
+"""
+
+# dx = float32(gy) * (float32(y) > 0 ? 1 : 0), rounded to gy's dtype.
+_RELU_BACKWARD_ONE = "return tinyamp_f32_to_{c}(tinyamp_{c}_to_f32(g) * (tinyamp_{c}_to_f32(h) > 0.0f ? 1.0f : 0.0f));"
+
+_BIAS_ROWS = r"""
+extern "C" __global__ void {fn}(const {s}* bias, {s}* y, const long long n, const long long cols,
+        const long long nvec) {{
+    // nvec > 0 only when cols is a whole number of vectors: vector v of y is vector v % (cols / per) of bias.
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    const long long first = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const uint4* bv = reinterpret_cast<const uint4*>(bias);
+    uint4* yv = reinterpret_cast<uint4*>(y);
+    const long long cvec = cols / {per};
+    for (long long v = first; v < nvec; v += stride) yv[v] = bv[v % cvec];
+    for (long long i = nvec * {per} + first; i < n; i += stride) y[i] = bias[i % cols];
+}}
+"""
+
+# One thread per (column group, chunk of rows): a group is `per` adjacent columns read as one uint4 when
+# vec, else one column. The chunk's sum goes to partial[chunk][column]; the group's last chunk to finish
+# adds the partials in chunk order and writes out[column] (mode 0: rounded to the 16-bit out dtype;
+# 1: float32; 2: float32 rounded through the gradient's 16-bit dtype).
+_COLUMN_SUM = r"""
+extern "C" __global__ void {fn}(const {s}* g, float* partial, int* tickets, {o}* out, const long long rows,
+        const long long cols, const long long chunk_rows, const int nchunks, const int vec) {{
+    const long long width = vec ? {per} : 1;
+    const long long groups = (cols + width - 1) / width;
+    const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= groups * nchunks) return;
+    const long long group = t % groups, chunk = t / groups;
+    const long long c0 = group * width;
+    const long long r0 = chunk * chunk_rows;
+    const long long r1 = r0 + chunk_rows < rows ? r0 + chunk_rows : rows;
+    float acc[{per}];
+    for (int k = 0; k < {per}; ++k) acc[k] = 0.0f;  // NumPy starts from the identity: -0.0 rows sum to +0.0
+    if (vec) {{
+        for (long long r = r0; r < r1; ++r) {{
+            const uint4 a = *reinterpret_cast<const uint4*>(g + r * cols + c0);
+            const unsigned int w[4] = {{a.x, a.y, a.z, a.w}};
+            float v[{per}];
+            {unpack}
+            for (int k = 0; k < {per}; ++k) acc[k] = acc[k] + v[k];  // row by row
+        }}
+    }} else {{
+        for (long long r = r0; r < r1; ++r) {{
+            const float v = tinyamp_{c}_to_f32(tinyamp_bits(g[r * cols + c0]));
+            acc[0] = acc[0] + v;
+        }}
+    }}
+    for (long long k = 0; k < width; ++k) partial[chunk * cols + c0 + k] = acc[k];
+    __threadfence();
+    if (atomicAdd(&tickets[group], 1) != nchunks - 1) return;
+    tickets[group] = 0;
+    const volatile float* const seen = partial;  // the other chunks' writes: read past the cache
+    for (long long k = 0; k < width; ++k) {{
+        float s = seen[c0 + k];
+        for (long long q = 1; q < nchunks; ++q) s = s + seen[q * cols + c0 + k];
+        out[c0 + k] = {store};
+    }}
+}}
+"""
+_UNPACK = {
+    8: "for (int k = 0; k < 4; ++k) { v[2 * k] = tinyamp_{c}_to_f32((unsigned short)tinyamp_lo(w[k])); "
+       "v[2 * k + 1] = tinyamp_{c}_to_f32((unsigned short)tinyamp_hi(w[k])); }",
+    4: "for (int k = 0; k < 4; ++k) v[k] = tinyamp_u32_to_f32(w[k]);",
+}
+_STORE = {"round": "tinyamp_f32_to_{c}(s)", "float32": "s", "through": "tinyamp_{c}_to_f32(tinyamp_f32_to_{c}(s))"}
+COLUMN_SUM_MODES = tuple(_STORE)
+
+
+def relu_source(dtype: Any) -> tuple[str, str]:
+    """(name, source) of the vectorised ReLU for ``dtype``."""
+    s, c, b, per = _STORAGE[np.dtype(dtype)]
+    fn = f"tinyamp_relu_{c if c != 'u32' else 'f32'}"
+    return fn, _PRELUDE + _UNARY.format(fn=fn, s=s, b=b, per=per, body=_RELU_ONE[c],
+                                        word=_WORD_UNARY[per].format(fn=fn))
+
+
+def relu_backward_source(dtype: Any) -> tuple[str, str]:
+    """(name, source) of the vectorised ReLU backward for ``gy`` and ``y`` of ``dtype``."""
+    s, c, b, per = _STORAGE[np.dtype(dtype)]
+    fn = f"tinyamp_relu_backward_{c if c != 'u32' else 'f32'}"
+    return fn, _PRELUDE + _BINARY.format(fn=fn, s=s, b=b, per=per, body=_RELU_BACKWARD_ONE.replace("{c}", c),
+                                         word=_WORD_BINARY[per].format(fn=fn))
+
+
+def bias_rows_source(dtype: Any) -> tuple[str, str]:
+    """(name, source) of the bias broadcast into rows for ``dtype``."""
+    s, c, _, per = _STORAGE[np.dtype(dtype)]
+    fn = f"tinyamp_bias_rows_{c if c != 'u32' else 'f32'}"
+    return fn, _PRELUDE + _BIAS_ROWS.format(fn=fn, s=s, per=per)
+
+
+def column_sum_source(dtype: Any, mode: str) -> tuple[str, str]:
+    """(name, source) of the column sum of a ``dtype`` gradient, finished as ``mode`` says."""
+    s, c, _, per = _STORAGE[np.dtype(dtype)]
+    if mode not in _STORE or (mode != "float32" and c == "u32"):
+        raise ValueError(f"column_sum: no mode {mode!r} for {np.dtype(dtype).name}")
+    fn = f"tinyamp_column_sum_{c if c != 'u32' else 'f32'}_{mode}"
+    return fn, _PRELUDE + _COLUMN_SUM.format(fn=fn, s=s, c=c, per=per, o=s if mode == "round" else "float",
+                                             store=_STORE[mode].replace("{c}", c),
+                                             unpack=_UNPACK[per].replace("{c}", c))
+
+
+def sources() -> list[tuple[str, str]]:
+    """(name, source) of every kernel of this module (each dtype and mode), for the NVRTC check."""
+    out = []
+    for dtype in VECTOR_DTYPES:
+        out += [relu_source(dtype), relu_backward_source(dtype), bias_rows_source(dtype)]
+        out += [column_sum_source(dtype, mode) for mode in COLUMN_SUM_MODES
+                if mode == "float32" or dtype != dt.float32]
+    return out
+
+
+# ------------------------------------------------------------------ launching
+def aligned(*arrays: Any) -> bool:
+    """Every array starts on a 16-byte boundary (uint4 loads and stores are legal)."""
+    return all(launch._pointer(a) % ALIGN == 0 for a in arrays)
+
+
+def _grid(work: int) -> tuple[int]:
+    per_block = BLOCK * VECTORS_PER_THREAD
+    return (max(1, min(MAX_BLOCKS, (work + per_block - 1) // per_block)),)
+
+
+def takes(*arrays: Any) -> bool:
+    """Whether these kernels take the arrays: on a GPU, one dtype of ``VECTOR_DTYPES``, C-contiguous."""
+    first = arrays[0]
+    return (launch.on_gpu(first) and first.dtype in VECTOR_DTYPES
+            and all(a.dtype == first.dtype and a.flags.c_contiguous for a in arrays))
+
+
+def relu(x: Any) -> Any:
+    """``maximum(x, 0)`` as a new array (one launch); ``x`` C-contiguous, a ``VECTOR_DTYPES`` dtype."""
+    name, source = relu_source(x.dtype)
+    per = _STORAGE[x.dtype][3]
+    with launch._device(x):
+        y = launch._cp().empty(x.shape, dtype=x.dtype)
+        n = x.size
+        nvec = n // per if aligned(x, y) else 0
+        launch.count(name)
+        launch.raw_kernel(name, source)(_grid(max(nvec, n - nvec * per)), (BLOCK,),
+                                        (x, y, np.int64(n), np.int64(nvec)))
+    return y
+
+
+def relu_backward(gy: Any, y: Any) -> Any:
+    """``gy * (y > 0)`` in ``gy``'s dtype (one launch); both C-contiguous, one ``VECTOR_DTYPES`` dtype."""
+    name, source = relu_backward_source(gy.dtype)
+    per = _STORAGE[gy.dtype][3]
+    with launch._device(gy):
+        out = launch._cp().empty(gy.shape, dtype=gy.dtype)
+        n = gy.size
+        nvec = n // per if aligned(gy, y, out) else 0
+        launch.count(name)
+        launch.raw_kernel(name, source)(_grid(max(nvec, n - nvec * per)), (BLOCK,),
+                                        (gy, y, out, np.int64(n), np.int64(nvec)))
+    return out
+
+
+def bias_rows(bias: Any, out: Any) -> None:
+    """Every row of the 2-D C-contiguous ``out`` set to ``bias`` (its last dimension; one dtype; one launch)."""
+    name, source = bias_rows_source(out.dtype)
+    per = _STORAGE[out.dtype][3]
+    rows, cols = out.shape
+    n = out.size
+    vectorised = cols % per == 0 and aligned(bias, out)
+    nvec = n // per if vectorised else 0
+    with launch._device(out):
+        launch.count(name)
+        launch.raw_kernel(name, source)(_grid(max(nvec, n - nvec * per)), (BLOCK,),
+                                        (bias, out, np.int64(n), np.int64(cols), np.int64(nvec)))
+
+
+_tickets: dict[int, Any] = {}
+
+
+def _ticket_array(dev: Any, groups: int) -> Any:
+    """The device's persistent, zeroed tickets (the kernel puts each back to 0), one per column group."""
+    tickets = _tickets.get(dev.id)
+    if tickets is None or tickets.size < groups:
+        with dev:
+            tickets = _tickets[dev.id] = launch._cp().zeros(max(groups, 4096), dtype=np.int32)
+    return tickets
+
+
+def column_sum(g: Any, out_dtype: Any, *, through: bool = False) -> Any:
+    """``g.sum(axis=0)`` of a 2-D C-contiguous ``g`` (rows >= 1, cols >= 2) accumulated in float32, one launch.
+
+    The result is ``out_dtype``: ``g``'s own 16-bit dtype (rounded once),
+    float32, or with ``through`` float32 rounded through ``g``'s 16-bit dtype
+    (a float32 parameter's gradient that autocast lowered).
+    """
+    rows, cols = g.shape
+    if cols < 2:  # NumPy sums a single column pairwise, not row by row
+        raise ValueError(f"column_sum: needs two or more columns, got {g.dtype.name} {list(g.shape)}")
+    out_dtype = np.dtype(out_dtype)
+    mode = "through" if through else "float32" if out_dtype == dt.float32 else "round"
+    if (mode == "round" and out_dtype != g.dtype) or (through and (out_dtype != dt.float32 or g.dtype == dt.float32)):
+        raise ValueError(f"column_sum: cannot sum {g.dtype.name} {list(g.shape)} into {out_dtype.name}"
+                         + (" through 16 bits" if through else ""))
+    name, source = column_sum_source(g.dtype, mode)
+    per = _STORAGE[g.dtype][3]
+    vec = cols % per == 0 and aligned(g)
+    groups = cols // per if vec else cols
+    nchunks = (rows + SUM_ROWS - 1) // SUM_ROWS
+    dev = launch._device(g)
+    with dev:
+        cp = launch._cp()
+        out = cp.empty((cols,), dtype=out_dtype)
+        partial = cp.empty((nchunks, cols), dtype=np.float32)
+        tickets = _ticket_array(dev, groups)
+        threads = groups * nchunks
+        launch.count(name, (g.nbytes + partial.nbytes + 4 * groups, partial.nbytes + out.nbytes + 4 * groups))
+        launch.raw_kernel(name, source)(((threads + BLOCK - 1) // BLOCK,), (BLOCK,),
+                                        (g, partial, tickets, out, np.int64(rows), np.int64(cols),
+                                         np.int64(SUM_ROWS), np.int32(nchunks), np.int32(vec)))
+    return out
+
+
+@launch.backend.on_cuda_switch
+def _forget_device_state() -> None:
+    """The tickets are an array of one CUDA backend (CuPy or the stand-in): drop them on a switch."""
+    _tickets.clear()
