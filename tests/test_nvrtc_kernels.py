@@ -4,7 +4,7 @@ The CUDA stand-in compiles kernel sources with g++, which is not CUDA's
 compiler and does not see CuPy's code generation (an H200 found a kernel
 g++ accepted and NVRTC refused). This test trains small models on the
 stand-in (every optimizer, float16 and bfloat16, O1 and O2, a graphed step,
-the cross-entropy variants) with the stand-in's kernel classes hooked to
+the cross-entropy variants, a one-output regression head) with the stand-in's kernel classes hooked to
 record every kernel they are asked to run, then compiles each with NVRTC
 for compute_80 and compute_90, as CuPy would:
 
@@ -127,6 +127,21 @@ def _train(optimizer: str, dtype: Any, level: str, graphed: bool = False) -> Non
         run(x, y)
 
 
+def _one_output_regression(dtype: Any) -> None:
+    """A linear layer with one output feature under autocast: its bias gradient is rounded through ``dtype``
+    by the round-through kernel."""
+    ta.manual_seed(0)
+    model = ta.nn.Sequential(ta.nn.Linear(12, 16), ta.nn.ReLU(), ta.nn.Linear(16, 1)).to("cuda")
+    opt = ta.optim.SGD(model.parameters(), lr=0.01)
+    for step in range(2):
+        x, _ = _batch(step + 2)
+        opt.zero_grad()
+        with ta.autocast("cuda", dtype=dtype):
+            loss = F.mse_loss(model(x).float(), ta.zeros(8, 1, device="cuda"))
+        loss.backward()
+        opt.step()
+
+
 def _cross_entropy_variants() -> None:
     for dtype in (ta.float16, ta.bfloat16, ta.float32):
         for kwargs in (dict(), dict(reduction="sum"), dict(reduction="none"), dict(label_smoothing=0.1),
@@ -148,6 +163,8 @@ def _workloads() -> Iterator[tuple]:
         for level in ("O1", "O2"):
             yield f"{optimizer} float16 {level} graphed", \
                 lambda o=optimizer, lv=level: _train(o, ta.float16, lv, graphed=True)
+    for dtype in (ta.float16, ta.bfloat16):
+        yield f"one-output regression {dtype}", lambda d=dtype: _one_output_regression(d)
     yield "cross-entropy variants", _cross_entropy_variants
 
 
