@@ -34,6 +34,8 @@ ALLOWED_IN_FUNCTIONS = {
     "tinyamp.kernels.cpu_numba": {"numba": "optional jit extra; about a second to import",
                                   "llvmlite": "numba's IR builder, with numba"},
     "tinyamp.amp.grad_stats": {"matplotlib": "optional plot extra, only for plotting"},
+    "tinyamp.distributed.mpi_backend": {"mpi4py": "optional dist extra; importing it initialises MPI"},
+    "tinyamp.distributed.launch_worker": {"mpi4py": "optional dist extra; initialises MPI for the rank"},
 }
 
 

@@ -17,6 +17,7 @@ from . import autograd
 from .autograd import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
 from . import ops
 from .ops import *  # noqa: F401,F403 - ta.add, ta.matmul, ... are the op functions
+from . import distributed
 from . import amp
 from .amp import autocast, get_autocast_dtype, is_autocast_enabled  # torch.autocast, ...
 from .random import Generator, get_rng_state, initial_seed, manual_seed, seed, set_rng_state

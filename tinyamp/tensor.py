@@ -55,7 +55,7 @@ class Tensor:
     """A multi-dimensional array that can record operations for autograd."""
 
     __slots__ = ("array", "grad", "_requires_grad", "grad_fn", "_out_index", "_version",
-                 "_hooks", "__weakref__", "_is_param", "_storage")
+                 "_hooks", "__weakref__", "_is_param", "_storage", "_post_accumulate_hooks")
     # Let NumPy defer to our reflected operators (np.float32(2) * t -> t.__rmul__).
     __array_ufunc__ = None
 
@@ -77,6 +77,7 @@ class Tensor:
         self._hooks: list | None = None
         self._is_param = False
         self._storage: list | None = storage  # [writes], made when .data is first taken or set
+        self._post_accumulate_hooks: list | None = None
         if requires_grad:
             self.requires_grad = True
 
@@ -136,6 +137,7 @@ class Tensor:
         t._hooks = None
         t._is_param = False
         t._storage = None
+        t._post_accumulate_hooks = None
         return t
 
     # ------------------------------------------------------------ properties
@@ -310,6 +312,17 @@ class Tensor:
         if self.grad_fn is None:
             hooks.append(hook)
         return _HookHandle(hooks, hook)
+
+    def register_post_accumulate_grad_hook(self, hook: Callable[["Tensor"], None]) -> _HookHandle:
+        """Call ``hook(self)`` after ``backward`` has accumulated this leaf's gradient into ``.grad``."""
+        if not self._requires_grad:
+            raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
+        if self.grad_fn is not None:
+            raise RuntimeError("post accumulate grad hooks cannot be registered on non-leaf tensors")
+        if self._post_accumulate_hooks is None:
+            self._post_accumulate_hooks = []
+        self._post_accumulate_hooks.append(hook)
+        return _HookHandle(self._post_accumulate_hooks, hook)
 
     # ------------------------------------------------------ in-place writes
     def _check_inplace(self, name: str, other: Any) -> bool:

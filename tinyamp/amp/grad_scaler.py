@@ -42,6 +42,7 @@ from .. import backend
 from .. import dtypes as dt
 from .. import precision
 from ..autograd.graph import reachable_nodes
+from ..distributed.found_inf import all_reduce_found_inf
 from ..kernels.loss_scale import DEFAULT_MIN_SCALE, unscale_group, unscale_in_place_on_host, update_scale
 from ..ops.elementwise import ScaleBy
 from ..tensor import Tensor
@@ -320,6 +321,7 @@ class GradScaler:
             unscale_group(xp, grads, outs, self._scale_on(dev, moved).array, found)
             for t in written:
                 t._version[0] += 1
+        all_reduce_found_inf(found_per_device)  # data parallel: one rank's overflow skips the step everywhere
         return found_per_device
 
     @staticmethod

@@ -176,6 +176,9 @@ def run_backward(roots: Sequence[Tensor], root_grads: Sequence[Tensor], retain_g
             else:
                 leaf.grad.array += grad.array
                 leaf.grad._version[0] += 1
+            if leaf._post_accumulate_hooks:
+                for hook in tuple(leaf._post_accumulate_hooks):
+                    hook(leaf)
         return []
     results: list[Tensor | None] = []
     for t in inputs or ():

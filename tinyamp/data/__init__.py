@@ -13,9 +13,10 @@
 """
 
 from .idx import IDXError, read_idx, write_idx
+from .distributed_sampler import DistributedSampler
 from .loader import DataLoader, Subset, TensorDataset, random_split
 from .mnist import load_mnist
 from .copy_task import copy_task
 
 __all__ = ["read_idx", "write_idx", "IDXError", "load_mnist", "copy_task", "TensorDataset", "Subset", "random_split",
-           "DataLoader"]
+           "DataLoader", "DistributedSampler"]

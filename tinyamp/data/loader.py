@@ -168,6 +168,8 @@ class DataLoader:
     - neither: drawn from tinyamp's default CPU generator, so
       ``tinyamp.manual_seed`` makes the run reproducible, as in PyTorch.
 
+    ``sampler=`` (an iterable of indices with ``len``, such as a
+    ``DistributedSampler``) gives the order instead, and excludes ``shuffle``.
     The last, smaller batch is kept unless ``drop_last=True``. ``collate_fn``
     replaces the default batching of a list of samples. ``num_workers`` and
     ``pin_memory`` are accepted so PyTorch loaders port; batches are always
@@ -183,6 +185,7 @@ class DataLoader:
         seed: int | None = None,
         generator: Any = None,
         *,
+        sampler: Any = None,
         collate_fn: Any = None,
         num_workers: int = 0,
         pin_memory: bool = False,
@@ -197,6 +200,8 @@ class DataLoader:
             )
         if seed is not None and generator is not None:
             raise ValueError("DataLoader: give either seed or generator, not both")
+        if sampler is not None and shuffle:
+            raise ValueError("sampler option is mutually exclusive with shuffle")
         if generator is not None:
             _host_rng(generator)  # reject an unusable generator now, not mid-epoch
         self.dataset = dataset
@@ -205,6 +210,7 @@ class DataLoader:
         self.drop_last = bool(drop_last)
         self.seed = seed
         self.generator = generator
+        self.sampler = sampler
         self.collate_fn = collate_fn
         self.num_workers, self.pin_memory = num_workers, pin_memory
         self.epoch = 0  # the epoch the next iteration will run
@@ -214,12 +220,14 @@ class DataLoader:
         self.epoch = int(epoch)
 
     def __len__(self) -> int:
-        n = len(self.dataset)
+        n = len(self.dataset) if self.sampler is None else len(self.sampler)
         if self.drop_last:
             return n // self.batch_size
         return -(-n // self.batch_size)  # ceiling division
 
     def _order(self, epoch: int) -> np.ndarray:
+        if self.sampler is not None:
+            return np.fromiter(iter(self.sampler), dtype=np.int64)
         n = len(self.dataset)
         if not self.shuffle:
             return np.arange(n)

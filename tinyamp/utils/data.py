@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+from ..data.distributed_sampler import DistributedSampler
 from ..data.loader import DataLoader, Dataset, Subset, TensorDataset, random_split
 
-__all__ = ["DataLoader", "Dataset", "TensorDataset", "Subset", "random_split"]
+__all__ = ["DataLoader", "Dataset", "TensorDataset", "Subset", "random_split", "DistributedSampler"]

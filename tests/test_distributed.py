@@ -1,0 +1,123 @@
+"""ta.distributed, DistributedDataParallel, DistributedSampler and the launcher, run on real MPI ranks.
+
+Each test starts ``mpiexec -n N`` (MPICH's, from the mpich wheel) on a script in
+``tests/distributed_scripts/`` as a subprocess with a timeout and mpi4py's CI
+settings (fork launcher, MPIEXEC_TIMEOUT, MPICH's polling throttled so ranks
+yield the 2-core CI machine, one OpenMP thread). A script checks many things per
+launch and prints "OK ..." lines; a failed check raises, which aborts the job.
+Needs mpi4py and mpich (the ``test`` extra): without them these tests fail.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tinyamp.utils.data import DistributedSampler
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPTS = REPO / "tests" / "distributed_scripts"
+MPIEXEC = str(Path(sys.executable).with_name("mpiexec"))
+
+
+def mpi_env(**extra: str) -> dict:
+    env = dict(os.environ)
+    env.update({"MPIEXEC_TIMEOUT": "150", "HYDRA_LAUNCHER": "fork", "OMP_NUM_THREADS": "1",
+                "MPIR_CVAR_CH4_PROGRESS_THROTTLE": "1", "PYTHONPATH": str(REPO)})
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "TINYAMP_CUDA"):
+        env.pop(name, None)
+    env.update(extra)
+    return env
+
+
+def run(command: list, timeout: float = 170, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(command, cwd=REPO, env=mpi_env(**env), capture_output=True, text=True, timeout=timeout)
+
+
+def mpiexec(n: int, script: str, *args: str, **env: str) -> str:
+    done = run([MPIEXEC, "-n", str(n), sys.executable, str(SCRIPTS / script), *args], **env)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    return done.stdout
+
+
+def test_the_mpi_packages_are_installed() -> None:
+    import mpi4py  # noqa: F401,PLC0415 - the test extra's; a missing one must fail, not skip
+
+    assert Path(MPIEXEC).exists(), "mpiexec from the mpich wheel is missing: pip install mpich"
+
+
+CONFIGS = [f"{d} {l} {o} " for d in ("float16", "bfloat16") for l in ("O1", "O2") for o in ("sgd", "adam")]
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_collectives_and_ddp_following_one_process_with_bitwise_equal_replicas(ranks: int) -> None:
+    """One launch per world size: collectives.py's checks, then every AMP configuration over 50 steps
+    (and, on 2 ranks, the overflow injected on rank 1 only)."""
+    extra = ["--inject"] if ranks == 2 else []
+    out = mpiexec(ranks, "ddp_training.py", "--backend", "gloo", "--collectives", *extra)
+    assert out.count(f"OK collectives {ranks}") == ranks, out
+    for config in CONFIGS:
+        assert out.count(f"OK {ranks} ranks {config}") == ranks, out
+    if ranks == 2:
+        assert out.count("OK inject 2 ranks skipped=[5, 17]") == 2, out
+
+
+def _launch(*args: str) -> tuple:
+    start = time.monotonic()
+    done = run([sys.executable, "-m", "tinyamp.distributed.run", "--nproc-per-node", "2",
+                str(SCRIPTS / "launched.py"), *args], timeout=60)
+    return done, time.monotonic() - start
+
+
+def test_the_launcher_sets_torchruns_variables_and_passes_arguments() -> None:
+    done, _ = _launch("--flag", "value")
+    assert done.returncode == 0, done.stderr[-3000:]
+    for rank in (0, 1):
+        assert f"rank {rank} local_rank {rank} world_size 2 local_world_size 2 master 127.0.0.1:29500 " \
+               f"args ['--flag', 'value'] sum 3.0" in done.stdout, done.stdout
+
+
+@pytest.mark.parametrize("how", ["raise", "kill"])
+def test_a_failing_rank_ends_the_job_with_an_error_within_15_s(how: str) -> None:
+    done, seconds = _launch(how)  # rank 1 fails; rank 0 would otherwise wait in all_reduce forever
+    assert done.returncode != 0
+    assert seconds < 15, seconds
+    if how == "raise":
+        assert "ValueError: rank 1 fails on purpose" in done.stderr
+
+
+# ------------------------------------------------------------ in one process: the sampler's partition rules
+# Values from torch 2.13.0: [list(DistributedSampler(range(L), num_replicas=n, rank=r, shuffle=False,
+# drop_last=d)) for r in range(n)].
+TORCH_PARTITIONS = {(5, 2, False): [[0], [1], [0], [1], [0]],
+                    (4, 7, False): [[0, 4], [1, 5], [2, 6], [3, 0]],
+                    (4, 7, True): [[0], [1], [2], [3]],
+                    (3, 11, True): [[0, 3, 6], [1, 4, 7], [2, 5, 8]],
+                    (3, 11, False): [[0, 3, 6, 9], [1, 4, 7, 10], [2, 5, 8, 0]],
+                    (3, 10, False): [[0, 3, 6, 9], [1, 4, 7, 0], [2, 5, 8, 1]]}
+
+
+@pytest.mark.parametrize("case", sorted(TORCH_PARTITIONS))
+def test_distributed_sampler_partitions_as_pytorch(case: tuple) -> None:
+    replicas, length, drop_last = case
+    got = [list(DistributedSampler(range(length), num_replicas=replicas, rank=r, shuffle=False,
+                                   drop_last=drop_last)) for r in range(replicas)]
+    assert got == TORCH_PARTITIONS[case]
+
+
+def test_distributed_sampler_shuffles_by_seed_and_epoch_into_a_padded_permutation() -> None:
+    def epoch_order(seed: int, epoch: int) -> list:
+        samplers = [DistributedSampler(range(10), num_replicas=3, rank=r, seed=seed) for r in range(3)]
+        for s in samplers:
+            s.set_epoch(epoch)
+        shares = [list(s) for s in samplers]
+        return [shares[p % 3][p // 3] for p in range(12)]
+
+    order = epoch_order(0, 0)
+    assert sorted(order[:10]) == list(range(10)) and order[10:] == order[:2]
+    assert epoch_order(0, 0) == order and epoch_order(0, 1) != order and epoch_order(1, 0) != order
