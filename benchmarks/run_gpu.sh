@@ -2,7 +2,9 @@
 # Everything issue 6 needs a GPU for, in one run, with every output collected in one folder:
 #   the machine (nvidia-smi, CuPy's config, torch), the GPU tests (pytest -m gpu) and the rest of
 #   the suite, bench_gemm.py, bench_gpu.py (GEMM vs torch, MLP 784-8192-10 step at batch 4096/8192,
-#   eager and captured as a CUDA graph (issue 11), peak memory, host syncs, the targets),
+#   eager and captured as a CUDA graph (issue 11), peak memory, host syncs, the targets; issue 20: each
+#   elementwise/reduction kernel's bandwidth against a device-to-device copy, and the GPU time per AMP
+#   step from CUPTI next to PyTorch's eager and captured steps),
 #   bench_mnist.py on cuda, and the MNIST example with --device cuda (AMP, AMP replayed as a CUDA
 #   graph, and float32) next to the CPU run it must match within one point of accuracy.
 #

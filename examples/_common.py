@@ -50,6 +50,16 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows a flag's default once: not when its help already says it, nor when there is none (None)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "default" in text or action.default is None or action.default is argparse.SUPPRESS:
+            return text
+        return super()._get_help_string(action)
+
+
 def _integer(text: str, minimum: int, words: str) -> int:
     """``text`` as an integer >= ``minimum``, or argparse's error naming ``words``."""
     try:
@@ -84,7 +94,7 @@ def positive_float(text: str) -> float:
 
 def make_parser(prog: str, description: str) -> argparse.ArgumentParser:
     """An empty parser that reports a bad flag in one line and exits with status 2."""
-    return _Parser(prog=prog, description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    return _Parser(prog=prog, description=description, formatter_class=_HelpFormatter)
 
 
 def build_parser(prog: str, description: str, *, epochs: int, lr: float,
@@ -136,6 +146,10 @@ def parse_args(parser: argparse.ArgumentParser, argv: "list[str] | None") -> arg
 def check_output_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """``--out`` and ``--json`` are written at the end of the run: find out now that they cannot be."""
     if args.out is not None:
+        try:
+            grad_stats.require_matplotlib()
+        except ImportError as exc:
+            parser.error(f"--out {args.out}: {exc}")
         problem = _folder_problem(args.out)
         if problem:
             parser.error(f"--out {args.out}: {problem}")
@@ -310,8 +324,7 @@ class RunLog:
         source = args.data or os.environ.get(ta.data.mnist.ENV_VAR) or "the bundled MNIST subset"
         self.say(f"tinyamp {title} | device {device} | {prec.describe()}")
         self.say(f"data: {len(data[0])} train / {self.n_test} test images from {source}; batch {args.batch_size}, "
-                 f"{args.optimizer} lr {args.lr:g}, {self.total} steps ({args.epochs} epochs of "
-                 f"{self.steps_per_epoch})")
+                 f"{args.optimizer} lr {args.lr:g}, {plan(self.total, args.epochs, self.steps_per_epoch)}")
         self.progress = Progress(self.total, self.stream, args.log_every)
 
     def say(self, *parts: Any) -> None:
@@ -425,6 +438,14 @@ class RunLog:
                 json.dump(summary, f, indent=2)
         self.say(json.dumps(summary))
         return summary
+
+
+def plan(total: int, epochs: int, per_epoch: int) -> str:
+    """The run's length in words: "160 steps (5 epochs of 32)", or "1 step (--steps; an epoch is 32 steps)"."""
+    steps = f"{total} step{'' if total == 1 else 's'}"
+    if total < epochs * per_epoch:
+        return f"{steps} (--steps; an epoch is {per_epoch} step{'' if per_epoch == 1 else 's'})"
+    return f"{steps} ({epochs} epoch{'' if epochs == 1 else 's'} of {per_epoch})"
 
 
 # ------------------------------------------------------------------ plots

@@ -18,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import numpy as np
+
 
 @dataclass
 class Case:
@@ -29,6 +31,13 @@ class Case:
     train: bool = True
     seed: int = 0
     masks: dict = field(default_factory=dict)  # name -> a fixed bool/float array (not drawn)
+
+
+PAD = np.array([[False, False, True, False], [False, False, False, True]])  # (N, S): True = padding
+CAUSAL3 = np.triu(np.full((3, 3), -np.inf), 1)  # additive: query i sees keys 0..i
+CAUSAL4 = np.triu(np.full((4, 4), -np.inf), 1)
+BLOCK = np.array([[False, True, False, False, True], [True, False, False, True, False],
+                  [False, False, True, False, False]])  # (L, S): True = may not attend
 
 
 def _loss(cls: str, **kw: Any) -> Callable:
@@ -81,4 +90,69 @@ CASES = [
     Case("rnn_cell_relu_unbatched", lambda lib: lib.nn.RNNCell(4, 3, nonlinearity="relu"),
          {"x": ((4,), -1, 1, True), "h": ((3,), -1, 1, True)}, lambda lib, m, t: m(t["x"], t["h"]),
          amp=("float16",)),
+    # attention: q (L, N, E) unless batch_first; masks are PyTorch's (bool True = masked, float added)
+    Case("mha_self_key_padding_weights", lambda lib: lib.nn.MultiheadAttention(8, 2),
+         {"x": ((4, 2, 8), -1, 1, True)},
+         lambda lib, m, t: m(t["x"], t["x"], t["x"], key_padding_mask=t["pad"]), masks={"pad": PAD},
+         amp=("float16", "float32")),
+    Case("mha_cross_kdim_vdim_batch_first_per_head",
+         lambda lib: lib.nn.MultiheadAttention(8, 2, kdim=6, vdim=5, batch_first=True, bias=False),
+         {"q": ((2, 3, 8), -1, 1, True), "k": ((2, 4, 6), -1, 1, True), "v": ((2, 4, 5), -1, 1, True),
+          "mask": ((3, 4), -1, 1, False)},
+         lambda lib, m, t: m(t["q"], t["k"], t["v"], attn_mask=t["mask"], average_attn_weights=False),
+         amp=("float16", "float32")),
+    Case("mha_shared_kv_bool_mask_no_weights", lambda lib: lib.nn.MultiheadAttention(8, 4),
+         {"q": ((3, 2, 8), -1, 1, True), "kv": ((5, 2, 8), -1, 1, True)},
+         lambda lib, m, t: m(t["q"], t["kv"], t["kv"], attn_mask=t["block"], need_weights=False),
+         masks={"block": BLOCK}, amp=("float16",)),
+    Case("mha_per_head_float_mask_padding_no_weights", lambda lib: lib.nn.MultiheadAttention(8, 2),
+         {"q": ((3, 2, 8), -1, 1, True), "k": ((4, 2, 8), -1, 1, True), "v": ((4, 2, 8), -1, 1, True),
+          "mask": ((4, 3, 4), -1, 1, False)},
+         lambda lib, m, t: m(t["q"], t["k"], t["v"], attn_mask=t["mask"], key_padding_mask=t["pad"],
+                             need_weights=False), masks={"pad": PAD}, amp=("float16",)),
+    Case("mha_unbatched", lambda lib: lib.nn.MultiheadAttention(6, 3),
+         {"q": ((3, 6), -1, 1, True), "kv": ((4, 6), -1, 1, True)},
+         lambda lib, m, t: m(t["q"], t["kv"], t["kv"]), amp=("float16", "float32")),
+    Case("encoder_layer_post_norm_padding", lambda lib: lib.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0),
+         {"x": ((4, 2, 8), -1, 1, True)}, lambda lib, m, t: m(t["x"], src_key_padding_mask=t["pad"]),
+         masks={"pad": PAD}, amp=("float32",)),
+    Case("encoder_layer_norm_first_gelu_causal",
+         lambda lib: lib.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, activation="gelu", batch_first=True,
+                                                    norm_first=True),
+         {"x": ((2, 4, 8), -1, 1, True)}, lambda lib, m, t: m(t["x"], src_mask=t["causal"], is_causal=True),
+         masks={"causal": CAUSAL4}, amp=("float32",)),
+    Case("encoder_stack_with_norm",
+         lambda lib: lib.nn.TransformerEncoder(lib.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0), 2,
+                                               norm=lib.nn.LayerNorm(8)),
+         {"x": ((4, 2, 8), -1, 1, True)}, lambda lib, m, t: m(t["x"], mask=t["causal"]),
+         masks={"causal": CAUSAL4}, amp=("float32",)),
+    Case("decoder_layer_post_norm",
+         lambda lib: lib.nn.TransformerDecoderLayer(8, 2, 16, dropout=0.0),
+         {"x": ((3, 2, 8), -1, 1, True), "memory": ((4, 2, 8), -1, 1, True)},
+         lambda lib, m, t: m(t["x"], t["memory"], tgt_mask=t["causal"], memory_key_padding_mask=t["pad"]),
+         masks={"causal": CAUSAL3, "pad": PAD}, amp=("float32",)),
+    Case("decoder_stack_norm_first_batch_first",
+         lambda lib: lib.nn.TransformerDecoder(
+             lib.nn.TransformerDecoderLayer(8, 2, 16, dropout=0.0, norm_first=True, batch_first=True), 2),
+         {"x": ((2, 3, 8), -1, 1, True), "memory": ((2, 4, 8), -1, 1, True)},
+         lambda lib, m, t: m(t["x"], t["memory"], tgt_mask=t["causal"], tgt_is_causal=True),
+         masks={"causal": CAUSAL3}, amp=("float32",)),
+    Case("transformer_batch_first_masks",
+         lambda lib: lib.nn.Transformer(8, 2, num_encoder_layers=1, num_decoder_layers=1, dim_feedforward=16,
+                                        dropout=0.0, batch_first=True),
+         {"src": ((2, 4, 8), -1, 1, True), "tgt": ((2, 3, 8), -1, 1, True)},
+         lambda lib, m, t: m(t["src"], t["tgt"],
+                             tgt_mask=lib.nn.Transformer.generate_square_subsequent_mask(3, device=t["src"].device),
+                             src_key_padding_mask=t["pad"], memory_key_padding_mask=t["pad"]),
+         masks={"pad": PAD}, amp=("float32",)),
+    # transposed convolution: weight (C_in, C_out / groups, kH, kW)
+    Case("conv_transpose2d_stride_output_padding",
+         lambda lib: lib.nn.ConvTranspose2d(2, 3, 3, stride=2, padding=1, output_padding=1),
+         {"x": ((2, 2, 4, 4), -1, 1, True)}, lambda lib, m, t: m(t["x"]), amp=("float16",)),
+    Case("conv_transpose2d_groups_dilation_no_bias",
+         lambda lib: lib.nn.ConvTranspose2d(4, 6, (2, 3), stride=(1, 2), padding=(0, 1), groups=2,
+                                            dilation=(2, 1), bias=False),
+         {"x": ((1, 4, 3, 3), -1, 1, True)}, lambda lib, m, t: m(t["x"]), amp=("float16",)),
+    Case("conv_transpose2d_output_size_unbatched", lambda lib: lib.nn.ConvTranspose2d(2, 2, 3, stride=2, padding=1),
+         {"x": ((2, 4, 4), -1, 1, True)}, lambda lib, m, t: m(t["x"], output_size=[8, 8]), amp=("float16",)),
 ]

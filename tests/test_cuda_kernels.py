@@ -20,6 +20,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import types
 
 import numpy as np
@@ -150,7 +151,8 @@ def test_pointer_tables_are_written_once_while_the_pointers_repeat(monkeypatch) 
         assert counters.total("allocations") == 0 and counters.kernels()["tinyamp_fill_pointers"] == 1
         assert len(tables) == 2 and any(t is first for t in tables.values())
         assert first.get().tolist() == [g.data.ptr for g in grads[2:]] * 2
-        assert site == (0, ("unscale", np.dtype(np.float32), np.dtype(np.float32), 2))  # (device, site)
+        # (thread, device, site): each thread keeps its own tables
+        assert site == (threading.get_ident(), 0, ("unscale", np.dtype(np.float32), np.dtype(np.float32), 2))
 
 
 def test_the_stand_in_rejects_what_cupy_rejects(checking_standin) -> None:
@@ -422,6 +424,10 @@ def test_gpu_benchmark_script_runs_on_the_standin_with_the_cuda_graph_row(tmp_pa
     assert {t["target"] for t in result["targets"]} == set(bench_gpu.TARGETS)
     speedup = next(t for t in result["targets"] if t["target"] == "graph_amp_vs_float32_speedup")
     assert speedup["goal"] == ">= 2.5" and speedup["value"] > 0
+    # Issue 20: every kernel of the AMP step timed with its bytes, and the GPU time per step (no CUPTI here).
+    assert set(bench_gpu.ELEMENTWISE) <= {r["kernel"] for r in result["kernels"]}
+    assert all(r["bytes"] > 0 and r["tb_per_s"] > 0 for r in result["kernels"])
+    assert {(r["framework"], r["mode"]) for r in result["gpu_time"]} == {("tinyamp", "amp"), ("tinyamp", "amp-graph")}
 
 
 # ------------------------------------------------- range checks on a GPU

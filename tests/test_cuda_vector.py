@@ -163,3 +163,27 @@ def test_every_source_compiles_under_nvrtc(arch) -> None:
         finally:
             nvrtc.destroyProgram(program)
     assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("pair", cuda_vector.CONVERT_PAIRS, ids=lambda p: f"{p[0].name}-{p[1].name}")
+@pytest.mark.parametrize("n", [3, 8, 40, 1000 + 3])
+def test_convert_gives_astypes_bits(cp, pair, n) -> None:
+    source, target = pair
+    x = sample(n, source, 4)
+    if source == fd.F32:  # values that round, overflow and underflow in 16 bits
+        x[-3:] = np.float32([1.0009765625 + 2 ** -12, 70000.0, 3e-8])[:min(3, n)]
+    with np.errstate(all="ignore"):
+        want = x.astype(target)
+    got = cuda_vector.convert(cp.asarray(x), target)
+    fd.assert_same_bits([got.get()], [want], "convert")
+    from tinyamp.kernels.convert import convert  # the library's entry point takes this kernel on a GPU
+    cp.counters.reset()
+    fd.assert_same_bits([convert(cp.asarray(x), target).get()], [want], "convert()")
+    assert sum(n for k, n in cp.counters.kernels().items() if k.startswith("tinyamp_convert_")) == 1
+
+
+def test_convert_on_a_misaligned_view(cp) -> None:
+    base = cp.asarray(sample(77, fd.F32))
+    with np.errstate(all="ignore"):
+        fd.assert_same_bits([cuda_vector.convert(base[3:], fd.F16).get()], [base.get()[3:].astype(fd.F16)],
+                            "convert misaligned")

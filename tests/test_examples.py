@@ -169,10 +169,7 @@ def test_progress_bar_on_a_terminal() -> None:
 @pytest.mark.slow
 def test_three_plots_are_non_empty_pngs(mlp_runs: dict) -> None:
     summary, text = mlp_runs["O1"]
-    if not _has_matplotlib():
-        assert "no plots written" in text and "pip install matplotlib" in text
-        assert summary["plots"] == []
-        return
+    assert _has_matplotlib(), "matplotlib is a tinyamp dependency (pyproject.toml): pip install -e ."
     names = sorted(os.path.basename(p) for p in summary["plots"])
     assert names == ["grad_exponents.png", "loss.png", "loss_scale.png"]
     for path in summary["plots"]:
@@ -233,6 +230,21 @@ def test_help_lists_the_flags(name: str) -> None:
                  "--optimizer", "--device", "--seed", "--data", "--out", "--trace", "--json"):
         assert flag in result.stdout
     assert ("--hidden" in result.stdout) == (name == "mnist_mlp")
+    # each flag's help states its default once, and never "(default: None)"
+    entries = re.split(r"\n  (?=-)", result.stdout.split("options:", 1)[1])
+    assert all(" ".join(entry.split()).count("default") <= 1 for entry in entries), entries
+    assert "(default: None)" not in result.stdout and "--steps STEPS         stop after this many steps " \
+        "(default: all epochs)\n" in result.stdout
+
+
+def test_the_run_length_line_says_what_steps_and_epochs_mean() -> None:
+    common = _load("_common")
+    assert common.plan(1, 5, 32) == "1 step (--steps; an epoch is 32 steps)"
+    assert common.plan(40, 5, 32) == "40 steps (--steps; an epoch is 32 steps)"
+    assert common.plan(160, 5, 32) == "160 steps (5 epochs of 32)"
+    assert common.plan(32, 1, 32) == "32 steps (1 epoch of 32)"
+    _, text = _run("mnist_mlp", ["--hidden", "16", "--steps", "1"])
+    assert "sgd lr 0.05, 1 step (--steps; an epoch is 32 steps)" in text
 
 
 @pytest.mark.parametrize("name, argv", [
@@ -302,10 +314,7 @@ def test_exponent_histogram_checks_its_arguments() -> None:
 
 
 def test_exponent_histogram_plot_is_a_png(tmp_path: Any) -> None:
-    if not _has_matplotlib():
-        with pytest.raises(ImportError, match="pip install matplotlib"):
-            grad_stats.plot_exponent_histogram(grad_stats.exponent_histogram([np.ones(3)]))
-        return
+    assert _has_matplotlib(), "matplotlib is a tinyamp dependency (pyproject.toml): pip install -e ."
     rng = np.random.default_rng(0)
     grads = [np.exp2(rng.uniform(-30, 0, 1000)).astype(np.float32)]
     path = tmp_path / "h.png"
@@ -504,3 +513,14 @@ def test_broken_tinyamp_data_folder_is_named_as_the_variable(tmp_path: Any, monk
     monkeypatch.setenv("TINYAMP_DATA", str(tmp_path / "mnist"))
     line = _fails_before_training("mnist_cnn", ["--steps", "1"], capsys)
     assert line.startswith(f"mnist_cnn.py: error: TINYAMP_DATA={tmp_path / 'mnist'}: ") and "not an IDX file" in line
+
+
+def test_out_without_matplotlib_stops_before_training(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    def missing() -> None:
+        raise ImportError("plotting needs matplotlib, which is not installed: pip install matplotlib")
+
+    monkeypatch.setattr(grad_stats, "require_matplotlib", missing)
+    with pytest.raises(SystemExit) as exit_info:
+        _load("mnist_mlp").main(["--hidden", "16", "--steps", "1", "--out", "plots"])
+    assert exit_info.value.code == 2
+    assert "--out plots: plotting needs matplotlib" in capsys.readouterr().err

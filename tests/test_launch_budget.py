@@ -63,7 +63,8 @@ def test_the_amp_step_runs_the_fused_kernels(counted) -> None:
     assert kernels["backward"].get("tinyamp_relu_backward_f16") == 1
     assert kernels["backward"].get("tinyamp_column_sum_f16_through") == 2  # each bias gradient in one launch
     assert "tinyamp_bias_act_convert" not in kernels["forward"]  # no float32 GEMM output to convert
-    assert kernels["forward"].get("astype") == 1  # the input batch's cast; the weights come from the cache
+    assert kernels["forward"].get("tinyamp_convert_f32_f16") == 1  # the input batch's cast; weights: the cache
+    assert kernels["backward"].get("tinyamp_convert_f16_f32") == 2  # dW widened from cuBLAS's float16
     assert kernels["backward"].get("tinyamp_ce_backward_f16_f32_f32_f16") == 1
     assert kernels["unscale"].get("tinyamp_unscale_f32_f32") == 1
     assert kernels["step"] == {"tinyamp_sgd_group_f32_f32_f16": 1, "tinyamp_advance_steps": 1}

@@ -33,13 +33,17 @@ def _flatten(value: object) -> list:
     return [value]
 
 
-def _module(case: Case, dtype: object) -> object:
+def _host(t: "ta.Tensor") -> np.ndarray:
+    return t.detach().cpu().numpy()
+
+
+def _module(case: Case, dtype: object, device: str = "cpu") -> object:
     ta.manual_seed(case.seed)
     module = case.build(ta)
     if module is None:
         return None
     prefix = case.name + "/"
-    module.train(case.train).to(dtype)
+    module.train(case.train).to(device=device, dtype=dtype)
     keys = [str(k) for k in REFS[prefix + "keys"] if str(k)]
     state = module.state_dict()
     assert list(state.keys()) == keys, f"{case.name}: state_dict keys differ from PyTorch's"
@@ -47,19 +51,19 @@ def _module(case: Case, dtype: object) -> object:
     for key in keys:
         ref = REFS[prefix + "state/" + key]
         assert tuple(state[key].shape) == ref.shape, f"{case.name}: {key} {state[key].shape} vs {ref.shape}"
-        values[key] = ta.tensor(ref, dtype=dtype if ref.dtype.kind == "f" else None)
+        values[key] = ta.tensor(ref, dtype=dtype if ref.dtype.kind == "f" else None, device=device)
     module.load_state_dict(values)
     return module
 
 
-def _inputs(case: Case, dtype: object) -> dict:
+def _inputs(case: Case, dtype: object, device: str = "cpu") -> dict:
     prefix = case.name + "/in/"
     tensors = {}
     for key in REFS.files:
         if key.startswith(prefix):
             name = key[len(prefix):]
             array = REFS[key]
-            t = ta.tensor(array, dtype=dtype if array.dtype.kind == "f" else None)
+            t = ta.tensor(array, dtype=dtype if array.dtype.kind == "f" else None, device=device)
             if name in case.inputs and case.inputs[name][3]:
                 t.requires_grad_()
             tensors[name] = t
@@ -67,20 +71,20 @@ def _inputs(case: Case, dtype: object) -> dict:
 
 
 @pytest.mark.parametrize("name", list(BY_NAME))
-def test_outputs_and_gradients_match_pytorch(name: str) -> None:
+def test_outputs_and_gradients_match_pytorch(name: str, device: str) -> None:
     case = BY_NAME[name]
     prefix = name + "/"
-    module = _module(case, ta.float64)
-    tensors = _inputs(case, ta.float64)
+    module = _module(case, ta.float64, device)
+    tensors = _inputs(case, ta.float64, device)
     outs = _flatten(case.call(ta, module, tensors))
     assert len(outs) == len([k for k in REFS.files if k.startswith(prefix + "out/")])
     total = None
     for i, out in enumerate(outs):
         ref = REFS[prefix + f"out/{i}"]
         assert tuple(out.shape) == ref.shape, f"{name}: output {i} shape {out.shape} vs PyTorch {ref.shape}"
-        np.testing.assert_allclose(out.detach().numpy(), ref, rtol=RTOL, atol=ATOL, err_msg=f"{name} output {i}")
+        np.testing.assert_allclose(_host(out), ref, rtol=RTOL, atol=ATOL, err_msg=f"{name} output {i}")
         if prefix + f"cot/{i}" in REFS.files:
-            term = (out * ta.tensor(REFS[prefix + f"cot/{i}"])).sum()
+            term = (out * ta.tensor(REFS[prefix + f"cot/{i}"], device=device)).sum()
             total = term if total is None else total + term
     if total is None:
         return
@@ -91,23 +95,23 @@ def test_outputs_and_gradients_match_pytorch(name: str) -> None:
     for key, g in zip(leaves, grads):
         ref_key = prefix + "grad/" + key
         if ref_key not in REFS.files:
-            assert g is None or not np.any(g.numpy()), f"{name}: {key} has a gradient PyTorch does not give"
+            assert g is None or not np.any(_host(g)), f"{name}: {key} has a gradient PyTorch does not give"
             continue
         assert g is not None, f"{name}: no gradient for {key}"
-        np.testing.assert_allclose(g.numpy(), REFS[ref_key], rtol=RTOL, atol=ATOL, err_msg=f"{name} grad {key}")
+        np.testing.assert_allclose(_host(g), REFS[ref_key], rtol=RTOL, atol=ATOL, err_msg=f"{name} grad {key}")
 
 
 @pytest.mark.parametrize("name", [c.name for c in CASES if c.amp])
-def test_autocast_output_dtypes_follow_pytorch_cuda_lists(name: str) -> None:
+def test_autocast_output_dtypes_follow_pytorch_cuda_lists(name: str, device: str) -> None:
     case = BY_NAME[name]
-    module = _module(case, ta.float32)
-    tensors = _inputs(case, ta.float32)
-    with ta.autocast("cpu", dtype=ta.float16):
+    module = _module(case, ta.float32, device)
+    tensors = _inputs(case, ta.float32, device)
+    with ta.autocast(ta.device(device).type, dtype=ta.float16):
         outs = _flatten(case.call(ta, module, tensors))
     assert [str(o.dtype) for o in outs] == list(case.amp)
     # The float32 leaves get float32 gradients back through the casts.
     total = sum((o.float().sum() for o in outs if o.dtype in (ta.float16, ta.float32) and o.requires_grad),
-                ta.tensor(0.0))
+                ta.tensor(0.0, device=device))
     if total.requires_grad:
         total.backward()
         for p in ([] if module is None else module.parameters()):
@@ -197,3 +201,94 @@ def test_recurrent_layers_refuse_bad_input() -> None:
     with pytest.raises(ValueError, match=r"GRUCell: Expected input of shape \(N, 3\)"):
         ta.nn.GRUCell(3, 4)(ta.ones(2, 5))
     lstm.flatten_parameters()  # PyTorch code calls it; nothing to do here
+
+
+def test_multihead_attention_options_and_errors() -> None:
+    with pytest.raises(AssertionError, match="embed_dim must be divisible by num_heads"):
+        ta.nn.MultiheadAttention(6, 4)
+    with pytest.raises(NotImplementedError, match="add_bias_kv and add_zero_attn"):
+        ta.nn.MultiheadAttention(4, 2, add_bias_kv=True)
+    mha = ta.nn.MultiheadAttention(4, 2, kdim=3)
+    assert [n for n, _ in mha.named_parameters()] == ["q_proj_weight", "k_proj_weight", "v_proj_weight",
+                                                      "in_proj_bias", "out_proj.weight", "out_proj.bias"]
+    q = ta.ones(2, 1, 4)
+    with pytest.raises(AssertionError, match=r"expected embedding sizes query 4, key 3, value 4.*key \[2, 1, 4\]"):
+        mha(q, q, q)
+    mha = ta.nn.MultiheadAttention(4, 2)
+    with pytest.raises(RuntimeError, match="Need attn_mask if specifying the is_causal hint"):
+        mha(q, q, q, is_causal=True)
+    with pytest.raises(RuntimeError, match=r"shape of the attn_mask should be \[2, 2\] or \[2, 2, 2\], got \[3, 2\]"):
+        mha(q, q, q, attn_mask=ta.zeros(3, 2))
+    with pytest.raises(AssertionError, match=r"key_padding_mask of shape \[1, 2\], got \[2, 2\]"):
+        mha(q, q, q, key_padding_mask=ta.zeros(2, 2, dtype=ta.bool))
+
+
+def test_attention_dropout_only_in_training() -> None:
+    ta.manual_seed(0)
+    mha = ta.nn.MultiheadAttention(8, 2, dropout=0.5)
+    x = ta.randn(5, 2, 8)
+    eval_out, eval_w = mha.eval()(x, x, x)
+    assert np.allclose(eval_w.detach().numpy().sum(-1), 1)
+    train_out, train_w = mha.train()(x, x, x)
+    assert not np.allclose(train_out.detach().numpy(), eval_out.detach().numpy())
+    # PyTorch returns the weights after dropout: their rows no longer sum to 1.
+    assert not np.allclose(train_w.detach().numpy().sum(-1), 1)
+
+
+def test_transformer_stacks_hold_independent_copies() -> None:
+    layer = ta.nn.TransformerEncoderLayer(8, 2, 16)
+    stack = ta.nn.TransformerEncoder(layer, 3)
+    weights = [m.linear1.weight for m in stack.layers]
+    assert len({id(w) for w in weights}) == 3
+    np.testing.assert_array_equal(weights[0].detach().numpy(), weights[2].detach().numpy())
+    with ta.no_grad():
+        weights[0].add_(1)
+    assert not np.allclose(weights[0].detach().numpy(), weights[1].detach().numpy())
+    with pytest.raises(RuntimeError, match="activation should be relu/gelu, not tanh"):
+        ta.nn.TransformerEncoderLayer(8, 2, activation="tanh")
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU", "transformer"])
+def test_amp_training_steps_port_unchanged(kind: str, device: str) -> None:
+    """pytorch/examples' word language model loop (and its Transformer variant) under autocast + GradScaler."""
+    torch, nn = ta, ta.nn
+    torch.manual_seed(0)
+
+    class Model(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.encoder = nn.Embedding(20, 16)
+            if kind == "transformer":
+                self.body = nn.TransformerEncoder(nn.TransformerEncoderLayer(16, 2, 32, dropout=0.1), 2)
+            else:
+                self.body = getattr(nn, kind)(16, 16, num_layers=2, dropout=0.2)
+            self.decoder = nn.Linear(16, 20)
+
+        def forward(self, x: "ta.Tensor") -> "ta.Tensor":
+            h = self.encoder(x)
+            if kind == "transformer":
+                mask = torch.triu(torch.full((x.shape[0], x.shape[0]), float("-inf"), device=x.device), diagonal=1)
+                out = self.body(h, mask=mask, is_causal=True)
+            else:
+                out, _ = self.body(h)
+            return self.decoder(out)
+
+    kind_of_device = torch.device(device).type
+    model = Model().to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=5.0)
+    scaler = torch.amp.GradScaler(kind_of_device)
+    data = torch.tensor(np.tile(np.arange(10), (4, 1)).T.copy(), device=device)  # (L=10, N=4): next token = +1
+    losses = []
+    for _ in range(15):
+        opt.zero_grad()
+        with torch.autocast(kind_of_device, dtype=torch.float16):
+            logits = model(data[:-1])
+            loss = nn.functional.cross_entropy(logits.reshape(-1, 20), data[1:].reshape(-1))
+        scaler.scale(loss).backward()
+        scaler.unscale_(opt)
+        nn.utils.clip_grad_norm_(model.parameters(), 0.25)
+        scaler.step(opt)
+        scaler.update()
+        losses.append(loss.item())
+    assert logits.dtype == torch.float16 and all(p.dtype == torch.float32 for p in model.parameters())
+    assert losses[-1] < 0.8 * losses[0], losses

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import collections
 import importlib
+import os
+import tomllib
 from typing import Any, Iterator
 
 import numpy as np
@@ -262,3 +264,10 @@ def test_every_kernel_compiles_with_nvrtc(collected: Collected) -> None:
                 failures.append(f"{name} ({arch}): {log.strip()}")
     assert not failures, (f"{len(failures)} of {len(sources) * len(ARCHS)} NVRTC compilations failed:\n"
                           + "\n\n".join(failures))
+
+
+def test_the_test_extra_installs_what_this_test_needs() -> None:
+    """The README's test command installs the ``test`` extra: it must bring CuPy, NVRTC and CUDA's headers."""
+    with open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "pyproject.toml"), "rb") as f:
+        extra = tomllib.load(f)["project"]["optional-dependencies"]["test"]
+    assert {"cupy-cuda13x", "nvidia-cuda-nvrtc", "nvidia-cuda-runtime"} <= set(extra), extra

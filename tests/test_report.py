@@ -192,3 +192,19 @@ def test_user_functions_appear_as_custom() -> None:
         Twice.apply(_leaf(3)).sum().backward()
     twice = [r for r in t.ops if r.name == "twice"]
     assert len(twice) == 1 and twice[0].tag == "custom"
+
+
+def test_the_information_lost_table_numbers_each_cast_by_the_op_row_that_made_it() -> None:
+    x, w = _input(4, 3), _leaf(5, 3)
+    with ta.amp.trace() as t:
+        with ta.amp.autocast():
+            loss = ta.linear(x * 2.0, w).float().sum()  # a first op without a cast: cast #0 is not row 0
+        loss.backward()
+    lines = str(t).splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("information lost at casts"))
+    assert "#: the row above that made the cast" in lines[start]
+    op_rows = {int(line.split()[0]): line.split()[2] for line in lines[2:start] if line[:1].isdigit()}
+    lost = [line.split() for line in lines[start + 2:] if line.strip()[:1].isdigit()]
+    # x * 2's Cast op (row 1), then w lowered inside linear (row 2, a fused cast)
+    assert [(int(row[0]), op_rows[int(row[0])], "(fused)" in row) for row in lost if row[1] == "forward"] == [
+        (1, "cast", False), (2, "linear", True)]

@@ -30,6 +30,8 @@ from . import data
 from . import utils  # torch.utils.data spellings
 from . import memory
 from . import optim
+from . import backends  # ta.backends.cuda.matmul.allow_tf32, ta.backends.cudnn.benchmark, ...
+from .precision import get_float32_matmul_precision, set_float32_matmul_precision
 from .foreach import *  # noqa: F401,F403 - ta._foreach_mul_, ... (torch._foreach_*)
 from . import nn
 from . import cuda_graphs  # ta.cuda.CUDAGraph, ta.cuda.graph, ta.cuda.make_graphed_step, ...

@@ -32,6 +32,11 @@ to autocast an op from this module, so the tape imports nothing from ``amp/``
   any kind and carries what nested regions share across a disabled region in
   between (the outermost region's cache, the overrides in force);
 - the **global per-op overrides** (``ta.amp.set_op_precision`` writes them);
+- the **float32 matmul precision** (``ta.set_float32_matmul_precision``, which
+  ``ta.backends.cuda.matmul.allow_tf32`` also sets): "highest" keeps float32
+  GEMMs in float32; "high" and "medium" let them run on TF32 tensor cores
+  (``kernels/gemm.py``: cuBLAS's TF32 compute type on a GPU, the operands
+  rounded to TF32's 10-bit mantissa on the CPU);
 - two **hooks** the tape calls without importing what is above it: the open
   precision report (:func:`current_trace`, a context variable like autocast, so
   a trace sees only its own thread's ops; :func:`record_cast` reports a rounding
@@ -43,6 +48,7 @@ to autocast an op from this module, so the tape imports nothing from ``amp/``
 from __future__ import annotations
 
 import enum
+import warnings
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
@@ -218,6 +224,33 @@ _GLOBAL_OVERRIDES: dict[str, Precision] = {}
 def global_overrides() -> dict[str, Precision]:
     """Tag overrides by op name that apply in every autocast region (the live dict)."""
     return _GLOBAL_OVERRIDES
+
+
+# --------------------------------------------------------------------------
+# float32 matmul precision
+# --------------------------------------------------------------------------
+
+_MATMUL_PRECISIONS = ("highest", "high", "medium")
+_float32_matmul_precision = ["highest"]  # a list: one shared, mutable setting (PyTorch's is process-wide)
+
+
+def get_float32_matmul_precision() -> str:
+    """"highest" (float32 GEMMs in float32), "high" or "medium" (float32 GEMMs may use TF32)."""
+    return _float32_matmul_precision[0]
+
+
+def set_float32_matmul_precision(precision: str) -> None:
+    """``torch.set_float32_matmul_precision``: "high"/"medium" let float32 GEMMs run in TF32 (10-bit mantissas)."""
+    if precision not in _MATMUL_PRECISIONS:
+        warnings.warn(f"{precision} is not one of 'highest', 'high', or 'medium'; the current "
+                      f"setFloat32MatmulPrecision call has no effect.", stacklevel=2)
+        return
+    _float32_matmul_precision[0] = precision
+
+
+def tf32_matmul() -> bool:
+    """Whether float32 GEMMs run in TF32 now (the setting is anything but "highest")."""
+    return _float32_matmul_precision[0] != "highest"
 
 
 # --------------------------------------------------------------------------

@@ -162,6 +162,23 @@ def cuda_manual_seed_all(seed: int) -> None:
         default_generator(backend.Device("cuda", i)).manual_seed(seed)
 
 
+def snapshot(device: Any) -> Any:
+    """The default generator's state of ``device`` without a host copy (a CUDA state stays on the device)."""
+    gen = default_generator(device)
+    if gen.device.type == "cpu":
+        return gen.rng.bit_generator.state
+    return gen.rng.bit_generator._state.copy()
+
+
+def restore(device: Any, state: Any) -> None:
+    """Put back a state from :func:`snapshot`."""
+    gen = default_generator(device)
+    if gen.device.type == "cpu":
+        gen.rng.bit_generator.state = state
+    else:
+        gen.rng.bit_generator._state[...] = state
+
+
 @backend.on_cuda_switch
 def _forget_cuda_generators() -> None:
     """A CUDA generator draws with one backend's arrays (CuPy or the stand-in): a switch makes new ones."""

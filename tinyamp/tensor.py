@@ -54,7 +54,7 @@ class _HookHandle:
 class Tensor:
     """A multi-dimensional array that can record operations for autograd."""
 
-    __slots__ = ("array", "grad", "_requires_grad", "grad_fn", "_out_index", "_version",
+    __slots__ = ("array", "_grad", "_requires_grad", "grad_fn", "_out_index", "_version",
                  "_hooks", "__weakref__", "_is_param", "_storage", "_post_accumulate_hooks")
     # Let NumPy defer to our reflected operators (np.float32(2) * t -> t.__rmul__).
     __array_ufunc__ = None
@@ -69,7 +69,7 @@ class Tensor:
         else:
             data = tinyamp.factories.native_array(data)  # no complex, object, string arrays
         self.array = data
-        self.grad: Tensor | None = None
+        self._grad: Tensor | None = None
         self._requires_grad = False
         self.grad_fn = None
         self._out_index = 0
@@ -129,7 +129,7 @@ class Tensor:
             array = np.asarray(array)
         t = object.__new__(cls)
         t.array = array
-        t.grad = None
+        t._grad = None
         t._requires_grad = False
         t.grad_fn = None
         t._out_index = 0
@@ -180,6 +180,27 @@ class Tensor:
     @property
     def is_cuda(self) -> bool:
         return backend.is_cupy_array(self.array)
+
+    def _set_grad(self, value: "Tensor | None") -> None:
+        """``t.grad = value``: None, or a Tensor of t's shape, dtype and device (PyTorch 2.13's checks and words)."""
+        if value is not None:
+            if not isinstance(value, Tensor):
+                raise TypeError(f"assigned grad expected to be a Tensor or None but got grad of type "
+                                f"{type(value).__module__}.{type(value).__qualname__}")
+            mine, theirs = self.array, value.array
+            if type(mine) is not type(theirs) or (type(mine) is not np.ndarray
+                                                  and backend.device_of(mine) != backend.device_of(theirs)):
+                raise RuntimeError(f"assigned grad has data located on a different device (a tensor on "
+                                   f"{backend.device_of(mine)}, a grad on {backend.device_of(theirs)})")
+            if theirs.dtype != mine.dtype:
+                raise RuntimeError(f"attempting to assign a gradient with dtype '{dt.dtype_name(theirs.dtype)}' "
+                                   f"to a tensor with grad_dtype '{dt.dtype_name(mine.dtype)}'. The gradient "
+                                   f"must match the tensor's dtype")
+            if theirs.shape != mine.shape:
+                raise RuntimeError(f"attempting to assign a gradient of size '{list(theirs.shape)}' to a tensor "
+                                   f"of size '{list(mine.shape)}'. Please ensure that the gradient and the "
+                                   f"tensor are the same size")
+        self._grad = value
 
     @property
     def requires_grad(self) -> bool:
@@ -236,6 +257,13 @@ class Tensor:
         return t
 
     def detach_(self) -> "Tensor":
+        """Make this tensor a leaf that requires no grad, in place; refused for a view (as PyTorch).
+
+        A view is the output of a view op (indexing, reshape, permute, split),
+        or a tensor made without the tape whose array is a view of another's.
+        """
+        if self.array.base is not None and (self.grad_fn is None or getattr(self.grad_fn, "returns_view", False)):
+            raise RuntimeError("Can't detach views in-place. Use detach() instead.")
         self.grad_fn = None
         self._requires_grad = False
         return self
@@ -252,6 +280,13 @@ class Tensor:
         if dtype is not None and dtype != result.dtype:
             result = tinyamp.ops.cast(result, dtype)
         return result
+
+    def pin_memory(self) -> "Tensor":
+        """The tensor itself: CuPy copies from pageable host memory, so there is nothing to pin (PyTorch copies
+        a CPU tensor into page-locked memory for faster, asynchronous host-to-GPU copies)."""
+        if self.device.type != "cpu":
+            raise RuntimeError(f"cannot pin '{self.device}' memory: only CPU tensors can be pinned")
+        return self
 
     def cpu(self) -> "Tensor":
         return self.to("cpu")
@@ -380,6 +415,12 @@ class Tensor:
         try:
             self.array[key] = value
         except ValueError:
+            if not getattr(self.array.flags, "writeable", True) and 0 not in self.array.strides:
+                # A read-only NumPy array (``from_numpy`` of a non-writeable one): PyTorch would write
+                # into it (its warning says that is undefined behaviour); tinyamp refuses.
+                raise RuntimeError(f"{name}: the tensor (shape {list(self.shape)}) shares the memory of a "
+                                   f"read-only NumPy array (from_numpy of a non-writeable array?); clone() it, "
+                                   f"or make the array writeable, before writing") from None
             if not getattr(self.array.flags, "writeable", True):
                 # NumPy's broadcast views (expand) are read-only; PyTorch refuses the write too.
                 raise RuntimeError(f"{name}: unsupported operation: more than one element of the written-to "
@@ -653,6 +694,12 @@ class Tensor:
         if method is None:
             raise AttributeError(f"'Tensor' object has no attribute '{name}'")
         return method.__get__(self, Tensor)
+
+
+# ``t.grad``: read through the slot's own C getter (no Python frame: it is read on every step),
+# written through ``_set_grad``'s checks.
+Tensor.grad = property(Tensor.__dict__["_grad"].__get__, Tensor._set_grad,  # type: ignore[assignment]
+                       doc="The gradient accumulated by backward (None until then).")
 
 
 def _alpha_first(name: str, other: Any, alpha: Any) -> tuple[Any, Any]:

@@ -1,4 +1,4 @@
-"""Op-spec rows for convolution and pooling (tinyamp/ops/conv.py).
+"""Op-spec rows for convolution, transposed convolution and pooling (tinyamp/ops/conv.py, conv_transpose.py).
 
 The references are direct nested loops over output pixels, written from the
 definitions (PyTorch's docs), sharing nothing with the im2col implementation.
@@ -16,6 +16,29 @@ from op_specs import Arg, OpSpec
 
 def _pairs(v: "int | tuple") -> tuple:
     return (v, v) if isinstance(v, int) else tuple(v)
+
+
+def conv_transpose2d_ref(x: np.ndarray, w: np.ndarray, b: "np.ndarray | None" = None, stride: "int | tuple" = 1,
+                         padding: "int | tuple" = 0, output_padding: "int | tuple" = 0, groups: int = 1,
+                         dilation: "int | tuple" = 1) -> np.ndarray:
+    """Scatter: y[n, g*Og + o, i*s + p*d - pad, j*s + q*d - pad] += x[n, g*Cg + c, i, j] * w[g*Cg + c, o, p, q]."""
+    (sh, sw), (ph, pw), (oh, ow), (dh, dw) = (_pairs(v) for v in (stride, padding, output_padding, dilation))
+    n, c, h, wid = x.shape
+    _, og, kh, kw = w.shape
+    cg = c // groups
+    ho = (h - 1) * sh - 2 * ph + dh * (kh - 1) + oh + 1
+    wo = (wid - 1) * sw - 2 * pw + dw * (kw - 1) + ow + 1
+    full = np.zeros((n, og * groups, ho + 2 * ph + sh, wo + 2 * pw + sw))  # room for the padding on both sides
+    for ni in range(n):
+        for ci in range(c):
+            g = ci // cg
+            for i in range(h):
+                for j in range(wid):
+                    for p in range(kh):
+                        for q in range(kw):
+                            full[ni, g * og:(g + 1) * og, i * sh + p * dh, j * sw + q * dw] += x[ni, ci, i, j] * w[ci, :, p, q]
+    y = full[:, :, ph:ph + ho, pw:pw + wo]
+    return y if b is None else y + b.reshape(1, -1, 1, 1)
 
 
 def conv2d_ref(x: np.ndarray, w: np.ndarray, b: "np.ndarray | None" = None, stride: "int | tuple" = 1,
@@ -98,6 +121,16 @@ X = Arg((2, 3, 5, 5))
 
 SPECS = [
     OpSpec("conv2d", ta.conv2d, conv2d_ref, [X, Arg((4, 3, 3, 3)), Arg((4,))]),
+    OpSpec("conv_transpose2d", ta.conv_transpose2d, conv_transpose2d_ref,
+           [Arg((2, 3, 3, 4)), Arg((3, 2, 3, 3)), Arg((2,))], id="conv_transpose2d"),
+    OpSpec("conv_transpose2d",
+           lambda x, w, b: ta.conv_transpose2d(x, w, b, stride=2, padding=1, output_padding=(1, 0)),
+           lambda x, w, b: conv_transpose2d_ref(x, w, b, 2, 1, (1, 0)),
+           [Arg((1, 2, 3, 3)), Arg((2, 2, 3, 2)), Arg((2,))], id="conv_transpose2d_stride_padding_output_padding"),
+    OpSpec("conv_transpose2d",
+           lambda x, w: ta.conv_transpose2d(x, w, groups=2, dilation=(2, 1), stride=(1, 2)),
+           lambda x, w: conv_transpose2d_ref(x, w, None, (1, 2), 0, 0, 2, (2, 1)),
+           [Arg((2, 4, 2, 3)), Arg((4, 3, 2, 2))], id="conv_transpose2d_groups_dilation"),
     OpSpec("conv2d", lambda x, w: ta.conv2d(x, w, stride=2, padding=1), lambda x, w: conv2d_ref(x, w, None, 2, 1),
            [X, Arg((2, 3, 3, 3))], id="conv2d_stride2_pad1"),
     OpSpec("conv2d", lambda x, w, b: ta.conv2d(x, w, b, dilation=2, padding=1),

@@ -88,14 +88,21 @@ def _computed_in_bfloat16(outputs: Any) -> bool:
 
 
 def _check_positive(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+    """A positive finite Python or NumPy number (a scale read back from a checkpoint may be np.float32)."""
+    if (isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating))
+            or not math.isfinite(value) or value <= 0):
         raise ValueError(f"GradScaler: {name} must be a positive finite number, got {value!r}")
     return float(value)
 
 
-def _check_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"GradScaler: {name} must be an integer >= 1, got {value!r}")
+_INT32_MAX = 2 ** 31 - 1  # the trackers are int32 on the device (as PyTorch's)
+
+
+def _check_int(name: str, value: Any, low: int = 1) -> int:
+    if (isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer))
+            or not low <= value <= _INT32_MAX):
+        raise ValueError(f"GradScaler: {name} must be an integer >= {low} and <= {_INT32_MAX} (its counter is "
+                         f"int32), got {value!r}")
     return int(value)
 
 
@@ -442,9 +449,10 @@ class GradScaler:
             if new_scale.numel() != 1 or new_scale.requires_grad:
                 raise ValueError("new_scale should be a float or a 1-element tinyamp Tensor with "
                                  "requires_grad=False.")
-            # Checking a device value would need a sync: clamp it into the bounds on the device.
+            # Checking a device value would need a sync: clamp it into the bounds on the device; a NaN
+            # leaves the scale as it was.
             value = backend.to_device(new_scale.array, dev).reshape(()).astype(np.float32)
-            self._scale[...] = xp.clip(value, np.float32(low), np.float32(high))
+            self._scale[...] = xp.where(xp.isnan(value), self._scale, xp.clip(value, np.float32(low), np.float32(high)))
             return
         if isinstance(new_scale, bool) or not isinstance(new_scale, (int, float)):
             raise TypeError(f"new_scale should be a float or a 1-element tinyamp Tensor with "
@@ -503,12 +511,14 @@ class GradScaler:
 
     @staticmethod
     def _check_growth_factor(value: Any) -> None:
-        if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 1.0):
+        if not (isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+                and math.isfinite(value) and value > 1.0):
             raise ValueError(f"The growth factor must be > 1.0 (and finite), got {value!r}")
 
     @staticmethod
     def _check_backoff_factor(value: Any) -> None:
-        if not (isinstance(value, (int, float)) and 0.0 < value < 1.0):
+        if not (isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+                and 0.0 < value < 1.0):
             raise ValueError(f"The backoff factor must be in (0, 1), got {value!r}")
 
     # ------------------------------------------------------------ state dict
@@ -529,15 +539,30 @@ class GradScaler:
         if len(state_dict) == 0:
             raise RuntimeError("The source state dict is empty, possibly because it was saved from a disabled "
                                "instance of GradScaler.")
-        self._init_scale = _check_positive("scale", state_dict["scale"])
-        self.set_growth_factor(state_dict["growth_factor"])
-        self.set_backoff_factor(state_dict["backoff_factor"])
-        self.set_growth_interval(state_dict["growth_interval"])
-        self._init_growth_tracker = int(state_dict["_growth_tracker"])
-        self._hysteresis = _check_int("hysteresis", state_dict.get("hysteresis", 1))
-        self._init_hysteresis_tracker = int(state_dict.get("_hysteresis_tracker", self._hysteresis))
-        self._min_scale = state_dict.get("min_scale", self._min_scale)
-        self._max_scale = state_dict.get("max_scale", self._max_scale)
+        # Everything is checked (with the constructor's checks) before anything changes.
+        scale = _check_positive("scale", state_dict["scale"])
+        growth_factor, backoff_factor = state_dict["growth_factor"], state_dict["backoff_factor"]
+        self._check_growth_factor(growth_factor)
+        self._check_backoff_factor(backoff_factor)
+        growth_interval = _check_int("growth_interval", state_dict["growth_interval"])
+        growth_tracker = _check_int("_growth_tracker", state_dict["_growth_tracker"], low=0)
+        hysteresis = _check_int("hysteresis", state_dict.get("hysteresis", 1))
+        hysteresis_tracker = _check_int("_hysteresis_tracker", state_dict.get("_hysteresis_tracker", hysteresis),
+                                        low=0)
+        bounds = []
+        for name in ("min_scale", "max_scale"):
+            value = state_dict.get(name, getattr(self, f"_{name}"))
+            bounds.append(None if value is None else float(np.float32(_check_positive(name, value))))
+        min_scale, max_scale = bounds
+        if min_scale is not None and min_scale > scale:
+            raise ValueError(f"GradScaler.load_state_dict: min_scale ({min_scale}) must be <= scale ({scale})")
+        if max_scale is not None and max_scale < scale:
+            raise ValueError(f"GradScaler.load_state_dict: max_scale ({max_scale}) must be >= scale ({scale})")
+        self._init_scale = scale
+        self._growth_factor, self._backoff_factor = float(growth_factor), float(backoff_factor)
+        self._growth_interval, self._init_growth_tracker = growth_interval, growth_tracker
+        self._hysteresis, self._init_hysteresis_tracker = hysteresis, hysteresis_tracker
+        self._min_scale, self._max_scale = min_scale, max_scale
         if self._scale is not None:
             self._scale[...] = self._init_scale
             self._growth_tracker[...] = self._init_growth_tracker

@@ -106,7 +106,7 @@ def require_matplotlib() -> Any:
         import matplotlib
     except ImportError as exc:
         raise ImportError("plotting needs matplotlib, which is not installed: "
-                          "pip install matplotlib (or pip install -e '.[plot]')") from exc
+                          "pip install matplotlib (a tinyamp dependency: pip install -e . installs it)") from exc
     matplotlib.use("Agg")  # files only; no display needed
     import matplotlib.pyplot as plt
 

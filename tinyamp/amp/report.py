@@ -58,6 +58,7 @@ class OpRecord:
     casts: list[int] = field(default_factory=list)  # indices into Trace.casts made for this op
     saved_bytes: int = 0            # bytes this node newly keeps for backward
     during: str = ""                # backward: the node whose backward ran this op
+    math: str = ""                  # "tf32": a float32 GEMM of this op ran in TF32 (allow_tf32)
 
 
 @dataclass
@@ -102,6 +103,7 @@ class Trace:
         self._fused_pending: list[tuple[Any, int, Any]] = []  # (op, cast index, input) until the op is recorded
         self._rows: dict[int, tuple[Any, int]] = {}     # id(op) -> (weakref, OpRecord index), forward ops
         self._open = False
+        self._tf32 = False           # a float32 GEMM ran in TF32 since the last op was recorded
 
     # ------------------------------------------------------------ context
     def __enter__(self) -> "Trace":
@@ -152,6 +154,12 @@ class Trace:
         self._pending = (op, cause, cache)
         if self._parent is not None:
             self._parent.expect_cast(op, cause, cache)
+
+    def note_tf32(self) -> None:
+        """A float32 GEMM is running in TF32 (``kernels/gemm.py``): the op about to be recorded is marked."""
+        self._tf32 = True
+        if self._parent is not None:
+            self._parent.note_tf32()
 
     def record_op(self, op: Any, inputs: list, outputs: list) -> None:
         self._record_op(op, inputs, outputs)
@@ -272,7 +280,9 @@ class Trace:
             during = self._node.name
         record = OpRecord(index, self.phase, op.name, tag, arrived,
                           computed, [list(t.shape) for t in inputs],
-                          [dt.dtype_name(t.dtype) for t in outputs], sorted(casts), 0, during)
+                          [dt.dtype_name(t.dtype) for t in outputs], sorted(casts), 0, during,
+                          "tf32" if self._tf32 else "")
+        self._tf32 = False
         record.saved_bytes = self._count_saved(op)
         self.ops.append(record)
 
@@ -346,6 +356,7 @@ class Trace:
             "backward_casts": sum(c.kind == "backward" for c in self.casts),
             "explicit_casts": sum(c.kind == "explicit" for c in self.casts),
             "fused_casts": sum(c.fused for c in self.casts),
+            "tf32_ops": sum(r.math == "tf32" for r in self.ops),
             "rounding": {phase: asdict(stats) for phase, stats in rounding.items()},
             "cache_hits": self.cache_hits, "cache_misses": self.cache_misses,
             "saved_bytes": saved,
@@ -365,6 +376,8 @@ class Trace:
             note = cast.rule if cast is not None else ""
             if r.during and cast is None:
                 note = (note + " " if note else "") + f"(in {r.during} backward)"
+            if r.math == "tf32":
+                note = (note + " " if note else "") + "TF32 GEMM (allow_tf32)"
             ins = ", ".join(f"{d}{_shape(s)}" for d, s in zip(r.inputs, r.shapes))
             rows.append((str(r.index), r.phase, r.name, r.tag, ins, ", ".join(r.outputs),
                          _bytes(r.saved_bytes) if r.saved_bytes else "", note))
@@ -391,12 +404,14 @@ class Trace:
                  and (dt.is_low_precision(dt.as_dtype(c.target)) or c.rounding.lost or c.rounding.nan)]
         if not shown and not any(c.rounding is not None for c in self.casts):
             return []
-        lines = ["", "information lost at casts (->0: underflow, sub: now subnormal, ->inf: overflow; "
+        lines = ["", "information lost at casts (#: the row above that made the cast, its cast op or, for a "
+                     "cast made inside an op (fused), that op; ->0: underflow, sub: now subnormal, ->inf: overflow; "
                      "|x|: smallest non-zero and largest finite source magnitude):"]
         rows = [("#", "phase", "cast", "made for", "elements", "->0", "sub", "->inf", "nan", "|x| min", "|x| max")]
         for c in shown:
             r = c.rounding
-            rows.append((str(c.index), c.phase, f"{c.source} -> {c.target}" + (" (fused)" if c.fused else ""),
+            row = c.row if c.row >= 0 else c.op_index
+            rows.append((str(row) if row >= 0 else "-", c.phase, f"{c.source} -> {c.target}" + (" (fused)" if c.fused else ""),
                          c.op or "-", str(r.elements), str(r.underflow), str(r.subnormal), str(r.overflow),
                          str(r.nan), _magnitude(r.min_abs), _magnitude(r.max_abs)))
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]

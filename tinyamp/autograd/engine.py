@@ -38,6 +38,25 @@ def _check_gradient(node: Any, index: int, grad: Tensor, shape: tuple, dtype: An
             f"{list(shape)} dtype {dt.dtype_name(dtype)}")
 
 
+def _hooked(hook: Any, grad: Tensor) -> Tensor:
+    """``hook(grad)``'s replacement for ``grad`` (or grad itself): same shape, dtype and device (PyTorch's checks)."""
+    replaced = hook(grad)
+    if replaced is None:
+        return grad
+    name = getattr(hook, "__name__", type(hook).__name__)
+    if not isinstance(replaced, Tensor):
+        raise TypeError(f"expected Tensor, but hook '{name}' returned '{type(replaced).__name__}'")
+    if replaced.array.dtype != grad.array.dtype:
+        raise RuntimeError(f"hook '{name}' has changed the type of value (was {dt.dtype_name(grad.dtype)} "
+                           f"got {dt.dtype_name(replaced.dtype)})")
+    if replaced.device != grad.device:
+        raise RuntimeError(f"hook '{name}' has changed the device of value (was {grad.device} got {replaced.device})")
+    if replaced.array.shape != grad.array.shape:
+        raise RuntimeError(f"hook '{name}' has changed the size of value (was {list(grad.shape)} "
+                           f"got {list(replaced.shape)})")
+    return replaced
+
+
 def _accumulate(store: dict, key: Any, grad: Tensor) -> None:
     previous = store.get(key)
     store[key] = grad if previous is None else previous + grad
@@ -106,8 +125,7 @@ def run_backward(roots: Sequence[Tensor], root_grads: Sequence[Tensor], retain_g
                 else:
                     if node._output_hooks and index in node._output_hooks:
                         for hook in node._output_hooks[index]:
-                            replaced = hook(grad)
-                            grad = grad if replaced is None else replaced
+                            grad = _hooked(hook, grad)
                     if wanted and (node_id, index) in wanted:
                         captured[(node_id, index)] = grad
                 grads.append(grad)
@@ -150,8 +168,7 @@ def run_backward(roots: Sequence[Tensor], root_grads: Sequence[Tensor], retain_g
     for key, leaf in leaves.items():
         grad = leaf_grads[key]
         for hook in leaf._hooks or ():
-            replaced = hook(grad)
-            grad = grad if replaced is None else replaced
+            grad = _hooked(hook, grad)
         leaf_grads[key] = grad
 
     if accumulate:

@@ -36,6 +36,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from ._counters import counters
+from ._topology import DEVICE_COUNT, OWN_DEVICE, current_device
 
 ALLOCATION_UNIT = 512  # CuPy's pool rounds every request up to this
 ALIGNMENT = 256  # cudaMalloc's alignment
@@ -54,6 +55,10 @@ class OutOfMemoryError(MemoryError):
 # demand: resolve() runs per cuBLAS call, allocations run per array.
 _live: dict[int, tuple[int, np.ndarray]] = {}
 _live_sorted: "list[int] | None" = None
+# One lock for the pools and the live-block map: CuPy's pool is thread-safe, and a block goes back
+# from whichever thread drops its last array. Re-entrant: a block may be freed (garbage collected)
+# inside malloc itself.
+_lock = threading.RLock()
 
 
 class Memory:
@@ -106,8 +111,8 @@ def _aligned_buffer(size: int) -> tuple[np.ndarray, int]:
 class MemoryPool:
     """``cupy.cuda.MemoryPool`` for one device: blocks rounded to 512 bytes, reused by exact rounded size."""
 
-    def __init__(self, device_id: int = 0) -> None:
-        self.device_id = device_id
+    def __init__(self, device_id: "int | None" = None) -> None:
+        self.device_id = current_device() if device_id is None else device_id  # CuPy's pools serve the current one
         self._free: dict[int, list[tuple[int, np.ndarray]]] = {}  # size -> heap of (address, buffer)
         self._used = 0
         self._total = 0
@@ -116,10 +121,16 @@ class MemoryPool:
 
     def malloc(self, size: int) -> MemoryPointer:
         """A block of at least ``size`` bytes: a freed one of the same rounded size if any."""
-        global _live_sorted
         if not size:
             return MemoryPointer(Memory(0, 0, self.device_id, None, None), 0)
+        if DEVICE_COUNT > 1:
+            _check_current_device(OWN_DEVICE)
         rounded = (size + ALLOCATION_UNIT - 1) // ALLOCATION_UNIT * ALLOCATION_UNIT
+        with _lock:
+            return self._malloc(size, rounded)
+
+    def _malloc(self, size: int, rounded: int) -> MemoryPointer:
+        global _live_sorted
         free = self._free.get(rounded)
         if free:
             ptr, buffer = heapq.heappop(free)  # the lowest address: independent of the order of frees
@@ -140,10 +151,11 @@ class MemoryPool:
 
     def _give_back(self, memory: Memory) -> None:
         global _live_sorted
-        self._used -= memory.size
-        heapq.heappush(self._free.setdefault(memory.size, []), (memory.ptr, memory.buffer))
-        del _live[memory.ptr]
-        _live_sorted = None
+        with _lock:
+            self._used -= memory.size
+            heapq.heappush(self._free.setdefault(memory.size, []), (memory.ptr, memory.buffer))
+            del _live[memory.ptr]
+            _live_sorted = None
 
     def used_bytes(self) -> int:
         """Bytes in blocks held by live arrays."""
@@ -158,13 +170,15 @@ class MemoryPool:
         return self._total
 
     def n_free_blocks(self) -> int:
-        return sum(len(blocks) for blocks in self._free.values())
+        with _lock:
+            return sum(len(blocks) for blocks in self._free.values())
 
     def free_all_blocks(self, stream: Any = None) -> None:
         """Release every freed block (their addresses may come back later)."""
         counters.notify("frees", "MemoryPool.free_all_blocks")
-        self._total -= sum(size * len(blocks) for size, blocks in self._free.items())
-        self._free.clear()
+        with _lock:
+            self._total -= sum(size * len(blocks) for size, blocks in self._free.items())
+            self._free.clear()
 
     def set_limit(self, size: "int | None" = None, fraction: "float | None" = None) -> None:
         if fraction is not None:
@@ -181,7 +195,7 @@ _pinned: dict[int, int] = {}  # start address -> size of each live pinned buffer
 def is_pinned(host: np.ndarray) -> bool:
     """Whether ``host``'s memory lies in a pinned buffer (a copy from it need not wait for the device)."""
     start = host.__array_interface__["data"][0]
-    return any(base <= start and start + host.nbytes <= base + size for base, size in _pinned.items())
+    return any(base <= start and start + host.nbytes <= base + size for base, size in tuple(_pinned.items()))
 
 
 class PinnedMemoryPointer(bytearray):
@@ -216,7 +230,16 @@ class PinnedMemoryPool:
         return None
 
 
-_default_pool = MemoryPool(0)
+def _check_current_device(owned: int) -> None:
+    """With one device per local rank, memory comes only from this process's device, while it is current."""
+    current = current_device()
+    if current != owned:
+        raise RuntimeError(  # runtime.CUDARuntimeError's message; runtime sits above this module
+            f"cudaErrorInvalidDevice: invalid device ordinal (an allocation on cuda:{current}, but this process "
+            f"(LOCAL_RANK={owned}) owns cuda:{owned}: the stand-in gives each local rank its own device; call ta.cuda.set_device({owned}) (torch.cuda.set_device) first)")
+
+
+_default_pool = MemoryPool(OWN_DEVICE)
 _default_pinned_pool = PinnedMemoryPool()
 _current_allocator: Callable[[int], MemoryPointer] = _default_pool.malloc
 _thread_local = threading.local()
@@ -270,12 +293,13 @@ def resolve(ptr: int, nbytes: int, what: str) -> tuple[np.ndarray, int]:
     silent read of someone else's memory, or of the pool's rounding slack.
     """
     global _live_sorted
-    if _live_sorted is None:
-        _live_sorted = sorted(_live)
-    index = bisect.bisect_right(_live_sorted, ptr) - 1
+    with _lock:
+        if _live_sorted is None:
+            _live_sorted = sorted(_live)
+        index = bisect.bisect_right(_live_sorted, ptr) - 1
+        start = _live_sorted[index] if index >= 0 else None
+        size, buffer = _live[start] if index >= 0 else (0, None)
     if index >= 0:
-        start = _live_sorted[index]
-        size, buffer = _live[start]
         offset = ptr - start
         if offset + nbytes <= size:
             return buffer, offset

@@ -14,7 +14,9 @@ The arithmetic is a reference, not cuBLAS's kernel: the operands are upcast
 exactly to the compute precision (float32 for ``CUBLAS_COMPUTE_32F``) and
 multiplied by NumPy's BLAS in that precision, then ``alpha * AB + beta * C``
 is rounded once to C's type; ``C`` is not read when ``beta`` is 0. For
-``CUBLAS_COMPUTE_16F`` the sum runs in float16, one product at a time.
+``CUBLAS_COMPUTE_16F`` the sum runs in float16, one product at a time; with
+``CUBLAS_COMPUTE_32F_FAST_TF32`` the float32 operands are rounded to TF32 (10-bit
+mantissas, to nearest even) and the products summed in float32.
 
 While a stream captures, a call is recorded as cuBLAS's kernels would be: the
 operand addresses are frozen, and so are ``alpha``/``beta`` in host pointer
@@ -153,6 +155,13 @@ def _matrix(function: str, name: str, ptr: int, dtype: np.dtype, rows: int, cols
     return view.swapaxes(1, 2)
 
 
+def _tf32(x: np.ndarray) -> np.ndarray:
+    """float32 operands as TF32 holds them: mantissas rounded to 10 bits, to nearest even (NaN kept)."""
+    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    rounded = ((bits + (0x0FFF + ((bits >> 13) & 1))) & 0xFFFFE000).view(np.float32)
+    return np.where(np.isnan(x), np.float32(x), rounded)
+
+
 def _gemm(function: str, handle: int, transa: int, transb: int, m: int, n: int, k: int,
           alpha: int, a: int, a_type: int, lda: int, stride_a: int,
           b: int, b_type: int, ldb: int, stride_b: int, beta: int,
@@ -207,6 +216,8 @@ def _gemm(function: str, handle: int, transa: int, transb: int, m: int, n: int, 
                 for j in range(k):  # a float16 running sum, one product at a time
                     total = (total + op_a[:, :, j:j + 1].astype(np.float16) * op_b[:, j:j + 1, :]).astype(
                         np.float16)
+            elif compute == CUBLAS_COMPUTE_32F_FAST_TF32:  # tensor cores multiply TF32 operands
+                total = np.matmul(_tf32(op_a), _tf32(op_b))
             else:
                 total = np.matmul(op_a.astype(accumulate), op_b.astype(accumulate))
             if scale_a != 1.0:

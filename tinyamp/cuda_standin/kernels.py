@@ -45,6 +45,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import threading
 from typing import Any
 
 import ml_dtypes
@@ -66,6 +67,7 @@ using std::isfinite; using std::isnan; using std::isinf; using std::sqrt; using 
 #define __forceinline__ inline
 struct standin_dim3 { unsigned int x, y, z; };
 struct uint4 { unsigned int x, y, z, w; };  // CUDA's 16-byte vector type
+static inline uint4 make_uint4(unsigned int x, unsigned int y, unsigned int z, unsigned int w) { return {x, y, z, w}; }
 static standin_dim3 blockIdx, blockDim, threadIdx, gridDim;
 static inline unsigned int __float_as_uint(float f) { unsigned int u; std::memcpy(&u, &f, 4); return u; }
 static inline float __uint_as_float(unsigned int u) { float f; std::memcpy(&f, &u, 4); return f; }
@@ -186,13 +188,25 @@ def compile_library(source: str) -> ctypes.CDLL:
 
 
 _libraries: dict[str, ctypes.CDLL] = {}
+_compile_lock = threading.Lock()  # one compile of a source at a time (its temporary file is per process)
+# One RawKernel runs at a time, as on CUDA's default stream; its host code also keeps blockIdx/threadIdx
+# in globals that two threads would overwrite for each other.
+_run_lock = threading.Lock()
 
 
 def _library(source: str) -> ctypes.CDLL:
     lib = _libraries.get(source)
     if lib is None:
-        lib = _libraries[source] = compile_library(source)
+        with _compile_lock:
+            lib = _libraries.get(source)
+            if lib is None:
+                lib = _libraries[source] = compile_library(source)
     return lib
+
+
+def _run_serially(lib: ctypes.CDLL, frozen: list) -> None:
+    with _run_lock:
+        lib.standin_run(*frozen)
 
 
 def _dtype_name(t: str) -> np.dtype:
@@ -352,7 +366,7 @@ class RawKernel:
         # The pointers and scalars are frozen; what the kernel reads through them (pointer tables included)
         # is read when it runs.
         frozen = [ctypes.c_uint(v) for v in grid3 + block3] + call_args
-        run(self.name, lambda: lib.standin_run(*frozen), *devices, moved=moved)
+        run(self.name, lambda: _run_serially(lib, frozen), *devices, moved=moved)
 
     def _source(self) -> str:
         sig = ", ".join(f"{t} {p}" for t, p in self.params)

@@ -12,7 +12,8 @@ into a Tensor, as ``torch``'s default collation does.
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Protocol, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, Iterator, Protocol
 
 import numpy as np
 
@@ -20,7 +21,7 @@ from .. import backend
 from ..random import Generator, default_generator
 from ..tensor import Tensor
 
-__all__ = ["TensorDataset", "Subset", "random_split", "DataLoader"]
+__all__ = ["TensorDataset", "Subset", "random_split", "DataLoader", "default_collate"]
 
 
 class Dataset(Protocol):
@@ -132,26 +133,51 @@ def random_split(dataset: Dataset, lengths: Sequence[float], generator: Any = No
 # ------------------------------------------------------------------ loader
 
 
-def _stack(items: Sequence[Any]) -> Any:
-    """Stack one field of a list of samples into a batch."""
-    first = items[0]
+def default_collate(batch: Sequence[Any]) -> Any:
+    """A list of samples as one batch of the same structure (``torch.utils.data.default_collate``).
+
+    Tensors are stacked into a Tensor on their device; NumPy arrays and NumPy
+    scalars into a NumPy array (NumPy in, NumPy out); Python bools, ints and
+    floats into a bool, int64 or float64 Tensor; strings stay a list; a dict
+    becomes a dict of batches, a tuple (a named one too) or list a tuple or
+    list of batches, field by field, each field keeping its own dtype.
+    """
+    if len(batch) == 0:
+        raise ValueError("default_collate: the batch is empty")
+    first = batch[0]
     if isinstance(first, Tensor):
+        if any(not isinstance(item, Tensor) or item.shape != first.shape for item in batch):
+            shapes = sorted({str(list(getattr(item, "shape", ()))) for item in batch})
+            raise RuntimeError(f"default_collate: stack expects each tensor to be equal size, got shapes "
+                               f"{', '.join(shapes)}")
         xp = backend.array_module(first.array)
-        return _as_tensor(xp.stack([item.array for item in items]))
+        return _as_tensor(xp.stack([item.array for item in batch]))
+    if isinstance(first, (np.ndarray, np.generic)) and not isinstance(first, (np.str_, np.bytes_)):
+        arrays = [np.asarray(item) for item in batch]
+        if any(a.shape != arrays[0].shape for a in arrays):
+            raise RuntimeError(f"default_collate: stack expects each array to be equal size, got shapes "
+                               f"{', '.join(sorted({str(list(a.shape)) for a in arrays}))}")
+        return np.stack(arrays)
     if isinstance(first, (bool, int, float)):
-        # A Dataset returning (image_tensor, label_int): labels batch into an int64
-        # (float: float64) Tensor, as torch's default_collate does, so they go
-        # straight into a loss.
-        return _as_tensor(np.asarray(items))
-    # NumPy arrays and NumPy scalars.
-    return np.stack([np.asarray(item) for item in items])
-
-
-def _collate(samples: list[Any]) -> Any:
-    """Turn a list of samples into a batch of the same structure."""
-    if isinstance(samples[0], (tuple, list)):
-        return tuple(_stack([s[k] for s in samples]) for k in range(len(samples[0])))
-    return _stack(samples)
+        # A Dataset returning (image, label): int labels batch into an int64 Tensor (float: float64), as
+        # torch's default_collate does, so they go straight into a loss.
+        values = np.asarray(batch)
+        if values.dtype == object or values.dtype.kind not in "biuf":
+            raise TypeError(f"default_collate: a field of Python numbers holds {sorted({type(v).__name__ for v in batch})}")
+        return _as_tensor(values.astype(np.int64 if values.dtype.kind in "iu" else values.dtype, copy=False))
+    if isinstance(first, (str, bytes)):
+        return list(batch)
+    if isinstance(first, Mapping):
+        return {key: default_collate([sample[key] for sample in batch]) for key in first}
+    if isinstance(first, Sequence):
+        if any(not isinstance(sample, Sequence) or len(sample) != len(first) for sample in batch):
+            raise RuntimeError("each element in list of batch should be of equal size")
+        fields = [default_collate(list(samples)) for samples in zip(*batch)]
+        if isinstance(first, tuple) and hasattr(first, "_fields"):  # a namedtuple
+            return type(first)(*fields)
+        return tuple(fields) if isinstance(first, tuple) else fields
+    raise TypeError(f"default_collate: batch must contain tensors, NumPy arrays, numbers, strings, dicts or "
+                    f"lists; found {type(first).__name__}")
 
 
 class DataLoader:
@@ -252,7 +278,7 @@ class DataLoader:
         if self.collate_fn is None and isinstance(dataset, TensorDataset):
             yield from self._iter_tensor_dataset(dataset, order, bounds)
         else:
-            collate = self.collate_fn or _collate
+            collate = self.collate_fn or default_collate
             for start, stop in bounds:
                 yield collate([dataset[int(i)] for i in order[start:stop]])
 

@@ -12,7 +12,7 @@ ReLU and GEMM-epilogue kernels in ``elementwise_cpu.py``.
 Paths (``BACKEND``)
 -------------------
 ``"numba"``
-    When numba is importable (optional extra ``tinyamp[jit]``). Serial
+    When numba is importable (a dependency of the package). Serial
     ``nogil`` loops whose scalar conversion is written in LLVM IR on 32-bit
     integers; with F16C (``F16C``) LLVM emits ``vcvtps2ph``/``vcvtph2ps``
     plus a NaN fix-up, otherwise an integer/float recipe. Kernels compile
@@ -78,7 +78,10 @@ import numpy as np
 from .. import dtypes as dt
 from . import cpu_numba
 from . import cpu_numpy
+from . import cuda_launch, cuda_vector
 from .cpu_numpy import U16, U32, flat
+
+_GPU_PAIRS = frozenset(cuda_vector.CONVERT_PAIRS)  # CUDA arrays converted by cuda_vector.convert
 
 __all__ = ["BACKEND", "F16C", "convert", "numba_available", "numba_default", "resolve"]
 
@@ -219,7 +222,8 @@ def convert(array, dtype, out=None, backend=None):
     """Return ``array.astype(dtype)``, bit for bit, computed faster.
 
     Fast paths cover NumPy arrays among float32, float16 and
-    ml_dtypes.bfloat16 (all six directions); everything else (same dtype,
+    ml_dtypes.bfloat16 (all six directions), and C-contiguous CUDA arrays among
+    them (``cuda_vector.convert``, one vectorised launch); everything else (same dtype,
     other dtypes, CuPy or other array types, subclasses, arrays smaller than
     ``SMALL`` (numba) or ``SMALL_NUMPY`` (NumPy recipes) elements unless
     ``backend`` is given, bfloat16 pairs on the NumPy path) uses ``astype``.
@@ -249,6 +253,9 @@ def convert(array, dtype, out=None, backend=None):
                 return res
     target = np.dtype(dtype)
     if type(array) is not np.ndarray:
+        if (out is None and array.dtype != target and (array.dtype, target) in _GPU_PAIRS
+                and cuda_launch.on_gpu(array) and array.flags.c_contiguous):
+            return cuda_vector.convert(array, target)  # astype's bits, 16 bytes a load
         return _astype_into(array, target, out)
     key = (array.dtype, target)
     pair = _NB_PAIRS.get(key)

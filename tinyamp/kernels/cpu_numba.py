@@ -11,7 +11,7 @@ written in LLVM IR on 32-bit integers: numba would widen Python-level integer co
 recipe; both are bit-identical to NumPy/ml_dtypes and 10-25x faster than
 ``astype``.
 
-numba is optional (extra ``tinyamp[jit]``) and costs about a second to
+numba is a dependency (the NumPy recipes stay as the fallback) and costs about a second to
 import, so nothing here imports it until :func:`load` runs; ``convert.py``
 calls that on first use of the numba backend and falls back to the NumPy
 recipes if it raises. Kernels then compile lazily on first call (0.1-0.5 s

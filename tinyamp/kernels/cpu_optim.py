@@ -30,8 +30,16 @@ _ONE = np.float32(1.0)
 _DUMMY = np.zeros(1, np.float32)  # for a state buffer an update does not have
 
 
-def _applies(*arrays: Any) -> bool:
-    for a in arrays:
+def _applies(w: Any, *arrays: Any, kernel: str = "cpu_optim") -> bool:
+    """Whether the numba pass takes ``w`` and its per-element ``arrays`` (NumPy, float32, C-contiguous).
+
+    The kernels index every array by ``w``'s flat index without bounds checks,
+    so another shape is refused here, never read past.
+    """
+    for a in (w, *arrays):
+        if a is not None and a.shape != w.shape:
+            raise ValueError(f"{kernel}: an array of shape {list(a.shape)} does not fit the weight of shape "
+                             f"{list(w.shape)}")
         if a is not None and (type(a) is not np.ndarray or a.dtype != dt.float32 or not a.flags.c_contiguous):
             return False
     return resolve(None) == "numba"
@@ -40,7 +48,7 @@ def _applies(*arrays: Any) -> bool:
 def sgd_update(w: Any, g: Any, buf: Any, step: Any, *, lr: float, momentum: float, dampening: float,
                weight_decay: float, nesterov: bool, maximize: bool) -> bool:
     """``optim.sgd._sgd_param`` for a kept step, in place; ``buf``/``step`` None without momentum."""
-    if not _applies(w, g, buf):
+    if not _applies(w, g, buf, kernel="sgd_update"):
         return False
     momentum_on = momentum != 0
     started = momentum_on and float(step) > 0  # the first step seeds the buffer with the gradient
@@ -55,7 +63,7 @@ def sgd_update(w: Any, g: Any, buf: Any, step: Any, *, lr: float, momentum: floa
 def adam_update(w: Any, g: Any, m: Any, v: Any, v_max: Any, step: Any, *, lr: float, beta1: float, beta2: float,
                 eps: float, weight_decay: float, decoupled: bool) -> bool:
     """``optim.adam._adam_param`` for a kept step, in place (``v_max`` None without AMSGrad)."""
-    if not _applies(w, g, m, v, v_max):
+    if not _applies(w, g, m, v, v_max, kernel="adam_update"):
         return False
     t = float(_F32(step) + _ONE)  # (step + 1) in float32, as the NumPy path, then used in float64
     step_size = _F32(lr / (1 - beta1 ** t))

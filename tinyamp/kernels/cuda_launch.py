@@ -26,6 +26,7 @@ host: a whole training step stays asynchronous.
 
 from __future__ import annotations
 
+import threading
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -39,8 +40,10 @@ NVRTC_OPTIONS = ("--fmad=false",)  # no contraction of a*b+c: the NumPy paths ro
 launches: dict[str, int] = {}
 _kernels: dict[str, Any] = {}
 _chunk_tables: dict[tuple, Any] = {}
-_pointer_tables: dict[tuple, Any] = {}
-_site_tables: dict[tuple, dict] = {}  # (device id, site) -> {pointers: table}, least recently used first
+# Pointer tables are kept per thread (CuPy is thread-safe; so is this cache): a table one thread looked
+# up must not be rewritten for another thread's pointers before its launch.
+_pointer_tables: dict[tuple, dict] = {}  # (thread, device id) -> {pointers: table}, least recently used first
+_site_tables: dict[tuple, dict] = {}  # (thread, device id, site) -> {pointers: table}, least recently used first
 POINTER_TABLES_KEPT = 64
 SITE_TABLES_KEPT = 4
 
@@ -82,6 +85,13 @@ def _upload_into(array: Any, host: np.ndarray) -> None:
 def fusable(*arrays: Any) -> bool:
     """Whether the fused kernels take these dtypes (float64 stays on the CuPy ufunc path)."""
     return all(a.dtype in FUSED_DTYPES for a in arrays)
+
+
+def fusable_update(w: Any, g: Any) -> bool:
+    """Whether an optimizer's fused group kernels take this weight and gradient: GPU arrays of the fused
+    dtypes, C-contiguous (the kernels index them as flat arrays); others take the CuPy ufunc path."""
+    return (on_gpu(w) and w.dtype in FUSED_DTYPES and g.dtype in FUSED_DTYPES and w.flags.c_contiguous
+            and g.flags.c_contiguous)
 
 
 # ------------------------------------------------------------ kernel sources
@@ -215,7 +225,8 @@ def pointer_table(dev: Any, pointers: list[int], site: Any = None) -> Any:
     launch arguments (64 a launch): no host-to-device copy, which from pageable
     memory would make the host wait for the stream.
 
-    ``site`` names the call (a kernel and its dtypes): each site keeps its last
+    Each thread keeps its own tables (a table is never rewritten under another
+    thread's launch). ``site`` names the call (a kernel and its dtypes): each site keeps its last
     ``SITE_TABLES_KEPT`` tables and rewrites the least recently used one in
     place for a new set, so the tables stop allocating after the first steps
     (a new allocation every step would move the pool's addresses, and with
@@ -229,9 +240,12 @@ def pointer_table(dev: Any, pointers: list[int], site: Any = None) -> Any:
     """
     pointers = tuple(pointers)
     capture = backend.current_capture()
-    tables = _pointer_tables if site is None else _site_tables.setdefault((dev.id, site), {})
-    kept = POINTER_TABLES_KEPT if site is None else SITE_TABLES_KEPT
-    key = (dev.id, pointers) if site is None else pointers
+    thread = threading.get_ident()
+    if site is None:
+        tables, kept = _pointer_tables.setdefault((thread, dev.id), {}), POINTER_TABLES_KEPT
+    else:
+        tables, kept = _site_tables.setdefault((thread, dev.id, site), {}), SITE_TABLES_KEPT
+    key = pointers
     table = tables.pop(key, None)
     if table is None:
         if capture is not None:

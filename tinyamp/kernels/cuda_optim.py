@@ -33,6 +33,7 @@ Compiling, launching and counting: ``cuda_launch.py``.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import numpy as np
@@ -158,6 +159,8 @@ extern "C" __global__ void tinyamp_adam_prepare_group(const unsigned long long* 
 }
 """
 
+# (thread, device id, tensor count) -> the bias corrections one launch writes and the next reads: per thread,
+# so another thread's Adam step cannot rewrite them between the two launches.
 _coefs: dict[tuple, Any] = {}
 
 
@@ -213,6 +216,26 @@ def _signatures(weights: list, grads: list, lows: list) -> dict:
 
 
 
+def _check_group(kernel: str, weights: list, columns: list, steps: "list | None") -> None:
+    """The kernels' boundary: every array a pointer table names is C-contiguous with its weight's shape
+    (per-element buffers in the weight's dtype), each step counter one float32, so no launch reads or
+    writes past a buffer. The optimizers guarantee it; a violation here is refused, never launched."""
+    for i, w in enumerate(weights):
+        shape = w.shape
+        if not w.flags.c_contiguous:
+            raise ValueError(f"{kernel}: weight {i} (shape {list(shape)}) is not C-contiguous")
+        for role, column, same_dtype in columns:
+            a = column[i] if column is not None else None
+            if a is not None and (a.shape != shape or not a.flags.c_contiguous
+                                  or (same_dtype and a.dtype != w.dtype)):
+                raise ValueError(f"{kernel}: {role} {i} of shape {list(a.shape)}, {a.dtype} "
+                                 f"(c_contiguous={a.flags.c_contiguous}) does not fit its weight of shape "
+                                 f"{list(shape)}, {w.dtype}")
+        if steps is not None and (steps[i].size != 1 or steps[i].dtype != np.float32):
+            raise ValueError(f"{kernel}: step counter {i} is {steps[i].dtype} of shape {list(steps[i].shape)}, "
+                             f"not one float32")
+
+
 def _nbytes(*columns: "list | None") -> int:
     """Bytes of every array in the columns (None entries and columns skipped)."""
     return sum(a.nbytes for column in columns if column is not None for a in column if a is not None)
@@ -238,6 +261,8 @@ def sgd_group(weights: list, grads: list, bufs: "list | None", steps: "list | No
     dev = launch._device(weights[0])
     momentum_on = bufs is not None
     lows = lows if lows is not None else [None] * count
+    _check_group("sgd_group", weights, [("gradient", grads, False), ("momentum buffer", bufs, True),
+                                        ("low copy", lows, False)], steps)
     with dev:
         found = launch.no_inf_found(dev) if found_inf is None else found_inf
         for (w_dt, g_dt, lo_dt), index in _signatures(weights, grads, lows).items():
@@ -280,11 +305,14 @@ def adam_group(weights: list, grads: list, ms: list, vs: list, v_maxs: "list | N
     dev = launch._device(weights[0])
     lows = lows if lows is not None else [None] * count
     amsgrad = v_maxs is not None
+    _check_group("adam_group", weights, [("gradient", grads, False), ("exp_avg", ms, True), ("exp_avg_sq", vs, True),
+                                         ("max_exp_avg_sq", v_maxs, True), ("low copy", lows, False)], steps)
     with dev:
         found = launch.no_inf_found(dev) if found_inf is None else found_inf
-        coef = _coefs.get((dev.id, count))
+        key = (threading.get_ident(), dev.id, count)
+        coef = _coefs.get(key)
         if coef is None:
-            coef = _coefs[(dev.id, count)] = launch._cp().empty((2 * count,), dtype=np.float32)
+            coef = _coefs[key] = launch._cp().empty((2 * count,), dtype=np.float32)
         signatures = _signatures(weights, grads, lows)
         # Prepare in signature order, so each update launch reads its tensors' rows of coef from an offset.
         order = [i for index in signatures.values() for i in index]

@@ -104,9 +104,12 @@ def unscale_group(grads: list, outs: list, scale: Any, found_inf: Any) -> list[t
     groups: dict[tuple, list] = {}
     rest = []
     for g, o in zip(grads, outs):
+        if g.shape != o.shape:
+            raise ValueError(f"unscale: a gradient of shape {list(g.shape)} cannot be unscaled into an output of "
+                             f"shape {list(o.shape)}")
         if g.size == 0:
             continue
-        if launch.fusable(g, o) and g.shape == o.shape and g.flags.c_contiguous and o.flags.c_contiguous:
+        if launch.fusable(g, o) and g.flags.c_contiguous and o.flags.c_contiguous:
             groups.setdefault((g.dtype, o.dtype), []).append((g, o))
         else:
             rest.append((g, o))

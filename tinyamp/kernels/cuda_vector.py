@@ -18,6 +18,9 @@ and convert with ``cuda_launch``'s PTX/bit conversions).
   (same bits; an inf/nan in ``gy`` at a dead unit gives nan).
 - :func:`bias_rows`: every row of a (rows, cols) array set to ``bias``: the C
   a GEMM with beta = 1 adds its product to (``gemm.gemm_bias``).
+- :func:`convert`: float32 <-> float16/bfloat16 (and between the two), eight
+  elements a step, ``astype``'s bits (a bfloat16 NaN may carry another payload
+  than CuPy's, as ``cuda_launch``'s conversion notes).
 - :func:`column_sum`: a bias gradient, ``g.sum(axis=0)`` accumulated in float32
   in one launch: the rows in chunks of ``SUM_ROWS``, each chunk summed row by
   row into a float32 partial; the last chunk of a column to finish (an integer
@@ -197,6 +200,54 @@ _STORE = {"round": "tinyamp_f32_to_{c}(s)", "float32": "s", "through": "tinyamp_
 COLUMN_SUM_MODES = tuple(_STORE)
 
 
+# Conversions, eight elements a step: 32 bytes of float32 (two uint4) or 16 bytes of 16-bit values (one).
+_LOAD8 = {
+    "f32": "    const uint4* q = reinterpret_cast<const uint4*>(x) + 2 * v;\n"
+           "    const uint4 a = q[0], b = q[1];\n"
+           "    const unsigned int w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};\n"
+           "    for (int k = 0; k < 8; ++k) f[k] = __uint_as_float(w[k]);\n",
+    "16": "    const uint4 a = reinterpret_cast<const uint4*>(x)[v];\n"
+          "    const unsigned int w[4] = {a.x, a.y, a.z, a.w};\n"
+          "    for (int k = 0; k < 4; ++k) {\n"
+          "        f[2 * k] = tinyamp_{a}_to_f32((unsigned short)tinyamp_lo(w[k]));\n"
+          "        f[2 * k + 1] = tinyamp_{a}_to_f32((unsigned short)tinyamp_hi(w[k]));\n    }\n",
+}
+_STORE8 = {
+    "f32": "    uint4* q = reinterpret_cast<uint4*>(y) + 2 * v;\n"
+           "    q[0] = make_uint4(__float_as_uint(f[0]), __float_as_uint(f[1]), __float_as_uint(f[2]), "
+           "__float_as_uint(f[3]));\n"
+           "    q[1] = make_uint4(__float_as_uint(f[4]), __float_as_uint(f[5]), __float_as_uint(f[6]), "
+           "__float_as_uint(f[7]));\n",
+    "16": "    unsigned int o[4];\n"
+          "    for (int k = 0; k < 4; ++k)\n"
+          "        o[k] = (unsigned int)tinyamp_f32_to_{b}(f[2 * k]) | ((unsigned int)tinyamp_f32_to_{b}(f[2 * k + 1]) << 16);\n"
+          "    reinterpret_cast<uint4*>(y)[v] = make_uint4(o[0], o[1], o[2], o[3]);\n",
+}
+_CONVERT = r"""
+extern "C" __global__ void {fn}(const {sa}* x, {sb}* y, const long long n, const long long nvec) {{
+    // nvec: groups of eight elements read and written as whole uint4s; the rest one at a time.
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    const long long first = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    for (long long v = first; v < nvec; v += stride) {{
+        float f[8];
+{load}{store}    }}
+    for (long long i = nvec * 8 + first; i < n; i += stride) y[i] = tinyamp_f32_to_{b}(tinyamp_{a}_to_f32(x[i]));
+}}
+"""
+_CONVERT_NAME = {dt.float32: "f32", dt.float16: "f16", dt.bfloat16: "bf16"}
+CONVERT_PAIRS = tuple((a, b) for a in _CONVERT_NAME for b in _CONVERT_NAME if a != b)
+
+
+def convert_source(source: Any, target: Any) -> tuple[str, str]:
+    """(name, source) of the conversion from ``source`` to ``target`` dtype (two of float32/16/bfloat16)."""
+    a, b = _CONVERT_NAME[np.dtype(source)], _CONVERT_NAME[np.dtype(target)]
+    fn = f"tinyamp_convert_{a}_{b}"
+    load = _LOAD8["f32" if a == "f32" else "16"].replace("{a}", a)
+    store = _STORE8["f32" if b == "f32" else "16"].replace("{b}", b)
+    return fn, _PRELUDE + _CONVERT.format(fn=fn, sa=_STORAGE[np.dtype(source)][0], sb=_STORAGE[np.dtype(target)][0],
+                                          a=a, b=b, load=load, store=store)
+
+
 def relu_source(dtype: Any) -> tuple[str, str]:
     """(name, source) of the vectorised ReLU for ``dtype``."""
     s, c, b, per = _STORAGE[np.dtype(dtype)]
@@ -238,6 +289,7 @@ def sources() -> list[tuple[str, str]]:
         out += [relu_source(dtype), relu_backward_source(dtype), bias_rows_source(dtype)]
         out += [column_sum_source(dtype, mode) for mode in COLUMN_SUM_MODES
                 if mode == "float32" or dtype != dt.float32]
+    out += [convert_source(a, b) for a, b in CONVERT_PAIRS]
     return out
 
 
@@ -299,6 +351,21 @@ def bias_rows(bias: Any, out: Any) -> None:
         launch.count(name)
         launch.raw_kernel(name, source)(_grid(max(nvec, n - nvec * per)), (BLOCK,),
                                         (bias, out, np.int64(n), np.int64(cols), np.int64(nvec)))
+
+
+def convert(x: Any, dtype: Any) -> Any:
+    """``x.astype(dtype)`` for a C-contiguous ``x`` and a pair of ``CONVERT_PAIRS`` (one launch): float32 to
+    16 bits rounds to nearest even once, as CuPy's astype; 16 bits to float32 is exact; between the two
+    16-bit formats through float32 (exact), then one rounding."""
+    dtype = np.dtype(dtype)
+    name, source = convert_source(x.dtype, dtype)
+    with launch._device(x):
+        y = launch._cp().empty(x.shape, dtype=dtype)
+        n = x.size
+        nvec = n // 8 if aligned(x, y) else 0
+        launch.count(name)
+        launch.raw_kernel(name, source)(_grid(max(nvec, n - nvec * 8)), (BLOCK,), (x, y, np.int64(n), np.int64(nvec)))
+    return y
 
 
 _tickets: dict[int, Any] = {}

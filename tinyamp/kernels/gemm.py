@@ -21,6 +21,13 @@ and the sum is rounded **once** to the output dtype.
   product to them: the 16-bit output is written once, and no float32 result
   makes a round trip through memory (the first layer's largest array).
 
+- float32 operands follow ``ta.set_float32_matmul_precision`` /
+  ``ta.backends.cuda.matmul.allow_tf32`` (:func:`float32_compute`): when TF32 is
+  allowed a GPU gets cuBLAS's ``CUBLAS_COMPUTE_32F_FAST_TF32`` explicitly (CuPy
+  reads ``CUPY_TF32`` only when it starts) and the CPU rounds each operand to
+  TF32 (:func:`round_to_tf32`) before its float32 BLAS: the numbers tensor
+  cores multiply, summed in float32.
+
 - :func:`gemm_fp16_accumulate` - a TEACHING variant that accumulates in
   float16 and shows why nobody should: a length-4096 dot product of ones stops
   growing at 2048. Never the default, never reached by an op.
@@ -38,6 +45,7 @@ import numpy as np
 
 from .. import backend
 from .. import dtypes as dt
+from .. import precision
 from . import cuda_vector
 from .convert import convert
 from .round_through import round_through
@@ -116,6 +124,35 @@ def _check(name: str, a: Array, b: Array, out_dtype: DTypeLike,
         raise ValueError(f"{name}: batch dimensions {tuple(a.shape[:-2])} and "
                          f"{tuple(b.shape[:-2])} do not broadcast: {_describe(a, b, trans_a, trans_b)}") from None
     return batch, int(m), int(k), int(n), out
+
+
+# --------------------------------------------------------------------------
+# float32 operands: float32 or TF32
+# --------------------------------------------------------------------------
+
+_CUBLAS_COMPUTE_32F_FAST_TF32 = 77  # cublasComputeType_t (cublas_api.h)
+
+
+def round_to_tf32(x: Array) -> Array:
+    """float32 ``x`` with its mantissa rounded to TF32's 10 bits (round to nearest, ties to even); NaN kept."""
+    xp = backend.array_module(x)
+    bits = xp.ascontiguousarray(x, dtype=dt.float32).view(xp.uint32)
+    odd = (bits >> 13) & 1
+    rounded = ((bits + (0x0FFF + odd)) & 0xFFFFE000).view(xp.float32)
+    return xp.where(xp.isnan(x), x, rounded)
+
+
+def float32_compute() -> str:
+    """How a float32 GEMM runs now: "tf32" when ``set_float32_matmul_precision`` allows it, else "float32".
+
+    An open precision trace is told (the op running the GEMM is listed with TF32).
+    """
+    if not precision.tf32_matmul():
+        return "float32"
+    tracer = precision.current_trace()
+    if tracer is not None:
+        tracer.note_tf32()
+    return "tf32"
 
 
 # --------------------------------------------------------------------------
@@ -208,7 +245,7 @@ def gemm_widened(a: Array, b: Array, *, trans_a: bool = False, trans_b: bool = F
     and one conversion widens it.
     """
     if backend.is_cupy_array(a):
-        return gemm(a, b, trans_a=trans_a, trans_b=trans_b).astype(dt.float32)
+        return convert(gemm(a, b, trans_a=trans_a, trans_b=trans_b), dt.float32)
     return round_through(gemm(a, b, dt.float32, trans_a=trans_a, trans_b=trans_b, a_widened=a_widened,
                               b_widened=b_widened), a.dtype)
 
@@ -225,6 +262,9 @@ def _gemm_cpu(a: np.ndarray, b: np.ndarray, out: np.dtype, trans_a: bool, trans_
     a_acc = a if a.dtype == acc else convert(a, acc) if a_widened is None else _given("a", a, acc, a_widened)
     b_acc = a_acc if b is a else (b if b.dtype == acc else convert(b, acc) if b_widened is None
                                   else _given("b", b, acc, b_widened))
+    if a.dtype == dt.float32 and float32_compute() == "tf32":  # what TF32 tensor cores multiply
+        a_acc, b_acc = round_to_tf32(a_acc), (round_to_tf32(b_acc) if b is not a else None)
+        b_acc = a_acc if b_acc is None else b_acc
     if trans_a:
         a_acc = a_acc.swapaxes(-1, -2)
     if trans_b:
@@ -245,7 +285,8 @@ def _gemm_gpu(a: Array, b: Array, out: np.dtype, trans_a: bool, trans_b: bool,
               batch: tuple[int, ...], m: int, k: int, n: int) -> Array:
     cp = backend.cupy()
     with a.device:  # allocate and pick the cuBLAS handle on the operands' GPU
-        if a.dtype not in dt.LOW_PRECISION:
+        tf32 = a.dtype == dt.float32 and float32_compute() == "tf32"
+        if a.dtype not in dt.LOW_PRECISION and not tf32:
             # float32/float64 already accumulate in their own precision.
             result = cp.matmul(a.swapaxes(-1, -2) if trans_a else a,
                                b.swapaxes(-1, -2) if trans_b else b)
@@ -264,9 +305,12 @@ def _gemm_gpu(a: Array, b: Array, out: np.dtype, trans_a: bool, trans_b: bool,
         if k == 0:  # an empty sum; cuBLAS is not asked to define it
             return cp.zeros(batch + (m, n), dtype=out)
         cublas = backend.cuda_lib("cupy_backends.cuda.libs.cublas")
+        # The compute type of a GEMM: float32 accumulation; TF32 products for float32 operands when allowed.
+        compute_type = (getattr(cublas, "CUBLAS_COMPUTE_32F_FAST_TF32", _CUBLAS_COMPUTE_32F_FAST_TF32) if tf32
+                        else cublas.CUBLAS_COMPUTE_32F)
         result = _cublas_gemm(cp, cublas, cp.cuda.device.get_cublas_handle(),
                               a, b, c_dtype, trans_a, trans_b,
-                              compute_type=cublas.CUBLAS_COMPUTE_32F,
+                              compute_type=compute_type,
                               algo=cublas.CUBLAS_GEMM_DEFAULT_TENSOR_OP)
         return result if result.dtype == out else result.astype(out)
 
@@ -312,6 +356,8 @@ _BETA_ONE = np.ones((), dtype=np.float32)  # C += AB: the product added to what 
 def _compute_type_name(cublas: Any, compute_type: int) -> "str | None":
     if compute_type == getattr(cublas, "CUBLAS_COMPUTE_32F", None):
         return "CUBLAS_COMPUTE_32F"
+    if compute_type == getattr(cublas, "CUBLAS_COMPUTE_32F_FAST_TF32", _CUBLAS_COMPUTE_32F_FAST_TF32):
+        return "CUBLAS_COMPUTE_32F_FAST_TF32"
     return "CUBLAS_COMPUTE_16F" if compute_type == getattr(cublas, "CUBLAS_COMPUTE_16F", None) else None
 
 

@@ -67,6 +67,8 @@ def unscale_group(xp: Any, grads: list, outs: list, scale: Any, found_inf: Any) 
             # float32 pairs: multiply and check in one numba pass each (the NumPy ufuncs take four).
             inv, rest, kernel = host_inverse(float(scale)), [], KERNELS["unscale_f32"]
             for grad, out in zip(grads, outs):
+                if grad.shape != out.shape:
+                    _refuse_pair(grad, out)
                 if (grad.dtype != dt.float32 or out.dtype != dt.float32
                         or not (grad.flags.c_contiguous and out.flags.c_contiguous)):
                     rest.append((grad, out))
@@ -99,10 +101,17 @@ def unscale_in_place_on_host(grads: list, scale: Any, found_inf: Any) -> None:
         _unscale_with_ufuncs(np, rest, rest, np.asarray(host_inverse(float(scale))), found_inf)
 
 
+def _refuse_pair(grad: Any, out: Any) -> None:
+    raise ValueError(f"unscale: a gradient of shape {list(grad.shape)} cannot be unscaled into an output of "
+                     f"shape {list(out.shape)}")
+
+
 def _unscale_with_ufuncs(xp: Any, grads: Any, outs: Any, inv_scale: Any, found_inf: Any) -> None:
     """The unscale pass in array operations, any dtype and layout (four passes per pair)."""
     with np.errstate(over="ignore", invalid="ignore"):  # inf/nan is what we look for
         for grad, out in zip(grads, outs):
+            if grad.shape != out.shape:
+                _refuse_pair(grad, out)
             if out.dtype in dt.LOW_PRECISION:
                 result = dt.opmath(grad) * inv_scale  # computed in float32, rounded once
                 out[...] = result.astype(out.dtype)

@@ -19,7 +19,7 @@ _FORWARDED = frozenset({
     "cross_entropy", "nll_loss", "mse_loss", "l1_loss", "huber_loss", "smooth_l1_loss", "binary_cross_entropy",
     "binary_cross_entropy_with_logits",
     # layers
-    "linear", "conv2d", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "dropout", "dropout1d", "dropout2d",
+    "linear", "conv2d", "conv_transpose2d", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "dropout", "dropout1d", "dropout2d",
     "layer_norm", "batch_norm", "group_norm",
     "embedding", "pad", "flatten", "one_hot", "normalize",
     # attention

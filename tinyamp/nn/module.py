@@ -405,13 +405,18 @@ class Module:
                 errors.append(f"size mismatch for {key}: copying a param with shape {list(source.shape)} from "
                               f"checkpoint, the shape in current model is {list(target.shape)}.")
                 continue
-            pairs.append((target, source))
+            array = source.array if isinstance(source, Tensor) else source
+            try:  # converted before anything is written: a value that cannot be cast copies nothing
+                pairs.append((target, convert_to(backend.to_device(array, target.device), target.dtype)))
+            except (TypeError, ValueError) as error:
+                errors.append(f'While copying the parameter named "{key}", whose dimensions in the model are '
+                              f'{list(target.shape)} and whose dimensions in the checkpoint are '
+                              f'{list(source.shape)}, an exception occurred : {error}')
         if errors:
             raise RuntimeError(f"Error(s) in loading state_dict for {type(self).__name__}:\n\t" + "\n\t".join(errors))
         with tinyamp.no_grad():
-            for target, source in pairs:
-                array = source.array if isinstance(source, Tensor) else source
-                target.array[...] = convert_to(backend.to_device(array, target.device), target.dtype)
+            for target, value in pairs:
+                target.array[...] = value
                 target._version[0] += 1
         return _IncompatibleKeys(missing, unexpected)
 

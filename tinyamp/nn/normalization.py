@@ -75,7 +75,7 @@ class _BatchNorm(Module):
             if self.momentum is None:  # a cumulative moving average (reads the count on the host)
                 factor = 1.0 / float(self.num_batches_tracked.item())
         use_batch_stats = self.training or self.running_mean is None
-        if use_batch_stats and x.numel() // x.shape[1] <= 1:
+        if use_batch_stats and x.numel() // x.shape[1] == 1:  # 0 values (an empty batch) are allowed, as PyTorch
             raise ValueError(f"Expected more than 1 value per channel when training, got input size {list(x.shape)}")
         # Running statistics are updated (in place, by the op) only when training and tracking.
         track = not self.training or self.track_running_stats

@@ -24,6 +24,8 @@ from .vector_norms import norm, normalize, vector_norm
 from .activation import elu, erf, gelu, leaky_relu, relu, sigmoid, silu, softplus, tanh
 from .clamp_where import clamp, clamp_max, clamp_min, clip, masked_fill, maximum, minimum, where
 from .conv import adaptive_avg_pool2d, avg_pool2d, conv2d, max_pool2d
+from . import conv_transpose
+from .conv_transpose import conv_transpose2d
 from .indexing import getitem, index_select, one_hot
 from .linalg import bmm, linear, matmul, mm
 from .shape import (cat, chunk, concat, concatenate, contiguous, flatten, narrow, pad, permute, reshape,
@@ -48,6 +50,7 @@ from .triangular import tril, triu
 
 
 _FAMILIES = [broadcast, elementwise, clamp_where, activation, reduce, shape, indexing, linalg, conv]
+_FAMILIES += [conv_transpose]
 _FAMILIES += [_softmax_family, loss, loss_binary, normalization, _dropout_family, _embedding_family]
 _FAMILIES += [floor_division, logical, vector_norms, sorting, statistics]
 _FAMILIES += [attention, _lerp_family, sampling, triangular]

@@ -72,6 +72,7 @@ class GetItem(Function):
     """y = x[key]; dx = zeros_like(x) with gy scatter-added at key"""
 
     precision = NEUTRAL
+    returns_view = True  # detach_() refuses its outputs, as PyTorch refuses views
 
     def __init__(self, key: tuple) -> None:
         self.key = key

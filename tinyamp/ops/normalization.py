@@ -83,7 +83,7 @@ class _Normalization(Function):
         cdt = dt.opmath_dtype(x.dtype)
         xc, gyc = cast(x, cdt), cast(gy, cdt)
         axes = self.axes
-        if self.stats_from_input and is_grad_enabled():
+        if self.stats_from_input and is_grad_enabled() and x.array.size:
             # create_graph: rebuild mean and rstd from x so they carry their own gradients.
             centered = xc - _mean(xc, axes, keepdim=True)
             rstd = exp(log(_mean(centered * centered, axes, keepdim=True) + self.eps) * -0.5)
@@ -94,9 +94,9 @@ class _Normalization(Function):
         g = gyc if weight is None else gyc * cast(weight, cdt).reshape(self.pshape)
         grads: list = [None]
         if self.needs_input_grad[0]:
-            if self.stats_from_input:
+            if self.stats_from_input and x.array.size:
                 gx = rstd * (g - _mean(g, axes, keepdim=True) - xhat * _mean(g * xhat, axes, keepdim=True))
-            else:  # eval batch_norm: running statistics are constants
+            else:  # eval batch_norm (running statistics are constants), or an empty batch
                 gx = g * rstd
             grads[0] = cast(gx, x.dtype)
         if self.has_weight:
@@ -199,7 +199,11 @@ class BatchNorm(_Normalization):
         self.axes = (0,) + tuple(range(2, x.ndim))
         self.pshape = (1, channels) + (1,) * (x.ndim - 2)
         cdt = dt.opmath_dtype(x.dtype)
-        if self.training:
+        if self.training and x.size == 0:
+            # An empty batch (PyTorch): an empty output, the running statistics unchanged.
+            self.mean = xp.zeros(self.pshape, dtype=cdt)
+            var = xp.ones(self.pshape, dtype=cdt)
+        elif self.training:
             count = x.size // max(channels, 1)
             if count <= 1:
                 raise ValueError(f"batch_norm: expected more than 1 value per channel when training, "

@@ -50,6 +50,7 @@ class Reshape(Function):
     """y = x with a new shape; dx = gy with x's shape"""
 
     precision = NEUTRAL
+    returns_view = True  # detach_() refuses its outputs, as PyTorch refuses views
 
     def __init__(self, shape: tuple) -> None:
         self.shape = shape
@@ -69,6 +70,7 @@ class Permute(Function):
     """y = x with dimensions reordered; dx = gy with the inverse order"""
 
     precision = NEUTRAL
+    returns_view = True  # detach_() refuses its outputs, as PyTorch refuses views
 
     def __init__(self, dims: tuple) -> None:
         self.dims = dims
@@ -136,6 +138,7 @@ class Split(Function):
     """(y1, y2, ...) = consecutive pieces of x along dim; dx = cat(gy1, gy2, ...)"""
 
     precision = NEUTRAL
+    returns_view = True  # detach_() refuses its outputs, as PyTorch refuses views
 
     def __init__(self, sizes: Sequence[int], dim: int) -> None:
         self.sizes, self.dim = list(sizes), dim

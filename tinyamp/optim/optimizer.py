@@ -394,6 +394,9 @@ class Optimizer:
                 scale = backend.to_device(as_array(grad_scale), dev)
                 grad = dt.opmath(grad) * inverse_scale(dev.xp, scale).reshape(())
         weight = p.array if master is None else master.array
+        if grad.shape != weight.shape:
+            raise RuntimeError(f"{type(self).__name__}.step: the gradient of shape {list(grad.shape)} does not fit "
+                               f"its parameter of shape {list(p.shape)} ({dt.dtype_name(p.dtype)})")
         return p, weight, grad, keeps[dev], master
 
     def _keep_flag(self, dev: backend.Device, found_inf: Any) -> Any:
@@ -492,12 +495,25 @@ class Optimizer:
         raise NotImplementedError(f"{type(self).__name__} must implement _update_group")
 
     def _state_buffer(self, p: Tensor, name: str, like: Any, fill: float = 0.0) -> Any:
-        """``state[p][name]`` as a raw array, created (filled with ``fill``) on first use."""
+        """``state[p][name]`` as a raw array, created (filled with ``fill``) on first use.
+
+        An existing buffer must have ``like``'s shape and dtype: the
+        update kernels index it element by element (a user's edit of
+        ``state``, or a resumed run after a layer changed, is refused here).
+        """
         state = self.state.setdefault(p, {})
         if name not in state:
             xp = backend.array_module(like)
             state[name] = Tensor._wrap(xp.full(like.shape, fill, dtype=like.dtype))
-        return state[name].array
+        buffer = state[name].array
+        if buffer.shape != like.shape or buffer.dtype != like.dtype:
+            self._refuse_buffer(p, name, buffer, like)
+        return buffer
+
+    def _refuse_buffer(self, p: Tensor, name: str, buffer: Any, like: Any) -> None:
+        raise RuntimeError(f"{type(self).__name__}.step: state[{name!r}] of shape {list(buffer.shape)} and dtype "
+                           f"{dt.dtype_name(buffer.dtype)} does not fit its parameter (shape {list(p.shape)}): "
+                           f"expected shape {list(like.shape)} and dtype {dt.dtype_name(like.dtype)}")
 
     def _step_counter(self, p: Tensor, like: Any) -> Any:
         """``state[p]["step"]``: a 0-d float32 device array, as in PyTorch."""
@@ -505,7 +521,10 @@ class Optimizer:
         if "step" not in state:
             xp = backend.array_module(like)
             state["step"] = Tensor._wrap(xp.zeros((), dtype=np.float32))
-        return state["step"].array
+        step = state["step"].array
+        if step.shape != () or step.dtype != dt.float32:
+            self._refuse_buffer(p, "step", step, backend.array_module(like).zeros((), dtype=np.float32))
+        return step
 
     # ---------------------------------------------------------- state dict
     def state_dict(self) -> dict:
@@ -529,7 +548,18 @@ class Optimizer:
         return {"state": state, "param_groups": groups}
 
     def load_state_dict(self, state_dict: dict) -> None:
-        """Load a ``state_dict()``: hyper-parameters, buffers and master weights (deep-copied)."""
+        """Load a ``state_dict()``: hyper-parameters, buffers and master weights (deep-copied).
+
+        All or nothing: every group and state entry is checked against this
+        optimizer's parameters before anything changes (group sizes, the
+        constructor's hyper-parameter checks, each buffer's shape). Buffers are
+        moved to their parameter's device and, as PyTorch does, floating ones
+        cast to the dtype the step updates in (the parameter's, or float32 for a
+        parameter with a master weight). ``master_weights`` stays as this
+        optimizer was built: a float32 run's state resumes under O2 (masters made
+        from the parameters), and a state holding master weights is refused by an
+        optimizer that would drop them.
+        """
         state_dict = copy.deepcopy(state_dict)
         saved_groups = state_dict["param_groups"]
         if len(saved_groups) != len(self.param_groups):
@@ -539,22 +569,57 @@ class Optimizer:
                 raise ValueError("loaded state dict contains a parameter group that doesn't match the "
                                  "size of optimizer's group")
         by_id = {}
-        for mine, saved in zip(self.param_groups, saved_groups):
+        group_of = {}
+        for index, (mine, saved) in enumerate(zip(self.param_groups, saved_groups)):
             by_id.update(zip(saved["params"], mine["params"]))
-        self.state = defaultdict(dict)
-        self._master_versions = {}
+            group_of.update((id(p), (index, mine)) for p in mine["params"])
+            check_hyperparameters(**{k: saved[k] for k in ("betas", *_HYPERPARAMETER_CHECKS) if k in saved})
+        state: defaultdict = defaultdict(dict)
         for key, entry in state_dict["state"].items():
             p = by_id.get(key)
-            if p is None:
-                continue
-            # Move to the parameter's device; dtypes stay as saved (float32
-            # masters and their float32 buffers must not be cast to float16).
-            self.state[p] = {name: Tensor._wrap(backend.to_device(as_array(value), p.device))
-                             if isinstance(value, Tensor) else value for name, value in entry.items()}
-            if "master_param" in self.state[p]:
-                self._master_versions[p] = _write_stamp(p)
+            if p is not None:
+                index, group = group_of[id(p)]
+                state[p] = self._loaded_state(p, group, index, entry)
+        groups = []
         for mine, saved in zip(self.param_groups, saved_groups):
-            params = mine["params"]
+            group = {k: v for k, v in saved.items() if k != "params"}
+            group["params"] = mine["params"]
+            if "master_weights" in mine:
+                group["master_weights"] = mine["master_weights"]
+            groups.append(group)
+        self.state = state
+        self._master_versions = {p: _write_stamp(p) for p, entry in state.items() if "master_param" in entry}
+        for mine, group in zip(self.param_groups, groups):
             mine.clear()
-            mine.update({k: v for k, v in saved.items() if k != "params"})
-            mine["params"] = params
+            mine.update(group)
+
+    # State entries that are one number per parameter (0-d), not one per element.
+    _SCALAR_STATE = frozenset({"step", "mu_product"})
+
+    def _loaded_state(self, p: Tensor, group: dict, index: int, entry: dict) -> dict:
+        """One parameter's loaded state, checked against ``p`` and put on its device in the step's dtypes."""
+        name = f"{type(self).__name__}.load_state_dict"
+        has_master = bool(group.get("master_weights")) and p.dtype in dt.LOW_PRECISION
+        if "master_param" in entry and not has_master:
+            raise ValueError(f"{name}: the loaded state holds a float32 master weight for a parameter of group "
+                             f"{index} (shape {list(p.shape)}, {dt.dtype_name(p.dtype)}), which this optimizer "
+                             f"would drop: build it with master_weights=True and float16/bfloat16 parameters")
+        step_dtype = dt.float32 if has_master else p.dtype
+        loaded = {}
+        for key, value in entry.items():
+            if not isinstance(value, Tensor):
+                loaded[key] = value
+                continue
+            array = as_array(value)
+            if key in self._SCALAR_STATE:
+                want_shape, want_dtype = (), dt.float32
+            else:
+                want_shape, want_dtype = p.shape, step_dtype
+            if array.shape != want_shape or array.dtype not in dt.FLOATING:
+                raise ValueError(f"{name}: state[{key!r}] of shape {list(array.shape)} and dtype "
+                                 f"{dt.dtype_name(array.dtype)} does not fit a parameter of group {index} with "
+                                 f"shape {list(p.shape)} and dtype {dt.dtype_name(p.dtype)} (expected a floating "
+                                 f"tensor of shape {list(want_shape)})")
+            array = backend.to_device(array, p.device)
+            loaded[key] = Tensor._wrap(array if array.dtype == want_dtype else array.astype(want_dtype))
+        return loaded

@@ -89,7 +89,7 @@ class SGD(Optimizer):
         fused: dict = {}  # device -> entries for one multi-tensor launch
         for entry in entries:
             p, w, g, keep, master = entry
-            if cuda_launch.on_gpu(w) and cuda_launch.fusable(w, g):
+            if cuda_launch.fusable_update(w, g):
                 fused.setdefault(p.device, []).append(entry)
                 continue
             buf = step = None

@@ -1,7 +1,8 @@
-"""``tinyamp.utils``: PyTorch's ``torch.utils`` spellings, so ``torch.utils.data`` ports by the import."""
+"""``tinyamp.utils``: PyTorch's ``torch.utils`` spellings, so ``torch.utils.data`` and
+``torch.utils.checkpoint`` port by the import."""
 
 from __future__ import annotations
 
-from . import data
+from . import checkpoint, data
 
-__all__ = ["data"]
+__all__ = ["checkpoint", "data"]
