@@ -246,9 +246,11 @@ class ElementwiseKernel:
         types_: dict[str, np.dtype] = {}
         out_names = {p[2] for p in self.outs}
         for (raw, t, pname), a in zip(params, args):
+            if type(a) is not ndarray and (raw or len(t) == 1 or pname in out_names or isinstance(a, np.ndarray)):
+                raise _not_an_array(a, self.name, pname)
+        n_in = len(self.ins)  # CuPy types the outputs first, then the inputs (_decide_params_type)
+        for (raw, t, pname), a in list(zip(params, args))[n_in:] + list(zip(params, args))[:n_in]:
             if type(a) is not ndarray:
-                if raw or len(t) == 1 or pname in out_names or isinstance(a, np.ndarray):
-                    raise _not_an_array(a, self.name, pname)
                 continue
             want = types_.setdefault(t, a.dtype) if len(t) == 1 else _dtype_name(t)
             if a.dtype != want:
