@@ -36,6 +36,7 @@ ALLOWED_IN_FUNCTIONS = {
     "tinyamp.amp.grad_stats": {"matplotlib": "optional plot extra, only for plotting"},
     "tinyamp.distributed.mpi_backend": {"mpi4py": "optional dist extra; importing it initialises MPI"},
     "tinyamp.distributed.launch_worker": {"mpi4py": "optional dist extra; initialises MPI for the rank"},
+    "tinyamp.cuda_standin.nccl": {"mpi4py": "optional dist extra; the NCCL stand-in's collectives travel over MPI"},
 }
 
 

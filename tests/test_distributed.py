@@ -52,6 +52,9 @@ def test_the_mpi_packages_are_installed() -> None:
 
 
 CONFIGS = [f"{d} {l} {o} " for d in ("float16", "bfloat16") for l in ("O1", "O2") for o in ("sgd", "adam")]
+# On NCCL, one configuration per bucket dtype (O1: float32 and found_inf's MAX; O2: float16, bfloat16):
+# the optimizer and level do not change the NCCL calls, which MPI's runs above already cover in all 8.
+NCCL_CONFIGS = ["float16 O1 sgd ", "float16 O2 adam ", "bfloat16 O2 sgd ", "bfloat16 O1 adam "]
 
 
 @pytest.mark.parametrize("ranks", [2, 3])
@@ -64,7 +67,32 @@ def test_collectives_and_ddp_following_one_process_with_bitwise_equal_replicas(r
     for config in CONFIGS:
         assert out.count(f"OK {ranks} ranks {config}") == ranks, out
     if ranks == 2:
-        assert out.count("OK inject 2 ranks skipped=[5, 17]") == 2, out
+        assert out.count("OK inject eager 2 ranks skipped=[5, 17]") == 2, out
+
+
+@pytest.mark.parametrize("graphed", [False, True], ids=["eager", "graphed"])
+def test_nccl_backend_on_the_nccl_standin(graphed: bool) -> None:
+    """The NCCL backend's code on 2 CPU ranks under the CUDA stand-in (one device per local rank, through the
+    launcher): its collectives and the stand-in's refusals, then every AMP configuration and the injected
+    overflow, eager or as a graphed step whose replays repeat the NCCL calls (counted per step)."""
+    args = ["--graphed"] if graphed else ["--collectives"]
+    configs = ",".join(c.strip().replace(" ", "-") for c in NCCL_CONFIGS)
+    done = run([sys.executable, "-m", "tinyamp.distributed.run", "--nproc-per-node", "2",
+                str(SCRIPTS / "ddp_training.py"), "--backend", "nccl", "--inject", "--configs", configs, *args],
+               TINYAMP_CUDA="standin")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    out = done.stdout
+    if not graphed:
+        assert out.count("OK strict nccl 2") == 2, out
+    for config in NCCL_CONFIGS:
+        assert out.count(f"OK 2 ranks {config}") == 2, out
+    mode = "graphed" if graphed else "eager"
+    assert out.count(f"OK inject {mode} 2 ranks skipped=[5, 17]") == 2, out
+
+
+def test_two_nccl_ranks_on_one_device_are_refused() -> None:
+    out = mpiexec(2, "nccl_checks.py", "duplicate", TINYAMP_CUDA="standin")  # no launcher: both on cuda:0
+    assert out.count("OK duplicate") == 2
 
 
 def _launch(*args: str) -> tuple:

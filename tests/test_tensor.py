@@ -24,6 +24,8 @@ def test_factories_and_default_dtypes() -> None:
     assert ta.randn(3, 4).dtype == ta.float32 and ta.rand(2, dtype=ta.float16).dtype == ta.float16
     r = ta.randint(0, 10, (100,))
     assert r.dtype == ta.int64 and 0 <= r.numpy().min() and r.numpy().max() < 10
+    r = ta.randint(10, (100,))  # randint(high, size) given positionally, as nanoGPT's get_batch calls it
+    assert r.shape == (100,) and 0 <= r.numpy().min() and r.numpy().max() < 10
 
 
 def test_manual_seed_makes_random_reproducible() -> None:

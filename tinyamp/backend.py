@@ -53,7 +53,7 @@ _standin = False  # True while the strict CUDA stand-in (tinyamp.cuda_standin) p
 _device_count: int | None = None  # cached: CUDA fixes the device count when it initialises
 _switch_hooks: list[Callable[[], None]] = []
 
-CUDA_LIBS = {"cupy_backends.cuda.libs.cublas": "cublas", "cupyx": "cupyx"}  # what the stand-in offers
+CUDA_LIBS = {"cupy_backends.cuda.libs.cublas": "cublas", "cupyx": "cupyx", "cupy.cuda.nccl": "nccl"}  # what the stand-in offers
 
 
 def _load_cupy() -> ModuleType | None:
@@ -261,6 +261,24 @@ class _Cuda:
 
     def device_count(self) -> int:
         return _device_count_now()
+
+    def set_device(self, device: Any) -> None:
+        """Make ``device`` (an index, ``"cuda:N"`` or a Device) this thread's current GPU (``torch.cuda.set_device``)."""
+        index = device if isinstance(device, int) else Device(device).index
+        cupy = _load_cupy()
+        if cupy is None:
+            raise RuntimeError(f"ta.cuda.set_device({device!r}): CUDA is unavailable: {_cupy_error}")
+        if not 0 <= index < _device_count_now():  # type: ignore[operator]
+            raise RuntimeError(f"ta.cuda.set_device({device!r}): invalid device ordinal (only "
+                               f"{_device_count_now()} CUDA device(s) are present)")
+        cupy.cuda.runtime.setDevice(index)
+
+    def current_device(self) -> int:
+        """The index of this thread's current GPU (``torch.cuda.current_device``)."""
+        cupy = _load_cupy()
+        if cupy is None:
+            raise RuntimeError(f"ta.cuda.current_device(): CUDA is unavailable: {_cupy_error}")
+        return int(cupy.cuda.runtime.getDevice())
 
     def synchronize(self) -> None:
         """Wait for the GPU's queued work (a host synchronisation; counted)."""

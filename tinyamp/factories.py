@@ -248,7 +248,9 @@ def rand(*size: Any, dtype: Any = None, device: Any = None, generator: Generator
 def randint(low: int, high: int | None = None, size: Sequence[int] = (), dtype: Any = None,
             device: Any = None, generator: Generator | None = None) -> Tensor:
     """Integers uniform in [low, high) (``randint(high, size)`` also accepted)."""
-    if high is None:
+    if isinstance(high, (tuple, list)):  # randint(high, size), PyTorch's other overload, given positionally
+        low, high, size = 0, low, high
+    elif high is None:
         low, high = 0, low
     return _random("randint", (tuple(size),), dtype, device, generator, False, low=low, high=high)
 

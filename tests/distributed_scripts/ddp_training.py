@@ -21,7 +21,8 @@ import os
 import numpy as np
 from mpi4py import MPI
 
-import collectives  # tests/distributed_scripts/collectives.py, beside this file
+import collectives  # tests/distributed_scripts/collectives.py and nccl_checks.py, beside this file
+import nccl_checks
 import tinyamp as ta
 import tinyamp.distributed as dist
 import tinyamp.nn.functional as F
@@ -124,12 +125,12 @@ def train(args, comm, device: str, dtype: str, level: str, optimizer: str) -> No
     whole = DistributedSampler(range(SAMPLES), num_replicas=1, rank=0, shuffle=True, seed=7)
     step = step_function(ddp, opt, scaler, dtype, o2, device_type)
     ref_step = step_function(ref, ref_opt, ref_scaler, dtype, o2, device_type)
-    static = None
-    if args.graphed:
-        static = (x_all[:local].clone(), y_all[:local].clone())
-        step = ta.cuda.make_graphed_step(step, *static)
+    if args.graphed:  # 3 eager warm-up calls, then the captured step (its NCCL calls included) is replayed
+        step = ta.cuda.make_graphed_step(step, (x_all[:local], y_all[:local]))
     per_epoch = SAMPLES // GLOBAL_BATCH
     scales = []
+    nccl_calls = ta.backend.cuda_lib("cupy.cuda.nccl").collective_counts if args.backend == "nccl" else None
+    per_step = len(ddp._buckets) + (1 if use_scaler else 0)  # the buckets' all-reduces, and found_inf's MAX
     for k in range(STEPS):
         epoch, j = divmod(k, per_epoch)
         sampler.set_epoch(epoch)
@@ -139,12 +140,10 @@ def train(args, comm, device: str, dtype: str, level: str, optimizer: str) -> No
         assert sorted(batch) == sorted(sum(comm.allgather(mine), [])), "the ranks' shares are not the global batch"
         idx = ta.tensor(np.array(mine), device=device)
         x, y = x_all[idx], y_all[idx]
-        if static is not None:
-            static[0].copy_(x)
-            static[1].copy_(y)
-            step(*static)
-        else:
-            step(x, y)
+        calls = sum(nccl_calls.values()) if nccl_calls is not None else 0
+        step(x, y)
+        if nccl_calls is not None and k >= 4:  # from the first replay on, when graphed
+            assert sum(nccl_calls.values()) - calls == per_step, (k, sum(nccl_calls.values()) - calls, per_step)
         ref_idx = ta.tensor(np.array(batch), device=device)
         ref_step(x_all[ref_idx], y_all[ref_idx])
         check_equal_everywhere(comm, model, f"step {k}")
@@ -156,11 +155,18 @@ def train(args, comm, device: str, dtype: str, level: str, optimizer: str) -> No
         raise AssertionError(f"DDP drifted from the one-process run by {worst} > {TOLERANCE[dtype]}")
     if scaler is not None:
         assert all(s == scales for s in comm.allgather(scales)), "scale sequences differ"
+    if args.graphed:
+        assert step.captured and step.calls == STEPS
     print(f"OK {size} ranks {dtype} {level} {optimizer} max|ddp - one process| = {worst:.2e}", flush=True)
 
 
 def inject(args, comm, device: str) -> None:
-    """Rank 1 alone finds inf in a gradient after the averaging: every rank skips that step."""
+    """Rank 1 alone overflows at INJECT_STEPS: every rank skips those steps, with one scale sequence.
+
+    Eager: an inf written into rank 1's gradient after DDP's averaging (only GradScaler's found_inf
+    all-reduce can tell the other ranks). Graphed: a huge value in rank 1's input batch (float16
+    overflows in its forward; the captured NCCL all-reduces carry it to every rank).
+    """
     rank, size = dist.get_rank(), dist.get_world_size()
     x_all, y_all = data(device)
     model, _ = make_model(5, device, "float16", "O1", "sgd")
@@ -169,19 +175,40 @@ def inject(args, comm, device: str) -> None:
     scaler = ta.amp.GradScaler(init_scale=2.0 ** 12, growth_interval=8)
     local = GLOBAL_BATCH // size
     device_type = device.split(":")[0]
-    skipped, scales = [], []
-    for k in range(20):
-        idx = ta.tensor((np.arange(local) + (k * size + rank) * local) % SAMPLES, device=device)
-        x, y = x_all[idx], y_all[idx]
+
+    def train_step(x, y):
         opt.zero_grad()
         with ta.autocast(device_type, dtype=ta.float16):
             loss = F.cross_entropy(ddp(x), y)
         scaler.scale(loss).backward()
-        if k in INJECT_STEPS and rank == 1:
-            model[0].weight.grad.array[0, 0] = float("inf")  # after DDP's averaging: only this rank sees it
-        before = param_bytes(model)
         scaler.step(opt)
         scaler.update()
+        return loss
+
+    def eager_step(x, y, poison):
+        opt.zero_grad()
+        with ta.autocast(device_type, dtype=ta.float16):
+            loss = F.cross_entropy(ddp(x), y)
+        scaler.scale(loss).backward()
+        if poison:
+            model[0].weight.grad.array[0, 0] = float("inf")  # after DDP's averaging: only this rank sees it
+        scaler.step(opt)
+        scaler.update()
+
+    step = ta.cuda.make_graphed_step(train_step, (x_all[:local], y_all[:local])) if args.graphed else None
+    skipped, scales = [], []
+    for k in range(20):
+        idx = ta.tensor((np.arange(local) + (k * size + rank) * local) % SAMPLES, device=device)
+        x, y = x_all[idx], y_all[idx]
+        poison = k in INJECT_STEPS and rank == 1
+        before = param_bytes(model)
+        if step is not None:
+            if poison:
+                x = x.clone()
+                x[0, 0] = 1e6  # inf in float16
+            step(x, y)
+        else:
+            eager_step(x, y, poison)
         skipped.append(bool(scaler.last_step.skipped))
         scales.append(scaler.get_scale())
         if skipped[-1]:
@@ -191,21 +218,23 @@ def inject(args, comm, device: str) -> None:
         assert skipped[k], f"rank {rank} did not skip step {k}"
     assert all(s == skipped for s in comm.allgather(skipped)), "ranks skipped different steps"
     assert all(s == scales for s in comm.allgather(scales)), "scale sequences differ"
-    print(f"OK inject {size} ranks skipped={[k for k, s in enumerate(skipped) if s]} scales={scales[:8]}",
+    mode = "graphed" if args.graphed else "eager"
+    print(f"OK inject {mode} {size} ranks skipped={[k for k, s in enumerate(skipped) if s]} scales={scales[:8]}",
           flush=True)
 
 
 def main() -> None:
     args = parse()
     comm = MPI.COMM_WORLD
-    if args.collectives:
-        collectives.main()  # one launch for both: each rank process costs seconds of imports and JIT loading
-    dist.init_process_group(args.backend)
+    if args.collectives:  # one launch for both: each rank process costs seconds of imports and JIT loading
+        nccl_checks.strict() if args.backend == "nccl" else collectives.main()
     if args.backend == "nccl":
-        local_rank = int(os.environ.get("LOCAL_RANK", comm.Get_rank()))
+        local_rank = int(os.environ["LOCAL_RANK"])
+        ta.cuda.set_device(local_rank)  # one device per rank: the stand-in gives each local rank its own
         device = f"cuda:{local_rank}"
     else:
         device = "cpu"
+    dist.init_process_group(args.backend)
     if args.inject:
         inject(args, comm, device)
     if args.configs:

@@ -36,6 +36,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from ._counters import counters
+from ._topology import DEVICE_COUNT, OWN_DEVICE, current_device
 
 ALLOCATION_UNIT = 512  # CuPy's pool rounds every request up to this
 ALIGNMENT = 256  # cudaMalloc's alignment
@@ -110,8 +111,8 @@ def _aligned_buffer(size: int) -> tuple[np.ndarray, int]:
 class MemoryPool:
     """``cupy.cuda.MemoryPool`` for one device: blocks rounded to 512 bytes, reused by exact rounded size."""
 
-    def __init__(self, device_id: int = 0) -> None:
-        self.device_id = device_id
+    def __init__(self, device_id: "int | None" = None) -> None:
+        self.device_id = current_device() if device_id is None else device_id  # CuPy's pools serve the current one
         self._free: dict[int, list[tuple[int, np.ndarray]]] = {}  # size -> heap of (address, buffer)
         self._used = 0
         self._total = 0
@@ -122,6 +123,8 @@ class MemoryPool:
         """A block of at least ``size`` bytes: a freed one of the same rounded size if any."""
         if not size:
             return MemoryPointer(Memory(0, 0, self.device_id, None, None), 0)
+        if DEVICE_COUNT > 1:
+            _check_current_device(OWN_DEVICE)
         rounded = (size + ALLOCATION_UNIT - 1) // ALLOCATION_UNIT * ALLOCATION_UNIT
         with _lock:
             return self._malloc(size, rounded)
@@ -227,7 +230,16 @@ class PinnedMemoryPool:
         return None
 
 
-_default_pool = MemoryPool(0)
+def _check_current_device(owned: int) -> None:
+    """With one device per local rank, memory comes only from this process's device, while it is current."""
+    current = current_device()
+    if current != owned:
+        raise RuntimeError(  # runtime.CUDARuntimeError's message; runtime sits above this module
+            f"cudaErrorInvalidDevice: invalid device ordinal (an allocation on cuda:{current}, but this process "
+            f"(LOCAL_RANK={owned}) owns cuda:{owned}: the stand-in gives each local rank its own device; call ta.cuda.set_device({owned}) (torch.cuda.set_device) first)")
+
+
+_default_pool = MemoryPool(OWN_DEVICE)
 _default_pinned_pool = PinnedMemoryPool()
 _current_allocator: Callable[[int], MemoryPointer] = _default_pool.malloc
 _thread_local = threading.local()

@@ -1,18 +1,16 @@
-"""``cupy.cuda.runtime`` of the stand-in: one device, its properties, and CUDA's error type.
+"""``cupy.cuda.runtime`` of the stand-in: its devices, their properties, and CUDA's error type.
 
-The stand-in has one device, id 0, reported as compute capability 8.0 (so
-bfloat16 and float16 tensor-core paths are taken, as on an A100/H100). The
-current device is per host thread, as in the CUDA runtime.
+The stand-in has one device, id 0 (one per local rank under a launcher: see
+``_topology.py``), reported as compute capability 8.0 (so bfloat16 and
+float16 tensor-core paths are taken, as on an A100/H100). The current device
+is per host thread, as in the CUDA runtime.
 """
 
 from __future__ import annotations
 
-import threading
-
 from ._counters import counters
 from ._memory import get_default_memory_pool
-
-DEVICE_COUNT = 1
+from ._topology import DEVICE_COUNT, current_device, set_current_device
 COMPUTE_CAPABILITY = (8, 0)
 TOTAL_MEMORY = 16 * 1024 ** 3  # what memGetInfo reports as the device's size
 
@@ -44,7 +42,6 @@ _ERRORS = {cudaErrorInvalidValue: ("cudaErrorInvalidValue", "invalid argument"),
                                                "operation failed due to a previous error during capture")}
 
 is_hip = False
-_local = threading.local()
 
 
 class CUDARuntimeError(RuntimeError):
@@ -67,14 +64,14 @@ def getDeviceCount() -> int:  # noqa: N802 - CUDA's name
 
 
 def getDevice() -> int:  # noqa: N802
-    return getattr(_local, "device", 0)
+    return current_device()
 
 
 def setDevice(device: int) -> None:  # noqa: N802
     device = int(device)
     if not 0 <= device < DEVICE_COUNT:
         raise CUDARuntimeError(cudaErrorInvalidDevice)
-    _local.device = device
+    set_current_device(device)
 
 
 def deviceSynchronize() -> None:  # noqa: N802

@@ -2,8 +2,9 @@
 
 One process per GPU, as NCCL requires. Rank 0 makes NCCL's unique id and MPI
 broadcasts it (as cupyx's ``use_mpi=True`` and ChainerMN do), then every rank
-builds a ``NcclCommunicator`` on its current device (``ta.cuda.set_device``,
-or ``device_id``). Each collective is one call of the communicator with raw
+builds a ``NcclCommunicator`` on the device of the first tensor it reduces, as
+PyTorch does (``device_id`` builds it at once; nanoGPT calls
+``torch.cuda.set_device`` only after ``init_process_group``). Each collective is one call of the communicator with raw
 device pointers, an NCCL datatype code and the current stream's pointer, so it
 is ordered with the kernels around it, needs no host synchronisation, and is
 recorded by a CUDA graph capture like a kernel. ``async_op=True`` handles are
@@ -54,13 +55,10 @@ class NCCLBackend:
         self.cupy = cupy = backend.cupy()
         self.mpi_comm = comm.Dup()
         self.rank, self.size = self.mpi_comm.Get_rank(), self.mpi_comm.Get_size()
-        if device_id is not None:
-            cupy.cuda.runtime.setDevice(backend.Device(device_id).index)
-        self.device_index = int(cupy.cuda.runtime.getDevice())
-        unique_id = nccl.get_unique_id() if self.rank == 0 else None
-        unique_id = self.mpi_comm.bcast(unique_id, root=0)
-        with cupy.cuda.Device(self.device_index):
-            self.comm = nccl.NcclCommunicator(self.size, unique_id, self.rank)
+        self._comm: Any = None
+        self.device_index: "int | None" = None
+        if device_id is not None:  # PyTorch's eager initialisation; otherwise at the first collective
+            self._connect(backend.Device(device_id).index)
         self.collectives = 0
         self._types = {np.dtype(np.int8): nccl.NCCL_INT8, np.dtype(np.uint8): nccl.NCCL_UINT8,
                        np.dtype(np.int32): nccl.NCCL_INT32, np.dtype(np.uint32): nccl.NCCL_UINT32,
@@ -70,8 +68,24 @@ class NCCLBackend:
         self._ops = {"sum": nccl.NCCL_SUM, "avg": nccl.NCCL_AVG, "product": nccl.NCCL_PROD,
                      "min": nccl.NCCL_MIN, "max": nccl.NCCL_MAX}
 
+    def _connect(self, index: int) -> None:
+        """Build the communicator on device ``index`` (every rank does this at the same collective)."""
+        unique_id = self.nccl.get_unique_id() if self.rank == 0 else None
+        unique_id = self.mpi_comm.bcast(unique_id, root=0)
+        with self.cupy.cuda.Device(index):
+            self._comm = self.nccl.NcclCommunicator(self.size, unique_id, self.rank)
+        self.device_index = index
+
+    @property
+    def comm(self) -> Any:
+        """The NCCL communicator, built on the current device if no collective has built it yet."""
+        if self._comm is None:
+            self._connect(int(self.cupy.cuda.runtime.getDevice()))
+        return self._comm
+
     def destroy(self) -> None:
-        self.comm.destroy()
+        if self._comm is not None:
+            self._comm.destroy()
         self.mpi_comm.Free()
 
     def _check(self, what: str, *arrays: Any) -> int:
@@ -80,6 +94,8 @@ class NCCLBackend:
             if not backend.is_cupy_array(array):
                 raise ValueError(f"{what}: the 'nccl' backend works on CUDA tensors, got a tensor on cpu "
                                  "(use backend='mpi' or 'gloo' for CPU tensors, or move it with .cuda())")
+            if self._comm is None:  # PyTorch's lazy initialisation: on the first tensor's device
+                self._connect(array.device.id)
             if array.device.id != self.device_index:
                 raise ValueError(f"{what}: tensor on cuda:{array.device.id}, but this rank's NCCL communicator "
                                  f"is on cuda:{self.device_index} (ta.cuda.set_device before init_process_group)")
