@@ -19,7 +19,7 @@ import pytest
 import fused_drivers as fd
 import tinyamp as ta
 from tinyamp import backend
-from tinyamp.kernels import cross_entropy, cuda_epilogue, cuda_launch, cuda_optim, cuda_scaler, loss_scale
+from tinyamp.kernels import cross_entropy, cuda_epilogue, cuda_launch, cuda_optim, cuda_scaler, cuda_vector, loss_scale
 from tinyamp.kernels.gemm import gemm, gemm_bias
 from tinyamp.kernels.round_through import round_through
 from tinyamp.cuda_standin import kernels as standin_kernels
@@ -340,3 +340,32 @@ def test_relu_backward_kernel_matches_cupys_multiply(cp, dtypes) -> None:
         want = np.multiply(gy, y > 0, dtype=gy.dtype)
         got = cuda_epilogue.relu_backward(cp.asarray(gy), cp.asarray(y))
         fd.assert_same_bits([got.get()], [want], "relu backward")
+
+
+def test_group_kernels_give_the_same_bits_on_misaligned_views(cp) -> None:
+    """A view one element into its allocation cannot be read four elements at a time: the scalar loop runs,
+    with the vector loop's bits (unscale, SGD with momentum and a float16 copy, Adam)."""
+    rng = np.random.default_rng(9)
+    base = {name: rng.standard_normal(203).astype(np.float32) for name in ("w", "g", "buf", "m", "v")}
+    base["v"] = np.abs(base["v"])
+
+    def run(offset: int) -> list:
+        a = {}
+        for k, v in base.items():  # a fresh copy each run, ``offset`` elements into its allocation
+            a[k] = cp.zeros(204, np.float32)[offset:offset + 203]
+            a[k][...] = cp.asarray(v)
+        low = cp.empty(204, np.float16)[offset:offset + 203]
+        assert cuda_vector.aligned(a["w"]) == (offset == 0)
+        found = cp.zeros(1, np.float32)
+        snapshots = []
+        cuda_scaler.unscale_group([a["g"]], [a["g"]], cp.asarray(np.float32([4.0])), found)
+        snapshots += [a["g"].get()]
+        step = cp.ones((), np.float32)
+        cuda_optim.sgd_group([a["w"]], [a["g"]], [a["buf"]], [step], [low], found,
+                             cp.asarray([0.03, 0.9, 0.1, 1e-4]), nesterov=True, maximize=False)
+        snapshots += [x.get() for x in (a["w"], a["buf"], low)]
+        cuda_optim.adam_group([a["w"]], [a["g"]], [a["m"]], [a["v"]], None, [step], [low], found,
+                              cp.asarray([2e-3, 0.9, 0.95, 1e-8, 0.1]), decoupled=False)
+        return snapshots + [x.get() for x in (*a.values(), low)]
+
+    fd.assert_same_bits(run(1), run(0), "misaligned views")

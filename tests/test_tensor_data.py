@@ -202,3 +202,49 @@ def test_o2_a_write_keeps_the_float32_bits_of_elements_it_left_alone() -> None:
     master = opt.state[p]["master_param"].detach().numpy()
     step = F32(1e-4)
     np.testing.assert_array_equal(master, [(F32(1.0) - step) - step, F32(5.0) - step, (F32(1.0) - step) - step])
+
+
+def test_an_unrecorded_indexing_view_shares_its_bases_version_as_in_pytorch() -> None:
+    x = ta.ones(3, requires_grad=True)
+    y = (x * x).sum()
+    with ta.no_grad():
+        x[0].mul_(2)
+    assert x._version[0] == 1  # PyTorch 2.13: 1
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.backward()
+    t = ta.ones(2, 3)
+    t[0].add_(1)
+    d = t.data
+    d[1].add_(1)
+    assert t._version[0] == 1 and d._version[0] == 1  # PyTorch 2.13: 1 and 1
+    t[[0, 1]].add_(1)  # advanced indexing makes a copy: t is not written
+    assert t._version[0] == 1 and t.sum().item() == 12.0
+
+
+@pytest.mark.parametrize("route", ["no_grad_view", "data_view"])
+def test_a_write_into_an_indexing_view_reaches_the_cache_and_the_o2_master(route) -> None:
+    layer = nn.Linear(2, 2)
+    x = ta.ones(1, 2)
+    with ta.autocast("cpu"):
+        layer(x)
+    if route == "no_grad_view":
+        with ta.no_grad():
+            layer.weight[0].zero_()
+    else:
+        layer.weight.data[0].zero_()
+    with ta.autocast("cpu"):
+        out = layer(x)
+    assert out[0, 0].item() == np.float16(layer.bias[0].item())  # row 0 of the weight is zero now
+    model = nn.Linear(2, 2).half()
+    opt = ta.optim.SGD(model.parameters(), lr=0.0, master_weights=True)
+    for p in model.parameters():
+        p.grad = ta.zeros(*p.shape, dtype=ta.float16)
+    opt.step()
+    if route == "no_grad_view":
+        with ta.no_grad():
+            model.weight[0].fill_(3.0)
+    else:
+        model.weight.data[0].fill_(3.0)
+    opt.step()
+    assert model.weight[0].tolist() == [3.0, 3.0]
+    assert opt.state[model.weight]["master_param"][0].tolist() == [3.0, 3.0]

@@ -600,7 +600,15 @@ class Tensor:
         return self.div_(other)
 
     def __getitem__(self, key: Any) -> "Tensor":
-        return tinyamp.ops.getitem(self, key)
+        out = tinyamp.ops.getitem(self, key)
+        if out.grad_fn is None:
+            # An unrecorded view (``with no_grad(): p[0].zero_()``) shares its base's version and
+            # storage counters, as PyTorch's views do, so a write into it is seen where one into
+            # the base is (autograd's check, the weight-cast cache, O2 master weights).
+            base = getattr(out.array, "base", None)
+            if base is not None and (base is self.array or base is getattr(self.array, "base", None)):
+                out._version, out._storage = self._version, self._storage
+        return out
 
     # Comparisons give bool tensors and never record (no gradient).
     def _compare(self, other: Any, ufunc: Callable) -> "Tensor":

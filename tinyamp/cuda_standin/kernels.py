@@ -68,6 +68,10 @@ using std::isfinite; using std::isnan; using std::isinf; using std::sqrt; using 
 struct standin_dim3 { unsigned int x, y, z; };
 struct uint4 { unsigned int x, y, z, w; };  // CUDA's 16-byte vector type
 static inline uint4 make_uint4(unsigned int x, unsigned int y, unsigned int z, unsigned int w) { return {x, y, z, w}; }
+struct uint2 { unsigned int x, y; };
+struct float4 { float x, y, z, w; };
+static inline uint2 make_uint2(unsigned int x, unsigned int y) { return {x, y}; }
+static inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 static standin_dim3 blockIdx, blockDim, threadIdx, gridDim;
 static inline unsigned int __float_as_uint(float f) { unsigned int u; std::memcpy(&u, &f, 4); return u; }
 static inline float __uint_as_float(unsigned int u) { float f; std::memcpy(&f, &u, 4); return f; }

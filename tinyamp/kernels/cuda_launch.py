@@ -148,6 +148,42 @@ __device__ __forceinline__ unsigned short tinyamp_f32_to_bf16(float f) {
 __device__ __forceinline__ float tinyamp_f32_to_f32(float f) { return f; }
 """
 
+# Four consecutive elements as one load or store (16 bytes of float32, 8 of float16/bfloat16), converted to or
+# from float32 as the scalar conversions above do; tinyamp_aligned4(p): p may be read or written that way.
+VECTOR4 = r"""
+__device__ __forceinline__ bool tinyamp_aligned4(const float* p) { return ((unsigned long long)p & 15ull) == 0; }
+__device__ __forceinline__ bool tinyamp_aligned4(const unsigned short* p) {
+    return ((unsigned long long)p & 7ull) == 0;
+}
+__device__ __forceinline__ void tinyamp_load4_f32(const float* p, float* v) {
+    const float4 a = *reinterpret_cast<const float4*>(p);
+    v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
+}
+__device__ __forceinline__ void tinyamp_store4_f32(float* p, const float* v) {
+    *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+}
+__device__ __forceinline__ void tinyamp_load4_f16(const unsigned short* p, float* v) {
+    const uint2 a = *reinterpret_cast<const uint2*>(p);
+    v[0] = tinyamp_f16_to_f32((unsigned short)(a.x & 0xffffu)); v[1] = tinyamp_f16_to_f32((unsigned short)(a.x >> 16));
+    v[2] = tinyamp_f16_to_f32((unsigned short)(a.y & 0xffffu)); v[3] = tinyamp_f16_to_f32((unsigned short)(a.y >> 16));
+}
+__device__ __forceinline__ void tinyamp_store4_f16(unsigned short* p, const float* v) {
+    *reinterpret_cast<uint2*>(p) = make_uint2(
+        (unsigned int)tinyamp_f32_to_f16(v[0]) | ((unsigned int)tinyamp_f32_to_f16(v[1]) << 16),
+        (unsigned int)tinyamp_f32_to_f16(v[2]) | ((unsigned int)tinyamp_f32_to_f16(v[3]) << 16));
+}
+__device__ __forceinline__ void tinyamp_load4_bf16(const unsigned short* p, float* v) {
+    const uint2 a = *reinterpret_cast<const uint2*>(p);
+    v[0] = tinyamp_bf16_to_f32((unsigned short)(a.x & 0xffffu)); v[1] = tinyamp_bf16_to_f32((unsigned short)(a.x >> 16));
+    v[2] = tinyamp_bf16_to_f32((unsigned short)(a.y & 0xffffu)); v[3] = tinyamp_bf16_to_f32((unsigned short)(a.y >> 16));
+}
+__device__ __forceinline__ void tinyamp_store4_bf16(unsigned short* p, const float* v) {
+    *reinterpret_cast<uint2*>(p) = make_uint2(
+        (unsigned int)tinyamp_f32_to_bf16(v[0]) | ((unsigned int)tinyamp_f32_to_bf16(v[1]) << 16),
+        (unsigned int)tinyamp_f32_to_bf16(v[2]) | ((unsigned int)tinyamp_f32_to_bf16(v[3]) << 16));
+}
+"""
+
 # dtype -> (C storage type in a RawKernel, suffix of its tinyamp_*_to_* conversion)
 STORAGE = {dt.float32: ("float", "f32"), dt.float16: ("unsigned short", "f16"),
            dt.bfloat16: ("unsigned short", "bf16")}
