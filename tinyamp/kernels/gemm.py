@@ -299,9 +299,12 @@ def _gemm_gpu(a: Array, b: Array, out: np.dtype, trans_a: bool, trans_b: bool,
               batch: tuple[int, ...], m: int, k: int, n: int) -> Array:
     cp = backend.cupy()
     with a.device:  # allocate and pick the cuBLAS handle on the operands' GPU
-        # cuBLAS writes C in the input dtype or float32; anything else is a
-        # float32 result plus one cast (still a single rounding).
-        c_dtype = out if out in (a.dtype, dt.float32) and a.dtype != dt.float64 else a.dtype
+        # cuBLAS writes C in the 16-bit input dtype or float32 (float32/float64 inputs: their own dtype);
+        # anything else is that result plus one cast (still a single rounding).
+        if a.dtype in dt.LOW_PRECISION:
+            c_dtype = out if out in (a.dtype, dt.float32) else dt.float32
+        else:
+            c_dtype = a.dtype
         if m == 0 or n == 0 or math.prod(batch) == 0:
             return cp.empty(batch + (m, n), dtype=out)
         if k == 0:  # an empty sum; cuBLAS is not asked to define it
