@@ -23,7 +23,7 @@ import numpy as np
 from .. import dtypes as dt
 from ..autograd.function import Function
 from ..autograd.grad_mode import is_grad_enabled
-from ..kernels import cuda_epilogue, cuda_launch, cuda_vector
+from ..kernels import cuda_launch, cuda_vector
 from ..kernels.convert import convert, numba_default
 from ..kernels.elementwise_cpu import bias_act_convert, bias_convert_checked
 from ..kernels.gemm import gemm, gemm_bias, gemm_widened
@@ -194,16 +194,10 @@ class Linear(Function):
             # rounding once: the 16-bit output written once, no float32 result in memory.
             y = gemm_bias(rows, w, b, trans_b=True)
         elif x.dtype in dt.LOW_PRECISION:
-            # The bias is added to the float32 accumulator and the sum rounded
-            # once, as a cuBLAS epilogue would (one fused pass: numba on the CPU,
-            # one kernel launch on a GPU, which widens the 16-bit bias itself).
+            # The CPU: the bias is added to the float32 accumulator and the sum rounded
+            # once, as a cuBLAS epilogue would (one fused numba pass).
             acc = gemm(rows, w, xp.float32, trans_b=True, a_widened=x32, b_widened=w32)
-            if b32 is not None:  # the cache's widening of the bias: a CPU array, so the CPU epilogue
-                y = bias_act_convert(acc, b32, x.dtype, overwrite_y=True)
-            elif cuda_launch.on_gpu(acc):
-                y = cuda_epilogue.bias_act_convert(acc, b, x.dtype, relu=False)
-            else:
-                y = bias_act_convert(acc, b.astype(xp.float32), x.dtype, overwrite_y=True)
+            y = bias_act_convert(acc, b32 if b32 is not None else b.astype(xp.float32), x.dtype, overwrite_y=True)
         else:
             y = gemm(rows, w, trans_b=True)
             y += b  # in place on gemm's fresh result: no second output buffer
