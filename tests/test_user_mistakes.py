@@ -657,3 +657,33 @@ def test_a_new_process_finds_every_numba_kernel_in_the_cache(tmp_path) -> None:
     assert "data saved" in runs[0].stdout  # the first process compiled and saved its kernels
     recompiled = [line for line in runs[1].stdout.splitlines() if "data saved" in line]
     assert not recompiled, recompiled
+
+
+# --------------------------------------------------------- class 5: an out-of-range class on CUDA
+
+def test_cross_entropy_out_of_range_on_cuda_raises_at_the_next_host_read() -> None:
+    with backend.use_cuda_standin():
+        model = _model(0)
+        opt = ta.optim.SGD(model.parameters(), lr=0.1)
+        scaler = ta.amp.GradScaler("cuda")
+        x = ta.randn(8, 16, device="cuda")
+        bad = ta.tensor([0, 1, 2, 3, 4, 0, 1, 2]).to("cuda")  # 4 classes: 4 is out of range
+        before = [p.detach().cpu().numpy() for p in model.parameters()]
+        syncs = ta.cuda.sync_count()
+        with ta.autocast("cuda"):
+            loss = ta.nn.functional.cross_entropy(model(x), bad)
+        scaler.scale(loss).backward()
+        scaler.step(opt)  # NaN gradients: the scaler skips the step, on the device
+        scaler.update()
+        assert ta.cuda.sync_count() == syncs  # nothing read on the host: no extra sync in the step
+        with pytest.raises(IndexError, match=r"cross_entropy: target value 4 is out of range for 4 classes "
+                                             r"\(input \[8, 4\] \(float16\), target shape \[8\]\)"):
+            loss.item()
+        assert all(np.array_equal(p.detach().cpu().numpy(), b) for p, b in zip(model.parameters(), before))
+        with ta.autocast("cuda"):
+            ta.nn.functional.cross_entropy(model(x), bad)
+        with pytest.raises(IndexError, match="target value 4 is out of range"):
+            ta.cuda.synchronize()  # an explicit wait reports it too
+        with ta.autocast("cuda"):
+            good = ta.nn.functional.cross_entropy(model(x), bad.clamp(0, 3))
+        assert np.isfinite(good.item())
