@@ -9,8 +9,8 @@ conversion: ``y[...] = y.astype(dtype).astype(float32)``, bit for bit.
 
 - CPU: one numba pass on the float32 bit patterns (``cpu_numba``), else the
   NumPy conversions of ``convert.py`` (two passes).
-- CUDA: one ``ElementwiseKernel`` launch (CuPy's float16/bfloat16 rounding, as
-  ``astype``).
+- CUDA: one ``ElementwiseKernel`` launch (the PTX float16 conversion and
+  bfloat16's bit rounding of ``cuda_launch``, both to nearest even, as ``astype``).
 
 :class:`LowCopy` is the other direction, for a float32 weight under autocast:
 its 16-bit copy and, on the CPU, that copy widened back to float32 (the operand
@@ -29,11 +29,15 @@ from .convert import convert, numba_default, resolve
 from .cpu_numba import KERNELS
 from .cpu_numpy import U16, U32, flat
 
+# The kernels have float32 parameters only, so CuPy gives them no float16/bfloat16 type: the
+# rounding is written on bit patterns (cuda_launch's conversions), as astype rounds (nearest even).
 ROUND_THROUGH = {
     dt.float16: cuda_launch.KernelSpec("tinyamp_round_through_f16", "float32 x", "float32 y",
-                                "y = static_cast<float>(static_cast<float16>(x));"),
+                                       "y = tinyamp_f16_to_f32(tinyamp_f32_to_f16(x));",
+                                       cuda_launch.F16_CONVERSIONS),
     dt.bfloat16: cuda_launch.KernelSpec("tinyamp_round_through_bf16", "float32 x", "float32 y",
-                                 "y = static_cast<float>(static_cast<bfloat16>(x));"),
+                                        "y = tinyamp_bf16_to_f32(tinyamp_f32_to_bf16(x));",
+                                        cuda_launch.BF16_CONVERSIONS),
 }
 
 
