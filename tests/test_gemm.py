@@ -511,12 +511,16 @@ def test_gpu_batched_layouts_and_transposed_views(a_shape, b_shape, trans_b, fun
 
 
 @pytest.mark.parametrize("dtype", [F32, F64], ids=["float32", "float64"])
-def test_gpu_float32_and_float64_use_cupy_matmul(dtype, cuda_backend):
+def test_gpu_float32_and_float64_call_cublas_directly(dtype, cuda_backend):
+    """float32/float64 GEMMs go through tinyamp's direct cuBLAS call too (capturable), in their own precision."""
     cp = _cupy()
     a, b = _random((2, 7, 9), dtype, 37), _random((9, 4), dtype, 38)
     out = gemm(_device_array(a), _device_array(b))
     assert out.dtype == dtype
-    assert gemm_module.last_gpu_call["function"] == "cupy.matmul"
+    assert gemm_module.last_gpu_call["function"] == "gemmEx"  # the shared b folds the batch into M
+    assert gemm_module.last_gpu_call["compute_type_name"] == ("CUBLAS_COMPUTE_64F" if dtype == F64
+                                                              else "CUBLAS_COMPUTE_32F")
+    assert gemm_module.last_gpu_call["c_type"] == dtype.name
     np.testing.assert_allclose(cp.asnumpy(out), a @ b, rtol=1e-5 if dtype == F32 else 1e-12)
 
 

@@ -286,6 +286,8 @@ class _Cuda:
         if cupy is not None:
             self.note_sync("ta.cuda.synchronize()")
             cupy.cuda.Device().synchronize()
+            if _device_checks:
+                _raise_device_errors()
 
     def is_bf16_supported(self, including_emulation: bool = True) -> bool:
         """True when the current GPU computes in bfloat16 natively (compute capability 8.0+); False without CUDA.
@@ -550,11 +552,37 @@ def to_device(array: Any, dev: Device) -> Any:
         return cupy.asarray(array)
 
 
+# Errors kernels found on the device (an out-of-range class index), read at the next host read that
+# waits for the device anyway, as PyTorch's device-side asserts surface: key -> check(), which returns
+# the exception to raise (and resets its flag) or None. A launch that can set a flag puts its check here.
+_device_checks: dict = {}
+
+
+def defer_device_check(key: Any, check: Callable[[], "Exception | None"]) -> None:
+    """Run ``check`` at the next host read of a device array (``to_host``, ``ta.cuda.synchronize``)."""
+    _device_checks[key] = check
+
+
+def _raise_device_errors() -> None:
+    checks = list(_device_checks.values())
+    _device_checks.clear()
+    errors = [error for error in (check() for check in checks) if error is not None]
+    if errors:
+        raise errors[0]
+
+
 def to_host(array: Any, what: str = "a device-to-host read") -> np.ndarray:
-    """A NumPy copy/view of any backend array (counts as a host sync on GPU; raises during a capture)."""
+    """A NumPy copy/view of any backend array (counts as a host sync on GPU; raises during a capture).
+
+    After the read (which waited for the device), errors that kernels flagged
+    on the device are raised (see ``defer_device_check``).
+    """
     if is_cupy_array(array):
         cuda.note_sync(what)
-        return _cupy.asnumpy(array)  # type: ignore[union-attr]
+        host = _cupy.asnumpy(array)  # type: ignore[union-attr]
+        if _device_checks:
+            _raise_device_errors()
+        return host
     return np.asarray(array)
 
 

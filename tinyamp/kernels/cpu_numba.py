@@ -43,8 +43,13 @@ def load() -> bool:  # noqa: C901 - one place that defines every kernel
     unusable.
     """
     # Names are declared global so that the jitted functions below see them as
-    # module globals (not closure cells), which keeps numba's cache=True usable.
+    # module globals (not closure cells), which keeps numba's cache=True usable: a
+    # kernel whose closure holds another kernel misses the cache in every new process
+    # (numba keys the cache on the closure's pickled contents), so the kernels other
+    # kernels call are globals too.
     global _nb_fbits, _h2f_int, _h2f_hw, _f2h_int, _f2h_hw, _f2b_bits, _b2h_int, _b2h_hw
+    global relu16, relu_bwd16, _widen16, _round16, f32_to_f16_int, f32_to_f16_hw
+    global lower_widen_f16_int, lower_widen_f16_hw, lower_widen_bf16
 
     from llvmlite import ir
     from numba import njit, types

@@ -68,11 +68,13 @@ def fusable(x: Any, target: Any, weight: Any) -> bool:
 
 def forward(x: Any, target: Any, weight: Any, *, ignore_index: int, reduction: str, label_smoothing: float,
             out_dtype: Any, check_range: bool = True, exp: Callable = np.exp,
-            log: Callable = np.log) -> tuple[Any, Any]:
+            log: Callable = np.log, out_of_range: "Callable[[int], Exception] | None" = None) -> tuple[Any, Any]:
     """(loss in ``out_dtype``, saved state for :func:`backward`).
 
     On the NumPy path an out-of-range target raises :class:`TargetOutOfRange`
-    unless ``check_range`` is False (then it gives NaN, as on a GPU).
+    unless ``check_range`` is False (then it gives NaN, as on a GPU). On a GPU
+    it gives NaN and sets a device flag that the next host read turns into
+    ``out_of_range(value)`` (``backend.defer_device_check``).
     ``exp``/``log`` replace NumPy's float32 ``exp``/``log`` there (the tests
     pass the C library's, to compare with the kernel run on a CPU).
     """
@@ -80,7 +82,7 @@ def forward(x: Any, target: Any, weight: Any, *, ignore_index: int, reduction: s
     if cuda_launch.on_gpu(x):
         return cuda_loss.forward(x, target, weight, ignore_index=ignore_index, reduction=reduction,
                                  hot_c=np.float32(1.0 - eps), smooth_c=np.float32(eps / x.shape[1]),
-                                 smoothing=bool(eps), out_dtype=out_dtype)
+                                 smoothing=bool(eps), out_dtype=out_dtype, out_of_range=out_of_range)
     # inf/nan logits give inf/nan losses and gradients (as on a GPU and in PyTorch), silently.
     with np.errstate(all="ignore"):
         return _forward_numpy(x, target, weight, ignore_index, reduction, eps, out_dtype, check_range, exp, log)

@@ -64,6 +64,24 @@ def scale_grad(gy: Tensor, reduction: str, count: int) -> Tensor:
     return gy / count if reduction == "mean" else gy
 
 
+class _OutOfRange:
+    """The error an out-of-range target found on a GPU raises at the next host read (shapes kept, not arrays)."""
+
+    __slots__ = ("name", "shape", "dtype", "target_shape", "ignore_index")
+
+    def __init__(self, name: str, shape: tuple, dtype: Any, target_shape: tuple, ignore_index: int) -> None:
+        self.name, self.shape, self.dtype = name, shape, dtype
+        self.target_shape, self.ignore_index = target_shape, ignore_index
+
+    def __call__(self, value: int) -> IndexError:
+        classes = self.shape[1]
+        return IndexError(f"{self.name}: target value {value} is out of range for {classes} classes (input "
+                          f"{list(self.shape)} ({dt.dtype_name(self.dtype)}), target shape "
+                          f"{list(self.target_shape)}); expected values in [0, {classes}) or ignore_index="
+                          f"{self.ignore_index}. Found on the GPU by an earlier cross_entropy launch and raised "
+                          f"at this host read: the loss and gradients of that step are NaN")
+
+
 def describe(x: Any) -> str:
     return f"{list(x.shape)} ({dt.dtype_name(x.dtype)})"
 
@@ -232,7 +250,8 @@ class CrossEntropy(ClassIndexLoss):
             try:
                 loss, self.fused = fused_loss.forward(
                     x, target, weight, ignore_index=self.ignore_index, reduction=self.reduction,
-                    label_smoothing=self.label_smoothing, out_dtype=x.dtype)
+                    label_smoothing=self.label_smoothing, out_dtype=x.dtype,
+                    out_of_range=_OutOfRange(self.name, x.shape, x.dtype, target.shape, self.ignore_index))
             except fused_loss.TargetOutOfRange as bad:
                 raise self.out_of_range(x, target, bad.value) from None
             return loss
