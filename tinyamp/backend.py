@@ -529,7 +529,7 @@ def array_module(array: Any) -> ModuleType:
 
 
 def device_of(array: Any) -> Device:
-    if _cupy is not None and isinstance(array, _cupy.ndarray):  # is_cupy_array, inlined: every Tensor.device
+    if _cupy is not None and isinstance(array, _cupy.ndarray):
         return Device("cuda", array.device.id)
     return CPU
 

@@ -57,16 +57,13 @@ class OptState(enum.Enum):
     STEPPED = 2
 
 
-# The stages as plain module names: step() reads four, and reading an Enum member through its
-# class is a slow attribute lookup in CPython (~50 ns, ten times a global).
-_READY, _UNSCALED, _STEPPED = OptState.READY, OptState.UNSCALED, OptState.STEPPED
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 _HOST_ZERO = np.zeros((), dtype=np.float32)  # copied into each step's CPU found_inf flag
 
 
 def _refresh_per_optimizer_state() -> dict:
-    return {"stage": _READY, "found_inf_per_device": {}}
+    return {"stage": OptState.READY, "found_inf_per_device": {}}
 
 
 # ------------------------------------------------------------ helpers
@@ -175,7 +172,7 @@ class GradScaler:
         """True when ``loss * scale`` is known to be finite without a NumPy warning, read for free (a CPU loss).
 
         The exact product of two float32 (or narrower) values is a float64, and below float32's
-        largest value it rounds to at most that value: no overflow, so no errstate (~1 us) is needed.
+        largest value it rounds to at most that value: no overflow, so no errstate is needed.
         A nan, an inf or a large product (or a loss on a GPU, where reading it would sync) says False.
         """
         data = loss.array
@@ -252,12 +249,12 @@ class GradScaler:
         if self._scale is None:
             raise self._no_scale_yet("unscale_")
         state = self._per_optimizer_states[id(optimizer)]
-        if state["stage"] is _UNSCALED:
+        if state["stage"] is OptState.UNSCALED:
             raise RuntimeError("unscale_() has already been called on this optimizer since the last update().")
-        if state["stage"] is _STEPPED:
+        if state["stage"] is OptState.STEPPED:
             raise RuntimeError("unscale_() is being called after step().")
         state["found_inf_per_device"] = self._unscale_grads_(optimizer)
-        state["stage"] = _UNSCALED
+        state["stage"] = OptState.UNSCALED
 
     def _unscale_grads_(self, optimizer: Any) -> dict:
         """One ``unscale_group`` call per device; returns {device: found_inf array}.
@@ -333,11 +330,11 @@ class GradScaler:
         if self._scale is None:
             raise self._no_scale_yet("step")
         state = self._per_optimizer_states[id(optimizer)]
-        if state["stage"] is _STEPPED:
+        if state["stage"] is OptState.STEPPED:
             raise RuntimeError("step() has already been called since the last update().")
-        if state["stage"] is _READY:  # unscale_(optimizer), its checks made above
+        if state["stage"] is OptState.READY:  # unscale_(optimizer), its checks made above
             state["found_inf_per_device"] = found = self._unscale_grads_(optimizer)
-            state["stage"] = _UNSCALED
+            state["stage"] = OptState.UNSCALED
         else:
             found = state["found_inf_per_device"]
         if len(found) == 0:
@@ -358,7 +355,7 @@ class GradScaler:
                 "implement the contract")
             total = sum(read_host(value) for value in found.values())
             retval = optimizer.step(*args, **kwargs) if total == 0 else None
-        state["stage"] = _STEPPED
+        state["stage"] = OptState.STEPPED
         return retval
 
     @staticmethod
