@@ -239,11 +239,11 @@ def test_every_training_run_completes(collected: Collected) -> None:
 
 
 def test_the_training_runs_build_every_kind_of_kernel(collected: Collected) -> None:
-    """The hook saw the kernels: the round-through, the fused optimizers and scaler, cross-entropy, epilogues."""
+    """The hook saw the kernels: the conversions, the fused optimizers and scaler, cross-entropy, epilogues."""
     names = {b.name for b in collected.built}
     kinds = {b.kind for b in collected.built}
     assert kinds == {"ElementwiseKernel", "RawKernel"}
-    for expected in ("tinyamp_round_through_f16", "tinyamp_round_through_bf16", "tinyamp_fill_pointers"):
+    for expected in ("tinyamp_convert_f32_f16", "tinyamp_convert_f16_f32", "tinyamp_fill_pointers"):
         assert expected in names, sorted(names)
     for family in ("sgd", "adam", "unscale", "ce_forward", "ce_backward", "relu_backward"):
         assert any(family in n for n in names), (family, sorted(names))

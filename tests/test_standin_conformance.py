@@ -31,11 +31,24 @@ import pytest
 import tinyamp as ta
 from tinyamp import backend, cuda_standin
 from tinyamp.kernels import cublas_direct, cuda_launch, gemm as gemm_module
-from tinyamp.kernels.round_through import round_through
 
 F16, BF16, F32, F64 = np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16), np.dtype(np.float32), np.dtype(np.float64)
 HAS_GPU = ta.cuda.is_available() and not backend.standin_active()
 CAPTURE_REFUSAL = "calling cuBLAS API during stream capture is currently unsupported"  # cupy_backends/.../cublas.pyx
+# A float32 -> float16/bfloat16 -> float32 kernel of tinyamp's kind (conversions from the preamble).
+ROUND_THROUGH = {
+    F16: cuda_launch.KernelSpec("tinyamp_round_through_f16", "float32 x", "float32 y",
+                                "y = tinyamp_f16_to_f32(tinyamp_f32_to_f16(x));", cuda_launch.F16_CONVERSIONS),
+    BF16: cuda_launch.KernelSpec("tinyamp_round_through_bf16", "float32 x", "float32 y",
+                                 "y = tinyamp_bf16_to_f32(tinyamp_f32_to_bf16(x));", cuda_launch.BF16_CONVERSIONS),
+}
+
+
+def round_through(y: Any, dtype: Any) -> Any:
+    """``y`` rounded through ``dtype`` in place, one launch."""
+    with cuda_launch._device(y):
+        cuda_launch.elementwise(ROUND_THROUGH[np.dtype(dtype)], y, y)
+    return y
 
 
 class Case(NamedTuple):
@@ -133,7 +146,6 @@ def _round_through(dtype: Any) -> Case:
 
 
 def _kernel_type_mismatch(cp: Any) -> list:
-    from tinyamp.kernels.round_through import ROUND_THROUGH
     spec = ROUND_THROUGH[F16]
     kernel = cp.ElementwiseKernel(spec.in_params, spec.out_params, spec.body, spec.name, preamble=spec.preamble)
     kernel(cp.zeros(2, np.float64), cp.zeros(2, np.float64))

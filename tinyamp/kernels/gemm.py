@@ -51,7 +51,6 @@ from .. import dtypes as dt
 from .. import precision
 from . import cublas_direct, cuda_vector
 from .convert import convert
-from .round_through import round_through
 
 Array = Any  # numpy.ndarray or cupy.ndarray
 DTypeLike = Any  # anything numpy.dtype() accepts
@@ -161,8 +160,7 @@ def float32_compute() -> str:
 # --------------------------------------------------------------------------
 
 def gemm(a: Array, b: Array, out_dtype: DTypeLike = None, *,
-         trans_a: bool = False, trans_b: bool = False,
-         a_widened: "Array | None" = None, b_widened: "Array | None" = None) -> Array:
+         trans_a: bool = False, trans_b: bool = False) -> Array:
     """``op(a) @ op(b)`` with at least float32 accumulation and one rounding.
 
     Args:
@@ -178,12 +176,6 @@ def gemm(a: Array, b: Array, out_dtype: DTypeLike = None, *,
         trans_a, trans_b: use the transpose of the last two axes, without a
             copy (a backward pass computes ``g @ w.T`` as
             ``gemm(g, w, trans_b=True)``).
-        a_widened, b_widened: the 16-bit operand already widened to float32
-            (same shape), when the caller holds it: a weight's widening kept
-            by the weight-cast cache, a gradient used by two products. The CPU
-            path multiplies it instead of converting the operand again (the
-            same values, so the same bits); a GPU ignores it (gemmEx reads the
-            16-bit operand).
 
     Returns:
         Array of shape ``batch + (M, N)`` and dtype ``out_dtype``, on the
@@ -197,7 +189,7 @@ def gemm(a: Array, b: Array, out_dtype: DTypeLike = None, *,
     batch, m, k, n, out = _check("gemm", a, b, out_dtype, trans_a, trans_b)
     if backend.is_cupy_array(a):
         return _gemm_gpu(a, b, out, trans_a, trans_b, batch, m, k, n)
-    return _gemm_cpu(a, b, out, trans_a, trans_b, a_widened, b_widened)
+    return _gemm_cpu(a, b, out, trans_a, trans_b)
 
 
 def gemm_bias(a: Array, b: Array, bias: Array, *, trans_b: bool = False) -> Array:
@@ -234,34 +226,15 @@ def gemm_bias(a: Array, b: Array, bias: Array, *, trans_b: bool = False) -> Arra
                             accumulate_into=c)
 
 
-def gemm_widened(a: Array, b: Array, *, trans_a: bool = False, trans_b: bool = False,
-                 a_widened: "Array | None" = None, b_widened: "Array | None" = None) -> Array:
-    """``float32(gemm(a, b))`` for 16-bit operands: the 16-bit product, widened to float32.
-
-    The gradient of a float32 weight that a LOWER op used as its 16-bit copy.
-    On the CPU the float32 accumulator is rounded through the 16-bit dtype in
-    place (one pass, no 16-bit temporary); on a GPU cuBLAS writes the 16-bit
-    result itself (so its rounding is the one a 16-bit GEMM gives, bit for bit)
-    and one conversion widens it.
-    """
-    if backend.is_cupy_array(a):
-        return convert(gemm(a, b, trans_a=trans_a, trans_b=trans_b), dt.float32)
-    return round_through(gemm(a, b, dt.float32, trans_a=trans_a, trans_b=trans_b, a_widened=a_widened,
-                              b_widened=b_widened), a.dtype)
-
-
-def _gemm_cpu(a: np.ndarray, b: np.ndarray, out: np.dtype, trans_a: bool, trans_b: bool,
-              a_widened: "np.ndarray | None" = None, b_widened: "np.ndarray | None" = None) -> np.ndarray:
+def _gemm_cpu(a: np.ndarray, b: np.ndarray, out: np.dtype, trans_a: bool, trans_b: bool) -> np.ndarray:
     # Emulate the GPU numerics: exact upcast, float32 BLAS, one rounding.
     # The float16 -> float32 cast is a scalar loop in NumPy (~2.5 ns/element),
     # so each operand is converted exactly once (and only once when a is b,
-    # as in x @ x.T), or not at all when the caller holds its widening, and
-    # transposes stay views that BLAS reads directly.
+    # as in x @ x.T), and transposes stay views that BLAS reads directly.
     # convert() is astype, bit for bit, through the fast CPU kernels (convert.py).
     acc = dt.opmath_dtype(a.dtype)  # float32 for 16-bit inputs; others keep their own
-    a_acc = a if a.dtype == acc else convert(a, acc) if a_widened is None else _given("a", a, acc, a_widened)
-    b_acc = a_acc if b is a else (b if b.dtype == acc else convert(b, acc) if b_widened is None
-                                  else _given("b", b, acc, b_widened))
+    a_acc = a if a.dtype == acc else convert(a, acc)
+    b_acc = a_acc if b is a else (b if b.dtype == acc else convert(b, acc))
     if a.dtype == dt.float32 and float32_compute() == "tf32":  # what TF32 tensor cores multiply
         a_acc, b_acc = round_to_tf32(a_acc), (round_to_tf32(b_acc) if b is not a else None)
         b_acc = a_acc if b_acc is None else b_acc
@@ -271,14 +244,6 @@ def _gemm_cpu(a: np.ndarray, b: np.ndarray, out: np.dtype, trans_a: bool, trans_
         b_acc = b_acc.swapaxes(-1, -2)
     result = np.matmul(a_acc, b_acc)
     return result if result.dtype == out else convert(result, out)
-
-
-def _given(name: str, x: np.ndarray, acc: np.dtype, given: np.ndarray) -> np.ndarray:
-    """The caller's widening of operand ``x``, checked."""
-    if given.shape != x.shape or given.dtype != acc:
-        raise ValueError(f"gemm: {name}_widened must be {name} ({x.dtype.name} {list(x.shape)}) as "
-                         f"{acc.name}, got {given.dtype.name} {list(given.shape)}")
-    return given
 
 
 def compute_type(dtype: np.dtype) -> int:
