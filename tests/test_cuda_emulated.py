@@ -21,7 +21,6 @@ import tinyamp as ta
 from tinyamp import backend
 from tinyamp.kernels import cross_entropy, cuda_epilogue, cuda_launch, cuda_optim, cuda_scaler, cuda_vector, loss_scale
 from tinyamp.kernels.gemm import gemm, gemm_bias
-from tinyamp.kernels.round_through import round_through
 from tinyamp.cuda_standin import kernels as standin_kernels
 
 pytestmark = pytest.mark.skipif(standin_kernels.CXX is None, reason="the CUDA stand-in runs kernels through g++")
@@ -270,21 +269,6 @@ def test_one_launch_updates_a_mixed_group_as_the_numpy_path_does_per_tensor(cp, 
     launched.pop("tinyamp_fill_pointers", None)  # new pointer tables (the first steps)
     assert launched.pop(per_step) == len(fd.KEEPS)
     assert sum(launched.values()) == len(triples) * len(fd.KEEPS) == 5 * 6, launched
-
-
-@pytest.mark.parametrize("dtype", [fd.F16, fd.BF16], ids=str)
-def test_round_through_kernel_matches_astype(cp, dtype) -> None:
-    rng = np.random.default_rng(0)
-    x = np.concatenate([rng.integers(0, 2 ** 32, 100_000, dtype=np.uint64).astype(np.uint32),
-                        np.arange(0x477fe000, 0x47800100, dtype=np.uint32)]).view(np.float32)
-    x = np.concatenate([x, -x, np.float32([np.inf, -np.inf, 0.0, -0.0, 1e-45, 65520.0])])
-    with np.errstate(all="ignore"):
-        want = x.astype(dtype).astype(np.float32)
-    before = cuda_launch.launches.get(f"tinyamp_round_through_{'f16' if dtype == fd.F16 else 'bf16'}", 0)
-    got = round_through(cp.asarray(x), dtype).get()
-    with np.errstate(invalid="ignore"):  # signalling NaNs among the patterns
-        fd.assert_same_bits([got], [want], "round through")
-    assert cuda_launch.launches[f"tinyamp_round_through_{'f16' if dtype == fd.F16 else 'bf16'}"] == before + 1
 
 
 # ------------------------------------------------------ linear's epilogues

@@ -161,13 +161,6 @@ class GradScaler:
         """``outputs * scale``: a Tensor, or nested lists/tuples of Tensors (types kept)."""
         if not self._enabled:
             return outputs
-        if (type(outputs) is Tensor and self._scale_device is backend.CPU and precision.current_autocast() is None
-                and outputs.array.dtype == self._scale.dtype and self._product_in_range(outputs)):
-            # The usual call from the second step on: one finite float32 CPU loss, after the autocast
-            # region (so nothing to disable for bfloat16: the graph was looked at on the first call).
-            # It is _scaled's scale_by node, recorded without Function.__call__'s preparation. The
-            # checks run cheapest first (a CPU scale device also says the scale exists).
-            return ScaleBy.outside_autocast(outputs, self._scale)
         self._maybe_disable_for_bfloat16(outputs)
         if not self._enabled:
             return outputs

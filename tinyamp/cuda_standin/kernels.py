@@ -20,11 +20,13 @@ as CuPy's. Arithmetic is x86-64 SSE float/double, compiled with
 ``-ffp-contract=off`` as kernels compiled with ``--fmad=false`` are. The PTX
 float16 conversions (``asm("cvt.f32.f16 ...")``, ``asm("cvt.rn.f16.f32 ...")``
 and ``asm("cvt.rn.f16.f64 ...")``) are recognised in a RawKernel source and
-replaced by the same C++ conversions; any other inline assembly is refused.
+(in an ElementwiseKernel's preamble or body too) replaced by the same C++
+conversions; any other inline assembly is refused.
 ``atomicAdd`` on an int and ``__threadfence`` run as plain code (threads run
 one after another). What this cannot check:
-NVRTC itself, CuPy's code generation, races between threads and the device's
-libm (``pow``).
+NVRTC itself and CuPy's code generation (tests/test_nvrtc_kernels.py compiles
+every kernel tinyamp builds with NVRTC, as CuPy writes it), races between
+threads and the device's libm (``pow``).
 
 Every call counts one launch under the kernel's name (see ``_counters``), with the
 bytes of its array arguments: an ElementwiseKernel reads its inputs and writes its
@@ -237,6 +239,7 @@ class ElementwiseKernel:
         if len(set(names)) != len(names) or any(n in ("i", "n") or n.startswith("_") for n in names):
             raise ValueError(f"{name}: duplicate or reserved parameter names {names}")
         self.operation, self.name, self.preamble, self.options = operation, name, preamble, tuple(options)
+        self._host_preamble, self._host_operation = host_source(preamble, name), host_source(operation, name)
         self.calls: list[tuple] = []
 
     def __call__(self, *args: Any, size: int = -1, block_size: int = 128, stream: Any = None) -> None:
@@ -247,9 +250,11 @@ class ElementwiseKernel:
         types_: dict[str, np.dtype] = {}
         out_names = {p[2] for p in self.outs}
         for (raw, t, pname), a in zip(params, args):
+            if type(a) is not ndarray and (raw or len(t) == 1 or pname in out_names or isinstance(a, np.ndarray)):
+                raise _not_an_array(a, self.name, pname)
+        n_in = len(self.ins)  # CuPy types the outputs first, then the inputs (_decide_params_type)
+        for (raw, t, pname), a in list(zip(params, args))[n_in:] + list(zip(params, args))[:n_in]:
             if type(a) is not ndarray:
-                if raw or len(t) == 1 or pname in out_names or isinstance(a, np.ndarray):
-                    raise _not_an_array(a, self.name, pname)
                 continue
             want = types_.setdefault(t, a.dtype) if len(t) == 1 else _dtype_name(t)
             if a.dtype != want:
@@ -298,10 +303,10 @@ class ElementwiseKernel:
             else:
                 sig.append(f"const {ctype} {pname}")
         typedefs = "".join(f"typedef {_CTYPE[d]} {k};\n" for k, d in sorted(types_.items()))
-        return (PRELUDE + BFLOAT16 + typedefs + self.preamble
+        return (PRELUDE + BFLOAT16 + typedefs + self._host_preamble
                 + f'\nextern "C" void standin_run({", ".join(sig)}) {{\n'
                 + "  for (long long i = 0; i < standin_size; ++i) {\n    "
-                + "\n    ".join(decls) + "\n    {\n" + self.operation + "\n    }\n  }\n}\n")
+                + "\n    ".join(decls) + "\n    {\n" + self._host_operation + "\n    }\n  }\n}\n")
 
 
 def _run_elementwise(lib: ctypes.CDLL, frozen: list) -> None:

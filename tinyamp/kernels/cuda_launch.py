@@ -96,17 +96,27 @@ def fusable_update(w: Any, g: Any) -> bool:
 
 # ------------------------------------------------------------ kernel sources
 class KernelSpec(NamedTuple):
-    """An ``ElementwiseKernel``: CuPy's parameter strings and the loop body."""
+    """An ``ElementwiseKernel``: CuPy's parameter strings, the loop body and the code before the kernel.
+
+    A body may name ``float16``/``bfloat16`` only if a parameter has that type:
+    CuPy includes their definitions (``cupy/float16.cuh``, ``cupy/bfloat16.cuh``)
+    only then. Otherwise the conversions come from the ``preamble``
+    (``F16_CONVERSIONS``/``BF16_CONVERSIONS``); tests/test_nvrtc_kernels.py
+    compiles every kernel with NVRTC and CuPy's headers.
+    """
 
     name: str
     in_params: str
     out_params: str
     body: str
+    preamble: str = ""
 
 
-# Float <-> 16-bit conversions for RawKernels, which see raw 16-bit storage.
+# Float <-> 16-bit conversions on 16-bit bit patterns, for RawKernels (which see raw 16-bit storage)
+# and for ElementwiseKernels without a 16-bit parameter (which have no float16/bfloat16 type).
 # float16 uses the PTX conversion (round to nearest even) so that no CUDA
-# header is needed; bfloat16 is float32's upper half, rounded to nearest even.
+# header is needed; bfloat16 is float32's upper half, rounded to nearest even
+# (a NaN stays a NaN with its sign and payload, as ml_dtypes/NumPy keep it).
 F16_CONVERSIONS = r"""
 __device__ __forceinline__ float tinyamp_f16_to_f32(unsigned short h) {
     float f;
@@ -198,7 +208,7 @@ def elementwise(spec: KernelSpec, *args: Any, size: "int | None" = None,
     kernel = _kernels.get(spec.name)
     if kernel is None:
         kernel = _kernels[spec.name] = _cp().ElementwiseKernel(
-            spec.in_params, spec.out_params, spec.body, spec.name, options=NVRTC_OPTIONS)
+            spec.in_params, spec.out_params, spec.body, spec.name, preamble=spec.preamble, options=NVRTC_OPTIONS)
     count(spec.name, moved)
     if size is None:
         kernel(*args)

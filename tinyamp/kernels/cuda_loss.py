@@ -331,6 +331,7 @@ def backward(x: Any, target: Any, weight: Any, gy: Any, work: Any, *, ignore_ind
     kernel = launch.raw_kernel(name, source)
     dev = launch._device(x)
     with dev:
+        gy = cp.ascontiguousarray(gy)  # the kernel indexes it densely ("none": a sum's gradient is a broadcast view)
         gx = cp.empty((n, classes), dtype=out_dtype)
         w_arg = weight if weight is not None else _placeholder(dev)
         total = n * classes

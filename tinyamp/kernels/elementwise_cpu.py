@@ -165,21 +165,6 @@ def _same_buffer(a, b):
 _EPILOGUE = {dt.float16: "bias_act_f16", dt.bfloat16: "bias_act_bf16"}  # numba kernel by output dtype
 
 
-def bias_convert_checked(y, bias, target, relu=False):
-    """``bias_act_convert(y, bias, target, relu)`` for operands the caller has already checked.
-
-    The conditions of :func:`bias_act_convert`'s numba fast path, which this is: numba loaded
-    (:func:`numba_default`), ``y`` a C-contiguous 2-D float32 NumPy array, ``bias`` a
-    C-contiguous float32 NumPy array of shape ``(y.shape[1],)``, ``target`` float16 or
-    bfloat16 (a ``numpy.dtype``). ``linear``'s CPU forward under autocast calls it directly
-    on its fresh GEMM accumulator and the cached bias widening, whose layout it knows, and
-    so skips the guard (a dozen tests, about a microsecond per call at batch 4).
-    """
-    res = np.empty(y.shape, target)
-    KERNELS[_EPILOGUE[target]](y, bias, res.view(U16), relu, True)
-    return res
-
-
 def bias_act_convert(y, bias=None, dtype=dt.float16, relu=False, out=None, backend=None, overwrite_y=False):
     """``convert(np.maximum(y + bias, 0) if relu else y + bias, dtype)``, fused.
 
@@ -199,7 +184,9 @@ def bias_act_convert(y, bias=None, dtype=dt.float16, relu=False, out=None, backe
             and type(bias) is np.ndarray and bias.dtype == dt.float32 and bias.shape == (y.shape[1],)
             and bias.flags.c_contiguous):
         # The common call (linear's bias under autocast on the CPU): one numba pass into a fresh array.
-        return bias_convert_checked(y, bias, target, bool(relu))
+        res = np.empty(y.shape, target)
+        KERNELS[_EPILOGUE[target]](y, bias, res.view(U16), bool(relu), True)
+        return res
     if (
         type(y) is not np.ndarray
         or y.dtype != dt.float32

@@ -16,6 +16,7 @@ import numpy as np
 from .. import dtypes as dt
 from ..precision import FP32, NEUTRAL
 from ..autograd.function import Function
+from ..kernels import cuda_vector
 from ..tensor import Tensor
 from .broadcast import broadcast_to
 from .clamp_where import maximum, minimum
@@ -54,6 +55,10 @@ class Sum(Function):
 
     def forward(self, xp: Any, x: Any) -> Any:
         self.dims = normalize_dims("sum", self.dim, x.ndim)
+        if (self.dims == (0,) and x.ndim == 2 and x.shape[0] > 0 and x.shape[1] > 1 and not self.keepdim
+                and cuda_vector.takes(x)):
+            # On a GPU the column sum of a matrix (linear's bias gradient) is one launch, float32 accumulation.
+            return cuda_vector.column_sum(x, x.dtype)
         if dt.is_low_precision(x.dtype):
             return x.sum(axis=self.dims, keepdims=self.keepdim, dtype=xp.float32).astype(x.dtype)
         return x.sum(axis=self.dims, keepdims=self.keepdim)
