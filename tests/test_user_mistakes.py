@@ -687,3 +687,18 @@ def test_cross_entropy_out_of_range_on_cuda_raises_at_the_next_host_read() -> No
         with ta.autocast("cuda"):
             good = ta.nn.functional.cross_entropy(model(x), bad.clamp(0, 3))
         assert np.isfinite(good.item())
+
+
+# ------------------------------------------------------------------------ found while probing
+
+def test_a_tensor_cannot_be_its_own_grad() -> None:
+    p = ta.ones(3, requires_grad=True)
+    with pytest.raises(RuntimeError, match="can't assign Variable as its own grad"):
+        p.grad = p
+
+
+def test_index_assignment_out_of_bounds_names_the_write(device: str) -> None:
+    x = ta.arange(5, device=device).float()
+    with pytest.raises(IndexError, match=r"index assignment: index 7 is out of bounds .* \(tensor of shape \[5\], "
+                                         r"float32\)"):
+        x[ta.tensor([7]).to(device)] = 1.0
