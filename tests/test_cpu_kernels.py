@@ -140,21 +140,6 @@ def test_f32_random_bit_patterns(backend, dst):
     assert_same_bits(convert(x, dst, backend=backend), reference(x, dst))
 
 
-@pytest.mark.skipif(not HAVE_NUMBA, reason="numba not installed or not selected")
-def test_f32_to_f16_any_shape_kernel_matches_the_conversion():
-    # The any-shape form cross-entropy's backward calls: same bits as the reference, 2-D, each impl.
-    from tinyamp.kernels.cpu_numba import KERNELS
-    x = f32_random_bits(n=200_000).view(np.float32).reshape(400, 500)
-    try:
-        for impl in ["int"] + (["hw"] if cv.F16C else []):
-            select_f16_impl(impl)
-            out = np.empty(x.shape, np.float16)
-            KERNELS["f32_to_f16_nd"](x, out.view(np.uint16))
-            assert_same_bits(out, reference(x, np.dtype(np.float16)))
-    finally:
-        select_f16_impl("hw" if cv.F16C else "int")
-
-
 def test_nan_rules_documented():
     """The NaN payload rules the module docstring states (they are astype's)."""
     u = np.array([0x7F800001, 0x7F802000, 0xFFA00000, 0x7FC00000], np.uint32)
@@ -282,14 +267,14 @@ FAST_PATH_SHAPES = [(65536,), (256, 256), (16, 64, 64), (), (0, 16)]
 @pytest.mark.parametrize("dt", LOWP, ids=str)
 @pytest.mark.parametrize("shape", FAST_PATH_SHAPES, ids=str)
 def test_relu_fast_path_all_patterns(monkeypatch, dt, shape):
-    """The common call (no ``out``/``backend``, C-contiguous): relu16_nd flattens in numba, any ndim."""
-    calls = spy_on_kernel(monkeypatch, "relu16_nd")
+    """The common call (no ``out``/``backend``, C-contiguous): the numba kernel, any ndim."""
+    calls = spy_on_kernel(monkeypatch, "relu16")
     x = patterns16(dt, shape, 6)
     with np.errstate(all="ignore"):
         ref = bits(np.maximum(x, 0)).copy()
     ref[ref == 0x8000] = 0  # documented: -0.0 -> +0.0
     got = ew.relu_lowp(x)
-    assert calls == [1] and got.dtype == dt and got.shape == shape
+    assert calls == ([1] if x.size else []) and got.dtype == dt and got.shape == shape
     assert np.array_equal(bits(got), ref)
 
 
@@ -297,13 +282,13 @@ def test_relu_fast_path_all_patterns(monkeypatch, dt, shape):
 @pytest.mark.parametrize("dt", LOWP, ids=str)
 @pytest.mark.parametrize("shape", FAST_PATH_SHAPES, ids=str)
 def test_relu_backward_fast_path_all_patterns(monkeypatch, dt, shape):
-    """The common call (no ``out``/``backend``, C-contiguous, one shape): relu_bwd16_nd, any ndim."""
-    calls = spy_on_kernel(monkeypatch, "relu_bwd16_nd")
+    """The common call (no ``out``/``backend``, C-contiguous, one shape): the numba kernel, any ndim."""
+    calls = spy_on_kernel(monkeypatch, "relu_bwd16")
     x, g = patterns16(dt, shape, 6), patterns16(dt, shape, 7)
     with np.errstate(all="ignore"):
         ref = np.where(x > 0, g, 0)
     got = ew.relu_backward_lowp(g, x)
-    assert calls == [1]
+    assert calls == ([1] if x.size else [])
     assert_same_bits(got, ref)
 
 

@@ -495,3 +495,17 @@ def test_training_step_with_tinyamp_optimizers_has_no_host_sync(device: str, mak
 def test_non_contract_optimizer_costs_one_sync_per_step(device: str) -> None:
     syncs, _ = _train(device, lambda ps: PlainSGD(ps, lr=0.01), steps=5, blow_up_at=(2,))
     assert syncs == 5
+
+
+def test_unscale_bumps_the_version_of_every_gradient_it_writes(device: str) -> None:
+    """A gradient unscaled in place is a new value: a node that saved it must see the write."""
+    ta.manual_seed(0)
+    model = ta.nn.Linear(4, 3).to(device)
+    opt = ta.optim.SGD(model.parameters(), lr=0.1)
+    scaler = GradScaler(init_scale=2.0 ** 4)
+    with ta.amp.autocast():
+        loss = model(ta.ones(2, 4, device=device)).float().sum()
+    scaler.scale(loss).backward()
+    before = [p.grad._version[0] for p in model.parameters()]
+    scaler.unscale_(opt)
+    assert [p.grad._version[0] for p in model.parameters()] == [v + 1 for v in before]

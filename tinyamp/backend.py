@@ -39,7 +39,6 @@ import numpy as np
 import tinyamp
 
 from . import cuda_memory
-from . import cuda_standin  # NumPy-only and light: importing it touches no GPU
 
 _INSTALL_HINT = (
     "install CuPy for your CUDA version with `pip install tinyamp[cuda12]` "
@@ -90,8 +89,14 @@ def _load_cupy() -> ModuleType | None:
     return cupy
 
 
+def _standin_module() -> ModuleType:
+    """``tinyamp.cuda_standin``, imported when first asked for: ``import tinyamp`` does not load it."""
+    return importlib.import_module("tinyamp.cuda_standin")
+
+
 def _activate_standin() -> None:
     global _cupy, _cupy_checked, _cupy_error, _standin
+    cuda_standin = _standin_module()
     cuda_standin.cuda.set_allocator(None)  # its pool's own malloc: a tracker from an earlier activation goes
     _cupy, _cupy_checked, _cupy_error, _standin = cuda_standin, True, None, True
     cuda_memory.tracker = None
@@ -129,7 +134,7 @@ class use_cuda_standin:  # noqa: N801 - used like a function: use_cuda_standin()
         if _standin:
             _activate_standin()  # its allocator was reset by the activation being undone
         else:
-            cuda_standin.cuda.set_allocator(None)  # no tracker left wrapping an inactive stand-in
+            _standin_module().cuda.set_allocator(None)  # no tracker left wrapping an inactive stand-in
         _switched()
 
     def __enter__(self) -> "use_cuda_standin":
@@ -529,7 +534,7 @@ def array_module(array: Any) -> ModuleType:
 
 
 def device_of(array: Any) -> Device:
-    if _cupy is not None and isinstance(array, _cupy.ndarray):  # is_cupy_array, inlined: every Tensor.device
+    if _cupy is not None and isinstance(array, _cupy.ndarray):
         return Device("cuda", array.device.id)
     return CPU
 

@@ -171,8 +171,8 @@ class autocast:
         self._tokens.append((precision.set_scope(scope), precision.set_autocast(state), scope, outer is None))
         # Inf and nan are expected in a low-precision forward (the scaler deals with
         # them): NumPy's floating-point warnings are off for the whole region, as
-        # PyTorch prints none. Set once by the outermost region, not per op (an
-        # errstate costs ~1 us); nested regions inherit it.
+        # PyTorch prints none. Set once by the outermost region, not per op;
+        # nested regions inherit it.
         quiet = np.errstate(all="ignore") if outer is None else None
         if quiet is not None:
             quiet.__enter__()

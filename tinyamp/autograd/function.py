@@ -111,8 +111,7 @@ class Function:
         tensors = _as_tensors(self, args)
         state = current_autocast()  # None when autocast is off: one ContextVar read
         if state is not None:
-            # A NEUTRAL op (relu, reshapes) with no override in force is left alone by autocast: what
-            # _apply_precision would find, without the call.
+            # A NEUTRAL op (relu, reshapes) with no override in force is left alone by autocast.
             if self.precision is not NEUTRAL or self.promoted_inputs is not None or state.overrides \
                     or _GLOBAL_OVERRIDES:
                 tensors = self._apply_precision(tensors, state)
@@ -143,7 +142,7 @@ class Function:
                 tensors[0].device.type != state.device_type:
             state = None  # a device-specific region leaves other devices' ops alone
         if state is None or not (state.overrides or _GLOBAL_OVERRIDES):
-            tag = self.precision  # no override in force: effective_precision's answer, without the call
+            tag = self.precision  # no override in force: the class tag
         else:
             tag = self.effective_precision(state)
         if tag is NEUTRAL and self.promoted_inputs is None:

@@ -307,26 +307,6 @@ def load() -> bool:  # noqa: C901 - one place that defines every kernel
             m[i] = m_new
             v[i] = v_new
 
-    # -- fwdk (issue 10 item 4): the 16-bit ReLU and its backward on arrays of any shape ----------------
-    @jit
-    def relu16_nd(src, dst, inf):  # C-contiguous int16 views of one shape, any ndim: relu16, flattened
-        relu16(src.reshape(-1), dst.reshape(-1), inf)  # here, where it is free (in Python, 4 calls)
-
-    @jit
-    def relu_bwd16_nd(grad, x, dst, inf):  # relu_bwd16 on C-contiguous int16 views of one shape, flattened
-        relu_bwd16(grad.reshape(-1), x.reshape(-1), dst.reshape(-1), inf)
-
-    # -- r6bwd (issue 10 item 4) ------------------------------------------------------------------------
-    # float32 -> float16 on a C-contiguous float32 array and a uint16 view of its float16 result, one
-    # shape (cross-entropy's 16-bit gradient): flattened and viewed as bits here, where it is free.
-    @jit
-    def f32_to_f16_int_nd(src, dst):
-        f32_to_f16_int(src.reshape(-1).view(np.uint32), dst.reshape(-1))
-
-    @jit
-    def f32_to_f16_hw_nd(src, dst):
-        f32_to_f16_hw(src.reshape(-1).view(np.uint32), dst.reshape(-1))
-
     kernels = dict(
         sgd_f32=sgd_f32,
         adam_f32=adam_f32,
@@ -347,16 +327,11 @@ def load() -> bool:  # noqa: C901 - one place that defines every kernel
         bias_act_f16_int=bias_act_f16_int,
         bias_act_f16_hw=bias_act_f16_hw,
         bias_act_bf16=bias_act_bf16,
-        relu16_nd=relu16_nd,  # fwdk
-        relu_bwd16_nd=relu_bwd16_nd,  # fwdk
-        f32_to_f16_int_nd=f32_to_f16_int_nd,  # r6bwd
-        f32_to_f16_hw_nd=f32_to_f16_hw_nd,  # r6bwd
     )
     KERNELS.clear()
     KERNELS.update(kernels)
     f16c = _probe_hw()
     select_f16_impl("hw" if f16c else "int")
-    _f2h, _h2f = (_f2h_hw, _h2f_hw) if f16c else (_f2h_int, _h2f_int)
     return f16c
 
 
@@ -402,4 +377,3 @@ def select_f16_impl(which: str) -> None:
     KERNELS["f32_to_f16"] = KERNELS["f32_to_f16_" + which]
     KERNELS["bf16_to_f16"] = KERNELS["bf16_to_f16_" + which]
     KERNELS["bias_act_f16"] = KERNELS["bias_act_f16_" + which]
-    KERNELS["f32_to_f16_nd"] = KERNELS[f"f32_to_f16_{which}_nd"]

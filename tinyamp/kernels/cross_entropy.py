@@ -32,9 +32,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from . import cuda_launch, cuda_loss
-from .convert import numba_default
-from .cpu_numba import KERNELS
-from .cpu_numpy import U16
+from .convert import convert
 
 FUSED_DTYPES = cuda_launch.FUSED_DTYPES
 _ONE = np.ones((), dt.float32)  # backward's "mean" divisor when every target is ignored (a 0 gradient, not 0/0)
@@ -170,12 +168,8 @@ def _backward_numpy(x: Any, weight: Any, gy: Any, saved: Saved, reduction: str, 
         g -= smooth * u
     if via_float32:
         g = g.astype(dt.float32, copy=False)
-    if out_dtype == dt.float16 and g.dtype == dt.float32 and numba_default():
+    if out_dtype == dt.float16 and g.dtype == dt.float32:
         # NumPy's float32 -> float16 cast takes a slow path for every value that underflows, and a
-        # softmax times a loss scale is mostly such values (2.5 us against 0.3 us for 4 x 10 logits);
-        # convert's numba kernel (its any-shape form, which flattens in numba) gives the same bits at a
-        # constant cost.
-        out = np.empty(g.shape, dt.float16)
-        KERNELS["f32_to_f16_nd"](g, out.view(U16))
-        return out
+        # softmax times a loss scale is mostly such values: convert's kernels give the same bits.
+        return convert(g, dt.float16)
     return g.astype(out_dtype, copy=False)

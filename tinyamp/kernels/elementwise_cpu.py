@@ -1,6 +1,6 @@
 """CPU elementwise kernels for float16/bfloat16 around a GEMM, bit-exact.
 
-NumPy's float16 ufuncs run a scalar loop (6-20 ns/element); these work on the
+NumPy's float16 ufuncs run a scalar loop; these work on the
 16-bit patterns or fuse the GEMM's float32 epilogue with the downcast. The path
 (numba, NumPy bit recipes, plain NumPy) is :func:`tinyamp.kernels.convert.resolve`'s
 choice; each function also takes ``backend=`` (``"numba"``, ``"numpy"``,
@@ -39,10 +39,6 @@ from .cpu_numpy import I16, INF16, U16, flat
 # ReLU forward / backward on 16-bit float bit patterns
 # ---------------------------------------------------------------------------
 
-# The *_nd kernels' ``inf`` argument: a Python int (the same comparison as an int16, cheaper to pass).
-_INF_INT = {dtype: int(bits) for dtype, bits in INF16.items()}
-
-
 def relu_lowp(x, out=None, backend=None):
     """ReLU of a float16/bfloat16 array: ``np.maximum(x, 0)`` on bit patterns.
 
@@ -51,13 +47,6 @@ def relu_lowp(x, out=None, backend=None):
     NaNs propagate unchanged (sign and payload), as with ``np.maximum``.
     Other dtypes and non-NumPy arrays use ``np.maximum(x, 0)``.
     """
-    if out is None and backend is None and type(x) is np.ndarray and x.flags.c_contiguous and numba_default() \
-            and x.dtype in INF16:
-        # The common call (an activation under autocast on the CPU): one numba pass, no checks left; the
-        # kernel flattens the (C-contiguous) views itself, where it costs nothing.
-        res = np.empty(x.shape, x.dtype)
-        KERNELS["relu16_nd"](x.view(I16), res.view(I16), _INF_INT[x.dtype])
-        return res
     if type(x) is not np.ndarray or x.dtype not in INF16 or x.size == 0:
         return np.maximum(x, 0, out=out) if out is not None else np.maximum(x, 0)
     path = resolve(backend)
@@ -87,14 +76,6 @@ def relu_backward_lowp(grad, x, out=None, backend=None):
     Anything else (mixed dtypes, broadcasting, non-NumPy arrays) uses
     ``np.where(x > 0, grad, 0)``.
     """
-    if (out is None and backend is None and type(x) is np.ndarray and type(grad) is np.ndarray
-            and x.flags.c_contiguous and grad.flags.c_contiguous and numba_default() and x.dtype in INF16
-            and grad.dtype == x.dtype and grad.shape == x.shape):
-        # The common call (ReLU's backward under autocast on the CPU): one numba pass, no checks left;
-        # the kernel flattens the views itself, as relu_lowp's.
-        res = np.empty(x.shape, x.dtype)
-        KERNELS["relu_bwd16_nd"](grad.view(I16), x.view(I16), res.view(I16), _INF_INT[x.dtype])
-        return res
     if (
         type(x) is not np.ndarray
         or type(grad) is not np.ndarray

@@ -228,7 +228,7 @@ def gemm_bias(a: Array, b: Array, bias: Array, *, trans_b: bool = False) -> Arra
 
 def _gemm_cpu(a: np.ndarray, b: np.ndarray, out: np.dtype, trans_a: bool, trans_b: bool) -> np.ndarray:
     # Emulate the GPU numerics: exact upcast, float32 BLAS, one rounding.
-    # The float16 -> float32 cast is a scalar loop in NumPy (~2.5 ns/element),
+    # The float16 -> float32 cast is a scalar loop in NumPy,
     # so each operand is converted exactly once (and only once when a is b,
     # as in x @ x.T), and transposes stay views that BLAS reads directly.
     # convert() is astype, bit for bit, through the fast CPU kernels (convert.py).

@@ -123,10 +123,10 @@ class Erf(Function):
 
 
 def _relu_backward(gy: Any, y: Any) -> Any:
-    """dx = gy * (y > 0) on arrays of one dtype and device (ReluBackward's forward; Relu's backward without a node)"""
+    """dx = gy * (y > 0) on arrays of one dtype and device (ReluBackward's forward)"""
     if type(gy) is np.ndarray and dt.is_low_precision(gy.dtype) and gy.dtype == y.dtype:
         # Low precision on the CPU: a bit-level where(y > 0, gy, 0) (NumPy's
-        # float16 multiply is ~20 ns/element). Here an inf/nan in gy at a
+        # float16 multiply is a scalar loop). Here an inf/nan in gy at a
         # dead unit gives 0, as in PyTorch; the GradScaler still sees the
         # overflow in the other gradients computed from gy.
         return relu_backward_lowp(gy, y)
@@ -166,9 +166,8 @@ class Relu(Function):
 class ReluBackward(Function):
     """dx = gy * (y > 0); d(gy) = relu_backward(g, y), nothing to y (a step function of y)
 
-    A multiply by the mask, not a where: NumPy's where on a random mask is about
-    ten times slower (2 ms against 0.2 ms for 256x512 float32 on the dev machine)
-    and relu's backward is on every MLP step. The one difference from PyTorch's
+    A multiply by the mask, not a where: NumPy's where on a random mask is much
+    slower, and relu's backward is on every MLP step. The one difference from PyTorch's
     where: an inf/nan in gy at a unit whose output is 0 gives nan, not 0, so a
     GradScaler skips that step (the safe side).
     """
