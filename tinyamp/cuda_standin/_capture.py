@@ -97,7 +97,9 @@ class _Capture:
         self.invalid: "str | None" = None
         self.pool_mallocs = pool.device_mallocs if pool is not None else 0
         # Every live block's bytes, to be written back at the end (nothing ran).
-        self.saved = {ptr: (buffer, buffer.copy()) for ptr, (_, buffer) in _memory._live.items()}
+        with _memory._lock:
+            live = list(_memory._live.items())
+        self.saved = {ptr: (buffer, buffer.copy()) for ptr, (_, buffer) in live}
         self.rollbacks: dict[Any, Callable[[], None]] = {}
         self.watching = contextlib.ExitStack()
 
@@ -237,7 +239,9 @@ def end_capture(self: _device.Stream) -> "Graph":
     capture.watching.close()
     # Nothing ran: every block live at the start gets its bytes back; blocks first handed out
     # during the capture hold garbage, as fresh device memory does.
-    for ptr, (_, buffer) in _memory._live.items():
+    with _memory._lock:
+        live = list(_memory._live.items())
+    for ptr, (_, buffer) in live:
         if ptr not in capture.saved:
             buffer.fill(_memory.FRESH_FILL)
     for buffer, saved in capture.saved.values():
