@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Everything issue 6 needs a GPU for, in one run, with every output collected in one folder:
 #   the machine (nvidia-smi, CuPy's config, torch), the GPU tests (pytest -m gpu) and the rest of
-#   the suite, bench_gemm.py, bench_gpu.py (GEMM vs torch, MLP 784-8192-10 step at batch 4096/8192,
+#   the suite (the NVRTC compile test among it), the stand-in/CuPy conformance test verbosely,
+#   bench_cublas_call.py (host time of the direct cuBLAS call vs CuPy's wrapper), bench_gemm.py,
+#   bench_gpu.py (GEMM vs torch, MLP 784-8192-10 step at batch 4096/8192,
 #   eager and captured as a CUDA graph (issue 11), peak memory, host syncs, the targets; issue 20: each
 #   elementwise/reduction kernel's bandwidth against a device-to-device copy, and the GPU time per AMP
 #   step from CUPTI next to PyTorch's eager and captured steps),
@@ -36,8 +38,11 @@ step machine bash -c "nvidia-smi; $PY -c 'import cupy; cupy.show_config()'; \
 $PY -c 'import torch; print(\"torch\", torch.__version__, \"cuda\", torch.version.cuda, torch.cuda.is_available())' \
 || echo 'torch: not importable (the torch comparisons will be skipped)'"
 step pytest-gpu "$PY" -m pytest -m gpu -q -rs -p no:cacheprovider
+# The stand-in against CuPy (issue 17): every difference listed here is a difference of the stand-in to fix.
+step conformance "$PY" -m pytest -m gpu -v -rs -p no:cacheprovider tests/test_standin_conformance.py
 step pytest-rest "$PY" -m pytest -q -p no:cacheprovider
 step bench-gpu "$PY" benchmarks/bench_gpu.py --json "$OUT/bench_gpu.json"
+step bench-cublas-call "$PY" benchmarks/bench_cublas_call.py --json "$OUT/bench_cublas_call.json"
 if [ -z "${QUICK:-}" ]; then
     step bench-gemm "$PY" benchmarks/bench_gemm.py --json "$OUT/bench_gemm.json"
     step bench-mnist-cuda "$PY" benchmarks/bench_mnist.py --device cuda --batch 4096 8192 --hidden 8192 \

@@ -436,6 +436,5 @@ def test_a_node_reports_its_inputs_as_recorded_after_autocast() -> None:
         z = ta.nn.functional.linear(x, w)
     assert y.grad_fn.input_shapes == ((4, 3), (3, 2))
     assert y.grad_fn.input_dtypes == (ta.float16, ta.float16)  # the casts' outputs, not the float32 leaves
-    # linear lowers its float32 weight itself (no Cast node): that input is the weight as it is.
     assert z.grad_fn.input_shapes == ((4, 3), (2, 3))
-    assert z.grad_fn.input_dtypes == (ta.float16, ta.float32)
+    assert z.grad_fn.input_dtypes == (ta.float16, ta.float16)  # linear's weight arrives through a Cast node too

@@ -356,3 +356,18 @@ def test_watch_sees_every_event_with_its_detail_and_can_refuse_one(counters) -> 
         with pytest.raises(RuntimeError, match=r"a host synchronisation \(bool\) during capture"):
             bool(x[0] > 0)
     assert bool(x[0] > 0)  # the listener is gone
+
+
+def test_import_tinyamp_does_not_load_the_stand_in() -> None:
+    """The stand-in is loaded only when asked for (TINYAMP_CUDA=standin, use_cuda_standin(), a test fixture)."""
+    import subprocess
+    import sys
+    code = ("import sys, tinyamp\n"
+            "loaded = sorted(m for m in sys.modules if m.startswith('tinyamp.cuda_standin'))\n"
+            "assert not loaded, loaded\n"
+            "tinyamp.backend.use_cuda_standin()\n"
+            "assert 'tinyamp.cuda_standin' in sys.modules\n")
+    env = {k: v for k, v in os.environ.items() if k != "TINYAMP_CUDA"}
+    env["PYTHONPATH"] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr

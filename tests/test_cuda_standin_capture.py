@@ -11,6 +11,7 @@ not run). See tinyamp/cuda_standin/_capture.py.
 
 from __future__ import annotations
 
+import ctypes
 import re
 
 import numpy as np
@@ -62,14 +63,31 @@ extern "C" __global__ void standin_test_gather(const unsigned long long* table, 
 """, "standin_test_gather")
 
 
+def _direct_handle() -> tuple[int, int]:
+    """A handle of the stand-in's libcublas (as tinyamp's cublas_direct makes one) and a 1 MiB workspace."""
+    handle = ctypes.c_void_p()
+    cublas.LIBRARY.cublasCreate_v2(ctypes.byref(handle))
+    return handle.value, runtime.malloc(1 << 20)
+
+
+DIRECT_HANDLE, WORKSPACE = _direct_handle()
+
+
+def _on_current_stream(handle: int) -> int:
+    """``handle`` set to the current stream, with its workspace (setting a stream resets it)."""
+    cublas.LIBRARY.cublasSetStream_v2(handle, cp.cuda.get_current_stream().ptr)
+    cublas.LIBRARY.cublasSetWorkspace_v2(handle, WORKSPACE, 1 << 20)
+    return handle
+
+
 def _gemm(d: dict):
     out = cp.empty((4, 4), np.float32)
     alpha, beta = np.array(2.0, np.float32), np.array(0.0, np.float32)
     # row-major out = a @ b.T: column-major out^T = b @ a^T, b given first with op T.
-    cublas.gemmEx(cp.cuda.get_cublas_handle(), cublas.CUBLAS_OP_T, cublas.CUBLAS_OP_N, 4, 4, 6,
-                  alpha.ctypes.data, d["b"].data.ptr, runtime.CUDA_R_32F, 6, d["a"].data.ptr, runtime.CUDA_R_32F, 6,
-                  beta.ctypes.data, out.data.ptr, runtime.CUDA_R_32F, 4, cublas.CUBLAS_COMPUTE_32F,
-                  cublas.CUBLAS_GEMM_DEFAULT)
+    cublas.LIBRARY.cublasGemmEx(_on_current_stream(DIRECT_HANDLE), cublas.CUBLAS_OP_T, cublas.CUBLAS_OP_N, 4, 4, 6,
+                                alpha.ctypes.data, d["b"].data.ptr, runtime.CUDA_R_32F, 6, d["a"].data.ptr,
+                                runtime.CUDA_R_32F, 6, beta.ctypes.data, out.data.ptr, runtime.CUDA_R_32F, 4,
+                                cublas.CUBLAS_COMPUTE_32F, cublas.CUBLAS_GEMM_DEFAULT)
     return out
 
 
@@ -107,8 +125,6 @@ OPERATIONS = {
     "copyto_where": _inplace(lambda d: cp.copyto(d["t"], d["a"], where=d["a"] > 0)),
     "where": lambda d: cp.where(d["a"] > 0, d["a"], d["b"]),
     "clip": lambda d: cp.clip(d["a"], -0.5, 0.5),
-    "matmul": lambda d: d["a"] @ d["b"].T,
-    "matmul_float16": lambda d: d["h"] @ d["h"].T,
     "take_along_axis": lambda d: cp.take_along_axis(d["a"], cp.argmax(d["b"], axis=1)[:, None], axis=1),
     "sort": lambda d: cp.sort(d["a"], axis=1),
     "concatenate": lambda d: cp.concatenate([d["a"], d["b"]], axis=0),
@@ -159,17 +175,82 @@ def test_launch_arguments_are_frozen_and_device_memory_is_read_at_replay(side) -
     np.testing.assert_array_equal(w2.get(), [-0.25] * 3)
 
 
+def test_cupy_cublas_wrappers_and_matmul_refuse_during_a_capture_with_cupys_text(side) -> None:
+    """CuPy's cuBLAS wrappers refuse while the current stream captures, and so do matmul/dot, which use them."""
+    stream, _ = side
+    d = _device(_inputs(0))
+    handle, alpha, beta = cp.cuda.get_cublas_handle(), np.array(1.0, np.float32), np.array(0.0, np.float32)
+    calls = {
+        "gemmEx": lambda: cublas.gemmEx(handle, 0, 0, 4, 4, 4, alpha.ctypes.data, d["a"].data.ptr, runtime.CUDA_R_32F,
+                                        4, d["b"].data.ptr, runtime.CUDA_R_32F, 4, beta.ctypes.data, d["t"].data.ptr,
+                                        runtime.CUDA_R_32F, 4, cublas.CUBLAS_COMPUTE_32F, -1),
+        "matmul": lambda: d["a"] @ d["b"].T,
+        "matmul float16": lambda: d["h"] @ d["h"].T,
+        "dot": lambda: cp.dot(d["a"], d["b"].T),
+    }
+    for name, call in calls.items():
+        with stream:
+            stream.begin_capture()
+            try:
+                with pytest.raises(NotImplementedError) as excinfo:
+                    call()
+            finally:
+                stream.end_capture()  # nothing ran, the capture is still valid (CuPy refuses before CUDA)
+        assert str(excinfo.value) == "calling cuBLAS API during stream capture is currently unsupported", name
+    cp.dot(d["v"], d["v"])  # a vector dot product is a reduction in CuPy: no cuBLAS
+    with stream:
+        stream.begin_capture()
+        cp.dot(d["v"], d["v"])
+        stream.end_capture()
+
+
+def test_direct_cublas_needs_the_capturing_stream_and_a_workspace(side) -> None:
+    """cuBLAS called directly captures only on the capturing stream, with a workspace set after the stream."""
+    stream, _ = side
+    d = _device(_inputs(0))
+    cublas.LIBRARY.cublasSetStream_v2(DIRECT_HANDLE, 0)
+    with stream:
+        stream.begin_capture()
+        with pytest.raises(runtime.CUDARuntimeError, match="not the capturing stream"):
+            _gemm_on(DIRECT_HANDLE, d)
+        with pytest.raises(runtime.CUDARuntimeError, match="StreamCaptureInvalidated"):
+            stream.end_capture()
+    with stream:
+        stream.begin_capture()
+        cublas.LIBRARY.cublasSetStream_v2(DIRECT_HANDLE, stream.ptr)  # resets the workspace
+        with pytest.raises(runtime.CUDARuntimeError, match="without a user workspace"):
+            _gemm_on(DIRECT_HANDLE, d)
+        with pytest.raises(runtime.CUDARuntimeError, match="StreamCaptureInvalidated"):
+            stream.end_capture()
+    with stream:
+        stream.begin_capture()
+        with pytest.raises(runtime.CUDARuntimeError, match="cublasCreate_v2"):
+            _direct_handle()
+        with pytest.raises(runtime.CUDARuntimeError, match="StreamCaptureInvalidated"):
+            stream.end_capture()
+    with pytest.raises(RuntimeError, match="race"):  # eager, on a stream other than the current one
+        _gemm_on(DIRECT_HANDLE, d)
+
+
+def _gemm_on(handle: int, d: dict) -> None:
+    alpha, beta = np.array(1.0, np.float32), np.array(0.0, np.float32)
+    cublas.LIBRARY.cublasGemmEx(handle, 0, 0, 4, 4, 4, alpha.ctypes.data, d["a"].data.ptr, runtime.CUDA_R_32F, 4,
+                                d["b"].data.ptr, runtime.CUDA_R_32F, 4, beta.ctypes.data, d["t"].data.ptr,
+                                runtime.CUDA_R_32F, 4, cublas.CUBLAS_COMPUTE_32F, -1)
+
+
 def test_cublas_alpha_is_frozen_in_host_pointer_mode_and_read_in_device_mode(side) -> None:
     stream, _ = side
-    handle = cp.cuda.get_cublas_handle()
+    handle = DIRECT_HANDLE
     a, b = cp.ones((2, 2), np.float32), cp.ones((2, 2), np.float32)
     out_host, out_device = cp.zeros((2, 2), np.float32), cp.zeros((2, 2), np.float32)
     alpha_host, zero = np.array(1.0, np.float32), np.array(0.0, np.float32)
     alpha_device, zero_device = cp.ones((1,), np.float32), cp.zeros((1,), np.float32)
 
     def gemm(out, alpha, beta):
-        cublas.gemmEx(handle, 0, 0, 2, 2, 2, alpha, a.data.ptr, runtime.CUDA_R_32F, 2, b.data.ptr, runtime.CUDA_R_32F,
-                      2, beta, out.data.ptr, runtime.CUDA_R_32F, 2, cublas.CUBLAS_COMPUTE_32F, -1)
+        cublas.LIBRARY.cublasGemmEx(_on_current_stream(handle), 0, 0, 2, 2, 2, alpha, a.data.ptr, runtime.CUDA_R_32F,
+                                    2, b.data.ptr, runtime.CUDA_R_32F, 2, beta, out.data.ptr, runtime.CUDA_R_32F, 2,
+                                    cublas.CUBLAS_COMPUTE_32F, -1)
 
     def work():
         gemm(out_host, alpha_host.ctypes.data, zero.ctypes.data)
@@ -269,16 +350,27 @@ def test_a_capture_refuses_what_cuda_refuses_naming_the_operation_and_the_line(n
     refused, what = REFUSED[name]
     stream, pool = cp.cuda.Stream(non_blocking=True), cp.cuda.MemoryPool()
     x = cp.arange(1.0, 5.0, dtype=np.float32)
+    transfer = "host-to-device" in what or "device-to-host" in what
     with cp.cuda.using_allocator(pool.malloc), stream:
         stream.begin_capture()
-        with pytest.raises(runtime.CUDARuntimeError) as info:
+        with pytest.raises(RuntimeError if transfer else runtime.CUDARuntimeError) as info:
             refused(x)
-        with pytest.raises(runtime.CUDARuntimeError) as ended:
+        if transfer:  # CuPy's own refusal, before CUDA: its RuntimeError and text, and the capture goes on
             stream.end_capture()
+        else:
+            with pytest.raises(runtime.CUDARuntimeError) as ended:
+                stream.end_capture()
         while _OPENED:  # inside out, before the contexts they were entered in
             _OPENED.pop().__exit__(None, None, None)
     assert cp.cuda.memory._thread_local.allocator is None and cp.cuda.get_current_stream() is cp.cuda.Stream.null
     error = str(info.value)
+    if transfer:
+        direction = "H2D" if "host-to-device" in what else "D2H"
+        assert type(info.value) is RuntimeError
+        assert error.startswith(f"the current stream is capturing, so {direction} transfers are disallowed (")
+        assert what in error and re.search(r"test_cuda_standin_capture\.py:\d+ \(<lambda>\)", error), error
+        np.testing.assert_array_equal(x.get(), [1, 2, 3, 4])
+        return
     assert info.value.status == runtime.cudaErrorStreamCaptureUnsupported
     assert error.startswith("cudaErrorStreamCaptureUnsupported: operation not permitted when stream is capturing (")
     assert what in error

@@ -155,57 +155,6 @@ def test_a_float32_loss_is_scaled_by_one_light_node_and_others_by_mul() -> None:
         ScaleBy(np.float32(2.0) * np.ones((), np.float32))(w.half())
 
 
-def test_scale_records_the_generic_scale_by_node_without_function_call(monkeypatch) -> None:
-    # From the second scale() on, a float32 CPU loss outside autocast skips Function.__call__'s
-    # preparation (nothing to cast or promote) but is recorded as the same node, and reported.
-    from tinyamp.autograd.function import Function
-    from tinyamp.ops.elementwise import ScaleBy
-    s = GradScaler(init_scale=2.0 ** 10)
-    w = ta.tensor([1.5, -2.0], requires_grad=True)
-    s.scale((w * 3.0).sum())  # the first call creates the scale (and looks for bfloat16)
-    generic_calls = []
-
-    def counted(self, *args):
-        generic_calls.append(type(self).__name__)
-        return Function.__call__(self, *args)
-
-    monkeypatch.setattr(ScaleBy, "__call__", counted)
-    with ta.amp.trace() as report:
-        direct = s.scale((w * 3.0).sum())
-    generic = ScaleBy(s._scale)((w * 3.0).sum())
-    assert generic_calls == ["ScaleBy"]  # the direct call made none
-    assert len(report.ops_named("scale_by", "forward")) == 1
-    a, b = direct.grad_fn, generic.grad_fn
-    assert type(a) is type(b) is ScaleBy and a.scale is b.scale is s._scale
-    assert (a.needs_input_grad, a._input_meta, a._output_meta) == (b.needs_input_grad, b._input_meta, b._output_meta)
-    assert type(a._edges[0][0]) is type(b._edges[0][0]) and a.seq < b.seq
-    assert direct.array.shape == () and direct.array.dtype == np.float32 and isinstance(direct.array, np.ndarray)
-    np.testing.assert_array_equal(direct.array, generic.array)
-    s._scale[...] = 4.0  # backward reads the scale as it is then, as mul reads its saved operand
-    (g,) = ta.autograd.grad(direct, [w])
-    np.testing.assert_array_equal(g.array, np.full(2, 12.0, np.float32))
-    with ta.amp.autocast():  # inside a region: the generic call (autocast may have work to do)
-        s.scale((w * 3.0).sum())
-    assert generic_calls == ["ScaleBy", "ScaleBy"]
-
-
-def test_scale_by_outside_autocast_writes_a_fresh_array_and_refuses_like_forward() -> None:
-    # GradScaler.scale's direct path multiplies into a fresh array of the loss's shape (no NumPy
-    # scalar round trip); anything it does not take (another dtype) gets forward's check and message.
-    from tinyamp.ops.elementwise import ScaleBy
-    scale = np.full((), 1024.0, np.float32)
-    w = ta.tensor([1.5], requires_grad=True)
-    loss = w * 3.0
-    out = ScaleBy.outside_autocast(loss, scale)
-    assert type(out.array) is np.ndarray and out.array.shape == (1,) and out.array.dtype == np.float32
-    assert not np.shares_memory(out.array, loss.array) and not np.shares_memory(out.array, scale)
-    np.testing.assert_array_equal(out.array, np.float32([4.5 * 1024]))
-    np.testing.assert_array_equal(loss.array, np.float32([4.5]))
-    with pytest.raises(ValueError, match=r"scale_by: expects a 0-d scale of the input's dtype, got input "
-                                         r"float16 \[1\] and scale float32 \[\]"):
-        ScaleBy.outside_autocast(w.half(), scale)
-
-
 def test_scaled_loss_backward_gives_scaled_grads() -> None:
     w, x, y = _problem()
     _loss(w, x, y).backward()
@@ -546,3 +495,17 @@ def test_training_step_with_tinyamp_optimizers_has_no_host_sync(device: str, mak
 def test_non_contract_optimizer_costs_one_sync_per_step(device: str) -> None:
     syncs, _ = _train(device, lambda ps: PlainSGD(ps, lr=0.01), steps=5, blow_up_at=(2,))
     assert syncs == 5
+
+
+def test_unscale_bumps_the_version_of_every_gradient_it_writes(device: str) -> None:
+    """A gradient unscaled in place is a new value: a node that saved it must see the write."""
+    ta.manual_seed(0)
+    model = ta.nn.Linear(4, 3).to(device)
+    opt = ta.optim.SGD(model.parameters(), lr=0.1)
+    scaler = GradScaler(init_scale=2.0 ** 4)
+    with ta.amp.autocast():
+        loss = model(ta.ones(2, 4, device=device)).float().sum()
+    scaler.scale(loss).backward()
+    before = [p.grad._version[0] for p in model.parameters()]
+    scaler.unscale_(opt)
+    assert [p.grad._version[0] for p in model.parameters()] == [v + 1 for v in before]

@@ -138,9 +138,10 @@ def test_the_capture_safety_mode_fails_when_a_host_read_is_added_to_the_step(cud
     with pytest.raises(RuntimeError) as info:
         step(*batches[3])
     message = str(info.value)
+    # CuPy's own refusal of the transfer (cupy/cuda/memory.pyx), which the stand-in gives too, naming the read
+    assert message.startswith("the current stream is capturing, so D2H transfers are disallowed"), message
     if backend.standin_active():
-        assert message.startswith("cudaErrorStreamCaptureUnsupported: operation not permitted when stream is "
-                                  "capturing (a device-to-host copy (bool)")
+        assert "a device-to-host copy (bool)" in message
         assert re.search(r"test_graphed_step\.py:\d+ \(logging_step\)", message), message
     with pytest.raises(RuntimeError, match=r"graphed step: its capture failed, so it cannot replay \("):
         step(*batches[4])

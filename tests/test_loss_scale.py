@@ -1,8 +1,7 @@
 """The CPU unscale pass of kernels/loss_scale.py: the in-place host path against the kernels' reference.
 
-``unscale_in_place_on_host`` is what GradScaler calls for NumPy gradients
-without master copies; ``unscale_group`` sorts in-place and master pairs and
-hands the in-place ones to it. Both must give the reference's values bit for
+``unscale_group`` sorts in-place and master pairs and hands the in-place
+ones (O1's NumPy gradients) to ``unscale_in_place_on_host``. Both must give the reference's values bit for
 bit and the same inf/nan flag, for any shape, layout and dtype, with numba and
 with the NumPy ufuncs.
 """

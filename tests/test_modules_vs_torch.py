@@ -141,6 +141,16 @@ def test_channel_dropout_zeroes_whole_channels(cls: str, shape: tuple) -> None:
     assert layer.eval()(x) is x
 
 
+def test_channel_dropout_in_place_writes_its_input() -> None:
+    ta.manual_seed(0)
+    leaf = ta.ones(2, 3, 4, requires_grad=True)
+    x = leaf * 1
+    y = ta.nn.Dropout1d(0.5, inplace=True)(x)
+    assert y is x
+    y.sum().backward()
+    np.testing.assert_array_equal(leaf.grad.numpy(), x.detach().numpy())
+
+
 def test_channel_dropout_refuses_other_ranks() -> None:
     with pytest.raises(RuntimeError, match=r"dropout1d: Expected 2D or 3D input.*\[2, 3, 4, 5\]"):
         ta.nn.functional.dropout1d(ta.ones(2, 3, 4, 5))

@@ -32,8 +32,9 @@ def test_forward_and_backward_ops_with_dtypes_and_rules() -> None:
         loss.backward()
 
     forward = [(r.name, r.tag, r.arrived, r.inputs, r.outputs) for r in t.ops if r.phase == "forward"]
-    # x's cast is a node; linear lowers its float32 weight itself (the cast is reported all the same).
+    # x's cast and w's cast are Cast ops (w's recorded: it requires grad), before linear.
     assert forward == [
+        ("cast", "NEUTRAL", ["float32"], ["float32"], ["float16"]),
         ("cast", "NEUTRAL", ["float32"], ["float32"], ["float16"]),
         ("linear", "LOWER", ["float32", "float32"], ["float16", "float16"], ["float16"]),
         ("cast", "NEUTRAL", ["float16"], ["float16"], ["float32"]),
@@ -123,11 +124,11 @@ def test_saved_bytes_of_a_small_mlp_under_autocast_are_about_half() -> None:
 
     # Kept for backward: x (64x32, for dW1; W1 itself is not kept since x needs no
     # gradient), relu's output (64x48), W2 (10x48, for the relu output's gradient),
-    # and cross_entropy's logits (64x10). Under autocast all are kept in float16
-    # (cross_entropy reads the float16 logits itself): exactly half the bytes.
-    kept = (64 * 32 + 64 * 48 + 10 * 48 + 64 * 10) * 4
-    assert saved(False) == kept
-    assert saved(True) == kept // 2
+    # and cross_entropy's logits (64x10). Under autocast the first three are kept in
+    # float16; cross_entropy (FP32) keeps the float32 logits its input's Cast made.
+    kept = (64 * 32 + 64 * 48 + 10 * 48) * 4
+    assert saved(False) == kept + 64 * 10 * 4
+    assert saved(True) == kept // 2 + 64 * 10 * 4
 
 
 def test_print_and_to_dict_agree() -> None:
@@ -144,8 +145,8 @@ def test_print_and_to_dict_agree() -> None:
     data = json.loads(json.dumps(t.to_dict()))
     assert len(data["ops"]) == len(t.ops) and len(data["casts"]) == len(t.casts)
     assert data["totals"]["cache_misses"] == 1
-    assert data["ops"][1]["name"] == "linear" and data["ops"][1]["inputs"] == ["float16", "float16"]
-    assert [c["fused"] for c in data["casts"] if c["phase"] == "forward"] == [False, True, False]  # x, w, .float()
+    assert data["ops"][2]["name"] == "linear" and data["ops"][2]["inputs"] == ["float16", "float16"]
+    assert [c["fused"] for c in data["casts"] if c["phase"] == "forward"] == [False, False, False]  # x, w, .float()
 
 
 def test_nothing_is_recorded_once_closed() -> None:
@@ -205,6 +206,6 @@ def test_the_information_lost_table_numbers_each_cast_by_the_op_row_that_made_it
     assert "#: the row above that made the cast" in lines[start]
     op_rows = {int(line.split()[0]): line.split()[2] for line in lines[2:start] if line[:1].isdigit()}
     lost = [line.split() for line in lines[start + 2:] if line.strip()[:1].isdigit()]
-    # x * 2's Cast op (row 1), then w lowered inside linear (row 2, a fused cast)
+    # x * 2's Cast op (row 1), then w's Cast op (row 2): none fused
     assert [(int(row[0]), op_rows[int(row[0])], "(fused)" in row) for row in lost if row[1] == "forward"] == [
-        (1, "cast", False), (2, "linear", True)]
+        (1, "cast", False), (2, "cast", False)]

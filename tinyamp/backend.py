@@ -39,7 +39,6 @@ import numpy as np
 import tinyamp
 
 from . import cuda_memory
-from . import cuda_standin  # NumPy-only and light: importing it touches no GPU
 
 _INSTALL_HINT = (
     "install CuPy for your CUDA version with `pip install tinyamp[cuda12]` "
@@ -90,8 +89,14 @@ def _load_cupy() -> ModuleType | None:
     return cupy
 
 
+def _standin_module() -> ModuleType:
+    """``tinyamp.cuda_standin``, imported when first asked for: ``import tinyamp`` does not load it."""
+    return importlib.import_module("tinyamp.cuda_standin")
+
+
 def _activate_standin() -> None:
     global _cupy, _cupy_checked, _cupy_error, _standin
+    cuda_standin = _standin_module()
     cuda_standin.cuda.set_allocator(None)  # its pool's own malloc: a tracker from an earlier activation goes
     _cupy, _cupy_checked, _cupy_error, _standin = cuda_standin, True, None, True
     cuda_memory.tracker = None
@@ -129,7 +134,7 @@ class use_cuda_standin:  # noqa: N801 - used like a function: use_cuda_standin()
         if _standin:
             _activate_standin()  # its allocator was reset by the activation being undone
         else:
-            cuda_standin.cuda.set_allocator(None)  # no tracker left wrapping an inactive stand-in
+            _standin_module().cuda.set_allocator(None)  # no tracker left wrapping an inactive stand-in
         _switched()
 
     def __enter__(self) -> "use_cuda_standin":
@@ -286,6 +291,8 @@ class _Cuda:
         if cupy is not None:
             self.note_sync("ta.cuda.synchronize()")
             cupy.cuda.Device().synchronize()
+            if _device_checks:
+                _raise_device_errors()
 
     def is_bf16_supported(self, including_emulation: bool = True) -> bool:
         """True when the current GPU computes in bfloat16 natively (compute capability 8.0+); False without CUDA.
@@ -527,7 +534,7 @@ def array_module(array: Any) -> ModuleType:
 
 
 def device_of(array: Any) -> Device:
-    if _cupy is not None and isinstance(array, _cupy.ndarray):  # is_cupy_array, inlined: every Tensor.device
+    if _cupy is not None and isinstance(array, _cupy.ndarray):
         return Device("cuda", array.device.id)
     return CPU
 
@@ -550,11 +557,37 @@ def to_device(array: Any, dev: Device) -> Any:
         return cupy.asarray(array)
 
 
+# Errors kernels found on the device (an out-of-range class index), read at the next host read that
+# waits for the device anyway, as PyTorch's device-side asserts surface: key -> check(), which returns
+# the exception to raise (and resets its flag) or None. A launch that can set a flag puts its check here.
+_device_checks: dict = {}
+
+
+def defer_device_check(key: Any, check: Callable[[], "Exception | None"]) -> None:
+    """Run ``check`` at the next host read of a device array (``to_host``, ``ta.cuda.synchronize``)."""
+    _device_checks[key] = check
+
+
+def _raise_device_errors() -> None:
+    checks = list(_device_checks.values())
+    _device_checks.clear()
+    errors = [error for error in (check() for check in checks) if error is not None]
+    if errors:
+        raise errors[0]
+
+
 def to_host(array: Any, what: str = "a device-to-host read") -> np.ndarray:
-    """A NumPy copy/view of any backend array (counts as a host sync on GPU; raises during a capture)."""
+    """A NumPy copy/view of any backend array (counts as a host sync on GPU; raises during a capture).
+
+    After the read (which waited for the device), errors that kernels flagged
+    on the device are raised (see ``defer_device_check``).
+    """
     if is_cupy_array(array):
         cuda.note_sync(what)
-        return _cupy.asnumpy(array)  # type: ignore[union-attr]
+        host = _cupy.asnumpy(array)  # type: ignore[union-attr]
+        if _device_checks:
+            _raise_device_errors()
+        return host
     return np.asarray(array)
 
 

@@ -279,21 +279,12 @@ def record_cast(op: Any, source: Any, result: Any, direction: str, *, fused: boo
 
 
 _cast_function: "Callable[..., Any] | None" = None
-_fused_cast_function: "Callable[..., Any] | None" = None
-_lower_weights_function: "Callable[..., Any] | None" = None
 
 
-def install_cast_function(function: Callable[..., Any], fused: "Callable[..., Any] | None" = None,
-                          lower_weights: "Callable[..., Any] | None" = None) -> None:
-    """Make ``function`` the one that :func:`insert_cast` calls, ``fused`` the one behind
-    :func:`note_fused_cast` and ``lower_weights`` the one behind :func:`lower_weights`
-    (tinyamp.amp.casting installs all three, on import)."""
-    global _cast_function, _fused_cast_function, _lower_weights_function
+def install_cast_function(function: Callable[..., Any]) -> None:
+    """Make ``function`` the one that :func:`insert_cast` calls (tinyamp.amp.casting installs it, on import)."""
+    global _cast_function
     _cast_function = function
-    if fused is not None:
-        _fused_cast_function = fused
-    if lower_weights is not None:
-        _lower_weights_function = lower_weights
 
 
 def insert_cast(op: Any, tensor: Any, target: np.dtype, state: "AutocastState | None",
@@ -305,46 +296,3 @@ def insert_cast(op: Any, tensor: Any, target: np.dtype, state: "AutocastState | 
     ``custom_fwd(cast_inputs=...)``). Implemented by ``amp.casting.cast_input``.
     """
     return _cast_function(op, tensor, target, state, tag)
-
-
-def note_fused_cast(op: Any, position: int, tensor: Any, target: np.dtype, state: "AutocastState | None",
-                    tag: "Precision | None", cache: "str | None" = None, result: Any = None) -> None:
-    """Tell the open trace that ``op`` converts its input ``position`` to ``target`` itself.
-
-    Some ops take an input in its stored dtype and convert it inside (an FP32 op
-    widening float16 logits, a LOWER op reading a float32 weight's cached
-    low-precision copy): no Cast node, but the same cast, reported through
-    :func:`record_cast` with autocast's rule (``cache``: "hit"/"miss" for
-    weight-cache copies; ``result``: the converted array, when the caller has
-    it). Call it only while a trace is open (``current_trace()`` is not None).
-    """
-    _fused_cast_function(op, position, tensor, target, state, tag, cache, result)
-
-
-def lower_weights(op: Any, inputs: list, positions: "tuple[int, ...]", target: np.dtype, state: AutocastState,
-                  tag: Precision) -> None:
-    """The ``target`` copies of the float32 weights ``op`` lowers itself, from the weight-cast cache.
-
-    For LOWER ops with ``Function.lowers_weights``, in one call for all of them:
-    each weight at ``positions`` (those that must move) that is a float32 leaf that requires
-    grad gets, in ``op.lowered``, the array a Cast node would have produced
-    (converted now, or the cached copy), without the node, and in
-    ``op.widened`` that array widened back to float32 when the cache keeps it
-    (on the CPU: the GEMM's operand), else None. Any other weight gets an
-    ordinary recorded cast, written into the list ``inputs``. Reports the casts
-    to an open trace. Implemented by ``amp.casting.lower_weights``.
-    """
-    _lower_weights_function(op, inputs, positions, target, state, tag)
-
-
-def fused_cause(op: Any, position: int, source: np.dtype, target: np.dtype) -> str:
-    """The rule of the ``source -> target`` cast ``op`` did itself for input ``position``.
-
-    The op's backward names it when it rounds the gradient back. The forward may
-    have run without a trace (then nothing was noted) and the rule is rebuilt
-    from the op's tag.
-    """
-    causes = op.__dict__.get("_amp_fused_causes")
-    if causes and position in causes:
-        return causes[position]
-    return f"{op.precision.name}: {dt.dtype_name(source)} -> {dt.dtype_name(target)} for {op.name}"

@@ -13,8 +13,9 @@ A checkpoint is a zip archive of uncompressed (stored) members:
 Saving to a path is atomic: the archive is written to a temporary file in the
 same folder, flushed and fsynced, then renamed over the target with
 ``os.replace``. A crash, a kill or a full disk during the write leaves the
-previous checkpoint as it was (a kill can leave the ``.<name>.*.tmp`` file
-behind; any other failure removes it). Saving to an open file object writes
+previous checkpoint as it was (a kill can leave the ``.<name>.<pid>.*.tmp``
+file behind, which the next save to that path removes once no process with
+that id runs on this machine; any other failure removes it at once). Saving to an open file object writes
 into it directly, as ``torch.save`` does.
 
 Loading parses JSON and ``.npy`` headers only, so a checkpoint from an untrusted
@@ -122,6 +123,7 @@ def _write_atomically(path: str, write: Callable[[BinaryIO], None]) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.chmod(temp, stat.S_IMODE(os.stat(target).st_mode))  # a replaced file keeps its permissions
         os.replace(temp, target)
+        _remove_stale_temporaries(folder, base)
     except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(temp)
@@ -133,13 +135,41 @@ def _write_atomically(path: str, write: Callable[[BinaryIO], None]) -> None:
 
 
 def _create_temporary(folder: str, base: str) -> tuple[int, str]:
-    """A new file ``.<base>.<random>.tmp`` in ``folder`` (mode 0o666 less the umask, like open())."""
+    """A new file ``.<base>.<pid>.<random>.tmp`` in ``folder`` (mode 0o666 less the umask, like open())."""
     while True:
-        temp = os.path.join(folder, f".{base}.{secrets.token_hex(4)}.tmp")
+        temp = os.path.join(folder, f".{base}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
         try:
             return os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666), temp
         except FileExistsError:
             continue
+
+
+def _remove_stale_temporaries(folder: str, base: str) -> None:
+    """Remove the temporaries of earlier saves to ``base`` whose process no longer runs (a killed save).
+
+    Only names of ``_create_temporary``'s pattern for this file; a temporary of a
+    running process (another save in progress, this process's other threads) stays.
+    """
+    pattern = re.compile(rf"\.{re.escape(base)}\.(\d+)\.[0-9a-f]{{8}}\.tmp")
+    with contextlib.suppress(OSError):
+        for name in os.listdir(folder):
+            match = pattern.fullmatch(name)
+            if match and not _process_runs(int(match.group(1))):
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(folder, name))
+
+
+def _process_runs(pid: int) -> bool:
+    """Whether a process with this id runs on this machine (True when that cannot be told)."""
+    if pid == os.getpid() or os.name == "nt":  # Windows' os.kill(pid, 0) would end the process
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError, OverflowError):
+        return True  # it exists under another user, or the check is not available
+    return True
 
 
 def _fsync_folder(folder: str) -> None:

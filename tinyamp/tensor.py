@@ -187,6 +187,8 @@ class Tensor:
             if not isinstance(value, Tensor):
                 raise TypeError(f"assigned grad expected to be a Tensor or None but got grad of type "
                                 f"{type(value).__module__}.{type(value).__qualname__}")
+            if value is self:
+                raise RuntimeError("can't assign Variable as its own grad")
             mine, theirs = self.array, value.array
             if type(mine) is not type(theirs) or (type(mine) is not np.ndarray
                                                   and backend.device_of(mine) != backend.device_of(theirs)):
@@ -414,6 +416,9 @@ class Tensor:
         """``data[key] = value`` (cast to self's dtype) and a version bump: every unrecorded write."""
         try:
             self.array[key] = value
+        except IndexError as exc:
+            raise IndexError(f"{name}: {exc} (tensor of shape {list(self.shape)}, "
+                             f"{dt.dtype_name(self.dtype)})") from None
         except ValueError:
             if not getattr(self.array.flags, "writeable", True) and 0 not in self.array.strides:
                 # A read-only NumPy array (``from_numpy`` of a non-writeable one): PyTorch would write

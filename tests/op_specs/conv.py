@@ -36,7 +36,8 @@ def conv_transpose2d_ref(x: np.ndarray, w: np.ndarray, b: "np.ndarray | None" = 
                 for j in range(wid):
                     for p in range(kh):
                         for q in range(kw):
-                            full[ni, g * og:(g + 1) * og, i * sh + p * dh, j * sw + q * dw] += x[ni, ci, i, j] * w[ci, :, p, q]
+                            spread = x[ni, ci, i, j] * w[ci, :, p, q]
+                            full[ni, g * og:(g + 1) * og, i * sh + p * dh, j * sw + q * dw] += spread
     y = full[:, :, ph:ph + ho, pw:pw + wo]
     return y if b is None else y + b.reshape(1, -1, 1, 1)
 

@@ -9,10 +9,11 @@ overrides in :mod:`tinyamp.amp.op_table`.
 
 Regions form a stack kept in context variables (so per thread): an inner region
 (``enabled=False``, another dtype, more overrides) is undone on exit. The
-weight-cast cache (``casting.WEIGHT_CACHE``) outlives the regions: a float32
-weight is converted once per version (see ``casting.py`` for how this differs
-from PyTorch, which empties its cache at the outermost exit); the outermost entry
-empties it after writes through ``.data``, which leave the version as it was.
+weight-cast cache (``casting.WEIGHT_CACHE``) lives while the outermost region
+does: its exit empties it, as PyTorch's does, so a weight changed between
+regions by any route is converted afresh (a GPU entry an optimizer step
+refreshed is kept, unless a write through ``.data`` happened since, which the
+outermost entry checks).
 """
 
 from __future__ import annotations
@@ -170,8 +171,8 @@ class autocast:
         self._tokens.append((precision.set_scope(scope), precision.set_autocast(state), scope, outer is None))
         # Inf and nan are expected in a low-precision forward (the scaler deals with
         # them): NumPy's floating-point warnings are off for the whole region, as
-        # PyTorch prints none. Set once by the outermost region, not per op (an
-        # errstate costs ~1 us); nested regions inherit it.
+        # PyTorch prints none. Set once by the outermost region, not per op;
+        # nested regions inherit it.
         quiet = np.errstate(all="ignore") if outer is None else None
         if quiet is not None:
             quiet.__enter__()
@@ -182,6 +183,8 @@ class autocast:
         scope_token, state_token, scope, outermost = self._tokens.pop()
         precision.reset_autocast(state_token)
         precision.reset_scope(scope_token)
+        if outermost:
+            scope.cache.end_region()
         quiet = self._errstates.pop()
         if quiet is not None:
             quiet.__exit__(*exc)

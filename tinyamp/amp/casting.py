@@ -3,27 +3,21 @@
 ``Function.__call__`` asks :mod:`tinyamp.precision` for an op's compute dtype
 and, for every input that must move, calls ``precision.insert_cast``, which is
 :func:`cast_input` (installed below when tinyamp is imported: a ``Cast`` is an
-op, so the tape cannot import this module). A cast is an ordinary recorded
-``Cast`` node, inserted *before* the op records its inputs, so a LOWER op saves
-float16 tensors for backward and the Cast's backward hands float32 gradients to
-float32 weights (docs/ARCHITECTURE.md, "The life of one op call").
+op, so the tape cannot import this module). Every cast is an ordinary ``Cast``
+op, recorded when its input requires grad, inserted *before* the op records its
+inputs, so a LOWER op saves float16 tensors for backward and the Cast's
+backward hands float32 gradients to float32 weights (docs/ARCHITECTURE.md, "The
+life of one op call"). There is no other way autocast changes a dtype.
 
-Two kinds of op do the cast themselves, with the same numerics and no node
-(``Function.upcasts_inputs``, ``Function.lowers_weights``): :func:`lower_weights`
-hands a LOWER op the cached low-precision copies of its float32 weights, and
-:func:`note_fused_cast` tells an open precision report about every such cast,
-so ``ta.amp.trace()`` lists each rounding as before.
-
-The weight-cast cache (:data:`WEIGHT_CACHE`) is persistent: an entry lives as
-long as its weight and is used while the weight's version is unchanged, across
-regions and steps. An optimizer that updates the weight on a GPU writes the
-rounded new weight into the entry and re-stamps it (:func:`low_copy_to_refresh`),
-so the next step's forward converts nothing. On the CPU the next use rewrites
-the entry in place: the copy and, for a weight linear multiplies, its float32
-widening (the CPU GEMM's operand), in one numba pass
-(``kernels/round_through.LowCopy``). PyTorch instead empties its cache
-whenever the outermost region exits (one conversion per weight per step);
-``ta.amp.clear_autocast_cache()`` empties this one.
+The weight-cast cache (:data:`WEIGHT_CACHE`) serves the forward of a float32
+leaf weight's Cast node: converted once per weight, version and array, then
+every later use inside the region gets its own ``CachedCast`` node over the same
+array (a node and no conversion). As in PyTorch, the outermost region's exit
+empties it, so any change to a weight between regions (through the API, a raw
+array write, a replaced array) is seen by the next region's first cast. One
+exception, on a GPU: an optimizer that updates the weight writes the rounded
+new weight into its entry (``low_copy_to_refresh``), which the next region then
+uses without a conversion.
 """
 
 from __future__ import annotations
@@ -36,11 +30,8 @@ import numpy as np
 from .. import backend
 from .. import dtypes as dt
 from .. import precision
-from ..kernels import cuda_launch
-from ..kernels.convert import convert
-from ..kernels.round_through import LowCopy
 from ..ops.cast import CachedCast, Cast, cast
-from ..tensor import ALIASED_WRITES, Tensor
+from ..tensor import ALIASED_WRITES
 from ..precision import PROMOTE, AutocastState, Precision
 
 
@@ -48,25 +39,26 @@ class WeightCastCache:
     """Low-precision copies of float32 leaf weights, converted once per weight version.
 
     An entry is keyed on the weight's identity and the target dtype, and holds
-    a weak reference to the weight, the weight's version at conversion time and
-    the converted array (a ``LowCopy``: the copy, and on the CPU its float32
-    widening once asked for). It is used only while the reference still points at
-    the same tensor (ids are reused after garbage collection) and the version
-    is unchanged (an in-place update, such as an optimizer step, bumps it).
-    PyTorch and Apex key on identity alone and have served stale casts. An
-    entry goes when its weight is garbage collected.
+    a weak reference to the weight, the weight's version and array at conversion
+    time and the converted array. It is used only while the reference still
+    points at the same tensor (ids are reused after garbage collection), the
+    version is unchanged (an in-place update bumps it) and the weight still holds
+    the same array (``p.data = new_array`` replaces it). A raw write into the
+    array bumps nothing: the outermost autocast region's exit empties the cache
+    (:meth:`end_region`), so such a write is seen by the next region (on a GPU,
+    where every write through a Tensor bumps the version, an optimizer step may
+    carry the copy it wrote into the next region).
 
     The cache holds arrays, not graph nodes: every use gets its own recorded
-    Cast node over the shared array (no conversion runs), or none when the op
-    lowers the weight itself. So a use under ``no_grad`` can never leave a later
-    use without its link to the weight (PyTorch's cache can), and each use's
-    gradient is upcast and summed in float32 at the weight, bit for bit as
-    without the cache (a shared node would sum the uses' float16 gradients in
-    float16 first).
+    Cast node over the shared array (no conversion runs). So a use under
+    ``no_grad`` can never leave a later use without its link to the weight
+    (PyTorch's cache can), and each use's gradient is upcast and summed in
+    float32 at the weight, bit for bit as without the cache.
     """
 
     def __init__(self) -> None:
-        self._entries: dict[tuple[int, np.dtype], list] = {}  # (id, dtype) -> [weakref, version, LowCopy]
+        # (id, dtype) -> [weakref, version, source array, low copy, usable in the next region's casts]
+        self._entries: dict[tuple[int, np.dtype], list] = {}
         self.hits = 0
         self.misses = 0
         self._aliased_writes = ALIASED_WRITES[0]
@@ -82,17 +74,15 @@ class WeightCastCache:
     def get(self, weight: Any, dtype: np.dtype) -> Any:
         """The converted array of ``weight``, or None when absent or stale."""
         entry = self._entries.get((id(weight), dtype))
-        if entry is not None and entry[0]() is weight and entry[1] == weight._version[0]:
+        if entry is not None and entry[4] and entry[0]() is weight and entry[1] == weight._version[0] \
+                and entry[2] is weight.array:
             self.hits += 1
-            return _held_by_capture(entry[2].low)
+            return _held_by_capture(entry[3])
         return None
 
     def put(self, weight: Any, dtype: np.dtype, array: Any) -> None:
         """Keep ``array``, ``weight`` converted to ``dtype`` (by a Cast node), for the weight's current version."""
-        self._keep(weight, dtype, LowCopy(weight.array, array))
-
-    def _keep(self, weight: Any, dtype: np.dtype, copy: LowCopy) -> None:
-        _held_by_capture(copy.low)
+        _held_by_capture(array)
         self.misses += 1
         key = (id(weight), dtype)
         entries = self._entries
@@ -102,86 +92,41 @@ class WeightCastCache:
             if entry is not None and entry[0] is ref:
                 del entries[key]
 
-        # [weak reference, version converted at, copies]: a list, so current() restamps it in place
-        self._entries[key] = [weakref.ref(weight, forget), weight._version[0], copy]
-
-    def current(self, weight: Any, dtype: np.dtype) -> "tuple[LowCopy, bool]":
-        """(the copies of ``weight`` for ``dtype``, whether they were current): converted now when not.
-
-        A stale entry on the CPU is rewritten in place: that saves allocations
-        per weight and step there, where the optimizer does not write the copy
-        (and a prepared numba pass makes the rewrite one kernel call); whoever
-        kept the old copy for backward shares the weight's version counter and
-        sees the update. This runs for every lowered weight of every step (the
-        optimizer's update makes each one stale), so the entry is restamped in
-        place (a list) rather than rebuilt.
-        """
-        entry = self._entries.get((id(weight), dtype))
-        if entry is not None and entry[0]() is weight:
-            copy, version = entry[2], weight._version[0]
-            if entry[1] == version:
-                self.hits += 1
-                capture = backend.current_capture()  # _held_by_capture, inlined: on every lowered weight
-                if capture is not None:
-                    capture.keep_alive(copy.low)
-                return copy, True
-            source, prepared = weight.array, copy._pass
-            if prepared is not None and source is copy.source:
-                # LowCopy.rewrite's common call (a CPU weight after each optimizer step), without the
-                # call around it: the prepared numba pass alone, for every lowered weight of every step.
-                prepared[0](*prepared[1])
-            elif not copy.rewrite(source):
-                copy = None  # on a GPU: converted anew below
-            if copy is not None:
-                self.misses += 1
-                entry[1] = version
-                return copy, False
-        copy = LowCopy.of(weight.array, dtype)
-        self._keep(weight, dtype, copy)
-        return copy, False
-
-    def prepared(self, weight: Any, dtype: np.dtype) -> "LowCopy | None":
-        """:meth:`current`'s copies of ``weight`` for ``dtype`` when they are a CPU weight's with a
-        prepared numba pass (rewritten by it when stale), else None and nothing done.
-
-        ``lower_weights``' fast path, for every lowered weight of every CPU step:
-        the same copies, counts and bits as :meth:`current`, without its general
-        checks. The caller has checked the PyTorch rule (:func:`_cacheable`'s
-        leaf test) and that no CUDA graph capture is open.
-        """
-        entry = self._entries.get((id(weight), dtype))
-        if entry is None:
-            return None
-        copy = entry[2]
-        prepared = copy._pass
-        if prepared is None or copy.source is not weight.array or entry[0]() is not weight:
-            return None
-        version = weight._version[0]
-        if entry[1] == version:
-            self.hits += 1
-        else:
-            prepared[0](*prepared[1])
-            self.misses += 1
-            entry[1] = version
-        return copy
+        entries[key] = [weakref.ref(weight, forget), weight._version[0], weight.array, array, True]
 
     def to_refresh(self, weight: Any) -> "tuple[np.dtype, Any] | None":
         """(dtype, array) of a current entry of ``weight`` that an update may overwrite, else None.
 
-        The optimizer writes the rounded updated weight into the array and then
-        calls :meth:`restamp`; other dtypes' entries of the weight become stale.
+        An optimizer stepping inside a region writes the rounded updated weight
+        into the array and then calls :meth:`restamp`; other dtypes' entries of
+        the weight become stale.
         """
         for dtype in (dt.float16, dt.bfloat16):
             entry = self._entries.get((id(weight), dtype))
-            if entry is not None and entry[0]() is weight and entry[1] == weight._version[0]:
-                return dtype, entry[2].low
+            if entry is not None and entry[0]() is weight and entry[1] == weight._version[0] \
+                    and entry[2] is weight.array:
+                return dtype, entry[3]
         return None
 
     def restamp(self, weight: Any, dtype: np.dtype) -> None:
         """The entry of ``weight`` holds the weight's current value (written by the optimizer)."""
         entry = self._entries.get((id(weight), dtype))
         if entry is not None and entry[0]() is weight:
-            entry[1] = weight._version[0]
+            entry[1], entry[4] = weight._version[0], True
+
+    def end_region(self) -> None:
+        """The outermost autocast region exited: PyTorch's rule, every entry goes (counts are kept).
+
+        A GPU weight's entry is parked instead: unusable by a cast until an
+        optimizer step writes round(new weight) into it and restamps it
+        (:meth:`restamp`), so the next region's cast converts nothing. Any
+        change after that step bumps the version or replaces the array.
+        """
+        entries = self._entries
+        for key in [key for key, entry in entries.items() if type(entry[3]) is np.ndarray]:
+            del entries[key]
+        for entry in entries.values():
+            entry[4] = False
 
     def clear(self) -> None:
         """Drop every entry and start the hit and miss counts again."""
@@ -192,7 +137,7 @@ class WeightCastCache:
         return len(self._entries)
 
     def info(self) -> dict:
-        nbytes = sum(e[2].low.nbytes + (0 if e[2].wide is None else e[2].wide.nbytes) for e in self._entries.values())
+        nbytes = sum(e[3].nbytes for e in self._entries.values())
         return {"entries": len(self._entries), "hits": self.hits, "misses": self.misses, "bytes": int(nbytes)}
 
 
@@ -232,16 +177,13 @@ WEIGHT_CACHE = WeightCastCache()
 
 def cast_input(op: Any, tensor: Any, target: np.dtype, state: "AutocastState | None",
                tag: "Precision | None") -> Any:
-    """The recorded cast of one of ``op``'s inputs to ``target``.
+    """The cast of one of ``op``'s inputs to ``target``: a ``Cast`` op, recorded when ``tensor`` requires grad.
 
     A float32 leaf that requires grad, cast down inside a region with the cache
     on, is converted once; later uses get a Cast node over the same array.
     ``tag`` None means the cast comes from ``custom_fwd(cast_inputs=...)``.
     """
     tracer = precision.current_trace()
-    if tracer is None and not tensor._requires_grad:
-        # Nothing to record and nothing to cache (an input batch): the conversion alone.
-        return Tensor._wrap(convert(tensor.array, target))
     cache = None if state is None else state.cache
     if cache is not None and _cacheable(tensor, target):
         array = cache.get(tensor, target)
@@ -282,69 +224,6 @@ def _shares_version(out: Any, weight: Any) -> Any:
     return out
 
 
-def lower_weights(op: Any, inputs: list, positions: "tuple[int, ...]", target: np.dtype, state: AutocastState,
-                  tag: Precision) -> None:
-    """``precision.lower_weights``: the ``target`` copies of the float32 weights an op lowers itself.
-
-    For each input at ``positions`` (those of ``op.lowers_weights`` that must move): a float32 leaf
-    that requires grad goes to ``op.lowered`` as its ``target`` copy and to
-    ``op.widened`` as that copy's float32 widening or None; any other input gets
-    an ordinary recorded cast in ``inputs``. With the cache on, the copy is the
-    cached one (converted on a miss, rewritten in place when stale) and, on the
-    CPU, comes with the widening the cache keeps beside it (the CPU GEMM's
-    operand); without the cache, a fresh conversion and no widening. Each copy
-    is reported to an open trace, in input order. One call for all of an op's
-    weights (linear: weight and bias), on every such op under autocast.
-    """
-    cache = state.cache
-    tracing = precision.current_trace() is not None
-    lowered, widened = op.lowered, op.widened
-    current = None if cache is None else cache.current
-    # The CPU step's call (no report, no capture open): a weight whose copies have a prepared numba
-    # pass takes WeightCastCache.prepared, the same copies as current() with fewer checks.
-    prepared = None if cache is None or tracing or backend.current_capture() is not None else cache.prepared
-    for position in positions:
-        tensor = inputs[position]
-        if prepared is not None and tensor.grad_fn is None and tensor._requires_grad:  # _cacheable's leaf test;
-            copy = prepared(tensor, target)  # an entry (float32 when made, its array unreplaced) implies the rest
-            if copy is not None:
-                if lowered is None:
-                    lowered = op.lowered = {}
-                    widened = op.widened = {}
-                lowered[position], widened[position] = copy.low, copy.wide
-                continue
-        if not _cacheable(tensor, target):
-            inputs[position] = cast_input(op, tensor, target, state, tag)
-            continue
-        if current is not None:
-            copy, cached = current(tensor, target)
-            array, wide = copy.low, copy.wide
-            if wide is None:  # not asked for yet (or not kept: a large weight, a GPU)
-                wide = copy.widened()
-        else:
-            array, wide, cached = convert(tensor.array, target), None, None
-        if lowered is None:
-            lowered = op.lowered = {}
-            widened = op.widened = {}
-        lowered[position], widened[position] = array, wide
-        if tracing:
-            kind = None if cached is None else "hit" if cached else "miss"
-            note_fused_cast(op, position, tensor, target, state, tag, kind, array)
-
-
-def note_fused_cast(op: Any, position: int, tensor: Any, target: np.dtype, state: "AutocastState | None",
-                    tag: "Precision | None", cache: "str | None" = None, result: Any = None) -> None:
-    """``precision.note_fused_cast``: report a cast an op does itself, with autocast's rule."""
-    cause = _cause(op, tag, tensor.dtype, target, state)
-    if cache is not None:
-        cause += "; cache hit" if cache == "hit" else "; cached"
-    causes = op.__dict__.setdefault("_amp_fused_causes", {})
-    causes[position] = cause  # the backward names the same rule when it rounds the gradient back
-    if result is None:
-        result = convert(tensor.array, target)  # the op converts inside; the report needs the values
-    precision.record_cast(op, tensor.array, result, "forward", rule=cause, cache=cache, position=position)
-
-
 def low_copy_to_refresh(weight: Any) -> "tuple[np.dtype, Any] | None":
     """(dtype, array) of ``weight``'s current cached copy, for an optimizer to overwrite, else None."""
     return WEIGHT_CACHE.to_refresh(weight)
@@ -365,4 +244,4 @@ def autocast_cache_info() -> dict:
     return WEIGHT_CACHE.info()
 
 
-precision.install_cast_function(cast_input, fused=note_fused_cast, lower_weights=lower_weights)
+precision.install_cast_function(cast_input)

@@ -43,7 +43,7 @@ from .. import dtypes as dt
 from .. import precision
 from ..autograd.graph import reachable_nodes
 from ..distributed.found_inf import all_reduce_found_inf
-from ..kernels.loss_scale import DEFAULT_MIN_SCALE, unscale_group, unscale_in_place_on_host, update_scale
+from ..kernels.loss_scale import DEFAULT_MIN_SCALE, unscale_group, update_scale
 from ..ops.elementwise import ScaleBy
 from ..tensor import Tensor
 from .scaler_step import ScalerStep, read_host
@@ -57,16 +57,13 @@ class OptState(enum.Enum):
     STEPPED = 2
 
 
-# The stages as plain module names: step() reads four, and reading an Enum member through its
-# class is a slow attribute lookup in CPython (~50 ns, ten times a global).
-_READY, _UNSCALED, _STEPPED = OptState.READY, OptState.UNSCALED, OptState.STEPPED
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 _HOST_ZERO = np.zeros((), dtype=np.float32)  # copied into each step's CPU found_inf flag
 
 
 def _refresh_per_optimizer_state() -> dict:
-    return {"stage": _READY, "found_inf_per_device": {}}
+    return {"stage": OptState.READY, "found_inf_per_device": {}}
 
 
 # ------------------------------------------------------------ helpers
@@ -161,13 +158,6 @@ class GradScaler:
         """``outputs * scale``: a Tensor, or nested lists/tuples of Tensors (types kept)."""
         if not self._enabled:
             return outputs
-        if (type(outputs) is Tensor and self._scale_device is backend.CPU and precision.current_autocast() is None
-                and outputs.array.dtype == self._scale.dtype and self._product_in_range(outputs)):
-            # The usual call from the second step on: one finite float32 CPU loss, after the autocast
-            # region (so nothing to disable for bfloat16: the graph was looked at on the first call).
-            # It is _scaled's scale_by node, recorded without Function.__call__'s preparation. The
-            # checks run cheapest first (a CPU scale device also says the scale exists).
-            return ScaleBy.outside_autocast(outputs, self._scale)
         self._maybe_disable_for_bfloat16(outputs)
         if not self._enabled:
             return outputs
@@ -182,7 +172,7 @@ class GradScaler:
         """True when ``loss * scale`` is known to be finite without a NumPy warning, read for free (a CPU loss).
 
         The exact product of two float32 (or narrower) values is a float64, and below float32's
-        largest value it rounds to at most that value: no overflow, so no errstate (~1 us) is needed.
+        largest value it rounds to at most that value: no overflow, so no errstate is needed.
         A nan, an inf or a large product (or a loss on a GPU, where reading it would sync) says False.
         """
         data = loss.array
@@ -259,26 +249,20 @@ class GradScaler:
         if self._scale is None:
             raise self._no_scale_yet("unscale_")
         state = self._per_optimizer_states[id(optimizer)]
-        if state["stage"] is _UNSCALED:
+        if state["stage"] is OptState.UNSCALED:
             raise RuntimeError("unscale_() has already been called on this optimizer since the last update().")
-        if state["stage"] is _STEPPED:
+        if state["stage"] is OptState.STEPPED:
             raise RuntimeError("unscale_() is being called after step().")
         state["found_inf_per_device"] = self._unscale_grads_(optimizer)
-        state["stage"] = _UNSCALED
+        state["stage"] = OptState.UNSCALED
 
     def _unscale_grads_(self, optimizer: Any) -> dict:
         """One ``unscale_group`` call per device; returns {device: found_inf array}.
 
         ``unscale_group`` takes a device's gradients of every dtype (a GPU launches
-        one fused kernel per dtype pair), so they are gathered by device only. The
-        CPU's gradients without a master copy (all of them under O1) are gathered
-        apart for ``unscale_in_place_on_host``, the same pass without the per-pair
-        sorting: the usual CPU step, where that bookkeeping costs more than the
-        arithmetic.
+        one fused kernel per dtype pair), so they are gathered by device only.
         """
         master_of = getattr(optimizer, "_master", None)
-        host_grads: list = []     # NumPy gradients unscaled in place
-        host_written: list = []   # their Tensors
         per_device: dict = {}     # device -> (grads, outs, tensors written): the rest
         refused = []
         for group in optimizer.param_groups:
@@ -298,10 +282,6 @@ class GradScaler:
                 elif data.dtype == dt.float16:
                     refused.append(p)
                     continue
-                elif type(data) is np.ndarray:
-                    host_grads.append(data)
-                    host_written.append(grad)
-                    continue
                 dev = backend.CPU if type(data) is np.ndarray else backend.device_of(data)
                 bucket = per_device.get(dev)
                 if bucket is None:
@@ -313,13 +293,6 @@ class GradScaler:
             self._refuse_fp16_grads(optimizer, refused)
         found_per_device: dict = {}
         moved: dict = {}  # the scale copied to another device, once per device
-        if host_grads:
-            # A fresh flag per step (last_step keeps it), copied from a kept zero (no dtype to parse).
-            found = found_per_device[backend.CPU] = _HOST_ZERO.copy()
-            scale = self._scale if self._scale_device is backend.CPU else self._scale_on(backend.CPU, moved).array
-            unscale_in_place_on_host(host_grads, scale, found)
-            for t in host_written:
-                t._version[0] += 1
         for dev, (grads, outs, written) in per_device.items():
             xp = dev.xp
             found = found_per_device.get(dev)
@@ -357,11 +330,11 @@ class GradScaler:
         if self._scale is None:
             raise self._no_scale_yet("step")
         state = self._per_optimizer_states[id(optimizer)]
-        if state["stage"] is _STEPPED:
+        if state["stage"] is OptState.STEPPED:
             raise RuntimeError("step() has already been called since the last update().")
-        if state["stage"] is _READY:  # unscale_(optimizer), its checks made above
+        if state["stage"] is OptState.READY:  # unscale_(optimizer), its checks made above
             state["found_inf_per_device"] = found = self._unscale_grads_(optimizer)
-            state["stage"] = _UNSCALED
+            state["stage"] = OptState.UNSCALED
         else:
             found = state["found_inf_per_device"]
         if len(found) == 0:
@@ -382,7 +355,7 @@ class GradScaler:
                 "implement the contract")
             total = sum(read_host(value) for value in found.values())
             retval = optimizer.step(*args, **kwargs) if total == 0 else None
-        state["stage"] = _STEPPED
+        state["stage"] = OptState.STEPPED
         return retval
 
     @staticmethod
@@ -417,10 +390,7 @@ class GradScaler:
         dev = self._scale_device
         xp = np if dev is backend.CPU else dev.xp
         found = [v for s in self._per_optimizer_states.values() for v in s["found_inf_per_device"].values()]
-        if len(found) == 1 and dev is backend.CPU and type(found[0]) is np.ndarray:
-            combined = found[0]  # the usual update, one CPU flag for a CPU scale: _sum_found's answer, without the call
-        else:
-            combined = self._sum_found(found, dev)
+        combined = self._sum_found(found, dev)
         if new_scale is not None:
             scales = xp.empty((2,), dtype=np.float32)  # the scale before and after, kept by last_step
             scales[0] = self._scale

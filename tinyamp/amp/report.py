@@ -180,18 +180,16 @@ class Trace:
         """Report that ``op`` rounded the array ``source`` into ``result`` (another dtype), in ``direction``.
 
         The one way a rounding reaches the report: an op that converts an array
-        inside itself (``fused=True``: a weight lowered by the op, a float32
-        gradient rounded to float16 in its backward) calls it with the raw
+        inside itself (``fused=True``: a user-defined op converting in its
+        forward or backward) calls it with the raw
         arrays; ``op`` is the op instance (or a name). ``direction`` is
         ``"forward"`` or ``"backward"``. Cast nodes reach the same accounting
         through the tape's op hook (``fused=False``). Returns the record.
 
-        When autocast made the op do the cast (``Function.upcasts_inputs`` /
-        ``lowers_weights``, through ``amp.casting``), ``rule`` is the autocast
-        rule, as a Cast node's would be ("LOWER: float32 -> float16 for linear"),
-        ``cache`` says "hit" (the weight-cast cache's copy: nothing converted)
-        or "miss", and ``position`` is the input the cast was for, so the op's
-        row shows what that input arrived as and what the op computed in.
+        ``rule`` names the rule, as a Cast node's would be ("LOWER: float32 ->
+        float16 for linear"), ``cache`` says "hit" (a cached copy: nothing
+        converted) or "miss", and ``position`` is the input the cast was for, so
+        the op's row shows what that input arrived as and what the op computed in.
         """
         if direction not in ("forward", "backward"):
             raise ValueError(f"record_cast: direction must be 'forward' or 'backward', got {direction!r}")
@@ -303,10 +301,9 @@ class Trace:
             record = self._add_cast(source, target, owner.name, cause,
                                     "cache hit" if cache == "hit" else "autocast", shape, rounding)
             self._awaiting.append((owner, record.index, id(outputs[0])))
-        elif self._depth and (isinstance(self._node, Cast) or getattr(op, "_amp_backward_of", None)):
-            # A Cast node's backward, or an op's backward widening the gradient of a
-            # weight it lowered itself (linear's dW/db: what a Cast node's backward did).
-            cause = getattr(op, "_amp_backward_of", None) or getattr(self._node, "_amp_cause", None) or "a cast"
+        elif self._depth and isinstance(self._node, Cast):
+            # A Cast node's backward: the gradient back to the source dtype.
+            cause = getattr(self._node, "_amp_cause", None) or "a cast"
             record = self._add_cast(source, target, _cause_op(cause),
                                     f"gradient back to {target} (backward of {cause})", "backward", shape, rounding)
         else:

@@ -29,6 +29,12 @@ to do the same. With ``"global"`` or ``"thread_local"`` a capture whose pool
 has to grow fails (a pool shared from an earlier capture of the same work has
 already grown). Synchronisations and host copies are refused in every mode.
 
+**cuBLAS.** CuPy's cuBLAS wrappers refuse every call while a stream
+captures; tinyamp's GEMMs call cuBLAS directly (``kernels/cublas_direct.py``)
+on a handle whose stream and workspace are set before it runs, so cuBLAS
+allocates nothing while capturing. The handle is made when the capture begins
+if no GEMM made it before.
+
 **Host reads.** While a tinyamp capture is open, every host read tinyamp
 makes (``Tensor.item()``, ``numpy()``, ``float(t)``, ``ta.cuda.synchronize()``)
 and every copy of a CPU array to the GPU raises a clear error naming it and
@@ -42,6 +48,7 @@ import contextlib
 from typing import Any
 
 from .. import backend, cuda_memory
+from ..kernels import cublas_direct
 
 CAPTURE_ERROR_MODES = ("global", "thread_local", "relaxed")
 _MODE_CONSTANTS = {"global": "streamCaptureModeGlobal", "thread_local": "streamCaptureModeThreadLocal",
@@ -115,6 +122,7 @@ class CUDAGraph:
             raise RuntimeError("CUDA graphs must be captured on a non-default stream. (However, after capture, "
                                "it's ok to replay them on the default stream.)")
         pool = pool if pool is not None else GraphPool()
+        cublas_direct.prepare()  # tinyamp's cuBLAS handle and workspace, made before the capture (they allocate)
         opened = contextlib.ExitStack()
         opened.enter_context(cupy.cuda.using_allocator(pool.malloc))
         opened.enter_context(backend.capturing(self))

@@ -37,7 +37,9 @@ whatever the pool handed that memory to next.
 
 **What a capture refuses** (``cudaErrorStreamCaptureUnsupported``, naming the
 operation and the code that did it; the capture is then invalidated and
-``end_capture`` raises ``cudaErrorStreamCaptureInvalidated``). Found through
+``end_capture`` raises ``cudaErrorStreamCaptureInvalidated``; a host transfer
+is refused as CuPy refuses it, before CUDA sees it: CuPy's ``RuntimeError``
+and text, and the capture goes on). Found through
 the counters' ``watch`` hook, so every counted event is covered:
 
 - a synchronisation or a device-to-host copy: ``get``, ``item``, ``bool``,
@@ -95,7 +97,9 @@ class _Capture:
         self.invalid: "str | None" = None
         self.pool_mallocs = pool.device_mallocs if pool is not None else 0
         # Every live block's bytes, to be written back at the end (nothing ran).
-        self.saved = {ptr: (buffer, buffer.copy()) for ptr, (_, buffer) in _memory._live.items()}
+        with _memory._lock:
+            live = list(_memory._live.items())
+        self.saved = {ptr: (buffer, buffer.copy()) for ptr, (_, buffer) in live}
         self.rollbacks: dict[Any, Callable[[], None]] = {}
         self.watching = contextlib.ExitStack()
 
@@ -184,8 +188,19 @@ def _listener(kind: str, detail: Any) -> None:
                        f"{_MODE_NAMES[capture.mode]} capture mode; streamCaptureModeRelaxed allows it)", capture)
         return
     template = _WHAT.get(kind, "{detail}")
-    refuse(template.format(detail=detail, pageable="; and a pageable copy cannot be a graph node"
-                           if detail == "pageable" else ""), capture)
+    what = template.format(detail=detail, pageable="; and a pageable copy cannot be a graph node"
+                           if detail == "pageable" else "")
+    if kind in TRANSFER_REFUSALS:
+        # CuPy refuses a transfer itself, before any CUDA call: its RuntimeError, and the capture goes on.
+        raise RuntimeError(f"{TRANSFER_REFUSALS[kind]} ({what} while {capture.stream!r} is capturing a CUDA "
+                           f"graph, at {_where()} [tinyamp CUDA stand-in])")
+    refuse(what, capture)
+
+
+# CuPy's own refusals of host transfers on a capturing stream (cupy/cuda/memory.pyx, MemoryPointer's
+# copy_from_host_async / copy_to_host_async, which asarray, set, get and every host read go through).
+TRANSFER_REFUSALS = {"h2d": "the current stream is capturing, so H2D transfers are disallowed",
+                     "d2h": "the current stream is capturing, so D2H transfers are disallowed"}
 
 
 _MODE_NAMES = {runtime.streamCaptureModeGlobal: "streamCaptureModeGlobal",
@@ -224,7 +239,9 @@ def end_capture(self: _device.Stream) -> "Graph":
     capture.watching.close()
     # Nothing ran: every block live at the start gets its bytes back; blocks first handed out
     # during the capture hold garbage, as fresh device memory does.
-    for ptr, (_, buffer) in _memory._live.items():
+    with _memory._lock:
+        live = list(_memory._live.items())
+    for ptr, (_, buffer) in live:
         if ptr not in capture.saved:
             buffer.fill(_memory.FRESH_FILL)
     for buffer, saved in capture.saved.values():

@@ -280,6 +280,25 @@ def using_allocator(allocator: "Callable[[int], MemoryPointer] | None" = None) -
         _thread_local.allocator = previous
 
 
+def raw_malloc(size: int) -> int:
+    """``cudaMalloc`` outside every pool (``runtime.malloc``): the address of ``size`` fresh bytes."""
+    global _live_sorted
+    buffer, ptr = _aligned_buffer(max(int(size), 1))
+    with _lock:
+        _live[ptr] = (int(size), buffer)
+        _live_sorted = None
+    return ptr
+
+
+def raw_free(ptr: int) -> None:
+    """``cudaFree`` of a ``raw_malloc`` address."""
+    global _live_sorted
+    with _lock:
+        if _live.pop(int(ptr), None) is None:
+            raise ValueError(f"cudaFree: 0x{int(ptr):x} is not a live allocation")
+        _live_sorted = None
+
+
 def alloc(size: int) -> MemoryPointer:
     """``cupy.cuda.alloc``: ``size`` bytes from the current allocator."""
     return get_allocator()(size)

@@ -23,6 +23,7 @@ from typing import Any, Callable
 import ml_dtypes
 import numpy as np
 
+from . import cublas
 from ._array import empty as _empty, host_to_device, ndarray, operand, produce, quiet_call, read_bytes, run
 from ._counters import counters, footprint
 
@@ -141,11 +142,21 @@ def isclose(a: Any, b: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan:
                    *(v for v in (a, b) if type(v) is ndarray))
 
 
+def _cublas_product(x: ndarray, y: ndarray) -> None:
+    """CuPy computes a floating matrix product with its cuBLAS wrappers (a vector dot product excepted, a
+    reduction kernel), so it refuses one while the current stream captures, before anything runs."""
+    if x.ndim == 1 and y.ndim == 1:
+        return
+    if x.dtype.kind in "fc" or x.dtype in _LOW or y.dtype.kind in "fc" or y.dtype in _LOW:
+        cublas.refuse_while_capturing()
+
+
 def matmul(a: Any, b: Any, out: Any = None, dtype: Any = None) -> ndarray:
     """``a @ b``: float32 accumulation for 16-bit inputs, rounded once to their dtype (CuPy's cuBLAS paths)."""
     x, y = _device_array(a, "matmul"), _device_array(b, "matmul")
     if x.ndim == 0 or y.ndim == 0:
         raise ValueError("matmul: Input operand 1 does not have enough dimensions")
+    _cublas_product(x, y)
     left, right, low = x._a, y._a, x.dtype if x.dtype in _LOW and x.dtype == y.dtype else None
 
     def compute() -> Any:
@@ -163,6 +174,7 @@ def matmul(a: Any, b: Any, out: Any = None, dtype: Any = None) -> ndarray:
 
 def dot(a: Any, b: Any, out: Any = None) -> ndarray:
     x, y = _device_array(a, "dot"), _device_array(b, "dot")
+    _cublas_product(x, y)
     left, right = x._a, y._a
     return produce("dot", lambda: np.dot(left, right), x, y)
 

@@ -18,9 +18,15 @@ is rounded once to C's type; ``C`` is not read when ``beta`` is 0. For
 ``CUBLAS_COMPUTE_32F_FAST_TF32`` the float32 operands are rounded to TF32 (10-bit
 mantissas, to nearest even) and the products summed in float32.
 
-While a stream captures, a call is recorded as cuBLAS's kernels would be: the
-operand addresses are frozen, and so are ``alpha``/``beta`` in host pointer
-mode; in device pointer mode they are read from device memory at each replay.
+CuPy's wrappers refuse every call while the current stream captures
+(``NotImplementedError``, CuPy's text: ``refuse_while_capturing``); so do the
+stand-in's, and its ``matmul``/``dot`` on floating arrays, which CuPy runs
+through them. cuBLAS itself can be captured: ``LIBRARY`` emulates the C entry
+points ``tinyamp.kernels.cublas_direct`` calls through ctypes (handles,
+streams, workspaces, the GEMMs), and a GEMM called there during a capture is
+recorded as cuBLAS's kernels would be: the operand addresses are frozen, and
+so are ``alpha``/``beta`` in host pointer mode; in device pointer mode they
+are read from device memory at each replay.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from . import runtime
+from . import _capture, _device, runtime
 from ._array import run
 from ._device import _CUBLAS_HANDLE_BASE
 from ._memory import resolve
@@ -88,7 +94,7 @@ _math_modes: dict[int, int] = {}
 
 
 def _check_handle(handle: int) -> None:
-    if not 0 <= int(handle) - _CUBLAS_HANDLE_BASE < runtime.DEVICE_COUNT:
+    if not 0 <= int(handle) - _CUBLAS_HANDLE_BASE < runtime.DEVICE_COUNT and int(handle) not in LIBRARY.handles:
         raise CUBLASError(_NOT_INITIALIZED, f"handle {handle!r} is not one cupy.cuda.device.get_cublas_handle() gave")
 
 
@@ -236,6 +242,7 @@ def gemmEx(handle: int, transa: int, transb: int, m: int, n: int, k: int, alpha:
            Atype: int, lda: int, B: int, Btype: int, ldb: int, beta: int, C: int, Ctype: int,  # noqa: N803
            ldc: int, computeType: int, algo: int) -> None:  # noqa: N803
     """``C = alpha * op(A) @ op(B) + beta * C`` (column-major; see the module docstring)."""
+    refuse_while_capturing()
     _gemm("gemmEx", handle, transa, transb, m, n, k, alpha, A, Atype, lda, 0, B, Btype, ldb, 0, beta,
           C, Ctype, ldc, 0, 1, computeType, algo)
 
@@ -246,5 +253,110 @@ def gemmStridedBatchedEx(handle: int, transa: int, transb: int, m: int, n: int, 
                          C: int, Ctype: int, ldc: int, strideC: int, batchCount: int,  # noqa: N803
                          computeType: int, algo: int) -> None:  # noqa: N803
     """``batchCount`` gemmEx calls, operand ``i`` at ``ptr + i * stride`` elements."""
+    refuse_while_capturing()
     _gemm("gemmStridedBatchedEx", handle, transa, transb, m, n, k, alpha, A, Atype, lda, strideA, B, Btype, ldb,
           strideB, beta, C, Ctype, ldc, strideC, batchCount, computeType, algo)
+
+
+# ------------------------------------------------------------------ CuPy's refusal during a capture
+CAPTURE_REFUSAL = "calling cuBLAS API during stream capture is currently unsupported"  # CuPy's text
+
+
+def refuse_while_capturing() -> None:
+    """CuPy's cuBLAS wrappers set the handle's stream at every call and refuse while the current stream
+    captures (``cupy_backends/cuda/libs/cublas.pyx``, ``setStream``): the same error, with CuPy's text."""
+    capture = _capture.active
+    if capture is not None and _device.get_current_stream() is capture.stream:
+        raise NotImplementedError(CAPTURE_REFUSAL)
+
+
+# ------------------------------------------------------------------ the C library, for direct calls
+class _Library:
+    """The C entry points of libcublas that ``tinyamp.kernels.cublas_direct`` calls through ctypes.
+
+    Arguments arrive as the C functions take them (ints for handles, streams
+    and pointers); each returns ``CUBLAS_STATUS_SUCCESS`` or raises the
+    ``CUBLASError`` cuBLAS's status would become, with what was wrong. On top
+    of the GEMM checks of the wrappers above, as cuBLAS:
+
+    - a handle is one ``cublasCreate_v2`` made (which allocates, so it is
+      refused during a capture);
+    - ``cublasSetStream_v2`` resets the handle's workspace to cuBLAS's own,
+      and ``cublasSetWorkspace_v2`` needs ``size`` bytes of live device memory;
+    - during a capture a GEMM must run on the capturing stream, with a user
+      workspace set (else cuBLAS could allocate while capturing); outside one,
+      on the current stream (anything else races with the work around it).
+
+    Each GEMM counts one launch (``gemmEx``/``gemmStridedBatchedEx``, as the wrappers).
+    """
+
+    _BASE = 0x7C0B1A00
+
+    def __init__(self) -> None:
+        self.handles: dict[int, dict] = {}
+
+    def _state(self, handle: int) -> dict:
+        state = self.handles.get(int(handle or 0))
+        if state is None:
+            raise CUBLASError(_NOT_INITIALIZED, f"handle {handle!r} is not one cublasCreate_v2 made")
+        return state
+
+    def cublasCreate_v2(self, handle_ref: Any) -> int:  # noqa: N802 - cuBLAS's names
+        if _capture.active is not None:
+            _capture.refuse("cublasCreate_v2 (it allocates device memory and synchronises)")
+        value = self._BASE + len(self.handles)
+        self.handles[value] = {"stream": 0, "workspace": None}
+        handle_ref._obj.value = value
+        _pointer_modes[value] = CUBLAS_POINTER_MODE_HOST
+        return 0
+
+    def cublasSetStream_v2(self, handle: int, stream: int) -> int:  # noqa: N802
+        state = self._state(handle)
+        state["stream"], state["workspace"] = int(stream or 0), None  # cuBLAS resets the workspace here
+        return 0
+
+    def cublasSetWorkspace_v2(self, handle: int, workspace: int, size: int) -> int:  # noqa: N802
+        state = self._state(handle)
+        if int(size) <= 0 or not workspace:
+            raise CUBLASError(_INVALID_VALUE, f"cublasSetWorkspace_v2: workspace 0x{int(workspace or 0):x} of "
+                                              f"{size} bytes")
+        resolve(int(workspace), int(size), "cublasSetWorkspace_v2: workspace")
+        state["workspace"] = (int(workspace), int(size))
+        return 0
+
+    def _launch_checks(self, handle: int, function: str) -> None:
+        state = self._state(handle)
+        stream = _device.get_current_stream()
+        capture = _capture.active
+        if capture is not None and stream is capture.stream:
+            if state["stream"] != capture.stream.ptr:
+                _capture.refuse(f"{function} on stream 0x{state['stream']:x}, not the capturing stream (cuBLAS "
+                                "runs on its handle's stream: call cublasSetStream_v2 first)")
+            if state["workspace"] is None:
+                _capture.refuse(f"{function} without a user workspace (cuBLAS would allocate its own while "
+                                "capturing: call cublasSetWorkspace_v2 after cublasSetStream_v2)")
+            resolve(state["workspace"][0], state["workspace"][1], f"{function}: workspace")
+        elif state["stream"] != stream.ptr:
+            raise RuntimeError(f"{function}: the handle runs on stream 0x{state['stream']:x} while the current "
+                               f"stream is {stream!r}: its result would race with the work around it "
+                               "[tinyamp CUDA stand-in]")
+
+    def cublasGemmEx(self, handle: int, transa: int, transb: int, m: int, n: int, k: int,  # noqa: N802
+                     alpha: int, a: int, a_type: int, lda: int, b: int, b_type: int, ldb: int, beta: int,
+                     c: int, c_type: int, ldc: int, compute_type: int, algo: int) -> int:
+        self._launch_checks(handle, "cublasGemmEx")
+        _gemm("gemmEx", handle, transa, transb, m, n, k, alpha, a, a_type, lda, 0, b, b_type, ldb, 0, beta,
+              c, c_type, ldc, 0, 1, compute_type, algo)
+        return 0
+
+    def cublasGemmStridedBatchedEx(self, handle: int, transa: int, transb: int, m: int, n: int,  # noqa: N802
+                                   k: int, alpha: int, a: int, a_type: int, lda: int, stride_a: int, b: int,
+                                   b_type: int, ldb: int, stride_b: int, beta: int, c: int, c_type: int,
+                                   ldc: int, stride_c: int, batch: int, compute_type: int, algo: int) -> int:
+        self._launch_checks(handle, "cublasGemmStridedBatchedEx")
+        _gemm("gemmStridedBatchedEx", handle, transa, transb, m, n, k, alpha, a, a_type, lda, stride_a, b,
+              b_type, ldb, stride_b, beta, c, c_type, ldc, stride_c, batch, compute_type, algo)
+        return 0
+
+
+LIBRARY = _Library()

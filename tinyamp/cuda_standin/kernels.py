@@ -20,11 +20,13 @@ as CuPy's. Arithmetic is x86-64 SSE float/double, compiled with
 ``-ffp-contract=off`` as kernels compiled with ``--fmad=false`` are. The PTX
 float16 conversions (``asm("cvt.f32.f16 ...")``, ``asm("cvt.rn.f16.f32 ...")``
 and ``asm("cvt.rn.f16.f64 ...")``) are recognised in a RawKernel source and
-replaced by the same C++ conversions; any other inline assembly is refused.
+(in an ElementwiseKernel's preamble or body too) replaced by the same C++
+conversions; any other inline assembly is refused.
 ``atomicAdd`` on an int and ``__threadfence`` run as plain code (threads run
 one after another). What this cannot check:
-NVRTC itself, CuPy's code generation, races between threads and the device's
-libm (``pow``).
+NVRTC itself and CuPy's code generation (tests/test_nvrtc_kernels.py compiles
+every kernel tinyamp builds with NVRTC, as CuPy writes it), races between
+threads and the device's libm (``pow``).
 
 Every call counts one launch under the kernel's name (see ``_counters``), with the
 bytes of its array arguments: an ElementwiseKernel reads its inputs and writes its
@@ -66,6 +68,10 @@ using std::isfinite; using std::isnan; using std::isinf; using std::sqrt; using 
 struct standin_dim3 { unsigned int x, y, z; };
 struct uint4 { unsigned int x, y, z, w; };  // CUDA's 16-byte vector type
 static inline uint4 make_uint4(unsigned int x, unsigned int y, unsigned int z, unsigned int w) { return {x, y, z, w}; }
+struct uint2 { unsigned int x, y; };
+struct float4 { float x, y, z, w; };
+static inline uint2 make_uint2(unsigned int x, unsigned int y) { return {x, y}; }
+static inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 static standin_dim3 blockIdx, blockDim, threadIdx, gridDim;
 static inline unsigned int __float_as_uint(float f) { unsigned int u; std::memcpy(&u, &f, 4); return u; }
 static inline float __uint_as_float(unsigned int u) { float f; std::memcpy(&f, &u, 4); return f; }
@@ -233,6 +239,7 @@ class ElementwiseKernel:
         if len(set(names)) != len(names) or any(n in ("i", "n") or n.startswith("_") for n in names):
             raise ValueError(f"{name}: duplicate or reserved parameter names {names}")
         self.operation, self.name, self.preamble, self.options = operation, name, preamble, tuple(options)
+        self._host_preamble, self._host_operation = host_source(preamble, name), host_source(operation, name)
         self.calls: list[tuple] = []
 
     def __call__(self, *args: Any, size: int = -1, block_size: int = 128, stream: Any = None) -> None:
@@ -243,9 +250,11 @@ class ElementwiseKernel:
         types_: dict[str, np.dtype] = {}
         out_names = {p[2] for p in self.outs}
         for (raw, t, pname), a in zip(params, args):
+            if type(a) is not ndarray and (raw or len(t) == 1 or pname in out_names or isinstance(a, np.ndarray)):
+                raise _not_an_array(a, self.name, pname)
+        n_in = len(self.ins)  # CuPy types the outputs first, then the inputs (_decide_params_type)
+        for (raw, t, pname), a in list(zip(params, args))[n_in:] + list(zip(params, args))[:n_in]:
             if type(a) is not ndarray:
-                if raw or len(t) == 1 or pname in out_names or isinstance(a, np.ndarray):
-                    raise _not_an_array(a, self.name, pname)
                 continue
             want = types_.setdefault(t, a.dtype) if len(t) == 1 else _dtype_name(t)
             if a.dtype != want:
@@ -294,10 +303,10 @@ class ElementwiseKernel:
             else:
                 sig.append(f"const {ctype} {pname}")
         typedefs = "".join(f"typedef {_CTYPE[d]} {k};\n" for k, d in sorted(types_.items()))
-        return (PRELUDE + BFLOAT16 + typedefs + self.preamble
+        return (PRELUDE + BFLOAT16 + typedefs + self._host_preamble
                 + f'\nextern "C" void standin_run({", ".join(sig)}) {{\n'
                 + "  for (long long i = 0; i < standin_size; ++i) {\n    "
-                + "\n    ".join(decls) + "\n    {\n" + self.operation + "\n    }\n  }\n}\n")
+                + "\n    ".join(decls) + "\n    {\n" + self._host_operation + "\n    }\n  }\n}\n")
 
 
 def _run_elementwise(lib: ctypes.CDLL, frozen: list) -> None:

@@ -9,7 +9,7 @@ is per host thread, as in the CUDA runtime.
 from __future__ import annotations
 
 from ._counters import counters
-from ._memory import get_default_memory_pool
+from ._memory import get_default_memory_pool, raw_free, raw_malloc
 from ._topology import DEVICE_COUNT, current_device, set_current_device
 COMPUTE_CAPABILITY = (8, 0)
 TOTAL_MEMORY = 16 * 1024 ** 3  # what memGetInfo reports as the device's size
@@ -77,6 +77,19 @@ def setDevice(device: int) -> None:  # noqa: N802
 def deviceSynchronize() -> None:  # noqa: N802
     """Wait for the device: one synchronisation (the work itself is already done here)."""
     counters.add("syncs", "deviceSynchronize")
+
+
+def malloc(size: int) -> int:
+    """``cudaMalloc`` outside CuPy's pool: the address. Not counted (the counters count a step's work), but
+    refused during a capture as the synchronising call it is."""
+    counters.notify("syncs", "cudaMalloc")
+    return raw_malloc(size)
+
+
+def free(ptr: int) -> None:
+    """``cudaFree`` (synchronises the device)."""
+    counters.notify("frees", "cudaFree")
+    raw_free(ptr)
 
 
 def memGetInfo() -> tuple[int, int]:  # noqa: N802

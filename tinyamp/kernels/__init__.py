@@ -9,8 +9,6 @@ CPU and CUDA side by side, one responsibility per file:
   fused GEMM epilogue (bias in float32 + optional ReLU + downcast).
 - ``gemm.py``: the GEMM with float32 accumulation every LOWER contraction
   reaches (float32 BLAS on the CPU, cuBLAS ``gemmEx`` on a GPU).
-- ``round_through.py``: float32 rounded through float16/bfloat16 in place, the
-  epilogue giving a float32 weight its gradient from a 16-bit op.
 - ``loss_scale.py``: the loss-scale math (unscale with inf/nan detection, the
   dynamic scale rule) on NumPy or CuPy arrays.
 - ``cross_entropy.py``: cross-entropy of 2-D logits, forward and backward in
@@ -33,7 +31,6 @@ import numpy as np
 from .. import dtypes as dt
 from . import convert as _convert
 from .elementwise_cpu import bias_act_convert, relu_backward_lowp, relu_lowp
-from .round_through import round_through
 
 __all__ = ["warmup"]
 
@@ -58,6 +55,4 @@ def warmup() -> str:
         b = np.zeros(2, dt.float32)
         bias_act_convert(y, b, dt.float16, relu=True, backend="numba")
         bias_act_convert(y, b, dt.bfloat16, relu=True, backend="numba")
-        round_through(np.zeros(4, dt.float32), dt.float16, backend="numba")
-        round_through(np.zeros(4, dt.float32), dt.bfloat16, backend="numba")
     return _convert.BACKEND

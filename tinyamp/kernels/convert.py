@@ -87,10 +87,8 @@ __all__ = ["BACKEND", "F16C", "convert", "numba_available", "numba_default", "re
 
 # Below this many elements the fixed cost of a fast path is larger than what it
 # saves, so ``convert`` uses ``astype``; forcing a backend with ``backend=``
-# ignores the thresholds. numba costs ~2-3 us a call (break-even with astype
-# at ~1024 elements); the NumPy recipes cost 10-20 us of ufunc calls
-# (break-even ~4-8K elements up, ~32-64K down). See the "small" groups of
-# benchmarks/bench_casts.py.
+# ignores the thresholds. The break-even sizes are measured by the "small"
+# groups of benchmarks/bench_casts.py (figures in benchmarks/RESULTS.md).
 SMALL = 1024
 SMALL_NUMPY = {(dt.float16, dt.float32): 8192, (dt.float16, dt.bfloat16): 8192, (dt.float32, dt.float16): 65536}
 
@@ -274,7 +272,7 @@ def convert(array, dtype, out=None, backend=None):
         if backend is None and array.size < (SMALL if path == "numba" else SMALL_NUMPY.get(key, 1 << 62)):
             path = "astype"
     if path == "astype" or array.size == 0:
-        if key in _EXACT:  # a widening never overflows: no warning to silence (errstate costs ~1 us)
+        if key in _EXACT:  # a widening never overflows: no warning to silence
             return _astype_into(array, target, out)
         with np.errstate(all="ignore"):  # never warn, whichever path runs
             return _astype_into(array, target, out)

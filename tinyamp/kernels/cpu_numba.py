@@ -1,9 +1,8 @@
 """numba kernels of the 16-bit CPU paths (the ``"numba"`` path of :mod:`tinyamp.kernels.convert`).
 
-Conversions, ReLU forward/backward, the GEMM epilogues, a weight's 16-bit copy
-with its float32 widening, the loss-scale unscale pass and the SGD/Adam updates,
-for ``convert.py``, ``elementwise_cpu.py``, ``round_through.py``, ``loss_scale.py``
-and ``cpu_optim.py``. Serial ``nogil`` loops over 1-D contiguous
+Conversions, ReLU forward/backward, the GEMM epilogues, the loss-scale unscale
+pass and the SGD/Adam updates, for ``convert.py``, ``elementwise_cpu.py``,
+``loss_scale.py``, ``cross_entropy.py`` and ``cpu_optim.py``. Serial ``nogil`` loops over 1-D contiguous
 integer views (and the 2-D GEMM epilogue), whose scalar conversion is
 written in LLVM IR on 32-bit integers: numba would widen Python-level integer code to 64 bits and run
 3-4x slower. With a hardware float16 conversion (F16C on x86) LLVM emits
@@ -44,8 +43,13 @@ def load() -> bool:  # noqa: C901 - one place that defines every kernel
     unusable.
     """
     # Names are declared global so that the jitted functions below see them as
-    # module globals (not closure cells), which keeps numba's cache=True usable.
+    # module globals (not closure cells), which keeps numba's cache=True usable: a
+    # kernel whose closure holds another kernel misses the cache in every new process
+    # (numba keys the cache on the closure's pickled contents), so the kernels other
+    # kernels call are globals too.
     global _nb_fbits, _h2f_int, _h2f_hw, _f2h_int, _f2h_hw, _f2b_bits, _b2h_int, _b2h_hw
+    global relu16, relu_bwd16, _widen16, _round16, f32_to_f16_int, f32_to_f16_hw
+    global lower_widen_f16_int, lower_widen_f16_hw, lower_widen_bf16
 
     from llvmlite import ir
     from numba import njit, types
@@ -242,42 +246,6 @@ def load() -> bool:  # noqa: C901 - one place that defines every kernel
                 dst[r, c] = np.uint16(_f2b_bits(_nb_fbits(v)))
 
     @jit
-    def round_f16_int(buf):  # uint32 view, in place: float32 -> float16 -> float32
-        for i in range(buf.size):
-            buf[i] = _h2f_int(_f2h_int(buf[i]))
-
-    @jit
-    def round_f16_hw(buf):
-        for i in range(buf.size):
-            buf[i] = _h2f_hw(_f2h_hw(buf[i]))
-
-    @jit
-    def round_bf16(buf):  # uint32 view, in place: float32 -> bfloat16 -> float32
-        for i in range(buf.size):
-            buf[i] = _f2b_bits(buf[i]) << np.uint32(16)
-
-    @jit
-    def lower_widen_f16_int(src, low, wide):  # uint32 -> uint16 and uint32: the float16 copy, and it widened
-        for i in range(src.size):
-            h = _f2h_int(src[i])
-            low[i] = np.uint16(h)
-            wide[i] = _h2f_int(h)
-
-    @jit
-    def lower_widen_f16_hw(src, low, wide):
-        for i in range(src.size):
-            h = _f2h_hw(src[i])
-            low[i] = np.uint16(h)
-            wide[i] = _h2f_hw(h)
-
-    @jit
-    def lower_widen_bf16(src, low, wide):  # the bfloat16 copy, and it widened (a 16-bit shift)
-        for i in range(src.size):
-            b = _f2b_bits(src[i])
-            low[i] = np.uint16(b)
-            wide[i] = b << np.uint32(16)
-
-    @jit
     def unscale_f32(src, dst, inv):  # C-contiguous float32 arrays of one shape (dst may be src), float32 inv;
         bad = False                  # True if a result is inf/nan. Flattened here: a NumPy reshape costs more
         src, dst = src.reshape(-1), dst.reshape(-1)
@@ -339,88 +307,11 @@ def load() -> bool:  # noqa: C901 - one place that defines every kernel
             m[i] = m_new
             v[i] = v_new
 
-    # -- host2 (issue 10 item 4): linear's backward with 16-bit operands (kernels/linear_grads.py) ---------
-    # Natural arrays (C-contiguous, any rank) viewed here, which costs a Python call less per array
-    # than views made by the caller: float32 arrays as they are, 16-bit ones as uint16 views (numba
-    # has no bfloat16). float16 converts through _f2h/_h2f, the implementation the probe chose (bound
-    # at the end of load(), before any of these compiles; bit-identical either way), so these need no
-    # _hw/_int pair.
-    global _f2h, _h2f
-
-    @jit
-    def _widen16(src, dst, bf16):  # uint16 view -> float32 dst: its values
-        s, d = src.reshape(src.size), dst.reshape(dst.size).view(np.uint32)
-        for i in range(s.size):
-            d[i] = (np.uint32(s[i]) << np.uint32(16)) if bf16 else _h2f(np.uint32(s[i]))
-
-    @jit
-    def widen16_pair(a, a32, b, b32, bf16):  # _widen16 of two arrays, one call (b may be empty); the
-        _widen16(a, a32, bf16)                # caller allocates: arrays numba returns cost ~0.3 us each
-        _widen16(b, b32, bf16)
-
-    @jit
-    def _round16(acc, out, mode, bf16):  # float32 acc; mode 1: rounded into out (uint16 view), 2: in place
-        a = acc.reshape(acc.size).view(np.uint32)
-        if mode == 1:
-            o = out.reshape(out.size)
-            for i in range(a.size):
-                o[i] = np.uint16(_f2b_bits(a[i])) if bf16 else np.uint16(_f2h(a[i]))
-        elif mode == 2:
-            for i in range(a.size):
-                a[i] = (_f2b_bits(a[i]) << np.uint32(16)) if bf16 else _h2f(_f2h(a[i]))
-
-    @jit
-    def round16_triple(a, a16, a_mode, b, b16, b_mode, c, c16, c_mode, bf16):  # _round16 of three
-        _round16(a, a16, a_mode, bf16)                                        # accumulators, one call
-        _round16(b, b16, b_mode, bf16)
-        _round16(c, c16, c_mode, bf16)
-
-    # -- fwdk (issue 10 item 4): the 16-bit ReLU and its backward on arrays of any shape ----------------
-    @jit
-    def relu16_nd(src, dst, inf):  # C-contiguous int16 views of one shape, any ndim: relu16, flattened
-        relu16(src.reshape(-1), dst.reshape(-1), inf)  # here, where it is free (in Python, 4 calls)
-
-    @jit
-    def relu_bwd16_nd(grad, x, dst, inf):  # relu_bwd16 on C-contiguous int16 views of one shape, flattened
-        relu_bwd16(grad.reshape(-1), x.reshape(-1), dst.reshape(-1), inf)
-
-    # -- scale2 (issue 10 item 4): lower_widen on C-contiguous arrays of any shape ----------------------
-    # src and wide float32, low a uint16 view of the 16-bit copy, all of one shape: flattened and viewed
-    # as bits here, where it is free (in Python, three reshapes and two views per call).
-    @jit
-    def lower_widen_f16_int_nd(src, low, wide):
-        lower_widen_f16_int(src.reshape(-1).view(np.uint32), low.reshape(-1), wide.reshape(-1).view(np.uint32))
-
-    @jit
-    def lower_widen_f16_hw_nd(src, low, wide):
-        lower_widen_f16_hw(src.reshape(-1).view(np.uint32), low.reshape(-1), wide.reshape(-1).view(np.uint32))
-
-    @jit
-    def lower_widen_bf16_nd(src, low, wide):
-        lower_widen_bf16(src.reshape(-1).view(np.uint32), low.reshape(-1), wide.reshape(-1).view(np.uint32))
-
-    # -- r6bwd (issue 10 item 4) ------------------------------------------------------------------------
-    # float32 -> float16 on a C-contiguous float32 array and a uint16 view of its float16 result, one
-    # shape (cross-entropy's 16-bit gradient): flattened and viewed as bits here, where it is free.
-    @jit
-    def f32_to_f16_int_nd(src, dst):
-        f32_to_f16_int(src.reshape(-1).view(np.uint32), dst.reshape(-1))
-
-    @jit
-    def f32_to_f16_hw_nd(src, dst):
-        f32_to_f16_hw(src.reshape(-1).view(np.uint32), dst.reshape(-1))
-
     kernels = dict(
         sgd_f32=sgd_f32,
         adam_f32=adam_f32,
         unscale_f32=unscale_f32,
         unscale_f32_inplace=unscale_f32_inplace,
-        round_f16_int=round_f16_int,
-        round_f16_hw=round_f16_hw,
-        round_bf16=round_bf16,
-        lower_widen_f16_int=lower_widen_f16_int,
-        lower_widen_f16_hw=lower_widen_f16_hw,
-        lower_widen_bf16=lower_widen_bf16,
         f16_to_f32_int=f16_to_f32_int,
         f16_to_f32_hw=f16_to_f32_hw,
         f32_to_f16_int=f32_to_f16_int,
@@ -436,21 +327,11 @@ def load() -> bool:  # noqa: C901 - one place that defines every kernel
         bias_act_f16_int=bias_act_f16_int,
         bias_act_f16_hw=bias_act_f16_hw,
         bias_act_bf16=bias_act_bf16,
-        widen16_pair=widen16_pair,  # host2
-        round16_triple=round16_triple,  # host2
-        relu16_nd=relu16_nd,  # fwdk
-        relu_bwd16_nd=relu_bwd16_nd,  # fwdk
-        lower_widen_f16_int_nd=lower_widen_f16_int_nd,  # scale2
-        lower_widen_f16_hw_nd=lower_widen_f16_hw_nd,  # scale2
-        lower_widen_bf16_nd=lower_widen_bf16_nd,  # scale2
-        f32_to_f16_int_nd=f32_to_f16_int_nd,  # r6bwd
-        f32_to_f16_hw_nd=f32_to_f16_hw_nd,  # r6bwd
     )
     KERNELS.clear()
     KERNELS.update(kernels)
     f16c = _probe_hw()
     select_f16_impl("hw" if f16c else "int")
-    _f2h, _h2f = (_f2h_hw, _h2f_hw) if f16c else (_f2h_int, _h2f_int)
     return f16c
 
 
@@ -496,7 +377,3 @@ def select_f16_impl(which: str) -> None:
     KERNELS["f32_to_f16"] = KERNELS["f32_to_f16_" + which]
     KERNELS["bf16_to_f16"] = KERNELS["bf16_to_f16_" + which]
     KERNELS["bias_act_f16"] = KERNELS["bias_act_f16_" + which]
-    KERNELS["round_f16"] = KERNELS["round_f16_" + which]
-    KERNELS["lower_widen_f16"] = KERNELS["lower_widen_f16_" + which]
-    KERNELS["lower_widen_f16_nd"] = KERNELS[f"lower_widen_f16_{which}_nd"]
-    KERNELS["f32_to_f16_nd"] = KERNELS[f"f32_to_f16_{which}_nd"]

@@ -32,9 +32,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from . import cuda_launch, cuda_loss
-from .convert import numba_default
-from .cpu_numba import KERNELS
-from .cpu_numpy import U16
+from .convert import convert
 
 FUSED_DTYPES = cuda_launch.FUSED_DTYPES
 _ONE = np.ones((), dt.float32)  # backward's "mean" divisor when every target is ignored (a 0 gradient, not 0/0)
@@ -68,11 +66,13 @@ def fusable(x: Any, target: Any, weight: Any) -> bool:
 
 def forward(x: Any, target: Any, weight: Any, *, ignore_index: int, reduction: str, label_smoothing: float,
             out_dtype: Any, check_range: bool = True, exp: Callable = np.exp,
-            log: Callable = np.log) -> tuple[Any, Any]:
+            log: Callable = np.log, out_of_range: "Callable[[int], Exception] | None" = None) -> tuple[Any, Any]:
     """(loss in ``out_dtype``, saved state for :func:`backward`).
 
     On the NumPy path an out-of-range target raises :class:`TargetOutOfRange`
-    unless ``check_range`` is False (then it gives NaN, as on a GPU).
+    unless ``check_range`` is False (then it gives NaN, as on a GPU). On a GPU
+    it gives NaN and sets a device flag that the next host read turns into
+    ``out_of_range(value)`` (``backend.defer_device_check``).
     ``exp``/``log`` replace NumPy's float32 ``exp``/``log`` there (the tests
     pass the C library's, to compare with the kernel run on a CPU).
     """
@@ -80,7 +80,7 @@ def forward(x: Any, target: Any, weight: Any, *, ignore_index: int, reduction: s
     if cuda_launch.on_gpu(x):
         return cuda_loss.forward(x, target, weight, ignore_index=ignore_index, reduction=reduction,
                                  hot_c=np.float32(1.0 - eps), smooth_c=np.float32(eps / x.shape[1]),
-                                 smoothing=bool(eps), out_dtype=out_dtype)
+                                 smoothing=bool(eps), out_dtype=out_dtype, out_of_range=out_of_range)
     # inf/nan logits give inf/nan losses and gradients (as on a GPU and in PyTorch), silently.
     with np.errstate(all="ignore"):
         return _forward_numpy(x, target, weight, ignore_index, reduction, eps, out_dtype, check_range, exp, log)
@@ -168,12 +168,8 @@ def _backward_numpy(x: Any, weight: Any, gy: Any, saved: Saved, reduction: str, 
         g -= smooth * u
     if via_float32:
         g = g.astype(dt.float32, copy=False)
-    if out_dtype == dt.float16 and g.dtype == dt.float32 and numba_default():
+    if out_dtype == dt.float16 and g.dtype == dt.float32:
         # NumPy's float32 -> float16 cast takes a slow path for every value that underflows, and a
-        # softmax times a loss scale is mostly such values (2.5 us against 0.3 us for 4 x 10 logits);
-        # convert's numba kernel (its any-shape form, which flattens in numba) gives the same bits at a
-        # constant cost.
-        out = np.empty(g.shape, dt.float16)
-        KERNELS["f32_to_f16_nd"](g, out.view(U16))
-        return out
+        # softmax times a loss scale is mostly such values: convert's kernels give the same bits.
+        return convert(g, dt.float16)
     return g.astype(out_dtype, copy=False)

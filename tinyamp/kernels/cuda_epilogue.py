@@ -1,8 +1,10 @@
 """CUDA kernels around linear's GEMM: the bias + ReLU + downcast epilogue, and ReLU's backward.
 
-On CuPy arrays, ``elementwise_cpu.bias_act_convert`` and ``ReluBackward`` hand
-over to these one-launch kernels (CuPy's ufuncs take three launches and two
-temporaries for the epilogue, two launches for the backward):
+One-launch kernels (CuPy's ufuncs take three launches and two temporaries for
+the epilogue, two launches for the backward). ``linear``'s 16-bit forward on a
+GPU no longer takes the epilogue (``gemm.gemm_bias`` writes its output once);
+``ReluBackward`` takes ``relu_backward`` for mixed dtypes (one dtype goes to
+``cuda_vector``):
 
 - :func:`bias_act_convert`: ``round(max(y + float32(bias), 0))`` (or without the
   ReLU) from the float32 GEMM output to float16/bfloat16, the bias read in its

@@ -96,17 +96,27 @@ def fusable_update(w: Any, g: Any) -> bool:
 
 # ------------------------------------------------------------ kernel sources
 class KernelSpec(NamedTuple):
-    """An ``ElementwiseKernel``: CuPy's parameter strings and the loop body."""
+    """An ``ElementwiseKernel``: CuPy's parameter strings, the loop body and the code before the kernel.
+
+    A body may name ``float16``/``bfloat16`` only if a parameter has that type:
+    CuPy includes their definitions (``cupy/float16.cuh``, ``cupy/bfloat16.cuh``)
+    only then. Otherwise the conversions come from the ``preamble``
+    (``F16_CONVERSIONS``/``BF16_CONVERSIONS``); tests/test_nvrtc_kernels.py
+    compiles every kernel with NVRTC and CuPy's headers.
+    """
 
     name: str
     in_params: str
     out_params: str
     body: str
+    preamble: str = ""
 
 
-# Float <-> 16-bit conversions for RawKernels, which see raw 16-bit storage.
+# Float <-> 16-bit conversions on 16-bit bit patterns, for RawKernels (which see raw 16-bit storage)
+# and for ElementwiseKernels without a 16-bit parameter (which have no float16/bfloat16 type).
 # float16 uses the PTX conversion (round to nearest even) so that no CUDA
-# header is needed; bfloat16 is float32's upper half, rounded to nearest even.
+# header is needed; bfloat16 is float32's upper half, rounded to nearest even
+# (a NaN stays a NaN with its sign and payload, as ml_dtypes/NumPy keep it).
 F16_CONVERSIONS = r"""
 __device__ __forceinline__ float tinyamp_f16_to_f32(unsigned short h) {
     float f;
@@ -138,6 +148,42 @@ __device__ __forceinline__ unsigned short tinyamp_f32_to_bf16(float f) {
 __device__ __forceinline__ float tinyamp_f32_to_f32(float f) { return f; }
 """
 
+# Four consecutive elements as one load or store (16 bytes of float32, 8 of float16/bfloat16), converted to or
+# from float32 as the scalar conversions above do; tinyamp_aligned4(p): p may be read or written that way.
+VECTOR4 = r"""
+__device__ __forceinline__ bool tinyamp_aligned4(const float* p) { return ((unsigned long long)p & 15ull) == 0; }
+__device__ __forceinline__ bool tinyamp_aligned4(const unsigned short* p) {
+    return ((unsigned long long)p & 7ull) == 0;
+}
+__device__ __forceinline__ void tinyamp_load4_f32(const float* p, float* v) {
+    const float4 a = *reinterpret_cast<const float4*>(p);
+    v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
+}
+__device__ __forceinline__ void tinyamp_store4_f32(float* p, const float* v) {
+    *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+}
+__device__ __forceinline__ void tinyamp_load4_f16(const unsigned short* p, float* v) {
+    const uint2 a = *reinterpret_cast<const uint2*>(p);
+    v[0] = tinyamp_f16_to_f32((unsigned short)(a.x & 0xffffu)); v[1] = tinyamp_f16_to_f32((unsigned short)(a.x >> 16));
+    v[2] = tinyamp_f16_to_f32((unsigned short)(a.y & 0xffffu)); v[3] = tinyamp_f16_to_f32((unsigned short)(a.y >> 16));
+}
+__device__ __forceinline__ void tinyamp_store4_f16(unsigned short* p, const float* v) {
+    *reinterpret_cast<uint2*>(p) = make_uint2(
+        (unsigned int)tinyamp_f32_to_f16(v[0]) | ((unsigned int)tinyamp_f32_to_f16(v[1]) << 16),
+        (unsigned int)tinyamp_f32_to_f16(v[2]) | ((unsigned int)tinyamp_f32_to_f16(v[3]) << 16));
+}
+__device__ __forceinline__ void tinyamp_load4_bf16(const unsigned short* p, float* v) {
+    const uint2 a = *reinterpret_cast<const uint2*>(p);
+    v[0] = tinyamp_bf16_to_f32((unsigned short)(a.x & 0xffffu)); v[1] = tinyamp_bf16_to_f32((unsigned short)(a.x >> 16));
+    v[2] = tinyamp_bf16_to_f32((unsigned short)(a.y & 0xffffu)); v[3] = tinyamp_bf16_to_f32((unsigned short)(a.y >> 16));
+}
+__device__ __forceinline__ void tinyamp_store4_bf16(unsigned short* p, const float* v) {
+    *reinterpret_cast<uint2*>(p) = make_uint2(
+        (unsigned int)tinyamp_f32_to_bf16(v[0]) | ((unsigned int)tinyamp_f32_to_bf16(v[1]) << 16),
+        (unsigned int)tinyamp_f32_to_bf16(v[2]) | ((unsigned int)tinyamp_f32_to_bf16(v[3]) << 16));
+}
+"""
+
 # dtype -> (C storage type in a RawKernel, suffix of its tinyamp_*_to_* conversion)
 STORAGE = {dt.float32: ("float", "f32"), dt.float16: ("unsigned short", "f16"),
            dt.bfloat16: ("unsigned short", "bf16")}
@@ -162,7 +208,7 @@ def elementwise(spec: KernelSpec, *args: Any, size: "int | None" = None,
     kernel = _kernels.get(spec.name)
     if kernel is None:
         kernel = _kernels[spec.name] = _cp().ElementwiseKernel(
-            spec.in_params, spec.out_params, spec.body, spec.name, options=NVRTC_OPTIONS)
+            spec.in_params, spec.out_params, spec.body, spec.name, preamble=spec.preamble, options=NVRTC_OPTIONS)
     count(spec.name, moved)
     if size is None:
         kernel(*args)

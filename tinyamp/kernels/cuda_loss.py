@@ -34,7 +34,7 @@ Compiling, launching and counting: ``cuda_launch.py``.
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -102,7 +102,7 @@ __device__ __forceinline__ unsigned short tinyamp_f64_to_bf16(double d) {
     return tinyamp_f32_to_bf16((float)d);  // ml_dtypes rounds double -> bfloat16 through float32
 }
 // The target's class, weight and validity, as the NumPy path derives them.
-struct tinyamp_ce_row { long long safe; float weight; bool valid; };
+struct tinyamp_ce_row { long long safe; float weight; bool valid; bool bad; };
 """
 
 ROW = r"""
@@ -112,6 +112,7 @@ __device__ __forceinline__ tinyamp_ce_row tinyamp_ce_target(const long long* tar
     tinyamp_ce_row r;
     r.valid = t != ignore_index;
     const bool bad = r.valid && (t < 0 || t >= classes);
+    r.bad = bad;
     r.safe = (r.valid && !bad) ? t : 0;
     r.weight = (has_weight ? tinyamp_{wc}_to_f32(weight[r.safe]) : 1.0f) * (r.valid ? 1.0f : 0.0f);
     if (bad) r.weight = TINYAMP_NAN;  // no host check: an out-of-range target makes the loss NaN
@@ -123,7 +124,7 @@ FORWARD = r"""
 extern "C" __global__ void {name}(const {x}* x, const long long* target, const {w}* weight,
         const long long n, const long long classes, const long long ignore_index, const int has_weight,
         const int reduction, const int smoothing, const float hot_c, const float smooth_c,
-        const int nblocks, float* work, int* tickets, {o}* out) {{
+        const int nblocks, float* work, int* tickets, long long* error, {o}* out) {{
     // work: lse (n) | row losses (n) | row weights (n) | block sums of both (2 x slots) | count | weight sum
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
@@ -147,6 +148,10 @@ extern "C" __global__ void {name}(const {x}* x, const long long* target, const {
     const float lse = logf(tinyamp_numpy_sum([&](long long j) {{
         return expf(tinyamp_{xc}_to_f32(row[j]) - m); }}, classes));
     const tinyamp_ce_row r = tinyamp_ce_target(target, weight, i, classes, ignore_index, has_weight);
+    if (r.bad) {{  // the device-side error flag, read by the host at its next read that waits anyway
+        error[0] = 1;
+        error[1] = target[i];
+    }}
     const float picked = (tinyamp_{xc}_to_f32(row[r.safe]) - m) - lse;
     float loss = (-r.weight) * picked;
     if (smoothing) {{
@@ -281,11 +286,14 @@ def _ticket_array(dev: Any, n: int) -> Any:
 
 
 def forward(x: Any, target: Any, weight: Any, *, ignore_index: int, reduction: str, hot_c: Any, smooth_c: Any,
-            smoothing: bool, out_dtype: Any) -> tuple[Any, Any]:
+            smoothing: bool, out_dtype: Any, out_of_range: "Callable[[int], Exception] | None" = None
+            ) -> tuple[Any, Any]:
     """(loss, work) for 2-D logits on the device; ``work`` holds what :func:`backward` reads.
 
     ``hot_c`` and ``smooth_c`` are the float32 factors ``1 - eps`` and ``eps / C``
-    of the NumPy path; ``weight`` is None or the (C,) class weights.
+    of the NumPy path; ``weight`` is None or the (C,) class weights. An
+    out-of-range target sets the device's error flag (and makes the loss NaN);
+    ``out_of_range(value)`` makes the exception the next host read raises.
     """
     cp = launch._cp()
     n, classes = x.shape
@@ -297,12 +305,14 @@ def forward(x: Any, target: Any, weight: Any, *, ignore_index: int, reduction: s
         work = cp.empty(work_size(n), dtype=np.float32)
         out = cp.empty((n,) if reduction == "none" else (), dtype=out_dtype)
         tickets = _ticket_array(dev, n)
+        error = _error_flag(dev)
+        backend.defer_device_check(("cross_entropy", dev.id), _error_check(error, out_of_range))
         w_arg = weight if weight is not None else _placeholder(dev)
         launch.count(name)
         kernel(((n + BLOCK - 1) // BLOCK,), (BLOCK,),
                (x, target, w_arg, np.int64(n), np.int64(classes), np.int64(ignore_index),
                 np.int32(weight is not None), np.int32(REDUCTIONS[reduction]), np.int32(smoothing),
-                np.float32(hot_c), np.float32(smooth_c), np.int32(pairwise_blocks(n)), work, tickets, out))
+                np.float32(hot_c), np.float32(smooth_c), np.int32(pairwise_blocks(n)), work, tickets, error, out))
     return out, work
 
 
@@ -321,6 +331,7 @@ def backward(x: Any, target: Any, weight: Any, gy: Any, work: Any, *, ignore_ind
     kernel = launch.raw_kernel(name, source)
     dev = launch._device(x)
     with dev:
+        gy = cp.ascontiguousarray(gy)  # the kernel indexes it densely ("none": a sum's gradient is a broadcast view)
         gx = cp.empty((n, classes), dtype=out_dtype)
         w_arg = weight if weight is not None else _placeholder(dev)
         total = n * classes
@@ -330,6 +341,31 @@ def backward(x: Any, target: Any, weight: Any, gy: Any, work: Any, *, ignore_ind
                 np.int64(ignore_index), np.int32(weight is not None), np.int32(REDUCTIONS[reduction]),
                 np.int32(smoothing), np.float32(hot_c), np.float64(smooth_d), np.int32(via_float32), gx))
     return gx
+
+
+_errors: dict[int, Any] = {}
+
+
+def _error_flag(dev: Any) -> Any:
+    """The device's persistent error flag: (1 if a target was out of range, that target), reset when read."""
+    flag = _errors.get(dev.id)
+    if flag is None:
+        flag = _errors[dev.id] = launch._cp().zeros(2, dtype=np.int64)
+    return flag
+
+
+def _error_check(flag: Any, out_of_range: "Callable[[int], Exception] | None") -> Callable[[], "Exception | None"]:
+    """What the next host read runs: copy the flag (16 bytes; that read waited for the device already, so
+    this copy waits for nothing: ``blocking=False``), and reset it if set."""
+    def check() -> "Exception | None":
+        found, value = (int(v) for v in flag.get(blocking=False))
+        if not found:
+            return None
+        flag.fill(0)
+        if out_of_range is not None:
+            return out_of_range(value)
+        return IndexError(f"cross_entropy: target value {value} is out of range")
+    return check
 
 
 _placeholders: dict[int, Any] = {}
@@ -348,3 +384,4 @@ def _forget_device_state() -> None:
     """The tickets and placeholders are arrays of one CUDA backend (CuPy or the stand-in): drop them on a switch."""
     _tickets.clear()
     _placeholders.clear()
+    _errors.clear()

@@ -5,7 +5,9 @@ On a GPU, ``optim/sgd.py`` and ``optim/adam.py`` call :func:`sgd_group` /
 statement: tests/cuda_kernels_reference.py). Each update is one ``RawKernel``
 launch per group (per dtype combination of weights, gradients and low copies),
 reaching the tensors through cached tables of pointers and 8192-element
-chunks. It reads float16/bfloat16/float32 gradients, does nothing when the
+chunks; each thread moves four elements a load and a store
+(``cuda_launch.VECTOR4``: 16 bytes of float32) where every array of the
+tensor is aligned for it, one at a time otherwise and after the last four. It reads float16/bfloat16/float32 gradients, does nothing when the
 scaler's ``found_inf`` is non-zero, updates the float32 weights (the masters
 under O2) and state, and writes each weight's rounded float16/bfloat16 copy
 when it has one (O2 parameters, autocast's cached copies). One launch with a
@@ -73,19 +75,39 @@ extern "C" __global__ void {name}(const unsigned long long* ptrs, const int nten
     const float weight_decay = (float)hyper[3];
     const bool use_wd = hyper[3] != 0.0;
     const bool started = momentum_on && step[0] > 0.0f;  // the step counter is advanced after this launch
-    for (long long j = chunk[1] + threadIdx.x; j < chunk[2]; j += blockDim.x) {{
-        const float w32 = tinyamp_{wc}_to_f32(w[j]);
-        float d = tinyamp_{gc}_to_f32(grad[j]);
+    // One element: w32 and b (the buffer) updated in place, from the gradient d.
+    auto update = [&](float& w32, float d, float& b) {{
         if (maximize) d = -d;
         if (use_wd) d = d + weight_decay * w32;
         if (momentum_on) {{
-            const float b = started ? momentum * tinyamp_{wc}_to_f32(buf[j]) + dampening_c * d : d;
+            b = started ? momentum * b + dampening_c * d : d;
             d = nesterov ? d + momentum * b : b;
-            buf[j] = tinyamp_f32_to_{wc}(b);
         }}
-        const float w_new = w32 - lr * d;
-        w[j] = tinyamp_f32_to_{wc}(w_new);
-        if (low) low[j] = tinyamp_f32_to_{lc}(w_new);  // the low-precision copy (O2 weights, autocast's copy)
+        w32 = w32 - lr * d;
+    }};
+    const long long start = chunk[1], end = chunk[2];
+    // Four elements a load and a store where every array allows it (chunks start on multiples of four).
+    const bool vec = tinyamp_aligned4(w + start) && tinyamp_aligned4(grad + start)
+        && (!momentum_on || tinyamp_aligned4(buf + start)) && (!low || tinyamp_aligned4(low + start));
+    const long long nv = vec ? (end - start) / 4 : 0;
+    for (long long q = threadIdx.x; q < nv; q += blockDim.x) {{
+        const long long j = start + 4 * q;
+        float wv[4], gv[4], bv[4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
+        tinyamp_load4_{wc}(w + j, wv);
+        tinyamp_load4_{gc}(grad + j, gv);
+        if (momentum_on) tinyamp_load4_{wc}(buf + j, bv);
+        for (int k = 0; k < 4; ++k) update(wv[k], gv[k], bv[k]);
+        if (momentum_on) tinyamp_store4_{wc}(buf + j, bv);
+        tinyamp_store4_{wc}(w + j, wv);
+        if (low) tinyamp_store4_{lc}(low + j, wv);  // the low-precision copy (O2 weights, autocast's copy)
+    }}
+    for (long long j = start + 4 * nv + threadIdx.x; j < end; j += blockDim.x) {{
+        float w32 = tinyamp_{wc}_to_f32(w[j]);
+        float b = momentum_on ? tinyamp_{wc}_to_f32(buf[j]) : 0.0f;
+        update(w32, tinyamp_{gc}_to_f32(grad[j]), b);
+        if (momentum_on) buf[j] = tinyamp_f32_to_{wc}(b);
+        w[j] = tinyamp_f32_to_{wc}(w32);
+        if (low) low[j] = tinyamp_f32_to_{lc}(w32);
     }}
 }}
 """
@@ -108,28 +130,54 @@ extern "C" __global__ void {name}(const unsigned long long* ptrs, const int nten
     const float eps = (float)hyper[3], weight_decay = (float)hyper[4], decay = (float)(1.0 - hyper[0] * hyper[4]);
     const bool use_wd = hyper[4] != 0.0;
     const float step_size = coef[2 * t], bias2_sqrt = coef[2 * t + 1];
-    for (long long j = chunk[1] + threadIdx.x; j < chunk[2]; j += blockDim.x) {{
-        float w32 = tinyamp_{wc}_to_f32(w[j]);
-        float g32 = tinyamp_{gc}_to_f32(grad[j]);
+    // One element: the weight, m, v and v_max updated in place from the gradient g32.
+    auto update = [&](float& w32, float g32, float& m32, float& v32, float& vm) {{
         if (use_wd) {{
             if (decoupled) w32 = w32 * decay;
             else g32 = g32 + weight_decay * w32;
         }}
-        const float m32 = tinyamp_{wc}_to_f32(m[j]);
         const float m_new = m32 + beta1_c * (g32 - m32);
-        const float v_new = beta2 * tinyamp_{wc}_to_f32(v[j]) + beta2_c * (g32 * g32);
+        const float v_new = beta2 * v32 + beta2_c * (g32 * g32);
         float second = v_new;
         if (amsgrad) {{
-            const float vm = tinyamp_{wc}_to_f32(v_max[j]);
             second = (vm >= v_new || isnan(vm)) ? vm : v_new;  // NumPy's maximum: nan wins
-            v_max[j] = tinyamp_f32_to_{wc}(second);
+            vm = second;
         }}
         const float denom = sqrtf(second) / bias2_sqrt + eps;
-        const float w_new = w32 - step_size * (m_new / denom);
-        w[j] = tinyamp_f32_to_{wc}(w_new);
-        m[j] = tinyamp_f32_to_{wc}(m_new);
-        v[j] = tinyamp_f32_to_{wc}(v_new);
-        if (low) low[j] = tinyamp_f32_to_{lc}(w_new);
+        w32 = w32 - step_size * (m_new / denom);
+        m32 = m_new;
+        v32 = v_new;
+    }};
+    const long long start = chunk[1], end = chunk[2];
+    // Four elements a load and a store where every array allows it (chunks start on multiples of four).
+    const bool vec = tinyamp_aligned4(w + start) && tinyamp_aligned4(grad + start) && tinyamp_aligned4(m + start)
+        && tinyamp_aligned4(v + start) && (!amsgrad || tinyamp_aligned4(v_max + start))
+        && (!low || tinyamp_aligned4(low + start));
+    const long long nv = vec ? (end - start) / 4 : 0;
+    for (long long q = threadIdx.x; q < nv; q += blockDim.x) {{
+        const long long j = start + 4 * q;
+        float wv[4], gv[4], mv[4], vv[4], xv[4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
+        tinyamp_load4_{wc}(w + j, wv);
+        tinyamp_load4_{gc}(grad + j, gv);
+        tinyamp_load4_{wc}(m + j, mv);
+        tinyamp_load4_{wc}(v + j, vv);
+        if (amsgrad) tinyamp_load4_{wc}(v_max + j, xv);
+        for (int k = 0; k < 4; ++k) update(wv[k], gv[k], mv[k], vv[k], xv[k]);
+        if (amsgrad) tinyamp_store4_{wc}(v_max + j, xv);
+        tinyamp_store4_{wc}(w + j, wv);
+        tinyamp_store4_{wc}(m + j, mv);
+        tinyamp_store4_{wc}(v + j, vv);
+        if (low) tinyamp_store4_{lc}(low + j, wv);
+    }}
+    for (long long j = start + 4 * nv + threadIdx.x; j < end; j += blockDim.x) {{
+        float w32 = tinyamp_{wc}_to_f32(w[j]), m32 = tinyamp_{wc}_to_f32(m[j]), v32 = tinyamp_{wc}_to_f32(v[j]);
+        float vm = amsgrad ? tinyamp_{wc}_to_f32(v_max[j]) : 0.0f;
+        update(w32, tinyamp_{gc}_to_f32(grad[j]), m32, v32, vm);
+        if (amsgrad) v_max[j] = tinyamp_f32_to_{wc}(vm);
+        w[j] = tinyamp_f32_to_{wc}(w32);
+        m[j] = tinyamp_f32_to_{wc}(m32);
+        v[j] = tinyamp_f32_to_{wc}(v32);
+        if (low) low[j] = tinyamp_f32_to_{lc}(w32);
     }}
 }}
 """
@@ -175,7 +223,7 @@ _FLOAT16 = np.dtype(np.float16)
 def _group_source(template: str, prefix: str, w_dtype: Any, g_dtype: Any, low_dtype: Any) -> tuple[str, str]:
     (w, wc), (g, gc), (lo, lc) = (launch.STORAGE[np.dtype(d)] for d in (w_dtype, g_dtype, low_dtype))
     name = f"{prefix}_{wc}_{gc}_{lc}"
-    return name, (launch.F16_CONVERSIONS + launch.BF16_CONVERSIONS
+    return name, (launch.F16_CONVERSIONS + launch.BF16_CONVERSIONS + launch.VECTOR4
                   + template.format(name=name, w=w, wc=wc, g=g, gc=gc, l=lo, lc=lc))
 
 

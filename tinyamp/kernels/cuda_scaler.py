@@ -7,7 +7,8 @@ over to these (NumPy twins, statement by statement: tests/cuda_kernels_reference
   fed a table of pointers and 8192-element chunks): ``out = grad * inv_scale``
   with ``inv_scale = float32(1 / float64(scale))`` computed by each block from
   the scale itself (no launch for the reciprocal), and ``found_inf = 1`` if any
-  result is inf/nan. Every thread that sees one writes 1.0, so the race
+  result is inf/nan. Each thread moves four elements a load and a store
+  (``cuda_launch.VECTOR4``) where both arrays are aligned for it. Every thread that sees one writes 1.0, so the race
   between them is benign.
 - :func:`update_scale`: the dynamic scale rule of ``loss_scale.update_scale``
   as one thread on the device arrays.
@@ -23,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from . import cuda_launch as launch
-from .cuda_launch import BF16_CONVERSIONS, F16_CONVERSIONS, FUSED_DTYPES, STORAGE, KernelSpec
+from .cuda_launch import BF16_CONVERSIONS, F16_CONVERSIONS, FUSED_DTYPES, STORAGE, VECTOR4, KernelSpec
 
 UNSCALE_CHUNK = 8192  # elements per block of the unscale kernel
 UNSCALE_BLOCK = 256  # threads per block
@@ -37,7 +38,19 @@ extern "C" __global__ void {name}(const unsigned long long* ptrs, const int nten
     {o}* out = reinterpret_cast<{o}*>(ptrs[ntensors + t]);
     const float s = (float)(1.0 / (double)scale[0]);  // = reciprocal(float64(scale)).astype(float32)
     bool bad = false;
-    for (long long j = chunk[1] + threadIdx.x; j < chunk[2]; j += blockDim.x) {{
+    const long long start = chunk[1], end = chunk[2];
+    // Four elements a load and a store where both arrays allow it (chunks start on multiples of four).
+    const long long nv = tinyamp_aligned4(grad + start) && tinyamp_aligned4(out + start) ? (end - start) / 4 : 0;
+    for (long long q = threadIdx.x; q < nv; q += blockDim.x) {{
+        float v[4];
+        tinyamp_load4_{gc}(grad + start + 4 * q, v);
+        for (int k = 0; k < 4; ++k) {{
+            v[k] = v[k] * s;
+            bad = bad || !isfinite(v[k]);
+        }}
+        tinyamp_store4_{oc}(out + start + 4 * q, v);
+    }}
+    for (long long j = start + 4 * nv + threadIdx.x; j < end; j += blockDim.x) {{
         const float v = tinyamp_{gc}_to_f32(grad[j]) * s;
         bad = bad || !isfinite(v);
         out[j] = tinyamp_f32_to_{oc}(v);
@@ -51,7 +64,8 @@ def unscale_source(grad_dtype: Any, out_dtype: Any) -> tuple[str, str]:
     """(kernel name, full CUDA source) of the unscale kernel for one dtype pair."""
     (g, gc), (o, oc) = STORAGE[np.dtype(grad_dtype)], STORAGE[np.dtype(out_dtype)]
     name = f"tinyamp_unscale_{gc}_{oc}"
-    return name, F16_CONVERSIONS + BF16_CONVERSIONS + UNSCALE_BODY.format(name=name, g=g, o=o, gc=gc, oc=oc)
+    return name, (F16_CONVERSIONS + BF16_CONVERSIONS + VECTOR4
+                  + UNSCALE_BODY.format(name=name, g=g, o=o, gc=gc, oc=oc))
 
 
 UPDATE_SCALE = KernelSpec(

@@ -1,6 +1,6 @@
 """CPU elementwise kernels for float16/bfloat16 around a GEMM, bit-exact.
 
-NumPy's float16 ufuncs run a scalar loop (6-20 ns/element); these work on the
+NumPy's float16 ufuncs run a scalar loop; these work on the
 16-bit patterns or fuse the GEMM's float32 epilogue with the downcast. The path
 (numba, NumPy bit recipes, plain NumPy) is :func:`tinyamp.kernels.convert.resolve`'s
 choice; each function also takes ``backend=`` (``"numba"``, ``"numpy"``,
@@ -39,10 +39,6 @@ from .cpu_numpy import I16, INF16, U16, flat
 # ReLU forward / backward on 16-bit float bit patterns
 # ---------------------------------------------------------------------------
 
-# The *_nd kernels' ``inf`` argument: a Python int (the same comparison as an int16, cheaper to pass).
-_INF_INT = {dtype: int(bits) for dtype, bits in INF16.items()}
-
-
 def relu_lowp(x, out=None, backend=None):
     """ReLU of a float16/bfloat16 array: ``np.maximum(x, 0)`` on bit patterns.
 
@@ -51,13 +47,6 @@ def relu_lowp(x, out=None, backend=None):
     NaNs propagate unchanged (sign and payload), as with ``np.maximum``.
     Other dtypes and non-NumPy arrays use ``np.maximum(x, 0)``.
     """
-    if out is None and backend is None and type(x) is np.ndarray and x.flags.c_contiguous and numba_default() \
-            and x.dtype in INF16:
-        # The common call (an activation under autocast on the CPU): one numba pass, no checks left; the
-        # kernel flattens the (C-contiguous) views itself, where it costs nothing.
-        res = np.empty(x.shape, x.dtype)
-        KERNELS["relu16_nd"](x.view(I16), res.view(I16), _INF_INT[x.dtype])
-        return res
     if type(x) is not np.ndarray or x.dtype not in INF16 or x.size == 0:
         return np.maximum(x, 0, out=out) if out is not None else np.maximum(x, 0)
     path = resolve(backend)
@@ -87,14 +76,6 @@ def relu_backward_lowp(grad, x, out=None, backend=None):
     Anything else (mixed dtypes, broadcasting, non-NumPy arrays) uses
     ``np.where(x > 0, grad, 0)``.
     """
-    if (out is None and backend is None and type(x) is np.ndarray and type(grad) is np.ndarray
-            and x.flags.c_contiguous and grad.flags.c_contiguous and numba_default() and x.dtype in INF16
-            and grad.dtype == x.dtype and grad.shape == x.shape):
-        # The common call (ReLU's backward under autocast on the CPU): one numba pass, no checks left;
-        # the kernel flattens the views itself, as relu_lowp's.
-        res = np.empty(x.shape, x.dtype)
-        KERNELS["relu_bwd16_nd"](grad.view(I16), x.view(I16), res.view(I16), _INF_INT[x.dtype])
-        return res
     if (
         type(x) is not np.ndarray
         or type(grad) is not np.ndarray
@@ -165,21 +146,6 @@ def _same_buffer(a, b):
 _EPILOGUE = {dt.float16: "bias_act_f16", dt.bfloat16: "bias_act_bf16"}  # numba kernel by output dtype
 
 
-def bias_convert_checked(y, bias, target, relu=False):
-    """``bias_act_convert(y, bias, target, relu)`` for operands the caller has already checked.
-
-    The conditions of :func:`bias_act_convert`'s numba fast path, which this is: numba loaded
-    (:func:`numba_default`), ``y`` a C-contiguous 2-D float32 NumPy array, ``bias`` a
-    C-contiguous float32 NumPy array of shape ``(y.shape[1],)``, ``target`` float16 or
-    bfloat16 (a ``numpy.dtype``). ``linear``'s CPU forward under autocast calls it directly
-    on its fresh GEMM accumulator and the cached bias widening, whose layout it knows, and
-    so skips the guard (a dozen tests, about a microsecond per call at batch 4).
-    """
-    res = np.empty(y.shape, target)
-    KERNELS[_EPILOGUE[target]](y, bias, res.view(U16), relu, True)
-    return res
-
-
 def bias_act_convert(y, bias=None, dtype=dt.float16, relu=False, out=None, backend=None, overwrite_y=False):
     """``convert(np.maximum(y + bias, 0) if relu else y + bias, dtype)``, fused.
 
@@ -199,7 +165,9 @@ def bias_act_convert(y, bias=None, dtype=dt.float16, relu=False, out=None, backe
             and type(bias) is np.ndarray and bias.dtype == dt.float32 and bias.shape == (y.shape[1],)
             and bias.flags.c_contiguous):
         # The common call (linear's bias under autocast on the CPU): one numba pass into a fresh array.
-        return bias_convert_checked(y, bias, target, bool(relu))
+        res = np.empty(y.shape, target)
+        KERNELS[_EPILOGUE[target]](y, bias, res.view(U16), bool(relu), True)
+        return res
     if (
         type(y) is not np.ndarray
         or y.dtype != dt.float32

@@ -11,9 +11,12 @@ and the sum is rounded **once** to the output dtype.
   * CPU: upcast each operand to float32 once, float32 BLAS (``np.matmul``), one
     rounding. NumPy's own float16 matmul has no BLAS path and runs hundreds of
     times slower, so it is never used.
-  * GPU: an explicit cuBLAS ``gemmEx`` / ``gemmStridedBatchedEx`` call with
-    16-bit A/B and ``CUBLAS_COMPUTE_32F``, so the compute type is in plain
-    sight; :data:`last_gpu_call` records what the last call passed, for tests.
+  * GPU: an explicit cuBLAS ``gemmEx`` / ``gemmStridedBatchedEx`` call for
+    every dtype, the compute type chosen in one place (:func:`compute_type`:
+    ``CUBLAS_COMPUTE_32F`` for 16-bit and float32 operands) and in plain
+    sight; cuBLAS is called directly (``cublas_direct.py``), so a GEMM can be
+    captured in a CUDA graph. :data:`last_gpu_call` records what the last
+    call passed, for tests.
 
 - :func:`gemm_bias` - ``op(a) @ op(b) + bias`` for 16-bit operands, the bias
   added to the float32 accumulator and the sum rounded once. On a GPU the bias
@@ -46,9 +49,8 @@ import numpy as np
 from .. import backend
 from .. import dtypes as dt
 from .. import precision
-from . import cuda_vector
+from . import cublas_direct, cuda_vector
 from .convert import convert
-from .round_through import round_through
 
 Array = Any  # numpy.ndarray or cupy.ndarray
 DTypeLike = Any  # anything numpy.dtype() accepts
@@ -57,7 +59,7 @@ SUPPORTED = dt.FLOATING  # float16, bfloat16, float32, float64
 
 # cudaDataType_t values from CUDA's library_types.h (a stable ABI). Written out
 # because CuPy's runtime module does not export CUDA_R_16BF in every release.
-_CUDA_DATA_TYPE = {dt.float16: 2, dt.bfloat16: 14, dt.float32: 0}
+_CUDA_DATA_TYPE = {dt.float16: 2, dt.bfloat16: 14, dt.float32: 0, dt.float64: 1}
 
 # cuBLAS takes 32-bit sizes; folding a batch into M must stay below this.
 _INT32_MAX = 2**31 - 1
@@ -65,8 +67,8 @@ _INT32_MAX = 2**31 - 1
 last_gpu_call: dict[str, Any] = {}
 """What the most recent GPU gemm passed to the library (updated in place).
 
-Keys: ``function`` ("gemmEx", "gemmStridedBatchedEx" or "cupy.matmul"),
-``compute_type`` (the cublasComputeType_t int, None for cupy.matmul),
+Keys: ``function`` ("gemmEx" or "gemmStridedBatchedEx"),
+``compute_type`` (the cublasComputeType_t int),
 ``compute_type_name``, ``algo``, ``a_type``/``b_type``/``c_type`` (dtype
 names), ``m``/``n``/``k`` (cuBLAS's column-major sizes) and ``batch_count``.
 """
@@ -130,8 +132,6 @@ def _check(name: str, a: Array, b: Array, out_dtype: DTypeLike,
 # float32 operands: float32 or TF32
 # --------------------------------------------------------------------------
 
-_CUBLAS_COMPUTE_32F_FAST_TF32 = 77  # cublasComputeType_t (cublas_api.h)
-
 
 def round_to_tf32(x: Array) -> Array:
     """float32 ``x`` with its mantissa rounded to TF32's 10 bits (round to nearest, ties to even); NaN kept."""
@@ -160,8 +160,7 @@ def float32_compute() -> str:
 # --------------------------------------------------------------------------
 
 def gemm(a: Array, b: Array, out_dtype: DTypeLike = None, *,
-         trans_a: bool = False, trans_b: bool = False,
-         a_widened: "Array | None" = None, b_widened: "Array | None" = None) -> Array:
+         trans_a: bool = False, trans_b: bool = False) -> Array:
     """``op(a) @ op(b)`` with at least float32 accumulation and one rounding.
 
     Args:
@@ -177,12 +176,6 @@ def gemm(a: Array, b: Array, out_dtype: DTypeLike = None, *,
         trans_a, trans_b: use the transpose of the last two axes, without a
             copy (a backward pass computes ``g @ w.T`` as
             ``gemm(g, w, trans_b=True)``).
-        a_widened, b_widened: the 16-bit operand already widened to float32
-            (same shape), when the caller holds it: a weight's widening kept
-            by the weight-cast cache, a gradient used by two products. The CPU
-            path multiplies it instead of converting the operand again (the
-            same values, so the same bits); a GPU ignores it (gemmEx reads the
-            16-bit operand).
 
     Returns:
         Array of shape ``batch + (M, N)`` and dtype ``out_dtype``, on the
@@ -196,7 +189,7 @@ def gemm(a: Array, b: Array, out_dtype: DTypeLike = None, *,
     batch, m, k, n, out = _check("gemm", a, b, out_dtype, trans_a, trans_b)
     if backend.is_cupy_array(a):
         return _gemm_gpu(a, b, out, trans_a, trans_b, batch, m, k, n)
-    return _gemm_cpu(a, b, out, trans_a, trans_b, a_widened, b_widened)
+    return _gemm_cpu(a, b, out, trans_a, trans_b)
 
 
 def gemm_bias(a: Array, b: Array, bias: Array, *, trans_b: bool = False) -> Array:
@@ -228,40 +221,20 @@ def gemm_bias(a: Array, b: Array, bias: Array, *, trans_b: bool = False) -> Arra
         cuda_vector.bias_rows(cp.ascontiguousarray(bias), c)  # every row the bias: the C the GEMM adds to
         if _k == 0:
             return c
-        cublas = backend.cuda_lib("cupy_backends.cuda.libs.cublas")
-        return _cublas_gemm(cp, cublas, cp.cuda.device.get_cublas_handle(), a, b, out, False, trans_b,
-                            compute_type=cublas.CUBLAS_COMPUTE_32F, algo=cublas.CUBLAS_GEMM_DEFAULT_TENSOR_OP,
+        return _cublas_gemm(cp, cublas_direct, cublas_direct.handle(a), a, b, out, False, trans_b,
+                            compute_type=compute_type(a.dtype), algo=cublas_direct.CUBLAS_GEMM_DEFAULT_TENSOR_OP,
                             accumulate_into=c)
 
 
-def gemm_widened(a: Array, b: Array, *, trans_a: bool = False, trans_b: bool = False,
-                 a_widened: "Array | None" = None, b_widened: "Array | None" = None) -> Array:
-    """``float32(gemm(a, b))`` for 16-bit operands: the 16-bit product, widened to float32.
-
-    The gradient of a float32 weight that a LOWER op used as its 16-bit copy.
-    On the CPU the float32 accumulator is rounded through the 16-bit dtype in
-    place (one pass, no 16-bit temporary); on a GPU cuBLAS writes the 16-bit
-    result itself (so its rounding is the one a 16-bit GEMM gives, bit for bit)
-    and one conversion widens it.
-    """
-    if backend.is_cupy_array(a):
-        return convert(gemm(a, b, trans_a=trans_a, trans_b=trans_b), dt.float32)
-    return round_through(gemm(a, b, dt.float32, trans_a=trans_a, trans_b=trans_b, a_widened=a_widened,
-                              b_widened=b_widened), a.dtype)
-
-
-def _gemm_cpu(a: np.ndarray, b: np.ndarray, out: np.dtype, trans_a: bool, trans_b: bool,
-              a_widened: "np.ndarray | None" = None, b_widened: "np.ndarray | None" = None) -> np.ndarray:
+def _gemm_cpu(a: np.ndarray, b: np.ndarray, out: np.dtype, trans_a: bool, trans_b: bool) -> np.ndarray:
     # Emulate the GPU numerics: exact upcast, float32 BLAS, one rounding.
-    # The float16 -> float32 cast is a scalar loop in NumPy (~2.5 ns/element),
+    # The float16 -> float32 cast is a scalar loop in NumPy,
     # so each operand is converted exactly once (and only once when a is b,
-    # as in x @ x.T), or not at all when the caller holds its widening, and
-    # transposes stay views that BLAS reads directly.
+    # as in x @ x.T), and transposes stay views that BLAS reads directly.
     # convert() is astype, bit for bit, through the fast CPU kernels (convert.py).
     acc = dt.opmath_dtype(a.dtype)  # float32 for 16-bit inputs; others keep their own
-    a_acc = a if a.dtype == acc else convert(a, acc) if a_widened is None else _given("a", a, acc, a_widened)
-    b_acc = a_acc if b is a else (b if b.dtype == acc else convert(b, acc) if b_widened is None
-                                  else _given("b", b, acc, b_widened))
+    a_acc = a if a.dtype == acc else convert(a, acc)
+    b_acc = a_acc if b is a else (b if b.dtype == acc else convert(b, acc))
     if a.dtype == dt.float32 and float32_compute() == "tf32":  # what TF32 tensor cores multiply
         a_acc, b_acc = round_to_tf32(a_acc), (round_to_tf32(b_acc) if b is not a else None)
         b_acc = a_acc if b_acc is None else b_acc
@@ -273,45 +246,40 @@ def _gemm_cpu(a: np.ndarray, b: np.ndarray, out: np.dtype, trans_a: bool, trans_
     return result if result.dtype == out else convert(result, out)
 
 
-def _given(name: str, x: np.ndarray, acc: np.dtype, given: np.ndarray) -> np.ndarray:
-    """The caller's widening of operand ``x``, checked."""
-    if given.shape != x.shape or given.dtype != acc:
-        raise ValueError(f"gemm: {name}_widened must be {name} ({x.dtype.name} {list(x.shape)}) as "
-                         f"{acc.name}, got {given.dtype.name} {list(given.shape)}")
-    return given
+def compute_type(dtype: np.dtype) -> int:
+    """The cublasComputeType_t of a GEMM on ``dtype`` operands: the one place it is chosen.
+
+    16-bit operands accumulate in float32 (``CUBLAS_COMPUTE_32F``); float32
+    operands too, with TF32 products when :func:`float32_compute` allows them
+    (``CUBLAS_COMPUTE_32F_FAST_TF32``); float64 in float64.
+    """
+    if dtype == dt.float64:
+        return cublas_direct.CUBLAS_COMPUTE_64F
+    if dtype == dt.float32 and float32_compute() == "tf32":
+        return cublas_direct.CUBLAS_COMPUTE_32F_FAST_TF32
+    return cublas_direct.CUBLAS_COMPUTE_32F
 
 
 def _gemm_gpu(a: Array, b: Array, out: np.dtype, trans_a: bool, trans_b: bool,
               batch: tuple[int, ...], m: int, k: int, n: int) -> Array:
     cp = backend.cupy()
     with a.device:  # allocate and pick the cuBLAS handle on the operands' GPU
-        tf32 = a.dtype == dt.float32 and float32_compute() == "tf32"
-        if a.dtype not in dt.LOW_PRECISION and not tf32:
-            # float32/float64 already accumulate in their own precision.
-            result = cp.matmul(a.swapaxes(-1, -2) if trans_a else a,
-                               b.swapaxes(-1, -2) if trans_b else b)
-            last_gpu_call.clear()
-            last_gpu_call.update(function="cupy.matmul", compute_type=None,
-                                 compute_type_name=None, algo=None,
-                                 a_type=a.dtype.name, b_type=b.dtype.name,
-                                 c_type=result.dtype.name, m=n, n=m, k=k,
-                                 batch_count=math.prod(batch))
-            return result if result.dtype == out else result.astype(out)
-        # cuBLAS writes C in the input dtype or float32; anything else is a
-        # float32 result plus one cast (still a single rounding).
-        c_dtype = out if out in (a.dtype, dt.float32) else dt.float32
+        # cuBLAS writes C in the 16-bit input dtype or float32 (float32/float64 inputs: their own dtype);
+        # anything else is that result plus one cast (still a single rounding).
+        if a.dtype in dt.LOW_PRECISION:
+            c_dtype = out if out in (a.dtype, dt.float32) else dt.float32
+        else:
+            c_dtype = a.dtype
         if m == 0 or n == 0 or math.prod(batch) == 0:
             return cp.empty(batch + (m, n), dtype=out)
         if k == 0:  # an empty sum; cuBLAS is not asked to define it
             return cp.zeros(batch + (m, n), dtype=out)
-        cublas = backend.cuda_lib("cupy_backends.cuda.libs.cublas")
-        # The compute type of a GEMM: float32 accumulation; TF32 products for float32 operands when allowed.
-        compute_type = (getattr(cublas, "CUBLAS_COMPUTE_32F_FAST_TF32", _CUBLAS_COMPUTE_32F_FAST_TF32) if tf32
-                        else cublas.CUBLAS_COMPUTE_32F)
-        result = _cublas_gemm(cp, cublas, cp.cuda.device.get_cublas_handle(),
-                              a, b, c_dtype, trans_a, trans_b,
-                              compute_type=compute_type,
-                              algo=cublas.CUBLAS_GEMM_DEFAULT_TENSOR_OP)
+        # cuBLAS called directly (cublas_direct.py): CuPy's wrappers refuse every call while a stream captures.
+        low = a.dtype in dt.LOW_PRECISION
+        result = _cublas_gemm(cp, cublas_direct, cublas_direct.handle(a), a, b, c_dtype, trans_a, trans_b,
+                              compute_type=compute_type(a.dtype),
+                              algo=cublas_direct.CUBLAS_GEMM_DEFAULT_TENSOR_OP if low
+                              else cublas_direct.CUBLAS_GEMM_DEFAULT)
         return result if result.dtype == out else result.astype(out)
 
 
@@ -347,18 +315,23 @@ def _row_major(xp: Any, x: Array, trans: bool, batch: tuple[int, ...]
     return x, trans, stride
 
 
-# With CUBLAS_COMPUTE_32F the scale type is float: alpha/beta are float32 host
-# scalars (CuPy leaves the handle in host pointer mode), read before the call
-# returns, so these constant arrays serve every call.
+# alpha/beta are host scalars of the compute type's scale type (float32, or float64 for CUBLAS_COMPUTE_64F;
+# the handle stays in host pointer mode), read before the call returns, so constant arrays serve every call.
 _ALPHA = np.ones((), dtype=np.float32)
 _BETA = np.zeros((), dtype=np.float32)
 _BETA_ONE = np.ones((), dtype=np.float32)  # C += AB: the product added to what C holds
+_ALPHA64 = np.ones((), dtype=np.float64)
+_BETA64 = np.zeros((), dtype=np.float64)
+_BETA64_ONE = np.ones((), dtype=np.float64)
+_COMPUTE_TYPE_NAMES = {"CUBLAS_COMPUTE_32F": 68, "CUBLAS_COMPUTE_16F": 64, "CUBLAS_COMPUTE_64F": 70,
+                       "CUBLAS_COMPUTE_32F_FAST_TF32": 77}
+
+
 def _compute_type_name(cublas: Any, compute_type: int) -> "str | None":
-    if compute_type == getattr(cublas, "CUBLAS_COMPUTE_32F", None):
-        return "CUBLAS_COMPUTE_32F"
-    if compute_type == getattr(cublas, "CUBLAS_COMPUTE_32F_FAST_TF32", _CUBLAS_COMPUTE_32F_FAST_TF32):
-        return "CUBLAS_COMPUTE_32F_FAST_TF32"
-    return "CUBLAS_COMPUTE_16F" if compute_type == getattr(cublas, "CUBLAS_COMPUTE_16F", None) else None
+    for name, value in _COMPUTE_TYPE_NAMES.items():
+        if compute_type == getattr(cublas, name, value):
+            return name
+    return None
 
 
 def _cublas_gemm(xp: Any, cublas: Any, handle: int, a: Array, b: Array,
@@ -396,7 +369,10 @@ def _cublas_gemm(xp: Any, cublas: Any, handle: int, a: Array, b: Array,
         a, stride_a, rows_c, n_batch = a.reshape(n_batch * m, k), 0, n_batch * m, 1
 
     op_n, op_t = cublas.CUBLAS_OP_N, cublas.CUBLAS_OP_T
-    alpha = _ALPHA
+    if compute_type == getattr(cublas, "CUBLAS_COMPUTE_64F", 70):  # float64 scale type
+        alpha, beta = _ALPHA64, (_BETA64 if beta is _BETA else _BETA64_ONE)
+    else:
+        alpha = _ALPHA
     in_type, c_type = _CUDA_DATA_TYPE[a.dtype], _CUDA_DATA_TYPE[np.dtype(c_dtype)]
     args_b = (b.data.ptr, in_type, b.shape[-1])
     args_a = (a.data.ptr, in_type, a.shape[-1])

@@ -84,10 +84,9 @@ def unscale_group(xp: Any, grads: list, outs: list, scale: Any, found_inf: Any) 
 def unscale_in_place_on_host(grads: list, scale: Any, found_inf: Any) -> None:
     """``unscale_group(np, grads, grads, scale, found_inf)``: NumPy gradients unscaled in place.
 
-    The CPU's usual step (O1's gradients, no master copies; GradScaler gathers
-    them apart for this, without unscale_group's sorting of the pairs): each
-    C-contiguous float32 gradient in one numba pass (the kernel flattens it), the
-    others through the NumPy ufuncs.
+    The CPU's usual step (O1's gradients, no master copies): each C-contiguous
+    float32 gradient in one numba pass (the kernel flattens it), the others
+    through the NumPy ufuncs.
     """
     rest = grads
     if numba_default() or resolve(None) == "numba":

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from . import functional, init, modules, parallel, utils
 from .activation import ELU, GELU, LeakyReLU, LogSoftmax, ReLU, SiLU, Sigmoid, Softmax, Tanh
+from .attention import MultiheadAttention
 from .container import ModuleDict, ModuleList, Sequential
 from .conv import Conv2d, ConvTranspose2d
 from .dropout import Dropout, Dropout1d, Dropout2d
@@ -22,16 +23,15 @@ from .parameter import Parameter
 from .pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
 from .transformer import (Transformer, TransformerDecoder, TransformerDecoderLayer, TransformerEncoder,
                           TransformerEncoderLayer)
-from .attention import MultiheadAttention
 from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase
 
 __all__ = [
-    "Module", "Parameter", "Linear", "Identity", "Conv2d", "BatchNorm1d", "BatchNorm2d", "LayerNorm", "GroupNorm",
-    "Embedding", "Dropout", "Dropout1d", "Dropout2d", "ReLU", "LeakyReLU", "GELU", "SiLU", "ELU", "Tanh", "Sigmoid", "Softmax",
-    "LogSoftmax",
-    "Flatten", "MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d", "Sequential", "ModuleList", "ModuleDict", "CrossEntropyLoss",
-    "NLLLoss", "MSELoss", "L1Loss", "HuberLoss", "SmoothL1Loss", "BCELoss", "BCEWithLogitsLoss", "functional", "init",
-    "modules", "parallel", "utils", "RNNBase", "RNN", "LSTM", "GRU", "RNNCellBase", "RNNCell", "LSTMCell",
-    "GRUCell", "MultiheadAttention", "TransformerEncoderLayer", "TransformerEncoder", "TransformerDecoderLayer",
-    "TransformerDecoder", "Transformer", "ConvTranspose2d",
+    "Module", "Parameter", "Linear", "Identity", "Conv2d", "ConvTranspose2d", "BatchNorm1d", "BatchNorm2d",
+    "LayerNorm", "GroupNorm", "Embedding", "Dropout", "Dropout1d", "Dropout2d", "ReLU", "LeakyReLU", "GELU", "SiLU",
+    "ELU", "Tanh", "Sigmoid", "Softmax", "LogSoftmax", "Flatten", "MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d",
+    "Sequential", "ModuleList", "ModuleDict", "CrossEntropyLoss", "NLLLoss", "MSELoss", "L1Loss", "HuberLoss",
+    "SmoothL1Loss", "BCELoss", "BCEWithLogitsLoss", "RNNBase", "RNN", "LSTM", "GRU", "RNNCellBase", "RNNCell",
+    "LSTMCell", "GRUCell", "MultiheadAttention", "TransformerEncoderLayer", "TransformerEncoder",
+    "TransformerDecoderLayer", "TransformerDecoder", "Transformer", "functional", "init", "modules", "parallel",
+    "utils",
 ]

@@ -29,11 +29,11 @@ class Dropout1d(Dropout):
     """Zeroes whole channels of (N, C, L) or (C, L) inputs."""
 
     def forward(self, x: Tensor) -> Tensor:
-        return tinyamp.ops.dropout1d(x, self.p, self.training)
+        return tinyamp.ops.dropout1d(x, self.p, self.training, self.inplace)
 
 
 class Dropout2d(Dropout):
     """Zeroes whole channels of (N, C, H, W) or (C, H, W) inputs."""
 
     def forward(self, x: Tensor) -> Tensor:
-        return tinyamp.ops.dropout2d(x, self.p, self.training)
+        return tinyamp.ops.dropout2d(x, self.p, self.training, self.inplace)

@@ -21,10 +21,9 @@ import numpy as np
 from .. import dtypes as dt
 from ..backend import array_module
 from ..autograd.function import Function
-from ..autograd.grad_mode import is_grad_enabled
 from ..kernels import cuda_epilogue, cuda_launch, cuda_vector
 from ..kernels.elementwise_cpu import relu_backward_lowp, relu_lowp
-from ..precision import FP32, NEUTRAL, current_trace
+from ..precision import FP32, NEUTRAL
 from ..tensor import Tensor
 from .elementwise import exp
 from .clamp_where import clamp_max, where
@@ -124,10 +123,10 @@ class Erf(Function):
 
 
 def _relu_backward(gy: Any, y: Any) -> Any:
-    """dx = gy * (y > 0) on arrays of one dtype and device (ReluBackward's forward; Relu's backward without a node)"""
+    """dx = gy * (y > 0) on arrays of one dtype and device (ReluBackward's forward)"""
     if type(gy) is np.ndarray and dt.is_low_precision(gy.dtype) and gy.dtype == y.dtype:
         # Low precision on the CPU: a bit-level where(y > 0, gy, 0) (NumPy's
-        # float16 multiply is ~20 ns/element). Here an inf/nan in gy at a
+        # float16 multiply is a scalar loop). Here an inf/nan in gy at a
         # dead unit gives 0, as in PyTorch; the GradScaler still sees the
         # overflow in the other gradients computed from gy.
         return relu_backward_lowp(gy, y)
@@ -151,7 +150,7 @@ class Relu(Function):
 
     def forward(self, xp: Any, x: Any) -> Any:
         if xp is np and dt.is_low_precision(x.dtype):
-            # NumPy's float16 ufuncs cost ~6 ns/element; this works on the bits.
+            # NumPy's float16 ufuncs are scalar loops; this works on the bits.
             return relu_lowp(x)
         if x.dtype == dt.bool_:  # NumPy would return int64 (PyTorch refuses too)
             raise TypeError(f"relu: boolean inputs are not supported (shape {list(x.shape)})")
@@ -161,18 +160,14 @@ class Relu(Function):
 
     def backward(self, gy: Tensor) -> Tensor:
         (y,) = self.saved_tensors
-        if not is_grad_enabled() and current_trace() is None:
-            # The common backward (no double backward, no report): the mask on arrays, without a node.
-            return Tensor._wrap(_relu_backward(gy.array, y.array))
         return ReluBackward()(gy, y)
 
 
 class ReluBackward(Function):
     """dx = gy * (y > 0); d(gy) = relu_backward(g, y), nothing to y (a step function of y)
 
-    A multiply by the mask, not a where: NumPy's where on a random mask is about
-    ten times slower (2 ms against 0.2 ms for 256x512 float32 on the dev machine)
-    and relu's backward is on every MLP step. The one difference from PyTorch's
+    A multiply by the mask, not a where: NumPy's where on a random mask is much
+    slower, and relu's backward is on every MLP step. The one difference from PyTorch's
     where: an inf/nan in gy at a unit whose output is 0 gives nan, not 0, so a
     GradScaler skips that step (the safe side).
     """

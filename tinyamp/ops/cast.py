@@ -14,9 +14,8 @@ import numpy as np
 from .. import backend
 from .. import dtypes as dt
 from ..autograd.function import Function
-from ..autograd.grad_mode import is_grad_enabled
 from ..kernels.convert import convert
-from ..precision import NEUTRAL, current_trace
+from ..precision import NEUTRAL
 from ..tensor import Tensor
 
 
@@ -33,10 +32,6 @@ class Cast(Function):
         return convert(x, self.dtype)  # astype, bit for bit, faster on the CPU
 
     def backward(self, gy: Tensor) -> Tensor:
-        if gy.array.dtype != self.source and not is_grad_enabled() and current_trace() is None:
-            # The common backward (no double backward, no report): the conversion on arrays, without a
-            # Cast node (the one cast() would record and a report would show).
-            return Tensor._wrap(convert(gy.array, self.source))
         return cast(gy, self.source)
 
 

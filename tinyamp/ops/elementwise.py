@@ -20,9 +20,8 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..backend import array_module
-from ..precision import FP32, NEUTRAL, PROMOTE, current_trace
+from ..precision import FP32, NEUTRAL, PROMOTE
 from ..autograd.function import Function
-from ..autograd.grad_mode import is_grad_enabled
 from ..tensor import Tensor
 from .broadcast import broadcasting, sum_to
 from .cast import cast
@@ -66,13 +65,6 @@ class Mul(Function):
 
     def backward(self, gy: Tensor) -> tuple:
         a, b = self.saved_tensors
-        if (not is_grad_enabled() and current_trace() is None and gy.shape == a.shape == b.shape
-                and gy.dtype == a.dtype == b.dtype):
-            # No graph, no report, nothing to promote or reduce (a loss times the loss scale):
-            # the two products on arrays, without their nodes.
-            xp = gy.device.xp
-            return (Tensor._wrap(xp.multiply(gy.array, b.array)) if self.needs_input_grad[0] else None,
-                    Tensor._wrap(xp.multiply(gy.array, a.array)) if self.needs_input_grad[1] else None)
         da = sum_to(gy * b, a.shape) if self.needs_input_grad[0] else None
         db = sum_to(gy * a, b.shape) if self.needs_input_grad[1] else None
         return da, db
@@ -83,7 +75,7 @@ class ScaleBy(Function):
 
     ``GradScaler.scale`` multiplies a loss by its scale with this op: the same
     product as ``mul`` (one multiply in the loss's dtype), recorded with one
-    input instead of two and differentiated on arrays when no graph is wanted.
+    input instead of two.
     ``s`` is read when the op runs, forward and backward, as ``mul`` reads its
     saved operand (``GradScaler.update`` rewrites the scale in place). The
     scaler takes ``mul`` for anything else (a float16 output: float32 scale).
@@ -102,37 +94,7 @@ class ScaleBy(Function):
                              f"{dt.dtype_name(self.scale.dtype)} {list(self.scale.shape)}")
         return xp.multiply(x, self.scale)
 
-    @classmethod
-    def outside_autocast(cls, x: Tensor, scale: Any) -> Tensor:
-        """``ScaleBy(scale)(x)`` when autocast is off: the same node, recorded the same way.
-
-        ``Function.__call__`` would find nothing to do before ``forward`` here: one
-        Tensor input, no autocast state, and a NEUTRAL op that promotes nothing. So
-        this runs ``forward`` and hands the node to the tape (``_record_and_trace``,
-        as ``__call__`` does), without the generic preparation (``GradScaler.scale``
-        calls it once per step, on a CPU loss). The product is ``_product``'s.
-        """
-        node = cls(scale)
-        out = Tensor._wrap(node._product(x.array))
-        node._record_and_trace([x], [out])
-        return out
-
-    def _product(self, data: Any) -> Any:
-        """``forward(xp, data)``, with a direct path for a NumPy array of the scale's dtype.
-
-        On a NumPy input the product is written into a fresh array of the input's
-        shape: the value ``forward`` gives, without NumPy's round trip through a
-        scalar for a 0-d array (a scalar that ``Tensor._wrap`` would turn back into
-        an array). Anything else goes through ``forward``, its checks and message.
-        """
-        scale = self.scale
-        if type(data) is np.ndarray and type(scale) is np.ndarray and data.dtype == scale.dtype and scale.ndim == 0:
-            return np.multiply(data, scale, out=np.empty(data.shape, data.dtype))
-        return self.forward(array_module(data), data)
-
     def backward(self, gy: Tensor) -> Tensor:
-        if not is_grad_enabled() and current_trace() is None:  # no graph, no report: on arrays
-            return Tensor._wrap(self._product(gy.array))
         return ScaleBy(self.scale)(gy)
 
 

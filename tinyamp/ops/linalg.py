@@ -4,11 +4,7 @@ Every product here, in the forward pass and in the backward ops, is a call to
 :func:`tinyamp.kernels.gemm.gemm`, so float16/bfloat16 operands are always summed in
 float32 and rounded once: AMP's backward pass keeps the same numerics as its
 forward. Transposes in the gradients (``gy @ W``, ``gy^T @ x``) are gemm's
-``trans_a``/``trans_b`` flags, never materialised copies. (Two shortcuts, the
-same bits: ``linear``'s CPU backward with 16-bit operands makes gemm's CPU
-products itself, around one numba call that widens and one that rounds, in
-``kernels/linear_grads.py``; its CPU forward under autocast multiplies the cached
-float32 widenings itself, since its own checks are gemm's for those operands.)
+``trans_a``/``trans_b`` flags, never materialised copies.
 
 All three are LOWER: under autocast they run in float16 (or bfloat16).
 """
@@ -22,16 +18,11 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..autograd.function import Function
-from ..autograd.grad_mode import is_grad_enabled
-from ..kernels import cuda_epilogue, cuda_launch, cuda_vector
-from ..kernels.convert import convert, numba_default
-from ..kernels.elementwise_cpu import bias_act_convert, bias_convert_checked
-from ..kernels.gemm import gemm, gemm_bias, gemm_widened
-from ..kernels.linear_grads import linear_grads16
-from ..kernels.round_through import round_through
-from ..precision import LOWER, current_trace, fused_cause
+from ..kernels import cuda_launch
+from ..kernels.elementwise_cpu import bias_act_convert
+from ..kernels.gemm import gemm, gemm_bias
+from ..precision import LOWER
 from ..tensor import Tensor
-from .cast import CachedCast, Cast
 from .broadcast import sum_to
 from .reduce import sum as _sum
 from .vector_norms import linalg_norm as norm, vector_norm  # noqa: F401 - ta.linalg.norm / ta.linalg.vector_norm
@@ -147,17 +138,13 @@ class Bmm(MatMul):
 class Linear(Function):
     """y = x @ W^T + b; dx = gy @ W, dW = gy^T @ x, db = sum of gy over leading dims
 
-    Under autocast a float32 weight and bias are lowered here, not by Cast nodes
-    (``lowers_weights``): forward gets their float16/bfloat16 copies from the
-    weight-cast cache, the node's edges go to the float32 tensors, and backward
-    returns dW and db as float32(round16(float32 accumulator)): bit for bit the
-    16-bit gradients a Cast node's backward widened.
+    Under autocast a float32 weight and bias arrive through Cast nodes (the
+    weight-cast cache serves their forward), like any LOWER op's inputs.
     """
 
     precision = LOWER
     save_inputs = (0, 1)  # x and W only: the output is not needed
     saved_input_needed_by = {0: (1,), 1: (0,)}  # x is needed by dW only, W by dx only
-    lowers_weights = (1, 2)
 
     def forward(self, xp: Any, x: Any, w: Any, b: Any = None) -> Any:
         _check_dtypes("linear", x, w, *(() if b is None else (b,)))
@@ -169,41 +156,17 @@ class Linear(Function):
             raise ValueError(f"linear: bias of shape {list(b.shape)} does not match weight "
                              f"{list(w.shape)} (expected [{out_features}])")
         rows = x if x.ndim == 2 else _rows(x)  # batch dims folded into M: one GEMM
-        # The float32 widenings (CPU) of the lowered weights, from the cache, and of an input autocast
-        # converted for this call: that one is dropped here, not kept with the node until backward.
-        widened = self.widened
-        if widened is None:
-            x32 = w32 = b32 = None
-        else:
-            x32, w32, b32 = widened.pop(0, None), widened.get(1), widened.get(2)
-            if x32 is not None and x32.ndim != 2:
-                x32 = _rows(x32)
         if b is None:
-            y = gemm(rows, w, trans_b=True, a_widened=x32, b_widened=w32)
-        elif w32 is not None and b32 is not None and type(x) is np.ndarray and numba_default():
-            # The CPU under autocast, the weight's and bias's float32 widenings cached (the common
-            # layer): what the branch below computes, without gemm's and the epilogue's checks, which
-            # the ones above already made (two 2-D NumPy operands of one 16-bit dtype, K equal, the
-            # widenings exact copies of their shapes): gemm's CPU product of the widened operands,
-            # then the epilogue's numba pass (a 16-bit activation autocast did not convert is widened
-            # as gemm would, by convert).
-            x32 = convert(rows, dt.float32) if x32 is None else x32
-            y = bias_convert_checked(np.matmul(x32, w32.T), b32, x.dtype)
-        elif x.dtype in dt.LOW_PRECISION and b32 is None and cuda_launch.on_gpu(rows):
+            y = gemm(rows, w, trans_b=True)
+        elif x.dtype in dt.LOW_PRECISION and cuda_launch.on_gpu(rows):
             # On a GPU the bias rows go into C and the GEMM adds its float32 accumulator to them,
             # rounding once: the 16-bit output written once, no float32 result in memory.
             y = gemm_bias(rows, w, b, trans_b=True)
         elif x.dtype in dt.LOW_PRECISION:
             # The bias is added to the float32 accumulator and the sum rounded
-            # once, as a cuBLAS epilogue would (one fused pass: numba on the CPU,
-            # one kernel launch on a GPU, which widens the 16-bit bias itself).
-            acc = gemm(rows, w, xp.float32, trans_b=True, a_widened=x32, b_widened=w32)
-            if b32 is not None:  # the cache's widening of the bias: a CPU array, so the CPU epilogue
-                y = bias_act_convert(acc, b32, x.dtype, overwrite_y=True)
-            elif cuda_launch.on_gpu(acc):
-                y = cuda_epilogue.bias_act_convert(acc, b, x.dtype, relu=False)
-            else:
-                y = bias_act_convert(acc, b.astype(xp.float32), x.dtype, overwrite_y=True)
+            # once, as a cuBLAS epilogue would (one fused numba pass).
+            acc = gemm(rows, w, xp.float32, trans_b=True)
+            y = bias_act_convert(acc, b.astype(xp.float32), x.dtype, overwrite_y=True)
         else:
             y = gemm(rows, w, trans_b=True)
             y += b  # in place on gemm's fresh result: no second output buffer
@@ -211,86 +174,17 @@ class Linear(Function):
 
     def backward(self, gy: Tensor) -> tuple:
         x, w = self.saved_tensors
-        if not is_grad_enabled() and current_trace() is None:
-            return self._backward_arrays(x, w, gy)
-        lowered = self.lowered or {}
         g_rows = _rows(gy) if gy.ndim != 2 else gy
         dx = dw = None
         if self.needs_input_grad[0]:
-            if 1 in lowered:  # the 16-bit copy forward used; recorded (for double backward) if grad is on
-                low = lowered[1]
-                w = CachedCast(low.dtype, low)(w) if is_grad_enabled() else Tensor._wrap(low)
             dx = MatMul()(g_rows, w).reshape(self.input_shapes[0])
         if self.needs_input_grad[1]:
-            x_rows = _rows(x) if x.ndim != 2 else x
-            dw = self._widened(1, MatMul(trans_a=True)(g_rows, x_rows))
+            dw = MatMul(trans_a=True)(g_rows, _rows(x) if x.ndim != 2 else x)
         if len(self.needs_input_grad) == 2:
             return dx, dw
         # Sum accumulates float16/bfloat16 in float32 and rounds once.
-        db = self._widened(2, _sum(g_rows, 0)) if self.needs_input_grad[2] else None
+        db = _sum(g_rows, 0) if self.needs_input_grad[2] else None
         return dx, dw, db
-
-    def _widened(self, position: int, grad: Tensor) -> Tensor:
-        """A lowered weight's 16-bit gradient back in float32, as the Cast node's backward gave it."""
-        if self.lowered is None or position not in self.lowered:
-            return grad
-        node = Cast(dt.float32)
-        node._amp_backward_of = fused_cause(self, position, dt.float32, grad.dtype)  # a backward cast
-        return node(grad)
-
-    def _backward_arrays(self, x: "Tensor | None", w: "Tensor | None", gy: Tensor) -> tuple:
-        """The same gradients computed on arrays, without nodes (no double backward, no report open)."""
-        lowered = self.lowered or {}
-        g = gy.array
-        g_rows = _rows(g) if g.ndim != 2 else g
-        needs = self.needs_input_grad
-        low = dt.is_low_precision(g.dtype)
-        if low and type(g) is np.ndarray:
-            # 16-bit on the CPU: the conversions around the two GEMMs in two numba calls, the same bits
-            # as below (kernels/linear_grads.py); None for what it does not take (no numba, odd layouts).
-            x_rows = None if x is None else _rows(x.array) if x.ndim != 2 else x.array
-            grads = linear_grads16(g_rows, x_rows, lowered.get(1, None if w is None else w.array),
-                                   (self.widened or {}).get(1), needs, 1 in lowered, 2 in lowered)
-            if grads is not None:
-                dx, dw, db = grads
-                dx = None if dx is None else Tensor._wrap(dx if g.ndim == 2 else dx.reshape(self.input_shapes[0]))
-                dw = None if dw is None else Tensor._wrap(dw)
-                if len(needs) == 2:
-                    return dx, dw
-                return dx, dw, None if db is None else Tensor._wrap(db)
-        dx = dw = db = None
-        # A 16-bit gradient that both CPU GEMMs read is widened once, for both.
-        g32 = convert(g_rows, dt.float32) if (needs[0] and needs[1] and low and not cuda_launch.on_gpu(g)) else None
-        if needs[0]:
-            dx = Tensor._wrap(gemm(g_rows, lowered.get(1, w.array if w is not None else None), a_widened=g32,
-                                   b_widened=(self.widened or {}).get(1)).reshape(self.input_shapes[0]))
-        if needs[1]:
-            x_rows = _rows(x.array) if x.ndim != 2 else x.array
-            dw = Tensor._wrap(gemm_widened(g_rows, x_rows, trans_a=True, a_widened=g32) if 1 in lowered
-                              else gemm(g_rows, x_rows, trans_a=True, a_widened=g32))
-        if len(needs) == 2:
-            return dx, dw
-        if needs[2]:
-            if cuda_launch.on_gpu(g_rows) and g_rows.shape[0] > 0 and g_rows.shape[1] > 1 and cuda_vector.takes(g_rows):
-                # One launch, 16-byte loads, float32 accumulation rounded once (through the 16-bit dtype
-                # for a lowered float32 bias): the general path's bits up to SUM_ROWS rows.
-                low_g = dt.is_low_precision(g.dtype)
-                db = cuda_vector.column_sum(g_rows, dt.float32 if 2 in lowered or not low_g else g.dtype,
-                                            through=2 in lowered and low_g)
-            elif 2 in lowered:
-                db = round_through(g_rows.sum(axis=0, dtype=dt.float32), g.dtype)
-            elif dt.is_low_precision(g.dtype):  # as the Sum op: float32 accumulation, one rounding
-                db = g_rows.sum(axis=(0,), dtype=dt.float32).astype(g.dtype)
-            else:
-                db = g_rows.sum(axis=(0,))
-            db = Tensor._wrap(db)
-        return dx, dw, db
-
-    def saved_items(self) -> list[tuple[Any, "Tensor | None"]]:
-        """What backward keeps: a lowered weight is read as its 16-bit copy, so that is what is kept."""
-        lowered = self.lowered or {}
-        return [(lowered.get(position, t.array), t)
-                for position, (t, _version) in zip(self.save_inputs, self._saved_in) if t is not None]
 
 
 def matmul(a: Tensor, b: Tensor) -> Tensor:

@@ -27,7 +27,6 @@ from ..precision import FP32
 from ..autograd.function import Function
 from ..autograd.grad_mode import is_grad_enabled
 from ..kernels import cross_entropy as fused_loss
-from ..precision import current_trace, fused_cause, record_cast
 from ..tensor import Tensor
 from .cast import cast
 from .clamp_where import clamp
@@ -63,6 +62,24 @@ def reduce_loss(xp: Any, loss: Any, reduction: str, out_dtype: Any) -> Any:
 def scale_grad(gy: Tensor, reduction: str, count: int) -> Tensor:
     """The upstream gradient of each element: gy itself, or gy / count for "mean"."""
     return gy / count if reduction == "mean" else gy
+
+
+class _OutOfRange:
+    """The error an out-of-range target found on a GPU raises at the next host read (shapes kept, not arrays)."""
+
+    __slots__ = ("name", "shape", "dtype", "target_shape", "ignore_index")
+
+    def __init__(self, name: str, shape: tuple, dtype: Any, target_shape: tuple, ignore_index: int) -> None:
+        self.name, self.shape, self.dtype = name, shape, dtype
+        self.target_shape, self.ignore_index = target_shape, ignore_index
+
+    def __call__(self, value: int) -> IndexError:
+        classes = self.shape[1]
+        return IndexError(f"{self.name}: target value {value} is out of range for {classes} classes (input "
+                          f"{list(self.shape)} ({dt.dtype_name(self.dtype)}), target shape "
+                          f"{list(self.target_shape)}); expected values in [0, {classes}) or ignore_index="
+                          f"{self.ignore_index}. Found on the GPU by an earlier cross_entropy launch and raised "
+                          f"at this host read: the loss and gradients of that step are NaN")
 
 
 def describe(x: Any) -> str:
@@ -102,15 +119,9 @@ class ClassIndexLoss(Function):
             raise ValueError(f"{op}: target shape {list(target.shape)} does not match input shape "
                              f"{list(x.shape)}; expected target shape {list(expected)} "
                              f"(the input without its class dimension {self.axis})")
-        # Under autocast a 16-bit input counts as the float32 it is computed in.
-        if weight is not None and (weight.shape != (classes,)
-                                   or self.computed_dtype(weight) != self.computed_dtype(x)):
+        if weight is not None and (weight.shape != (classes,) or weight.dtype != x.dtype):
             raise ValueError(f"{op}: weight must have shape [{classes}] and the input's dtype "
-                             f"{dt.dtype_name(self.computed_dtype(x))}, got {describe(weight)}")
-
-    def computed_dtype(self, array: Any) -> Any:
-        """The dtype an input counts as: float32 for a 16-bit input autocast let the op widen."""
-        return dt.float32 if self.upcast and dt.is_low_precision(array.dtype) else array.dtype
+                             f"{dt.dtype_name(x.dtype)}, got {describe(weight)}")
 
     def out_of_range(self, x: Any, target: Any, value: int) -> IndexError:
         classes = x.shape[self.axis]
@@ -223,31 +234,27 @@ class CrossEntropy(ClassIndexLoss):
     (N, C) logits in float16/bfloat16/float32 take the fused kernels of
     ``kernels/cross_entropy.py`` (one pass each way; one launch each on a GPU);
     other shapes and float64 the general path below, with the same results.
-    Under autocast 16-bit logits are widened inside (``upcasts_inputs``): no Cast
-    node, a float32 loss, and the gradient rounded once back to the logits' dtype.
+    Under autocast (FP32) 16-bit logits arrive widened by a Cast node, whose
+    backward rounds the float32 gradient back to their dtype.
     """
 
     precision = FP32
     name = "cross_entropy"
     save_inputs = (0,)
-    upcasts_inputs = True
     fused: Any = None  # what the fused backward reads (None: the general path ran)
 
     def forward(self, xp: Any, x: Any, target: Any, weight: Any = None) -> Any:
-        out_dtype = self.computed_dtype(x)
         if fused_loss.fusable(x, target, weight):
             self.check(x, target, weight)
             self.inputs = (target, weight)
             try:
                 loss, self.fused = fused_loss.forward(
                     x, target, weight, ignore_index=self.ignore_index, reduction=self.reduction,
-                    label_smoothing=self.label_smoothing, out_dtype=out_dtype)
+                    label_smoothing=self.label_smoothing, out_dtype=x.dtype,
+                    out_of_range=_OutOfRange(self.name, x.shape, x.dtype, target.shape, self.ignore_index))
             except fused_loss.TargetOutOfRange as bad:
                 raise self.out_of_range(x, target, bad.value) from None
             return loss
-        if self.upcast:  # the general path on the float32 values the Cast nodes would have made
-            x = x.astype(dt.float32)
-            weight = None if weight is None else weight.astype(dt.float32)
         self.prepare(xp, x, target, weight)
         z, m = shifted(xp, x, self.axis)
         lse = xp.log(xp.exp(z).sum(axis=self.axis, keepdims=True))
@@ -265,19 +272,15 @@ class CrossEntropy(ClassIndexLoss):
 
     def backward(self, gy: Tensor) -> tuple:
         (x,) = self.saved_tensors
-        if self.fused is not None and not is_grad_enabled() and current_trace() is None:
-            # The common backward (no double backward, no report): the kernel on arrays, no node.
-            gx = Tensor._wrap(self.fused_backward(x.array, gy.array))
-        else:
-            gx = CrossEntropyGrad(self)(x, gy)
+        gx = CrossEntropyGrad(self)(x, gy)
         return (gx, None) + ((None,) if self.weighted else ())
 
-    def fused_backward(self, x: Any, gy: Any, out_dtype: Any = None) -> Any:
-        """The logits' gradient from the fused forward's state, in the logits' dtype (or ``out_dtype``)."""
+    def fused_backward(self, x: Any, gy: Any) -> Any:
+        """The logits' gradient from the fused forward's state, in the logits' dtype."""
         target, weight = self.inputs
         return fused_loss.backward(x, target, weight, gy, self.fused, ignore_index=self.ignore_index,
                                    reduction=self.reduction, label_smoothing=self.label_smoothing,
-                                   out_dtype=x.dtype if out_dtype is None else out_dtype, via_float32=self.upcast)
+                                   out_dtype=x.dtype)
 
     def general_state(self, xp: Any, x: Any) -> None:
         """The general path's per-target state (for double backward after a fused forward)."""
@@ -288,10 +291,8 @@ class CrossEntropy(ClassIndexLoss):
             self.valid, self.safe, self.w_t = self.fused.valid, self.fused.safe, self.fused.row_weight
             self.count, self.lse, self.weight = self.fused.count, self.fused.lse, weight
         else:
-            self.prepare(xp, x, target, None if weight is None else weight.astype(dt.float32))
+            self.prepare(xp, x, target, weight)
             self.lse = fused_loss.saved_lse(self.fused, x.shape[0])
-        if self.weight is not None and self.upcast:
-            self.weight = self.weight.astype(dt.float32)
 
 
 class CrossEntropyGrad(Function):
@@ -308,13 +309,8 @@ class CrossEntropyGrad(Function):
         # One fused pass: softmax from the saved log-sum-exp, scaled, minus the
         # target's weight at each sample's target (and the smoothing mass).
         loss = self.loss
-        # Under autocast the float32 gradient is rounded to the 16-bit logits' dtype here (what the
-        # Cast node's backward did): an open report gets that rounding with both arrays.
-        tracer = current_trace() if loss.upcast and dt.is_low_precision(x.dtype) else None
         if loss.fused is not None:
-            if tracer is None:
-                return loss.fused_backward(x, gy)
-            return self._rounded_back(loss.fused_backward(x, gy, dt.float32), x.dtype)
+            return loss.fused_backward(x, gy)
         cdt = dt.opmath_dtype(x.dtype)
         u = gy.astype(cdt, copy=False)
         if loss.reduction == "none":
@@ -326,28 +322,12 @@ class CrossEntropyGrad(Function):
         g[loss.target_index(xp)] -= (hot * u).squeeze(loss.axis)  # one element per sample
         if smooth is not None:
             g -= smooth * u
-        if loss.upcast:
-            g = g.astype(dt.float32, copy=False)  # the float32 gradient a Cast's backward rounded
-            if tracer is not None:
-                return self._rounded_back(g, x.dtype)
         return g.astype(x.dtype, copy=False)
-
-    def _rounded_back(self, g32: Any, dtype: Any) -> Any:
-        """``g32`` rounded to the logits' 16-bit dtype, reported to the open trace as a backward cast."""
-        g = g32.astype(dtype)
-        cause = fused_cause(self.loss, 0, dtype, dt.float32)
-        record_cast(self, g32, g, "backward", rule=f"gradient back to {dt.dtype_name(dtype)} (backward of {cause})")
-        return g
 
     def backward(self, ggx: Tensor) -> tuple:
         x, gy = self.saved_tensors
         loss = self.loss
         loss.general_state(x.device.xp, x.array)
-        low = x.dtype if loss.upcast and dt.is_low_precision(x.dtype) else None
-        if low is not None:
-            # The loss computed with the float32 values of the logits and rounded the
-            # gradient to 16 bits: differentiate that, as the Cast nodes around it did.
-            x, ggx = cast(x, dt.float32), cast(ggx, dt.float32)
         q, s = loss.target_distribution(x.device.xp, x.shape, x.dtype)
         p = softmax(x, loss.axis)
         u = loss.upstream(gy)
@@ -355,8 +335,6 @@ class CrossEntropyGrad(Function):
         if self.needs_input_grad[0]:
             c = ggx * s * u  # softmax's vector-Jacobian product with cotangent c
             dx = p * (c - _sum(c * p, loss.axis, keepdim=True))
-            if low is not None:
-                dx = cast(dx, low)
         if self.needs_input_grad[1]:
             dgy = loss.reduce_like_forward(_sum(ggx * (p * s - q), loss.axis))
         return dx, dgy

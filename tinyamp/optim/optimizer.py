@@ -95,7 +95,7 @@ def as_array(value: Any) -> Any:
 
 def _kept_on_host(found_inf: Any) -> bool:
     """True when ``found_inf`` is a NumPy flag (free to read) that says the step is kept."""
-    found = found_inf.array if isinstance(found_inf, Tensor) else found_inf  # as_array, inlined: every AMP step
+    found = found_inf.array if isinstance(found_inf, Tensor) else found_inf
     return type(found) is np.ndarray and found.size == 1 and found.item() == 0
 
 
