@@ -371,3 +371,20 @@ def test_import_tinyamp_does_not_load_the_stand_in() -> None:
     env["PYTHONPATH"] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
+
+
+def test_elementwise_kernel_takes_a_read_only_broadcast_input() -> None:
+    """``y.sum().backward()`` through ReLU hands its kernel a broadcast (read-only) gradient: read, never written back."""
+    import tinyamp as ta
+    from tinyamp import backend
+
+    ta.manual_seed(0)
+    cpu_model = ta.nn.Sequential(ta.nn.Linear(8, 16), ta.nn.ReLU())
+    x = ta.randn(4, 8)
+    cpu_model(x).sum().backward()
+    with backend.use_cuda_standin():
+        model = ta.nn.Sequential(ta.nn.Linear(8, 16), ta.nn.ReLU()).to("cuda")
+        model.load_state_dict(cpu_model.state_dict())
+        model(x.to("cuda")).sum().backward()
+        grad = model[0].weight.grad.to("cpu").numpy()
+    np.testing.assert_allclose(grad, cpu_model[0].weight.grad.numpy(), rtol=1e-6)

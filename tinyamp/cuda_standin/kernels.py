@@ -287,7 +287,7 @@ class ElementwiseKernel:
             else:
                 ctype = _CTYPE[_dtype_name(t)]
                 frozen.append(_CTYPES_SCALAR[ctype](_dtype_name(t).type(a).item()))
-        run(self.name, lambda: _run_elementwise(lib, frozen), *devices, moved=moved)
+        run(self.name, lambda: _run_elementwise(lib, frozen, len(self.ins)), *devices, moved=moved)
 
     def _source(self, params: list, args: tuple, types_: dict) -> str:
         sig, decls = ["long long standin_size"], []
@@ -309,13 +309,16 @@ class ElementwiseKernel:
                 + "\n    ".join(decls) + "\n    {\n" + self._host_operation + "\n    }\n  }\n}\n")
 
 
-def _run_elementwise(lib: ctypes.CDLL, frozen: list) -> None:
-    """One ElementwiseKernel launch: a strided array goes through a contiguous copy (the kernel indexes densely)."""
+def _run_elementwise(lib: ctypes.CDLL, frozen: list, n_in: int) -> None:
+    """One ElementwiseKernel launch: a strided array goes through a contiguous copy (the kernel indexes densely).
+
+    Only outputs are copied back: an input may be a read-only (broadcast) view.
+    """
     call_args, copies = [], []
-    for value in frozen:
+    for index, value in enumerate(frozen):
         if type(value) is np.ndarray:
             buf = value if value.flags.c_contiguous else np.ascontiguousarray(value)
-            if buf is not value:
+            if buf is not value and index >= n_in:
                 copies.append((value, buf))
             call_args.append(ctypes.c_void_p(buf.ctypes.data))
         else:
