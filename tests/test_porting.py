@@ -422,3 +422,16 @@ def test_typical_amp_step_matches_numpy() -> None:
     np.testing.assert_allclose(model[0].bias.detach().numpy(), b0 - 0.5 * coef * gb, rtol=5e-3, atol=5e-4)
     assert out.dtype == torch.float16 and loss.dtype == torch.float32
     assert scaler.get_scale() == 2.0 ** 8
+
+
+def test_torch_cuda_amp_spellings_are_torch_amps_with_pytorchs_deprecation_warning() -> None:
+    """nanoGPT's ``torch.cuda.amp.GradScaler(enabled=...)`` ports by the import: ``ta.amp``'s CUDA scaler."""
+    with pytest.warns(FutureWarning, match=r"torch\.cuda\.amp\.GradScaler\(args\.\.\.\)` is deprecated"):
+        scaler = torch.cuda.amp.GradScaler(init_scale=1024.0, growth_interval=7, enabled=False)
+    assert isinstance(scaler, torch.amp.GradScaler) and scaler.device == "cuda" and not scaler.is_enabled()
+    assert scaler.get_growth_interval() == 7
+    with pytest.warns(FutureWarning, match=r"torch\.cuda\.amp\.autocast\(args\.\.\.\)` is deprecated"):
+        region = torch.cuda.amp.autocast(dtype=torch.bfloat16)
+    assert isinstance(region, torch.amp.autocast)
+    assert (region.device_type, region.fast_dtype) == ("cuda", torch.bfloat16)
+    assert torch.cuda.amp.custom_fwd is torch.amp.custom_fwd

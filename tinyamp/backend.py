@@ -258,6 +258,8 @@ class _Cuda:
             return getattr(tinyamp.cuda_graphs, name)
         if name in _Cuda.RNG_NAMES:
             return getattr(tinyamp.random, "cuda_" + name)
+        if name == "amp":  # torch.cuda.amp's deprecated spellings (tinyamp/amp/cuda_amp.py, one layer up)
+            return tinyamp.amp.cuda_amp
         raise AttributeError(f"tinyamp.cuda has no attribute {name!r}")
 
     def is_available(self) -> bool:

@@ -11,7 +11,7 @@ from .op_table import OpInfo, OpTable, get_op_precision, op_table, reset_op_prec
 from .grad_scaler import AmpScaler, GradScaler
 from .report import Trace, trace
 from .shadow import ShadowReport, shadow_run
-from . import grad_stats
+from . import cuda_amp, grad_stats
 from .grad_stats import exponent_histogram, plot_exponent_histogram
 
 __all__ = ["autocast", "is_autocast_enabled", "get_autocast_dtype", "Precision", "LOWER", "FP32",
