@@ -16,7 +16,7 @@ from __future__ import annotations
 import bisect
 import math
 import types
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from .optimizer import Optimizer
 
@@ -314,6 +314,21 @@ class ReduceLROnPlateau:
         self.__dict__.update(state_dict)
 
 
+def _check_schedulers(owner: str, optimizer: Any, schedulers: Sequence[Any]) -> None:
+    """PyTorch's checks of the schedulers a SequentialLR or ChainedScheduler combines."""
+    for i, scheduler in enumerate(schedulers):
+        if not hasattr(scheduler, "optimizer"):
+            raise TypeError(f"{owner} at index {i} should have `optimizer` as its attribute.")
+        if isinstance(scheduler, ReduceLROnPlateau):
+            raise ValueError(f"{owner} does not support `ReduceLROnPlateau` scheduler as it "
+                             f"requires additional kwargs to be specified when calling `step`, but got one "
+                             f"at index {i} in the given schedulers sequence.")
+        if scheduler.optimizer is not optimizer:
+            raise ValueError(f"{owner} expects all schedulers to belong to the same optimizer, "
+                             f"but got scheduler {type(scheduler).__name__} at index {i} has "
+                             f"{scheduler.optimizer}, which is different from {type(optimizer).__name__}.")
+
+
 class SequentialLR(LRScheduler):
     """One scheduler after another: ``schedulers[i]`` runs from ``milestones[i-1]`` on, restarted at its epoch 0."""
 
@@ -321,17 +336,7 @@ class SequentialLR(LRScheduler):
                  last_epoch: int = -1, verbose: str = "deprecated") -> None:
         if len(schedulers) < 1:
             raise ValueError(f"{type(self).__name__} expects at least one scheduler, but got no scheduler.")
-        for i, scheduler in enumerate(schedulers):
-            if not hasattr(scheduler, "optimizer"):
-                raise TypeError(f"{type(self).__name__} at index {i} should have `optimizer` as its attribute.")
-            if isinstance(scheduler, ReduceLROnPlateau):
-                raise ValueError(f"{type(self).__name__} does not support `ReduceLROnPlateau` scheduler as it "
-                                 f"requires additional kwargs to be specified when calling `step`, but got one "
-                                 f"at index {i} in the given schedulers sequence.")
-            if scheduler.optimizer is not optimizer:
-                raise ValueError(f"{type(self).__name__} expects all schedulers to belong to the same optimizer, "
-                                 f"but got scheduler {type(scheduler).__name__} at index {i} has "
-                                 f"{scheduler.optimizer}, which is different from {type(optimizer).__name__}.")
+        _check_schedulers(type(self).__name__, optimizer, schedulers)
         if len(milestones) != len(schedulers) - 1:
             raise ValueError("Sequential Schedulers expects number of schedulers provided to be one more than the "
                              f"number of milestone points, but got number of schedulers {len(schedulers)} and the "
@@ -387,17 +392,7 @@ class ChainedScheduler(LRScheduler):
             raise ValueError(f"{type(self).__name__} expects at least one scheduler to be chained, but got no "
                              f"scheduler.")
         optimizer = optimizer or schedulers[0].optimizer
-        for i, scheduler in enumerate(schedulers):
-            if not hasattr(scheduler, "optimizer"):
-                raise TypeError(f"{type(self).__name__} at index {i} should have `optimizer` as its attribute.")
-            if isinstance(scheduler, ReduceLROnPlateau):
-                raise ValueError(f"{type(self).__name__} does not support `ReduceLROnPlateau` scheduler as it "
-                                 f"requires additional kwargs to be specified when calling `step`, but got one "
-                                 f"at index {i} in the given schedulers sequence.")
-            if scheduler.optimizer is not optimizer:
-                raise ValueError(f"{type(self).__name__} expects all schedulers to belong to the same optimizer, "
-                                 f"but got scheduler {type(scheduler).__name__} at index {i} has "
-                                 f"{scheduler.optimizer}, which is different from {type(optimizer).__name__}.")
+        _check_schedulers(type(self).__name__, optimizer, schedulers)
         self._schedulers = list(schedulers)
         self.optimizer = optimizer
         self._set_product()
