@@ -12,34 +12,12 @@ from __future__ import annotations
 
 import argparse
 
-import numpy as np
-
 import tinyamp as ta
+from bench_overhead import tiny_tinyamp_step as mlp_step  # the same MLP step, at a realistic size here
 from common import interleaved, machine, table, write_json
 
 CONFIG = dict(batch=128, hidden=1024)
 TARGET = 1.0
-
-
-def mlp_step(amp: bool, batch: int, hidden: int):
-    """One SGD-momentum step of MLP 784-hidden-10, with autocast float16 + GradScaler when ``amp``."""
-    ta.manual_seed(0)
-    model = ta.nn.Sequential(ta.nn.Linear(784, hidden), ta.nn.ReLU(), ta.nn.Linear(hidden, 10))
-    optimizer = ta.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    scaler = ta.amp.GradScaler(enabled=amp)
-    rng = np.random.default_rng(0)
-    x = ta.tensor(rng.standard_normal((batch, 784)).astype(np.float32))
-    y = ta.tensor(rng.integers(0, 10, batch))
-
-    def step() -> None:
-        optimizer.zero_grad()
-        with ta.amp.autocast(enabled=amp, dtype=ta.float16):
-            loss = ta.nn.functional.cross_entropy(model(x), y)
-        scaler.scale(loss).backward()
-        scaler.step(optimizer)
-        scaler.update()
-
-    return step
 
 
 def main() -> None:

@@ -90,7 +90,7 @@ TARGETS = {"tinyamp amp / torch amp": 1.0, "tinyamp amp / tinyamp float32": 1.3}
 
 
 def tiny_tinyamp_step(amp: bool, batch: int, hidden: int):
-    """The MNIST MLP step (SGD momentum 0.9), with autocast float16 + GradScaler when ``amp``."""
+    """One SGD-momentum step of MLP 784-hidden-10, with autocast float16 + GradScaler when ``amp``."""
     ta.manual_seed(0)
     model = ta.nn.Sequential(ta.nn.Linear(784, hidden), ta.nn.ReLU(), ta.nn.Linear(hidden, 10))
     optimizer = ta.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)

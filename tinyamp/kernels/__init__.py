@@ -17,8 +17,7 @@ CPU and CUDA side by side, one responsibility per file:
   pass (the CPU twin of ``cuda_optim.py``).
 - ``cuda_launch.py``: compiling, launching and counting CUDA kernels;
   ``cuda_scaler.py`` and ``cuda_optim.py`` are the fused loss-scale and
-  optimizer kernels; ``cuda_epilogue.py`` linear's bias + ReLU + downcast
-  epilogue and ReLU's backward.
+  optimizer kernels; ``cuda_epilogue.py`` ReLU's backward for mixed dtypes.
 
 Every module here imports only NumPy, ml_dtypes, ``tinyamp.backend`` and
 ``tinyamp.dtypes`` (CuPy and numba only through them or lazily).

@@ -329,7 +329,23 @@ def _check_schedulers(owner: str, optimizer: Any, schedulers: Sequence[Any]) -> 
                              f"{scheduler.optimizer}, which is different from {type(optimizer).__name__}.")
 
 
-class SequentialLR(LRScheduler):
+class _Combined(LRScheduler):
+    """A scheduler made of others (SequentialLR, ChainedScheduler): its state holds theirs."""
+
+    def state_dict(self) -> dict:
+        state = {key: value for key, value in self.__dict__.items() if key not in ("optimizer", "_schedulers")}
+        state["_schedulers"] = [s.state_dict() for s in self._schedulers]
+        return state
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        state = dict(state_dict)
+        schedulers = state.pop("_schedulers")
+        self.__dict__.update(state)
+        for scheduler, sub in zip(self._schedulers, schedulers):
+            scheduler.load_state_dict(sub)
+
+
+class SequentialLR(_Combined):
     """One scheduler after another: ``schedulers[i]`` runs from ``milestones[i-1]`` on, restarted at its epoch 0."""
 
     def __init__(self, optimizer: Optimizer, schedulers: Sequence[LRScheduler], milestones: Sequence[int],
@@ -364,20 +380,8 @@ class SequentialLR(LRScheduler):
             scheduler.step()
         self._last_lr = scheduler.get_last_lr()
 
-    def state_dict(self) -> dict:
-        state = {key: value for key, value in self.__dict__.items() if key not in ("optimizer", "_schedulers")}
-        state["_schedulers"] = [s.state_dict() for s in self._schedulers]
-        return state
 
-    def load_state_dict(self, state_dict: dict) -> None:
-        state = dict(state_dict)
-        schedulers = state.pop("_schedulers")
-        self.__dict__.update(state)
-        for scheduler, sub in zip(self._schedulers, schedulers):
-            scheduler.load_state_dict(sub)
-
-
-class ChainedScheduler(LRScheduler):
+class ChainedScheduler(_Combined):
     """Several schedulers at once: each group's lr is its initial lr times every scheduler's factor.
 
     PyTorch's schedulers step recursively (each multiplies the lr the previous
@@ -413,15 +417,3 @@ class ChainedScheduler(LRScheduler):
         for scheduler in self._schedulers:
             scheduler.step()
         self._set_product()
-
-    def state_dict(self) -> dict:
-        state = {key: value for key, value in self.__dict__.items() if key not in ("optimizer", "_schedulers")}
-        state["_schedulers"] = [s.state_dict() for s in self._schedulers]
-        return state
-
-    def load_state_dict(self, state_dict: dict) -> None:
-        state = dict(state_dict)
-        schedulers = state.pop("_schedulers")
-        self.__dict__.update(state)
-        for scheduler, sub in zip(self._schedulers, schedulers):
-            scheduler.load_state_dict(sub)
