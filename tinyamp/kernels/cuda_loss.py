@@ -46,6 +46,7 @@ from .cuda_launch import BF16_CONVERSIONS, F16_CONVERSIONS, STORAGE
 BLOCK = 256  # threads per block of both kernels
 LEAF = 128  # NumPy's pairwise block (PW_BLOCKSIZE): at most this many elements summed with 8 partial sums
 SLOT = 64  # every block of a pairwise tree over more than LEAF elements holds at least 64 of them
+SHARED_LEAVES = 1024  # leaf sums kept in shared memory (8 KB) up to this many slots, else in the work array
 REDUCTIONS = {"none": 0, "mean": 1, "sum": 2}
 
 _tickets: dict[int, Any] = {}
@@ -58,24 +59,30 @@ _tickets: dict[int, Any] = {}
 PAIRWISE = r"""
 #define TINYAMP_INF __uint_as_float(0x7f800000u)  // no math.h under NVRTC
 #define TINYAMP_NAN __uint_as_float(0x7fc00000u)
+// Two sums in one pass (row losses and row weights), each in the order of a single one.
+struct tinyamp_pair { float a, b; };
+__device__ __forceinline__ tinyamp_pair operator+(tinyamp_pair x, tinyamp_pair y) { return {x.a + y.a, x.b + y.b}; }
+__device__ __forceinline__ float tinyamp_negative_zero(float) { return -0.0f; }
+__device__ __forceinline__ tinyamp_pair tinyamp_negative_zero(tinyamp_pair) { return {-0.0f, -0.0f}; }
 template <class At>
-__device__ float tinyamp_pairwise_block(const At& at, long long offset, long long n) {
+__device__ auto tinyamp_pairwise_block(const At& at, long long offset, long long n) -> decltype(at(offset)) {
+    using T = decltype(at(offset));
     if (n < 8) {
-        float res = -0.0f;
+        T res = tinyamp_negative_zero(T());
         for (long long i = 0; i < n; ++i) res = res + at(offset + i);
         return res;
     }
-    float r[8];
+    T r[8];
     for (int j = 0; j < 8; ++j) r[j] = at(offset + j);
     long long i = 8;
     for (; i < n - (n % 8); i += 8)
         for (int j = 0; j < 8; ++j) r[j] = r[j] + at(offset + i + j);
-    float res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+    T res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
     for (; i < n; ++i) res = res + at(offset + i);
     return res;
 }
 template <class Block>
-__device__ float tinyamp_pairwise_tree(const Block& block, long long offset, long long n) {
+__device__ auto tinyamp_pairwise_tree(const Block& block, long long offset, long long n) -> decltype(block(offset, n)) {
     if (n <= 128) return block(offset, n);
     long long half = n / 2;
     half -= half % 8;
@@ -124,68 +131,82 @@ FORWARD = r"""
 extern "C" __global__ void {name}(const {x}* x, const long long* target, const {w}* weight,
         const long long n, const long long classes, const long long ignore_index, const int has_weight,
         const int reduction, const int smoothing, const float hot_c, const float smooth_c,
-        const int nblocks, float* work, int* tickets, long long* error, {o}* out) {{
-    // work: lse (n) | row losses (n) | row weights (n) | block sums of both (2 x slots) | count | weight sum
+        float* work, int* tickets, long long* error, {o}* out) {{
+    // work: lse (n) | row losses (n) | row weights (n) | leaf sums of both (2 x slots) | count | weight sum
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
     const long long slots = (n + 63) / 64;
     float* const lse_out = work;
     float* const loss_rows = work + n;
     float* const weight_rows = work + 2 * n;
-    float* const block_loss = work + 3 * n;
-    float* const block_weight = block_loss + slots;
-    float* const stats = block_weight + slots;  // [count, sum of the class weights]
-    const {x}* row = x + i * classes;
-    // The row maximum; NaN wins (NumPy's max), an all -inf row shifts by 0.
-    float m = -TINYAMP_INF;
-    bool nan = false;
-    for (long long j = 0; j < classes; ++j) {{
-        const float v = tinyamp_{xc}_to_f32(row[j]);
-        if (isnan(v)) nan = true; else if (v > m) m = v;
+    float* const stats = work + 3 * n + 2 * slots;  // [count, sum of the class weights]
+    if (i < n) {{  // no return before the barriers below: every thread of a block reaches them
+        const {x}* row = x + i * classes;
+        // The row maximum; NaN wins (NumPy's max), an all -inf row shifts by 0.
+        float m = -TINYAMP_INF;
+        bool nan = false;
+        for (long long j = 0; j < classes; ++j) {{
+            const float v = tinyamp_{xc}_to_f32(row[j]);
+            if (isnan(v)) nan = true; else if (v > m) m = v;
+        }}
+        if (nan) m = TINYAMP_NAN;
+        if (m == -TINYAMP_INF) m = 0.0f;
+        const float lse = logf(tinyamp_numpy_sum([&](long long j) {{
+            return expf(tinyamp_{xc}_to_f32(row[j]) - m); }}, classes));
+        const tinyamp_ce_row r = tinyamp_ce_target(target, weight, i, classes, ignore_index, has_weight);
+        if (r.bad) {{  // the device-side error flag, read by the host at its next read that waits anyway
+            error[0] = 1;
+            error[1] = target[i];
+        }}
+        const float picked = (tinyamp_{xc}_to_f32(row[r.safe]) - m) - lse;
+        float loss = (-r.weight) * picked;
+        if (smoothing) {{
+            const float total = tinyamp_numpy_sum([&](long long j) {{
+                const float w = has_weight ? tinyamp_{wc}_to_f32(weight[j]) : 1.0f;
+                return ((tinyamp_{xc}_to_f32(row[j]) - m) - lse) * w; }}, classes);
+            const float smooth = (-total) * (r.valid ? 1.0f : 0.0f);
+            loss = hot_c * loss + smooth_c * smooth;
+            if (i == 0) stats[1] = tinyamp_numpy_sum([&](long long j) {{
+                return has_weight ? tinyamp_{wc}_to_f32(weight[j]) : 1.0f; }}, classes);
+        }}
+        lse_out[i] = lse + m;
+        if (reduction == 0) {{
+            out[i] = tinyamp_f32_to_{oc}(loss);
+        }} else {{
+            loss_rows[i] = loss;
+            weight_rows[i] = r.weight;
+        }}
     }}
-    if (nan) m = TINYAMP_NAN;
-    if (m == -TINYAMP_INF) m = 0.0f;
-    const float lse = logf(tinyamp_numpy_sum([&](long long j) {{
-        return expf(tinyamp_{xc}_to_f32(row[j]) - m); }}, classes));
-    const tinyamp_ce_row r = tinyamp_ce_target(target, weight, i, classes, ignore_index, has_weight);
-    if (r.bad) {{  // the device-side error flag, read by the host at its next read that waits anyway
-        error[0] = 1;
-        error[1] = target[i];
+    if (reduction == 0) return;  // the same for every thread of the grid
+    // One ticket per CUDA block once its rows are written (the barrier, then a fence at device scope before
+    // the atomic); the last block to take one sums every row, its fence ordering its reads after the others'.
+    __shared__ int last;
+    __syncthreads();
+    if (threadIdx.x == 0) {{
+        __threadfence();
+        last = atomicAdd(&tickets[0], 1) == (int)gridDim.x - 1;
+        if (last) {{
+            tickets[0] = 0;  // for the next launch (or graph replay) on the stream
+            __threadfence();
+        }}
     }}
-    const float picked = (tinyamp_{xc}_to_f32(row[r.safe]) - m) - lse;
-    float loss = (-r.weight) * picked;
-    if (smoothing) {{
-        const float total = tinyamp_numpy_sum([&](long long j) {{
-            const float w = has_weight ? tinyamp_{wc}_to_f32(weight[j]) : 1.0f;
-            return ((tinyamp_{xc}_to_f32(row[j]) - m) - lse) * w; }}, classes);
-        const float smooth = (-total) * (r.valid ? 1.0f : 0.0f);
-        loss = hot_c * loss + smooth_c * smooth;
-        if (i == 0) stats[1] = tinyamp_numpy_sum([&](long long j) {{
-            return has_weight ? tinyamp_{wc}_to_f32(weight[j]) : 1.0f; }}, classes);
+    __syncthreads();
+    if (!last) return;
+    // NumPy's leaves, one a thread: over more than 128 rows every leaf holds 64 to 128, so each 64-row slot
+    // holds at most one leaf's first row, and that leaf holds the slot's last row. Loads from L2 (__ldcg):
+    // other blocks wrote the rows, and independent loads overlap.
+    __shared__ tinyamp_pair leaves_here[{shared_leaves}];
+    tinyamp_pair* const leaves = slots <= {shared_leaves} ? leaves_here
+                                                     : reinterpret_cast<tinyamp_pair*>(work + 3 * n);
+    for (long long s = threadIdx.x; s < slots; s += blockDim.x) {{
+        long long offset, len;
+        tinyamp_block_of(64 * s + 63 < n ? 64 * s + 63 : n - 1, n, &offset, &len);
+        if (offset >= 64 * s) leaves[s] = tinyamp_pairwise_block([&](long long k) {{
+            return tinyamp_pair{{__ldcg(loss_rows + k), __ldcg(weight_rows + k)}}; }}, offset, len);
     }}
-    lse_out[i] = lse + m;
-    if (reduction == 0) {{
-        out[i] = tinyamp_f32_to_{oc}(loss);
-        return;
-    }}
-    loss_rows[i] = loss;
-    weight_rows[i] = r.weight;
-    // The last row of a pairwise block to finish sums it; the last block combines them.
-    long long offset, len;
-    tinyamp_block_of(i, n, &offset, &len);
-    __threadfence();
-    if (atomicAdd(&tickets[1 + offset / 64], 1) != (int)(len - 1)) return;
-    tickets[1 + offset / 64] = 0;
-    const volatile float* const seen = work;  // other threads' writes: read past the cache
-    block_loss[offset / 64] = tinyamp_pairwise_block([&](long long k) {{ return seen[n + k]; }}, offset, len);
-    block_weight[offset / 64] = tinyamp_pairwise_block([&](long long k) {{ return seen[2 * n + k]; }}, offset, len);
-    __threadfence();
-    if (atomicAdd(&tickets[0], 1) != nblocks - 1) return;
-    tickets[0] = 0;
-    const volatile float* const sums = block_loss;
-    const float total = 0.0f + tinyamp_pairwise_tree([&](long long o, long long) {{ return sums[o / 64]; }}, 0, n);
-    const float count = 0.0f + tinyamp_pairwise_tree(
-        [&](long long o, long long) {{ return sums[slots + o / 64]; }}, 0, n);
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    const tinyamp_pair sums = tinyamp_pairwise_tree([&](long long o, long long) {{ return leaves[o / 64]; }}, 0, n);
+    const float total = 0.0f + sums.a, count = 0.0f + sums.b;
     stats[0] = count;
     out[0] = tinyamp_f32_to_{oc}(reduction == 1 ? total / count : total);
 }}
@@ -241,7 +262,7 @@ def forward_source(x_dtype: Any, weight_dtype: Any, out_dtype: Any) -> tuple[str
     xc, wc, oc = _suffix(x_dtype), _suffix(weight_dtype), _suffix(out_dtype)
     name = f"tinyamp_ce_forward_{xc}_{wc}_{oc}"
     return name, _prelude(weight_dtype) + FORWARD.format(
-        name=name, x=_storage(x_dtype), xc=xc, w=_storage(weight_dtype), wc=wc, o=_storage(out_dtype), oc=oc)
+        name=name, shared_leaves=SHARED_LEAVES, x=_storage(x_dtype), xc=xc, w=_storage(weight_dtype), wc=wc, o=_storage(out_dtype), oc=oc)
 
 
 @lru_cache(maxsize=None)
@@ -276,12 +297,11 @@ def work_size(n: int) -> int:
     return 3 * n + 2 * ((n + SLOT - 1) // SLOT) + 2
 
 
-def _ticket_array(dev: Any, n: int) -> Any:
-    """The device's persistent, zeroed tickets: one for the tree, one per pairwise block slot."""
-    need = 1 + (n + SLOT - 1) // SLOT
+def _ticket_array(dev: Any) -> Any:
+    """The device's persistent, zeroed ticket: how many CUDA blocks of the running forward are done."""
     tickets = _tickets.get(dev.id)
-    if tickets is None or tickets.size < need:
-        tickets = _tickets[dev.id] = launch._cp().zeros(max(need, 1024), dtype=np.int32)
+    if tickets is None:
+        tickets = _tickets[dev.id] = launch._cp().zeros(1, dtype=np.int32)
     return tickets
 
 
@@ -304,7 +324,7 @@ def forward(x: Any, target: Any, weight: Any, *, ignore_index: int, reduction: s
     with dev:
         work = cp.empty(work_size(n), dtype=np.float32)
         out = cp.empty((n,) if reduction == "none" else (), dtype=out_dtype)
-        tickets = _ticket_array(dev, n)
+        tickets = _ticket_array(dev)
         error = _error_flag(dev)
         backend.defer_device_check(("cross_entropy", dev.id), _error_check(error, out_of_range))
         w_arg = weight if weight is not None else _placeholder(dev)
@@ -312,7 +332,7 @@ def forward(x: Any, target: Any, weight: Any, *, ignore_index: int, reduction: s
         kernel(((n + BLOCK - 1) // BLOCK,), (BLOCK,),
                (x, target, w_arg, np.int64(n), np.int64(classes), np.int64(ignore_index),
                 np.int32(weight is not None), np.int32(REDUCTIONS[reduction]), np.int32(smoothing),
-                np.float32(hot_c), np.float32(smooth_c), np.int32(pairwise_blocks(n)), work, tickets, error, out))
+                np.float32(hot_c), np.float32(smooth_c), work, tickets, error, out))
     return out, work
 
 
