@@ -11,8 +11,12 @@ run on the arrays' pool memory, through the same addresses a GPU would use:
   declarations: ``const T &x`` for inputs, ``T &x`` for outputs, a pointer for
   a ``raw`` array (``const`` for inputs, so a kernel that writes a raw input
   does not compile here either), the typedef of every placeholder;
-- a RawKernel runs its grid one thread after another (enough for kernels
-  whose threads do not talk to each other), with ``blockIdx``/``threadIdx``.
+- a RawKernel runs its grid one thread after another, with
+  ``blockIdx``/``threadIdx``; a block at a time, so ``__shared__`` memory is
+  a ``static``. In a kernel that calls ``__syncthreads`` a block's threads are
+  fibers (``ucontext``): each runs up to the barrier, then the next; a thread
+  that returns while others wait at a barrier is an error (CUDA leaves it
+  undefined).
 
 float16 is GCC's ``_Float16`` (conversions round to nearest even, arithmetic in
 float, as CuPy's ``float16``); bfloat16 is a struct rounding to nearest even,
@@ -22,8 +26,8 @@ float16 conversions (``asm("cvt.f32.f16 ...")``, ``asm("cvt.rn.f16.f32 ...")``
 and ``asm("cvt.rn.f16.f64 ...")``) are recognised in a RawKernel source and
 (in an ElementwiseKernel's preamble or body too) replaced by the same C++
 conversions; any other inline assembly is refused.
-``atomicAdd`` on an int and ``__threadfence`` run as plain code (threads run
-one after another). What this cannot check:
+``atomicAdd`` on an int, ``__threadfence`` and ``__ldcg`` run as plain code
+(threads run one after another). What this cannot check:
 NVRTC itself and CuPy's code generation (tests/test_nvrtc_kernels.py compiles
 every kernel tinyamp builds with NVRTC, as CuPy writes it), races between
 threads and the device's libm (``pow``).

@@ -9,20 +9,22 @@ that file):
   weigh 0; an out-of-range target weighs NaN, so the loss and every gradient
   are NaN, without a host check). For ``"mean"``/``"sum"`` the rows are then
   summed in the *same order as NumPy's pairwise summation*, without float
-  atomics: NumPy sums blocks of at most 128 elements with eight partial sums
-  and combines the blocks in a fixed binary tree. The last row of each block to
-  finish (an integer ticket per block) sums the block, and the last block to
-  finish (one more ticket) combines the tree and writes the loss. The order is
-  fixed by the row count alone, so the result is deterministic and bit for bit
-  the NumPy path's (given the same ``exp``/``log``).
+  atomics: NumPy sums blocks of at most 128 elements (the tree's leaves) with
+  eight partial sums and combines them in a fixed binary tree. Each CUDA block
+  takes one integer ticket once its rows are written; the last one to take it
+  sums every leaf at once (a thread a leaf, loads from L2 that overlap), then
+  the tree's inner nodes a depth at a time, in shared memory, and writes the
+  loss. The order is fixed by the row count alone, so the result is
+  deterministic and bit for bit the NumPy path's (given the same
+  ``exp``/``log``).
 - backward, one ``RawKernel``: a thread per element writes the gradient in the
   logits' dtype, reading the upstream gradient and the "mean" divisor on the
   device.
 
-The tickets live in one small int32 array per device that the finishing
-threads reset to 0, so consecutive launches on one stream (and a captured CUDA
-graph) reuse it; two forwards running concurrently on different streams must
-not share it (tinyamp runs one stream).
+The ticket is one int32 per device that the last block resets to 0, so
+consecutive launches on one stream (and a captured CUDA graph) reuse it; two
+forwards running concurrently on different streams must not share it (tinyamp
+runs one stream).
 
 With label smoothing the NumPy path promotes part of the backward to float64
 (a Python float times a bool array); the kernel does the same arithmetic in
@@ -44,9 +46,8 @@ from . import cuda_launch as launch
 from .cuda_launch import BF16_CONVERSIONS, F16_CONVERSIONS, STORAGE
 
 BLOCK = 256  # threads per block of both kernels
-LEAF = 128  # NumPy's pairwise block (PW_BLOCKSIZE): at most this many elements summed with 8 partial sums
-SLOT = 64  # every block of a pairwise tree over more than LEAF elements holds at least 64 of them
-SHARED_LEAVES = 1024  # leaf sums kept in shared memory (8 KB) up to this many slots, else in the work array
+SLOT = 64  # every node of NumPy's pairwise tree over more than 128 elements (PW_BLOCKSIZE) holds 64 or more
+SHARED_SLOTS = 1024  # the tree's sums stay in shared memory (8 KB) up to this many slots, else in the work array
 REDUCTIONS = {"none": 0, "mean": 1, "sum": 2}
 
 _tickets: dict[int, Any] = {}
@@ -82,7 +83,7 @@ __device__ auto tinyamp_pairwise_block(const At& at, long long offset, long long
     return res;
 }
 template <class Block>
-__device__ auto tinyamp_pairwise_tree(const Block& block, long long offset, long long n) -> decltype(block(offset, n)) {
+__device__ float tinyamp_pairwise_tree(const Block& block, long long offset, long long n) {
     if (n <= 128) return block(offset, n);
     long long half = n / 2;
     half -= half % 8;
@@ -103,6 +104,20 @@ __device__ __forceinline__ void tinyamp_block_of(long long i, long long n, long 
     }
     *offset = o;
     *len = m;
+}
+// The node at `depth` of the pairwise tree over n holding element i; false when a leaf above holds it.
+__device__ __forceinline__ bool tinyamp_node_of(long long i, long long n, int depth, long long* offset,
+                                                long long* len) {
+    long long o = 0, m = n;
+    for (int d = 0; d < depth; ++d) {
+        if (m <= 128) return false;
+        long long half = m / 2;
+        half -= half % 8;
+        if (i < o + half) m = half; else { o += half; m -= half; }
+    }
+    *offset = o;
+    *len = m;
+    return true;
 }
 __device__ __forceinline__ float tinyamp_f64_to_f32(double d) { return (float)d; }
 __device__ __forceinline__ unsigned short tinyamp_f64_to_bf16(double d) {
@@ -132,7 +147,8 @@ extern "C" __global__ void {name}(const {x}* x, const long long* target, const {
         const long long n, const long long classes, const long long ignore_index, const int has_weight,
         const int reduction, const int smoothing, const float hot_c, const float smooth_c,
         float* work, int* tickets, long long* error, {o}* out) {{
-    // work: lse (n) | row losses (n) | row weights (n) | leaf sums of both (2 x slots) | count | weight sum
+    // work: lse (n) | row losses (n) | row weights (n) | the tree's sums past shared memory (2 x slots) | count
+    // | weight sum
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     const long long slots = (n + 63) / 64;
     float* const lse_out = work;
@@ -191,22 +207,34 @@ extern "C" __global__ void {name}(const {x}* x, const long long* target, const {
     }}
     __syncthreads();
     if (!last) return;
-    // NumPy's leaves, one a thread: over more than 128 rows every leaf holds 64 to 128, so each 64-row slot
-    // holds at most one leaf's first row, and that leaf holds the slot's last row. Loads from L2 (__ldcg):
-    // other blocks wrote the rows, and independent loads overlap.
-    __shared__ tinyamp_pair leaves_here[{shared_leaves}];
-    tinyamp_pair* const leaves = slots <= {shared_leaves} ? leaves_here
-                                                     : reinterpret_cast<tinyamp_pair*>(work + 3 * n);
+    // NumPy's tree with the block's threads. Over more than 128 rows every node holds 64 rows or more, so at
+    // any depth each 64-row slot holds at most one node's first row, and that node holds the slot's last row
+    // (row_of(s)). A node's sum goes to the slot of its first row: first the leaves, one a thread, loaded from
+    // L2 (__ldcg: other blocks wrote the rows; independent loads overlap), then the inner nodes a depth at a
+    // time from the deepest, each the sum of its two children's slots.
+    __shared__ tinyamp_pair sums_here[{shared_slots}];
+    tinyamp_pair* const sums = slots <= {shared_slots} ? sums_here : reinterpret_cast<tinyamp_pair*>(work + 3 * n);
+    auto row_of = [&](long long s) {{ return 64 * s + 63 < n ? 64 * s + 63 : n - 1; }};
     for (long long s = threadIdx.x; s < slots; s += blockDim.x) {{
         long long offset, len;
-        tinyamp_block_of(64 * s + 63 < n ? 64 * s + 63 : n - 1, n, &offset, &len);
-        if (offset >= 64 * s) leaves[s] = tinyamp_pairwise_block([&](long long k) {{
+        tinyamp_block_of(row_of(s), n, &offset, &len);
+        if (offset >= 64 * s) sums[s] = tinyamp_pairwise_block([&](long long k) {{
             return tinyamp_pair{{__ldcg(loss_rows + k), __ldcg(weight_rows + k)}}; }}, offset, len);
     }}
     __syncthreads();
+    int depths = 0;  // inner nodes lie above this depth: a node of m rows has children of at most m / 2 + 8
+    for (long long m = n; m > 128; m = m / 2 + 8) ++depths;
+    for (int depth = depths - 1; depth >= 0; --depth) {{
+        for (long long s = threadIdx.x; s < slots; s += blockDim.x) {{
+            long long offset, len;
+            if (!tinyamp_node_of(row_of(s), n, depth, &offset, &len) || offset < 64 * s || len <= 128) continue;
+            const long long half = len / 2 - (len / 2) % 8;
+            sums[s] = sums[s] + sums[(offset + half) / 64];
+        }}
+        __syncthreads();
+    }}
     if (threadIdx.x != 0) return;
-    const tinyamp_pair sums = tinyamp_pairwise_tree([&](long long o, long long) {{ return leaves[o / 64]; }}, 0, n);
-    const float total = 0.0f + sums.a, count = 0.0f + sums.b;
+    const float total = 0.0f + sums[0].a, count = 0.0f + sums[0].b;
     stats[0] = count;
     out[0] = tinyamp_f32_to_{oc}(reduction == 1 ? total / count : total);
 }}
@@ -262,7 +290,8 @@ def forward_source(x_dtype: Any, weight_dtype: Any, out_dtype: Any) -> tuple[str
     xc, wc, oc = _suffix(x_dtype), _suffix(weight_dtype), _suffix(out_dtype)
     name = f"tinyamp_ce_forward_{xc}_{wc}_{oc}"
     return name, _prelude(weight_dtype) + FORWARD.format(
-        name=name, shared_leaves=SHARED_LEAVES, x=_storage(x_dtype), xc=xc, w=_storage(weight_dtype), wc=wc, o=_storage(out_dtype), oc=oc)
+        name=name, shared_slots=SHARED_SLOTS, x=_storage(x_dtype), xc=xc, w=_storage(weight_dtype), wc=wc,
+        o=_storage(out_dtype), oc=oc)
 
 
 @lru_cache(maxsize=None)
@@ -280,16 +309,6 @@ def raw_sources() -> list[tuple[str, str]]:
     fused = launch.FUSED_DTYPES
     return ([forward_source(x, w, o) for x in fused for w in fused for o in fused]
             + [backward_source(x, w, g, o) for x in fused for w in fused for g in fused for o in fused])
-
-
-@lru_cache(maxsize=256)
-def pairwise_blocks(n: int) -> int:
-    """How many blocks NumPy's pairwise summation splits ``n`` elements into."""
-    if n <= LEAF:
-        return 1
-    half = n // 2
-    half -= half % 8
-    return pairwise_blocks(half) + pairwise_blocks(n - half)
 
 
 def work_size(n: int) -> int:
