@@ -198,11 +198,11 @@ def test_kernels_give_nan_for_out_of_range_targets(cp, device_math, reduction) -
 
 @needs_gxx
 @pytest.mark.parametrize("reduction", ["mean", "sum"])
-@pytest.mark.parametrize("n", [1, 128, 129, 1000, 8193, 10000, 65537])
+@pytest.mark.parametrize("n", [1, 128, 129, 1000, 8193, 10000, 40000, 65537])
 def test_the_forward_tree_over_many_rows_and_its_tickets(cp, device_math, n, reduction) -> None:
-    """Row counts around NumPy's blocks, over one or many CUDA blocks (65537: more slots than shared memory
-    holds); the ticket is back to 0 after each launch, for the next one. A float32 loss (autocast's), which a
-    sum over many rows does not overflow."""
+    """Row counts around NumPy's blocks, over one or many CUDA blocks (40000: a thread sums several slots;
+    65537: more slots than shared memory holds); the ticket is back to 0 after each launch, for the next one.
+    A float32 loss (autocast's), which a sum over many rows does not overflow."""
     exp, log = device_math
     case = make_case(np.dtype(np.float16), reduction, "ignored", seed=0)
     rng = np.random.default_rng(n)
