@@ -351,6 +351,25 @@ extern "C" __global__ void k(const unsigned short* x, unsigned short* y) {
     assert y.view(np.float16).get().tolist() == [3.0, 7.5, np.inf]
 
 
+def test_syncthreads_runs_a_blocks_threads_up_to_the_barrier_and_shared_memory_is_the_blocks() -> None:
+    source = r'''
+extern "C" __global__ void k(const float* x, float* y, const int diverge) {
+    __shared__ float buf[4];
+    buf[threadIdx.x] = x[blockIdx.x * blockDim.x + threadIdx.x];
+    if (diverge && threadIdx.x == 2) return;
+    __syncthreads();
+    y[blockIdx.x * blockDim.x + threadIdx.x] = buf[blockDim.x - 1 - threadIdx.x];  // a later thread's write
+}'''
+    if kernels.CXX is None:
+        pytest.skip("no g++")  # pragma: no cover - CI has g++
+    kernel = cp.RawKernel(source, "k")
+    x, y = cp.arange(8, dtype=np.float32), cp.zeros(8, np.float32)
+    kernel((2,), (4,), (x, y, np.int32(0)))
+    assert y.get().tolist() == [3, 2, 1, 0, 7, 6, 5, 4]
+    with pytest.raises(RuntimeError, match="k: a thread returned while others of its block waited at __syncthreads"):
+        kernel((2,), (4,), (x, y, np.int32(1)))
+
+
 def test_the_package_imports_only_numpy_ml_dtypes_and_the_standard_library() -> None:
     allowed = {"numpy", "ml_dtypes"}
     for name in sorted(os.listdir(STANDIN_DIR)):
