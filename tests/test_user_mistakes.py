@@ -702,3 +702,15 @@ def test_index_assignment_out_of_bounds_names_the_write(device: str) -> None:
     with pytest.raises(IndexError, match=r"index assignment: index 7 is out of bounds .* \(tensor of shape \[5\], "
                                          r"float32\)"):
         x[ta.tensor([7]).to(device)] = 1.0
+    assert x.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]  # nothing written (CuPy would have written x[2])
+
+
+def test_index_assignment_checks_each_index_array_against_its_axis(device: str) -> None:
+    x = ta.zeros(2, 3, 4, device=device)
+    x[..., ta.tensor([-4, 3]).to(device)] = 1.0  # in range, a negative one included
+    with pytest.raises(IndexError, match=r"^index assignment: index -3 is out of bounds for axis 0 with size 2 "
+                                         r"\(tensor of shape \[2, 3, 4\], float32\)$"):
+        x[ta.tensor([-3]).to(device), :, ta.tensor([0]).to(device)] = 2.0
+    with pytest.raises(IndexError, match=r"^index assignment: index 4 is out of bounds for axis 2 with size 4 "):
+        x[:, [0], ta.tensor([4, 1]).to(device)] = 2.0
+    assert x.sum().item() == 12.0
