@@ -19,7 +19,7 @@ import pytest
 
 import tinyamp as ta
 from tinyamp import backend
-from tinyamp.kernels import convert as cv
+from tinyamp.kernels import cpu_path as kernel_path
 from tinyamp.kernels import cpu_optim, cuda_launch, cuda_optim, loss_scale
 from tinyamp.utils import data as tdata
 from tinyamp.utils.data import DataLoader
@@ -29,8 +29,8 @@ from tinyamp.utils.data import DataLoader
 def cpu_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """The CPU update path: the numba kernels (the default install) or the NumPy expressions."""
     if request.param == "numba":
-        assert cv.numba_available(), "numba is a dependency of the default install and must load"
-    monkeypatch.setattr(cv, "BACKEND", request.param)
+        assert kernel_path.numba_available(), "numba is a dependency of the default install and must load"
+    monkeypatch.setattr(kernel_path, "BACKEND", request.param)
     return request.param
 
 
@@ -647,7 +647,7 @@ def test_a_new_process_finds_every_numba_kernel_in_the_cache(tmp_path) -> None:
     import os
     import subprocess
 
-    assert cv.numba_available()
+    assert kernel_path.numba_available()
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path), "NUMBA_DEBUG_CACHE": "1",
            "PYTHONPATH": os.path.dirname(os.path.dirname(ta.__file__))}
     env.pop("TINYAMP_CAST_BACKEND", None)
