@@ -45,7 +45,7 @@ CORE = (
 )
 
 # Function.__call__ and what it calls in autograd/function.py, in the order a reader follows them.
-CALL_PATH = ("Function.__call__", "Function._apply_precision", "Function._promote_after_tag",
+CALL_PATH = ("Function.__call__", "Function._apply_precision", "Function._cast_inputs",
              "Function._record_and_trace", "Function._record", "_as_tensors", "_mixed_dtypes")
 
 

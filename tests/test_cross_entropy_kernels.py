@@ -25,7 +25,7 @@ import fused_drivers as fd
 import tinyamp as ta
 from tinyamp import backend
 from tinyamp.cuda_standin import kernels as standin_kernels
-from tinyamp.kernels import convert, cross_entropy, cuda_launch, cuda_loss
+from tinyamp.kernels import cpu_path, cross_entropy, cuda_launch, cuda_loss
 
 DTYPES = [np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)]
 REDUCTIONS = ["mean", "sum", "none"]
@@ -228,7 +228,7 @@ def test_kernel_sources_declare_what_the_launches_pass() -> None:
     assert len(names) == 27 + 81
 
 
-@pytest.mark.skipif(not (convert.BACKEND == "numba" and convert.numba_available()), reason="numba not installed")
+@pytest.mark.skipif(not (cpu_path.BACKEND == "numba" and cpu_path.numba_available()), reason="numba not installed")
 @pytest.mark.parametrize("smoothing", [0.0, 0.1])
 @pytest.mark.parametrize("via_float32", [False, True])
 def test_float16_gradient_rounding_is_astypes_with_and_without_numba(monkeypatch, smoothing, via_float32) -> None:
@@ -247,9 +247,9 @@ def test_float16_gradient_rounding_is_astypes_with_and_without_numba(monkeypatch
             return cross_entropy.backward(x, target, None, np.asarray(np.float32(2.0 ** 20)), saved,
                                           out_dtype=np.float16, via_float32=via_float32, **options)
 
-    assert convert.numba_default()
+    assert cpu_path.numba_default()
     fast = gradient()
-    monkeypatch.setattr(convert, "BACKEND", "numpy-bits")  # numba off: NumPy's astype
+    monkeypatch.setattr(cpu_path, "BACKEND", "numpy-bits")  # numba off: NumPy's astype
     general = gradient()
     fd.assert_same_bits([fast], [general], "float16 gradient")
     magnitude = np.abs(general.astype(np.float32))

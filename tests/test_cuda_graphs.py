@@ -40,6 +40,15 @@ def test_a_captured_block_runs_at_replay_on_the_current_contents_of_its_inputs(c
     assert y.tolist() == [22.5, 44.5, 66.5] and w.tolist() == [22.5, 44.5, 66.5]
 
 
+def test_a_random_draw_in_a_capture_is_refused_clearly(cuda_backend) -> None:
+    """CuPy cannot call cuRAND while a stream captures; the draw says so, naming the caller."""
+    g = ta.cuda.CUDAGraph()
+    with pytest.raises(RuntimeError, match=r"^a random draw \(random\) on a CUDA generator inside a CUDA graph "
+                                           r"capture, at .*test_cuda_graphs.py"):
+        with ta.cuda.graph(g):
+            ta.nn.functional.dropout(ta.ones(4, device="cuda"), 0.5)
+
+
 def test_graph_misuse_raises_pytorchs_errors(cuda_backend) -> None:
     g = ta.cuda.CUDAGraph()
     with pytest.raises(RuntimeError, match=r"^Called CUDAGraph::replay without a preceding successful capture\.$"):

@@ -247,7 +247,10 @@ class TensorMethods:
             # Stored in self's dtype, as PyTorch's index_put_/copy_ do (a float16
             # tensor takes a float32 value rounded; this is the explicit write).
             value = _converted(value.array, self.dtype)
-        self._store("index assignment", _index_key(key), value)
+        key = _index_key(key)
+        if self.device.type == "cuda":
+            _check_write_indices("index assignment", self, key)
+        self._store("index assignment", key, value)
 
     # ------------------------------------------------------ Python operators
     def __add__(self, other: Any) -> "Tensor":
@@ -453,6 +456,34 @@ def _index_key(key: Any) -> Any:
     if isinstance(key, tuple):
         return tuple(k.array if isinstance(k, tinyamp.Tensor) else k for k in key)
     return key
+
+
+def _check_write_indices(name: str, tensor: Any, key: Any) -> None:
+    """Raise NumPy's IndexError for an integer-array index out of range of its axis. CuPy takes such an index
+    modulo the axis's length and would write another element; one reduction and one host read check them."""
+    parts = key if isinstance(key, tuple) else (key,)
+    arrays = [np.asarray(k) if isinstance(k, (list, np.ndarray)) else k for k in parts]
+    taking = [0 if k is None or k is Ellipsis else k.ndim if getattr(k, "dtype", None) == np.bool_ else 1
+              for k in arrays]
+    checked, axis = [], 0  # (index array, its axis)
+    for k, took in zip(arrays, taking):
+        if k is Ellipsis:
+            axis += tensor.ndim - sum(taking)
+        elif getattr(k, "dtype", None) is not None and k.dtype.kind in "iu" and k.size and axis < tensor.ndim:
+            checked.append((k, axis))
+        axis += took
+    if not checked:
+        return
+    xp = backend.cupy() if any(backend.is_cupy_array(k) for k, _ in checked) else np
+    ends = xp.stack([xp.asarray(e, dtype=np.int64) for k, _ in checked
+                     for e in (xp.asarray(k).min(), xp.asarray(k).max())])
+    ends = backend.to_host(ends, f"{name}: the bounds check of its index arrays").tolist()
+    for i, (_, axis) in enumerate(checked):
+        size = tensor.shape[axis]
+        for value in (ends[2 * i + 1], ends[2 * i]):
+            if not -size <= value < size:
+                raise IndexError(f"{name}: index {value} is out of bounds for axis {axis} with size {size} "
+                                 f"(tensor of shape {list(tensor.shape)}, {dt.dtype_name(tensor.dtype)})")
 
 
 def parse_to_args(caller: str, args: tuple, kwargs: dict) -> tuple["backend.Device | None", "Any"]:

@@ -147,33 +147,24 @@ class Function:
             tag = self.effective_precision(state)
         if tag is NEUTRAL and self.promoted_inputs is None:
             return tensors  # nothing moves (relu, reshapes): the usual NEUTRAL op under autocast
-        target, moves = cast_plan(tag, tuple([t.array.dtype for t in tensors]), None if state is None else state.dtype)
-        if target is not None:
-            tensors = [insert_cast(self, t, target, state, tag) if move else t for t, move in zip(tensors, moves)]
-        if tag is not self.precision or self.promoted_inputs is not None:
-            tensors = self._promote_after_tag(tensors, tag, state)
+        everything = range(len(tensors))
+        tensors = self._cast_inputs(tensors, everything, tag, state, None if state is None else state.dtype)
+        if tag is not PROMOTE and self.promoted_inputs is not None:
+            # The tag's casts are done (an FP32 loss's float16 input is float32 now; an overridden
+            # PROMOTE op's inputs may still differ); the promoted inputs still need one dtype.
+            tensors = self._cast_inputs(tensors, everything[self.promoted_inputs], PROMOTE, state, None)
         return tensors
 
-    def _promote_after_tag(self, tensors: list[Tensor], tag: Precision, state: "AutocastState | None") -> list[Tensor]:
-        """The PROMOTE casts still owed after the tag's: an overridden PROMOTE op's, the promoted inputs'."""
-        if tag is not self.precision and self.precision is PROMOTE:
-            # An overridden PROMOTE op still needs equal operand dtypes.
-            target, moves = cast_plan(PROMOTE, tuple([t.array.dtype for t in tensors]), None)
-            if target is not None:
-                tensors = [insert_cast(self, t, target, state, PROMOTE) if move else t
-                           for t, move in zip(tensors, moves)]
-        promoted = self.promoted_inputs
-        if promoted is not None and tag is not PROMOTE and self.precision is not PROMOTE:
-            # The tag's casts are done (an FP32 loss's float16 input is float32
-            # now); the promoted inputs still need one dtype (float32 with
-            # float64 is float64).
-            indices = range(len(tensors))[promoted]
-            target, moves = cast_plan(PROMOTE, tuple([tensors[i].array.dtype for i in indices]), None)
-            if target is not None:
-                tensors = list(tensors)
-                for i, move in zip(indices, moves):
-                    if move:
-                        tensors[i] = insert_cast(self, tensors[i], target, state, PROMOTE)
+    def _cast_inputs(self, tensors: list[Tensor], indices: range, tag: Precision, state: "AutocastState | None",
+                     autocast_dtype: "np.dtype | None") -> list[Tensor]:
+        """``tensors`` with those at ``indices`` cast as the pure rule says ``tag`` asks (recorded Cast nodes)."""
+        target, moves = cast_plan(tag, tuple([tensors[i].array.dtype for i in indices]), autocast_dtype)
+        if target is None:
+            return tensors
+        tensors = list(tensors)
+        for i, move in zip(indices, moves):
+            if move:
+                tensors[i] = insert_cast(self, tensors[i], target, state, tag)
         return tensors
 
     def effective_precision(self, state: "AutocastState | None") -> Precision:
