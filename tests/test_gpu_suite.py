@@ -29,7 +29,8 @@ import pytest
 import fused_drivers as fd
 import tinyamp as ta
 from tinyamp import backend
-from tinyamp.kernels import cuda_launch, cuda_optim, loss_scale
+from tinyamp.kernels import loss_scale
+from tinyamp.kernels.cuda import cuda_launch, cuda_optim
 
 from conftest import GPU  # noqa: E402 - the real-GPU parameter (marked gpu)
 from test_gemm import _within_dot_product_bound  # noqa: E402

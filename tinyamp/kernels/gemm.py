@@ -49,7 +49,7 @@ import numpy as np
 from .. import backend
 from .. import dtypes as dt
 from .. import precision
-from . import cublas_direct, cublaslt_direct, cuda_vector
+from .cuda import cublas_direct, cublaslt_direct, cuda_vector
 from .convert import convert
 
 Array = Any  # numpy.ndarray or cupy.ndarray
