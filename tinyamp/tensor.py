@@ -32,6 +32,7 @@ import tinyamp
 
 from . import backend
 from . import dtypes as dt
+from .kernels import widened
 from .kernels.convert import convert
 
 # Writes into arrays that have a .data alias (any of them, ever): the weight-cast cache, keyed on
@@ -242,12 +243,14 @@ class Tensor:
         if self._requires_grad:
             raise RuntimeError("Can't call numpy() on Tensor that requires grad. "
                                "Use tensor.detach().numpy() instead.")
+        widened.forget()  # the caller may write into the array
         return backend.to_host(self.array, "Tensor.numpy()")
 
     def tolist(self) -> Any:
         return backend.to_host(self.array, "Tensor.tolist()").tolist()
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        widened.forget()  # the caller may write into the array
         array = backend.to_host(self.array, "numpy.asarray(tensor)")
         return array if dtype is None else array.astype(dtype)
 
@@ -433,6 +436,7 @@ class Tensor:
                                    f"memory location. Please clone() the tensor before performing the "
                                    f"operation.") from None
             raise
+        widened.forget()  # a kept widening of this array would be stale
         self._version[0] += 1
         if self._storage is not None:
             self._storage[0] += 1
