@@ -35,7 +35,7 @@ import ml_dtypes
 import numpy as np
 
 from tinyamp import kernels
-from tinyamp.kernels import convert, cpu_numba, cpu_numpy, elementwise_cpu
+from tinyamp.kernels import convert, cpu_numba, cpu_numpy, cpu_path, elementwise_cpu
 
 ROOT = Path(__file__).resolve().parents[1]
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -114,7 +114,7 @@ def make_parallel_kernels(nbk):
 
 def run(args):
     cv, ew, nbk, npk = convert, elementwise_cpu, cpu_numba, cpu_numpy
-    have_numba = cv.numba_available() if cv.BACKEND == "numba" else False
+    have_numba = cpu_path.numba_available() if cpu_path.BACKEND == "numba" else False
     t0 = time.time()
     kernels.warmup()
     warm_s = time.time() - t0
@@ -122,7 +122,7 @@ def run(args):
     if have_numba:
         nbk.select_f16_impl("int")
         kernels.warmup()
-        nbk.select_f16_impl("hw" if cv.F16C else "int")
+        nbk.select_f16_impl("hw" if cpu_path.F16C else "int")
         if not args.no_parallel:
             par = make_parallel_kernels(nbk)
     rng = np.random.default_rng(0)
@@ -326,8 +326,8 @@ def run(args):
 
     return dict(
         results=results,
-        backend=cv.BACKEND,
-        f16c=cv.F16C,
+        backend=cpu_path.BACKEND,
+        f16c=cpu_path.F16C,
         numba=_version("numba"),
         numpy=np.__version__,
         ml_dtypes=ml_dtypes.__version__,

@@ -284,7 +284,6 @@ def kernel_cases(batch: int, hidden: int, torch: Any, inputs: int = 784, classes
     h, g = device((batch, hidden), f16), device((batch, hidden), f16)
     x32, x16 = device((batch, inputs), f32), device((batch, inputs), f16)
     w16, b16 = device((hidden, inputs), f16), device((hidden,), f16)
-    c16 = cp.empty((batch, hidden), f16)
     src, dst = cp.empty(n * 2, np.uint8), cp.empty(n * 2, np.uint8)
     shapes = [(hidden, inputs), (hidden,), (classes, hidden), (classes,)]
     params = sum(int(np.prod(s)) for s in shapes)
@@ -300,9 +299,8 @@ def kernel_cases(batch: int, hidden: int, torch: Any, inputs: int = 784, classes
         ("cupy maximum (before)", "relu forward", lambda: cp.maximum(h, 0), 4 * n),
         ("tinyamp_relu_backward_f16", "relu backward", lambda: cuda_vector.relu_backward(g, h), 6 * n),
         ("tinyamp_relu_backward (before)", "relu backward", lambda: cuda_epilogue.relu_backward(g, h), 6 * n),
-        ("tinyamp_bias_rows_f16", "C's bias rows", lambda: cuda_vector.bias_rows(b16, c16), 2 * n + 2 * hidden),
-        ("tinyamp_column_sum_f16_through", "bias gradient",
-         lambda: cuda_vector.column_sum(g, f32, through=True), 2 * n + partial + 4 * hidden),
+        ("tinyamp_column_sum_f16_round", "bias gradient",
+         lambda: cuda_vector.column_sum(g, f16), 2 * n + partial + 2 * hidden),
         ("cupy sum float32 (before)", "bias gradient", lambda: g.sum(axis=0, dtype=f32), 2 * n + 4 * hidden),
         ("tinyamp_convert_f32_f16", "input batch cast", lambda: cuda_vector.convert(x32, f16), 6 * batch * inputs),
         ("tinyamp_convert_f16_f32", "dW widened", lambda: cuda_vector.convert(w16, f32), 6 * hidden * inputs),
@@ -311,8 +309,10 @@ def kernel_cases(batch: int, hidden: int, torch: Any, inputs: int = 784, classes
         ("tinyamp_sgd_group_f32_f32_f16", "SGD momentum step",
          lambda: cuda_optim.sgd_group(weights, grads, bufs, steps, lows, found, hyper, nesterov=False,
                                       maximize=False), 22 * params),
-        ("gemm_bias (linear 1 forward)", "GEMM, bias rows in C",
-         lambda: gemm_bias(x16, w16, b16, trans_b=True), 2 * (batch * inputs + hidden * inputs) + 6 * n),
+        ("gemm_bias (linear 1 forward)", "cuBLASLt GEMM + bias epilogue",
+         lambda: gemm_bias(x16, w16, b16, trans_b=True), 2 * (batch * inputs + hidden * inputs + hidden) + 2 * n),
+        ("gemm, float16 out, no bias", "the same GEMM alone",
+         lambda: gemm(x16, w16, f16, trans_b=True), 2 * (batch * inputs + hidden * inputs) + 2 * n),
     ]
     if torch is not None:
         th, tg = torch.as_tensor(h, device="cuda"), torch.as_tensor(g, device="cuda")
@@ -433,7 +433,7 @@ def bench_gpu_time(device: str, torch: Any, batches: list[int], hidden: int, rep
 
 
 # ----------------------------------------------------------------- report
-ELEMENTWISE = ("tinyamp_relu_f16", "tinyamp_relu_backward_f16", "tinyamp_bias_rows_f16", "tinyamp_column_sum_f16_through",
+ELEMENTWISE = ("tinyamp_relu_f16", "tinyamp_relu_backward_f16", "tinyamp_column_sum_f16_round",
                "tinyamp_convert_f32_f16", "tinyamp_convert_f16_f32", "tinyamp_unscale_f32_f32",
                "tinyamp_sgd_group_f32_f32_f16")
 

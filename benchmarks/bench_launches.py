@@ -51,10 +51,10 @@ NO_TRANSFERS = {"h2d": 0, "d2h": 0, "syncs": 0}
 # addresses costs one launch per table; whether a step sees one depends on where the pool puts
 # the gradients, i.e. on what ran before). tests/test_launch_budget.py holds the step to these:
 # one launch more than today fails, so a regression shows before it reaches the budget.
-REACHED = {"float32": 15, "amp-sgd": 27, "amp-adam": 27}
+REACHED = {"float32": 15, "amp-sgd": 25, "amp-adam": 25}
 TABLE_WRITES = "tinyamp_fill_pointers"
 WIDE = dict(inputs=98, hidden=1024, batch=1024)  # 784-8192-10 at batch 8192, every size but C over 8
-BYTES_BUDGET = 1.3  # the AMP step of the wide MLP moves at most this many times its floor
+BYTES_BUDGET = 1.1  # the AMP step of the wide MLP moves at most this many times its floor (the issue: 1.3)
 CLASSES = 10
 
 

@@ -33,7 +33,7 @@ ALLOWED_IN_FUNCTIONS = {
     "tinyamp.backend": {"cupy": "the one place CuPy is imported, on first use of a GPU"},
     "tinyamp.kernels.cpu_numba": {"numba": "optional jit extra; about a second to import",
                                   "llvmlite": "numba's IR builder, with numba"},
-    "tinyamp.amp.grad_stats": {"matplotlib": "optional plot extra, only for plotting"},
+    "tinyamp.amp.study.grad_stats": {"matplotlib": "optional plot extra, only for plotting"},
     "tinyamp.distributed.mpi_backend": {"mpi4py": "optional dist extra; importing it initialises MPI"},
     "tinyamp.distributed.launch_worker": {"mpi4py": "optional dist extra; initialises MPI for the rank"},
     "tinyamp.cuda_standin.nccl": {"mpi4py": "optional dist extra; the NCCL stand-in's collectives travel over MPI"},
@@ -227,6 +227,18 @@ def test_imports_inside_functions_are_the_documented_optional_ones() -> None:
     for module, allowed in ALLOWED_IN_FUNCTIONS.items():
         for name in allowed:
             assert f"`{name}`" in documented, f"docs/ARCHITECTURE.md does not say why {module} imports {name} late"
+
+
+def test_the_amp_mechanism_does_not_import_its_instruments() -> None:
+    """``amp/`` (autocast, casting, the scaler, the op table) runs without ``amp/study/`` (report, shadow
+    run, statistics): only the package ``tinyamp.amp`` re-exports the instruments' public names."""
+    edges, _ = import_graph(PACKAGE)
+    mechanism = [m for m in edges if m.startswith("tinyamp.amp.") and not m.startswith("tinyamp.amp.study")]
+    assert "tinyamp.amp.autocast" in mechanism and "tinyamp.amp.grad_scaler" in mechanism
+    bad = [f"{m} imports {t}" for m in sorted(mechanism) for t in sorted(edges[m])
+           if t == "tinyamp.amp" or t.startswith("tinyamp.amp.study")]
+    assert not bad, "the AMP mechanism imports its instruments:\n  " + "\n  ".join(bad)
+    assert "tinyamp.amp.study" in edges["tinyamp.amp"]
 
 
 def test_the_checks_see_what_they_check() -> None:

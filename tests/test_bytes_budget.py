@@ -3,7 +3,7 @@
 How a launch's bytes are counted (array arguments; const and non-const RawKernel
 pointers; declared bytes; cuBLAS's matrices; a graph replay), and the budget:
 the AMP step (autocast float16 + GradScaler + SGD momentum) of the wide MLP
-(``bench_launches.WIDE``) moves at most ``BYTES_BUDGET`` (1.3) times its floor
+(``bench_launches.WIDE``) moves at most ``BYTES_BUDGET`` (1.1; the issue asked 1.3) times its floor
 (``bench_launches.floor_rows``). The last test checks that a regression breaks
 the budget: one float32 round trip of the hidden activation in the backward.
 """
@@ -75,9 +75,8 @@ def test_cublas_counts_its_matrices_and_a_graph_replay_its_nodes(cp) -> None:
     gemm_module.gemm(a, b, trans_b=True)
     assert moved(cp, "gemmEx") == ((64 * 32 + 16 * 32) * 2, 64 * 16 * 2)
     cp.counters.reset()
-    gemm_module.gemm_bias(a, b, bias, trans_b=True)  # beta = 1: C (the bias rows) read too
-    assert moved(cp, "gemmEx") == ((64 * 32 + 16 * 32 + 64 * 16) * 2, 64 * 16 * 2)
-    assert moved(cp, "tinyamp_bias_rows_f16") == (16 * 2, 64 * 16 * 2)
+    gemm_module.gemm_bias(a, b, bias, trans_b=True)  # the bias read by the epilogue, the output written once
+    assert moved(cp, "cublasLtMatmul") == ((64 * 32 + 16 * 32 + 16) * 2, 64 * 16 * 2)
     stream = cp.cuda.Stream()
     y = cp.empty(8, np.float32)
     x = cp.ones(8, np.float32)
@@ -108,18 +107,20 @@ def wide_amp_step() -> dict:
     return bench_launches.count_step(True, "sgd", **bench_launches.WIDE)
 
 
-def test_the_wide_amp_step_moves_at_most_1_3x_its_floor(wide_amp_step) -> None:
+def test_the_wide_amp_step_moves_at_most_1_1x_its_floor(wide_amp_step) -> None:
     problems = bench_launches.over_bytes_budget(wide_amp_step)
     assert not problems, "\n".join(problems) + "\n" + bench_launches.bytes_table("amp-sgd", wide_amp_step,
                                                                                   bench_launches.WIDE)
-    assert bench_launches.BYTES_BUDGET == 1.3
+    assert bench_launches.BYTES_BUDGET == 1.1
 
 
 def test_the_first_layer_writes_its_output_once(wide_amp_step) -> None:
-    """No float32 copy of the first layer's output: the GEMM writes float16 into the bias rows."""
-    b, h = bench_launches.WIDE["batch"], bench_launches.WIDE["hidden"]
+    """No float32 copy of the first layer's output and no C read: the GEMM's epilogue adds the bias."""
+    b, h, i = bench_launches.WIDE["batch"], bench_launches.WIDE["hidden"], bench_launches.WIDE["inputs"]
+    c = bench_launches.CLASSES
     forward = wide_amp_step["forward"]["bytes"]
-    assert forward["gemmEx"]["written"] == 2 * b * h + 2 * b * bench_launches.CLASSES
+    assert forward["cublasLtMatmul"] == {"written": 2 * b * h + 2 * b * c,
+                                         "read": 2 * (b * i + h * i + h) + 2 * (b * h + c * h + c)}
     assert "tinyamp_bias_act_convert" not in forward
 
 
@@ -133,6 +134,6 @@ def float32_round_trip(phase: str) -> None:
 
 def test_one_float32_round_trip_breaks_the_bytes_budget() -> None:
     counts = bench_launches.count_step(True, "sgd", extra=float32_round_trip, **bench_launches.WIDE)
-    with pytest.raises(AssertionError, match=r"amp-sgd wide: \d+ bytes = 1\.\d+x the floor \d+ > 1\.3x"):
+    with pytest.raises(AssertionError, match=r"amp-sgd wide: \d+ bytes = 1\.\d+x the floor \d+ > 1\.1x"):
         problems = bench_launches.over_bytes_budget(counts)
         assert not problems, "\n".join(problems)

@@ -1,4 +1,4 @@
-"""Bit-exactness of tinyamp/kernels/convert.py and elementwise_cpu.py against astype / np.maximum / np.where.
+"""Bit-exactness of tinyamp/kernels/convert.py (on each path of cpu_path.py) and elementwise_cpu.py against astype / np.maximum / np.where.
 
 Every fast path is compared bit for bit with the NumPy/ml_dtypes reference:
 exhaustively over all 65536 16-bit patterns, and for float32 sources over
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import tinyamp.kernels
-from tinyamp.kernels import convert as cv
+from tinyamp.kernels import cpu_numba, cpu_path
 from tinyamp.kernels import elementwise_cpu as ew
 from tinyamp.kernels.convert import convert
 from tinyamp.kernels.cpu_numba import select_f16_impl
@@ -28,7 +28,7 @@ LOWP = [F16, BF16]
 ALL = [F32, F16, BF16]
 PAIRS = [(s, d) for s in ALL for d in ALL if s != d]
 
-HAVE_NUMBA = cv._numba_installed() and cv.BACKEND == "numba" and cv.numba_available()
+HAVE_NUMBA = cpu_path._numba_installed() and cpu_path.BACKEND == "numba" and cpu_path.numba_available()
 
 _backend_params = [pytest.param(("numpy", None), id="numpy")]
 if HAVE_NUMBA:
@@ -37,7 +37,7 @@ if HAVE_NUMBA:
         pytest.param(
             ("numba", "hw"),
             id="numba-f16c",
-            marks=pytest.mark.skipif(not cv.F16C, reason="no hardware float16 conversion"),
+            marks=pytest.mark.skipif(not cpu_path.F16C, reason="no hardware float16 conversion"),
         )
     )
 else:
@@ -51,7 +51,7 @@ def backend(request):
         select_f16_impl(impl)
     yield name
     if HAVE_NUMBA:
-        select_f16_impl("hw" if cv.F16C else "int")
+        select_f16_impl("hw" if cpu_path.F16C else "int")
 
 
 def bits(a):
@@ -184,8 +184,8 @@ def test_overlapping_out(backend):
 
 
 def test_defaults_and_fallbacks():
-    assert cv.BACKEND in ("numba", "numpy-bits", "astype")
-    assert tinyamp.kernels.warmup() == cv.BACKEND
+    assert cpu_path.BACKEND in ("numba", "numpy-bits", "astype")
+    assert tinyamp.kernels.warmup() == cpu_path.BACKEND
     x = np.linspace(-70000, 70000, 10_000, dtype=np.float32)
     assert_same_bits(convert(x, F16), reference(x, F16))  # auto backend, large
     assert_same_bits(convert(x[:5], F16), reference(x[:5], F16))  # small: astype
@@ -250,8 +250,8 @@ def test_relu_all_patterns(backend, dt):
 def spy_on_kernel(monkeypatch, name):
     """A list that gets one entry per call of numba kernel ``name`` (which still runs)."""
     calls = []
-    real = cv.cpu_numba.KERNELS[name]
-    monkeypatch.setitem(cv.cpu_numba.KERNELS, name, lambda *args: calls.append(1) or real(*args))
+    real = cpu_numba.KERNELS[name]
+    monkeypatch.setitem(cpu_numba.KERNELS, name, lambda *args: calls.append(1) or real(*args))
     return calls
 
 
@@ -396,13 +396,13 @@ def test_broken_numba_falls_back(monkeypatch):
     def broken():
         raise ImportError("simulated")
 
-    monkeypatch.setattr(cv, "_nb_state", None)
-    monkeypatch.setattr(cv, "BACKEND", "numba")
-    monkeypatch.setattr(cv, "_load_numba", broken)
+    monkeypatch.setattr(cpu_path, "_nb_state", None)
+    monkeypatch.setattr(cpu_path, "BACKEND", "numba")
+    monkeypatch.setattr(cpu_path, "_load_numba", broken)
     x = f32_random_bits(100_000, seed=3).view(np.float32)
     with pytest.warns(RuntimeWarning, match="numba cast kernels unavailable"):
         got = convert(x, F16)
-    assert cv.BACKEND == "numpy-bits"
+    assert cpu_path.BACKEND == "numpy-bits"
     assert_same_bits(got, reference(x, F16))
     with pytest.raises(RuntimeError):
         convert(x, F16, backend="numba")
@@ -417,7 +417,7 @@ def numba_impl(request):
     """numba's float16 kernels (integer, then F16C), selected for the calls without ``backend=``."""
     select_f16_impl(request.param[1])
     yield request.param[1]
-    select_f16_impl("hw" if cv.F16C else "int")
+    select_f16_impl("hw" if cpu_path.F16C else "int")
 
 
 def test_default_calls_take_numba_with_the_same_bits(numba_impl):
@@ -464,7 +464,7 @@ def any_backend(request):
         select_f16_impl(impl)
     yield name
     if HAVE_NUMBA:
-        select_f16_impl("hw" if cv.F16C else "int")
+        select_f16_impl("hw" if cpu_path.F16C else "int")
 
 
 def _with_special(dtype, special_bits, n, finite):
@@ -534,4 +534,4 @@ def test_numba_adam_matches_the_numpy_path(case, dtypes):
     for step, (a, b) in enumerate(zip(got, want)):
         fd.assert_same_bits(a, b, f"adam step {step}")
     # float32 weights with float32 gradients took the numba pass (the others are not its case).
-    assert cpu_optim._applies(np.zeros(2, np.float32)) == (cv.BACKEND == "numba")
+    assert cpu_optim._applies(np.zeros(2, np.float32)) == (cpu_path.BACKEND == "numba")

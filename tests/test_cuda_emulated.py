@@ -297,6 +297,53 @@ def test_gemm_bias_rounds_the_accumulator_plus_bias_once(cp, dtype) -> None:
                   cp.asarray(bias.astype(np.float32)), trans_b=True)
 
 
+def test_gemm_bias_is_one_cublaslt_call_with_the_bias_epilogue(cp) -> None:
+    """Linear's 16-bit forward on a GPU is one cuBLASLt GEMM (no bias kernel, no float32 output), views too."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((17, 24)).astype(np.float16)
+    w = rng.standard_normal((10, 24)).astype(np.float16)
+    bias = rng.standard_normal(11).astype(np.float16)
+    want = gemm_bias(x[1:], w, bias[1:], trans_b=True)  # the CPU path
+    dx, dw, db = cp.asarray(x), cp.asarray(w), cp.asarray(bias)
+    for a, b in ((dx[1:], db[1:]), (dx[1:], db[1:]), (dx[:16], db[:10])):  # 48- and 2-byte aligned views
+        cp.counters.reset()
+        got = gemm_bias(a, dw, b, trans_b=True)
+        assert cp.counters.kernels() == {"cublasLtMatmul": 1}
+        fd.assert_same_bits([got.get()], [gemm_bias(a.get(), w, b.get(), trans_b=True)], "gemm_bias")
+    fd.assert_same_bits([gemm_bias(dx[1:], dw, db[1:], trans_b=True).get()], [want], "gemm_bias")
+
+
+def test_gemm_bias_without_a_cublaslt_algorithm_computes_the_same_bits(cp, monkeypatch) -> None:
+    """Where cuBLASLt's heuristic offers no algorithm, a float32 GEMM, the bias and one cast give the same bits."""
+    from tinyamp.kernels import cublaslt_direct
+    rng = np.random.default_rng(4)
+    x, w = (rng.standard_normal(s).astype(np.float16) for s in ((9, 16), (8, 16)))
+    bias = rng.standard_normal(8).astype(np.float16)
+    monkeypatch.setattr(cublaslt_direct, "_plans", {})
+    monkeypatch.setattr(cublaslt_direct, "_plan", lambda *args: None)
+    got = gemm_bias(cp.asarray(x), cp.asarray(w), cp.asarray(bias), trans_b=True)
+    fd.assert_same_bits([got.get()], [gemm_bias(x, w, bias, trans_b=True)], "gemm_bias without cuBLASLt")
+
+
+def test_the_standin_cublaslt_refuses_an_algorithm_on_a_less_aligned_pointer(cp) -> None:
+    """An algorithm chosen for 256-byte aligned operands is not run on a 2-byte aligned view (a GPU could fault)."""
+    from tinyamp.kernels import cublaslt_direct
+    x, w, bias = cp.ones((9, 16), np.float16), cp.ones((8, 16), np.float16), cp.ones(8, np.float16)
+    out = cp.empty((8, 8), np.float16)
+    assert cublaslt_direct.matmul_bias(x[:8], w, bias, out, True)
+    problem = next(key for key in cublaslt_direct._plans if key[1][:3] == (8, 8, 16))
+    plan = cublaslt_direct._plans[problem]
+    cublaslt_direct._plans[(problem[0], problem[1][:6] + ((256,) * 5,))] = plan
+    row = x[1:]  # 32 bytes past the allocation's start
+    lib = cublaslt_direct._library()
+    desc, a_layout, b_layout, d_layout, algo = plan
+    import ctypes
+    with pytest.raises(Exception, match="matrix B at 0x[0-9a-f]+ is not 256-byte aligned"):
+        lib.cublasLtMatmul(problem[0], desc, ctypes.byref(ctypes.c_float(1)), w.data.ptr, a_layout, row.data.ptr,
+                           b_layout, ctypes.byref(ctypes.c_float(0)), out.data.ptr, d_layout, out.data.ptr, d_layout,
+                           ctypes.byref(algo), 0, 0, cp.cuda.get_current_stream().ptr)
+
+
 @pytest.mark.parametrize("dtypes", [(fd.F32, fd.F32), (fd.F16, fd.F16), (fd.BF16, fd.BF16), (fd.F32, fd.F16)],
                          ids=str)
 def test_relu_backward_kernel_matches_cupys_multiply(cp, dtypes) -> None:

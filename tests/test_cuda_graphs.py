@@ -40,6 +40,15 @@ def test_a_captured_block_runs_at_replay_on_the_current_contents_of_its_inputs(c
     assert y.tolist() == [22.5, 44.5, 66.5] and w.tolist() == [22.5, 44.5, 66.5]
 
 
+def test_a_random_draw_in_a_capture_is_refused_clearly(cuda_backend) -> None:
+    """CuPy cannot call cuRAND while a stream captures; the draw says so, naming the caller."""
+    g = ta.cuda.CUDAGraph()
+    with pytest.raises(RuntimeError, match=r"^a random draw \(random\) on a CUDA generator inside a CUDA graph "
+                                           r"capture, at .*test_cuda_graphs.py"):
+        with ta.cuda.graph(g):
+            ta.nn.functional.dropout(ta.ones(4, device="cuda"), 0.5)
+
+
 def test_graph_misuse_raises_pytorchs_errors(cuda_backend) -> None:
     g = ta.cuda.CUDAGraph()
     with pytest.raises(RuntimeError, match=r"^Called CUDAGraph::replay without a preceding successful capture\.$"):
@@ -156,14 +165,14 @@ def test_a_capture_whose_pool_must_grow_needs_relaxed_mode(cuda_backend) -> None
 
 
 def test_python_numbers_in_a_capture_become_device_constants_the_graph_holds(cuda_backend) -> None:
-    from tinyamp.autograd import function
+    from tinyamp.autograd import scalars
 
     x = ta.tensor([1.0, 2.0], device="cuda")
     x * 3.0  # 3.0 becomes a cached device constant outside the capture
     g = ta.cuda.CUDAGraph()
     with ta.cuda.graph(g):
         y = x * 3.0 + 0.25  # 3.0 from the cache; 0.25 new: filled by a kernel, no host copy
-    function._DEVICE_SCALARS.clear()  # the cache lets go of its constants; the graph still reads them
+    scalars._DEVICE_SCALARS.clear()  # the cache lets go of its constants; the graph still reads them
     for _ in range(20):  # and the pool hands their memory to other arrays (on a GPU, and the stand-in)
         ta.full((), 99.0, device="cuda") * ta.ones((), device="cuda")
     g.replay()

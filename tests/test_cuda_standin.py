@@ -108,6 +108,48 @@ def test_setitem_from_host_values_follows_cupy(counters) -> None:
     assert x.get().tolist() == [[1.5, 1.5, 7.0], [8.0, 8.0, 2.0]]
 
 
+def test_integer_array_indices_out_of_range_wrap_as_in_cupy() -> None:
+    """CuPy takes an integer-array index modulo its axis's length, reading and writing
+    (cupy/_core/_routines_indexing.pyx: _prepare_array_indexing, the scatter kernels' indices % adim)."""
+    x = cp.arange(10.0).reshape(2, 5)
+    assert x[:, cp.asarray([7, -6])].get().tolist() == [[2.0, 4.0], [7.0, 9.0]]
+    assert x[cp.asarray([3]), cp.asarray([-1])].get().tolist() == [9.0]
+    x[..., np.array([5])] = -1.0  # a host index array too: it is uploaded, then wrapped
+    x[cp.asarray([-3]), 1] = -2.0
+    assert x.get().tolist() == [[-1.0, 1.0, 2.0, 3.0, 4.0], [-1.0, -2.0, 7.0, 8.0, 9.0]]
+    with pytest.raises(IndexError):
+        x[2]  # an integer (basic indexing) is checked, as in CuPy
+
+
+def test_default_rng_keeps_cupys_curand_states_on_the_device() -> None:
+    """CuPy's default_rng is XORWOW with one 48-byte curandState per thread, 8 * 256 threads per multiprocessor
+    (cupy/random/_bit_generator.pyx, _cuRANDGenerator): 12 MiB of device memory on an H200."""
+    pool = cp.get_default_memory_pool()
+    before = pool.used_bytes()
+    rng = cp.random.default_rng(0)
+    size = 48 * 8 * 256 * runtime.getDeviceProperties(0)["multiProcessorCount"]
+    assert rng.bit_generator._state.nbytes == size and pool.used_bytes() - before >= size
+
+
+def test_a_philox_random_state_is_a_seed_and_an_offset_set_from_the_host() -> None:
+    """cupy.random.RandomState over cuRAND's host-API Philox: seed() sets the seed and offset 0
+    (cupy/random/_generator.py); the generator holds no pool memory; normals come in pairs."""
+    pool = cp.get_default_memory_pool()
+    before = pool.used_bytes()
+    states = cp.random.RandomState(3, method=cp.cuda.curand.CURAND_RNG_PSEUDO_PHILOX4_32_10)
+    assert pool.used_bytes() == before
+    first = states.random_sample(5, np.float32).get()
+    assert first.dtype == np.float32 and ((first >= 0) & (first < 1)).all()
+    assert not np.array_equal(states.random_sample(5, np.float32).get(), first)  # the offset moved on
+    cp.cuda.curand.setGeneratorOffset(states._generator, 0)
+    np.testing.assert_array_equal(states.random_sample(5, np.float32).get(), first)
+    states.seed(3)
+    np.testing.assert_array_equal(states.random_sample(5, np.float32).get(), first)
+    assert states.standard_normal((3,), np.float64).shape == (3,)
+    with pytest.raises(ValueError, match="curandGenerateNormal can only generate even number"):
+        cp.cuda.curand.generateNormal(states._generator, cp.empty(3, np.float32).data.ptr, 3, 0.0, 1.0)
+
+
 def test_missing_cupy_functions_fail_loudly() -> None:
     with pytest.raises(AttributeError, match="has no attribute 'errstate'"):
         cp.errstate  # noqa: B018 - CuPy has no errstate: code calling xp.errstate breaks on a GPU
@@ -307,6 +349,25 @@ extern "C" __global__ void k(const unsigned short* x, unsigned short* y) {
     y = cp.empty(3, np.uint16)
     kernel((1,), (3,), (x, y))
     assert y.view(np.float16).get().tolist() == [3.0, 7.5, np.inf]
+
+
+def test_syncthreads_runs_a_blocks_threads_up_to_the_barrier_and_shared_memory_is_the_blocks() -> None:
+    source = r'''
+extern "C" __global__ void k(const float* x, float* y, const int diverge) {
+    __shared__ float buf[4];
+    buf[threadIdx.x] = x[blockIdx.x * blockDim.x + threadIdx.x];
+    if (diverge && threadIdx.x == 2) return;
+    __syncthreads();
+    y[blockIdx.x * blockDim.x + threadIdx.x] = buf[blockDim.x - 1 - threadIdx.x];  // a later thread's write
+}'''
+    if kernels.CXX is None:
+        pytest.skip("no g++")  # pragma: no cover - CI has g++
+    kernel = cp.RawKernel(source, "k")
+    x, y = cp.arange(8, dtype=np.float32), cp.zeros(8, np.float32)
+    kernel((2,), (4,), (x, y, np.int32(0)))
+    assert y.get().tolist() == [3, 2, 1, 0, 7, 6, 5, 4]
+    with pytest.raises(RuntimeError, match="k: a thread returned while others of its block waited at __syncthreads"):
+        kernel((2,), (4,), (x, y, np.int32(1)))
 
 
 def test_the_package_imports_only_numpy_ml_dtypes_and_the_standard_library() -> None:

@@ -77,15 +77,6 @@ def test_relu_backward_matches_the_epilogue_kernel(cp, dtype, n) -> None:
         fd.assert_same_bits([got.get()], [np.multiply(gy, y > 0, dtype=gy.dtype)], "relu backward vs NumPy")
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("shape", [(3, 16), (5, 7), (1, 8), (4, 24)])
-def test_bias_rows_broadcasts_the_bias(cp, dtype, shape) -> None:
-    bias = sample(shape[1], dtype)
-    out = cp.empty(shape, dtype=dtype)
-    cuda_vector.bias_rows(cp.asarray(bias), out)
-    fd.assert_same_bits([out.get()], [np.broadcast_to(bias, shape).copy()], "bias rows")
-
-
 def numpy_column_sum(g: np.ndarray) -> np.ndarray:
     """float32 row by row into each column, from 0.0 (NumPy's add.reduce over axis 0)."""
     return np.add.reduce(g.astype(np.float32), 0)

@@ -12,20 +12,20 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from tinyamp.kernels import convert as cv
+from tinyamp.kernels import cpu_path as kernel_path
 from tinyamp.kernels import loss_scale
 
 import cuda_kernels_reference
 import fused_drivers as fd
 
-HAVE_NUMBA = cv._numba_installed() and cv.numba_available()
+HAVE_NUMBA = kernel_path._numba_installed() and kernel_path.numba_available()
 
 
 @pytest.fixture(params=["numba", "numpy-bits"])
 def cpu_path(request, monkeypatch):
     if request.param == "numba" and not HAVE_NUMBA:
         pytest.skip("numba is not installed")
-    monkeypatch.setattr(cv, "BACKEND", request.param)
+    monkeypatch.setattr(kernel_path, "BACKEND", request.param)
     return request.param
 
 

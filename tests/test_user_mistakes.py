@@ -19,7 +19,7 @@ import pytest
 
 import tinyamp as ta
 from tinyamp import backend
-from tinyamp.kernels import convert as cv
+from tinyamp.kernels import cpu_path as kernel_path
 from tinyamp.kernels import cpu_optim, cuda_launch, cuda_optim, loss_scale
 from tinyamp.utils import data as tdata
 from tinyamp.utils.data import DataLoader
@@ -29,8 +29,8 @@ from tinyamp.utils.data import DataLoader
 def cpu_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """The CPU update path: the numba kernels (the default install) or the NumPy expressions."""
     if request.param == "numba":
-        assert cv.numba_available(), "numba is a dependency of the default install and must load"
-    monkeypatch.setattr(cv, "BACKEND", request.param)
+        assert kernel_path.numba_available(), "numba is a dependency of the default install and must load"
+    monkeypatch.setattr(kernel_path, "BACKEND", request.param)
     return request.param
 
 
@@ -617,7 +617,7 @@ def test_graph_device_keys_only_for_groups_wholly_on_the_fused_kernels() -> None
 
 
 def test_the_shadow_run_counts_a_nan_in_both_runs_at_one_element_as_agreement() -> None:
-    from tinyamp.amp import shadow
+    from tinyamp.amp.study import shadow
 
     same = shadow.relative_error(np.array([1.0, np.nan, 2.0]), np.array([1.0, np.nan, 2.0]))
     assert (same.max, same.rms) == (0.0, 0.0)
@@ -647,7 +647,7 @@ def test_a_new_process_finds_every_numba_kernel_in_the_cache(tmp_path) -> None:
     import os
     import subprocess
 
-    assert cv.numba_available()
+    assert kernel_path.numba_available()
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path), "NUMBA_DEBUG_CACHE": "1",
            "PYTHONPATH": os.path.dirname(os.path.dirname(ta.__file__))}
     env.pop("TINYAMP_CAST_BACKEND", None)
@@ -702,3 +702,15 @@ def test_index_assignment_out_of_bounds_names_the_write(device: str) -> None:
     with pytest.raises(IndexError, match=r"index assignment: index 7 is out of bounds .* \(tensor of shape \[5\], "
                                          r"float32\)"):
         x[ta.tensor([7]).to(device)] = 1.0
+    assert x.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]  # nothing written (CuPy would have written x[2])
+
+
+def test_index_assignment_checks_each_index_array_against_its_axis(device: str) -> None:
+    x = ta.zeros(2, 3, 4, device=device)
+    x[..., ta.tensor([-4, 3]).to(device)] = 1.0  # in range, a negative one included
+    with pytest.raises(IndexError, match=r"^index assignment: index -3 is out of bounds for axis 0 with size 2 "
+                                         r"\(tensor of shape \[2, 3, 4\], float32\)$"):
+        x[ta.tensor([-3]).to(device), :, ta.tensor([0]).to(device)] = 2.0
+    with pytest.raises(IndexError, match=r"^index assignment: index 4 is out of bounds for axis 2 with size 4 "):
+        x[:, [0], ta.tensor([4, 1]).to(device)] = 2.0
+    assert x.sum().item() == 12.0

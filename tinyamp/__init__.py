@@ -12,7 +12,8 @@ from .dtypes import (bfloat16, bool_ as bool, double, float16, float32, float64,
                      int16, int32, int64, long, uint8)
 from .dtypes import float as float  # noqa: A001,PLC0414 - torch.float
 from .dtypes import finfo, get_default_dtype, iinfo
-from .tensor import Tensor, _assert, is_tensor
+from .tensor import Tensor
+from .tensor_methods import _assert, is_tensor
 from . import autograd
 from .autograd import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
 from . import ops
@@ -28,7 +29,7 @@ from . import factories
 ops.TENSOR_METHODS.update(factories.METHODS)  # x.new_zeros(...), x.new_tensor(...)
 from . import data
 from . import utils  # torch.utils.data spellings
-from . import memory
+from .amp.study import memory  # ta.memory: bytes a step keeps alive
 from . import optim
 from . import backends  # ta.backends.cuda.matmul.allow_tf32, ta.backends.cudnn.benchmark, ...
 from .precision import get_float32_matmul_precision, set_float32_matmul_precision

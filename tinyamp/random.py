@@ -1,11 +1,12 @@
 """Seedable random number generation: ``ta.manual_seed`` and ``ta.Generator``.
 
-Each device has a default generator (NumPy's PCG64 on the CPU, CuPy's on a GPU);
-``manual_seed`` reseeds them all, so a run is reproducible from one integer.
+Each device has a default generator (NumPy's PCG64 on the CPU, cuRAND's Philox4x32-10 on a
+GPU); ``manual_seed`` reseeds them all, so a run is reproducible from one integer.
 A generator's state is a uint8 tensor (``ta.get_rng_state``, ``ta.cuda.get_rng_state``,
 ``Generator.get_state``), as PyTorch's ByteTensor: the bytes of NumPy's PCG64 state on
-the CPU, and of CuPy's cuRAND states on a GPU (copied from the device). The streams
-themselves differ from PyTorch's (Mersenne Twister, Philox).
+the CPU; on a GPU, as PyTorch's, a seed and an offset (16 bytes, kept on the host), so
+saving or restoring it (``utils.checkpoint`` does at each call) copies nothing on the
+device. The streams themselves differ from PyTorch's (Mersenne Twister, its Philox kernels).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import tinyamp
 from . import backend
 
 _PCG64_BYTES = 40  # state and increment (16 bytes each), has_uint32 and uinteger (4 bytes each)
+_CUDA_STATE_BYTES = 16  # seed and offset, 8 bytes each, as PyTorch's CUDA generator state
 
 
 def _pcg64_to_bytes(state: dict) -> np.ndarray:
@@ -35,6 +37,48 @@ def _pcg64_from_bytes(raw: np.ndarray) -> dict:
             "has_uint32": int.from_bytes(b[32:36], "little"), "uinteger": int.from_bytes(b[36:40], "little")}
 
 
+class _Philox:
+    """A CUDA generator's draws: cuRAND's Philox4x32-10 through CuPy's ``RandomState``, its seed and its offset
+    into the stream kept here and the offset set before each draw. (CuPy's ``default_rng`` keeps one cuRAND
+    state per GPU thread in device memory, 12 MiB on an H200, which a saved state would have to copy.)"""
+
+    def __init__(self, xp: Any, seed: int) -> None:
+        self._xp, self._curand = xp, xp.cuda.curand
+        self._states = xp.random.RandomState(seed, method=self._curand.CURAND_RNG_PSEUDO_PHILOX4_32_10)
+        self.seed, self.offset, self._seeded = seed, 0, seed
+
+    def _advance(self, what: str, size: Any) -> None:
+        """Point cuRAND at this draw's offset and move the offset past it."""
+        backend.refuse_in_capture(f"a random draw ({what}) on a CUDA generator",
+                                  "CuPy refuses to call cuRAND while a stream is captured; draw before capturing")
+        if self._seeded != self.seed:
+            self._states.seed(self.seed)
+            self._seeded = self.seed
+        self._curand.setGeneratorOffset(self._states._generator, self.offset)
+        n = 1 if size is None else int(np.prod(size))
+        # cuRAND's offset counts 32-bit outputs: at most two per value (float64), one more value for an odd
+        # count of normals (made in pairs), whole Philox blocks of four.
+        self.offset = (self.offset + 4 * ((2 * (n + 1) + 3) // 4)) % 2**64
+
+    def random(self, size: Any = None, dtype: Any = np.float64) -> Any:
+        self._advance("random", size)
+        return self._states.random_sample(size, dtype)
+
+    def standard_normal(self, size: Any = None, dtype: Any = np.float64) -> Any:
+        self._advance("standard_normal", size)
+        return self._states.standard_normal(size, dtype)
+
+    def integers(self, low: int, high: "int | None" = None, size: Any = None, dtype: Any = np.int64) -> Any:
+        """Integers in [low, high) from float64 uniforms (exact for ranges up to 2**53)."""
+        if high is None:
+            low, high = 0, low
+        if high - low > 2**53:
+            raise ValueError(f"randint: a range of {high - low} values is too wide for a CUDA generator "
+                             f"(at most 2**53)")
+        u = self.random(size, np.float64)
+        return (self._xp.floor(u * float(high - low)) + float(low)).astype(dtype)
+
+
 class Generator:
     """A random source for one device (``ta.Generator(device="cpu")``)."""
 
@@ -45,7 +89,7 @@ class Generator:
     def manual_seed(self, seed: int) -> "Generator":
         self._seed = int(seed)
         xp = self.device.xp
-        self.rng = np.random.default_rng(self._seed) if xp is np else xp.random.default_rng(self._seed)
+        self.rng = np.random.default_rng(self._seed) if xp is np else _Philox(xp, self._seed % 2**64)
         return self
 
     def initial_seed(self) -> int:
@@ -55,8 +99,8 @@ class Generator:
         """The generator's state as a uint8 CPU tensor (PyTorch's ByteTensor)."""
         if self.device.type == "cpu":
             raw = _pcg64_to_bytes(self.rng.bit_generator.state)
-        else:  # CuPy (and the stand-in) keep the cuRAND states in a device int8 array
-            raw = backend.to_host(self.rng.bit_generator._state).view(np.uint8).copy()
+        else:
+            raw = np.array([self.rng.seed, self.rng.offset], np.uint64).view(np.uint8)
         return tinyamp.Tensor(raw)
 
     def set_state(self, new_state: Any) -> "Generator":
@@ -72,11 +116,10 @@ class Generator:
                                    f"the input RNG state size to be {raw.size}")
             self.rng.bit_generator.state = _pcg64_from_bytes(raw)
             return self
-        device_state = self.rng.bit_generator._state
-        if raw.size != device_state.size:
-            raise RuntimeError(f"Expected a {self.device} generator state of size {device_state.size} but found "
+        if raw.size != _CUDA_STATE_BYTES:
+            raise RuntimeError(f"Expected a {self.device} generator state of size {_CUDA_STATE_BYTES} but found "
                                f"the input RNG state size to be {raw.size}")
-        device_state[...] = backend.to_device(raw.view(np.int8), self.device)
+        self.rng.seed, self.rng.offset = (int(v) for v in raw.copy().view(np.uint64))
         return self
 
 
@@ -163,11 +206,11 @@ def cuda_manual_seed_all(seed: int) -> None:
 
 
 def snapshot(device: Any) -> Any:
-    """The default generator's state of ``device`` without a host copy (a CUDA state stays on the device)."""
+    """The default generator's state of ``device``, on the host (a CUDA one is its seed and offset)."""
     gen = default_generator(device)
     if gen.device.type == "cpu":
         return gen.rng.bit_generator.state
-    return gen.rng.bit_generator._state.copy()
+    return gen.rng.seed, gen.rng.offset
 
 
 def restore(device: Any, state: Any) -> None:
@@ -176,7 +219,7 @@ def restore(device: Any, state: Any) -> None:
     if gen.device.type == "cpu":
         gen.rng.bit_generator.state = state
     else:
-        gen.rng.bit_generator._state[...] = state
+        gen.rng.seed, gen.rng.offset = state
 
 
 @backend.on_cuda_switch

@@ -33,12 +33,12 @@ from typing import Any, ClassVar
 import numpy as np
 
 from .. import dtypes as dt
-from .. import backend
 from ..backend import array_module
 from ..precision import (NEUTRAL, PROMOTE, AutocastState, Precision, cast_plan, current_autocast, current_trace,
                          global_overrides, insert_cast)
 from ..tensor import Tensor
 from .grad_mode import _grad_enabled
+from .scalars import with_scalars
 
 # The global per-op overrides (the live dict, never rebound): _apply_precision tests it on every op
 # under autocast, and an empty one (the common case) leaves each op its class tag.
@@ -147,33 +147,24 @@ class Function:
             tag = self.effective_precision(state)
         if tag is NEUTRAL and self.promoted_inputs is None:
             return tensors  # nothing moves (relu, reshapes): the usual NEUTRAL op under autocast
-        target, moves = cast_plan(tag, tuple([t.array.dtype for t in tensors]), None if state is None else state.dtype)
-        if target is not None:
-            tensors = [insert_cast(self, t, target, state, tag) if move else t for t, move in zip(tensors, moves)]
-        if tag is not self.precision or self.promoted_inputs is not None:
-            tensors = self._promote_after_tag(tensors, tag, state)
+        everything = range(len(tensors))
+        tensors = self._cast_inputs(tensors, everything, tag, state, None if state is None else state.dtype)
+        if tag is not PROMOTE and self.promoted_inputs is not None:
+            # The tag's casts are done (an FP32 loss's float16 input is float32 now; an overridden
+            # PROMOTE op's inputs may still differ); the promoted inputs still need one dtype.
+            tensors = self._cast_inputs(tensors, everything[self.promoted_inputs], PROMOTE, state, None)
         return tensors
 
-    def _promote_after_tag(self, tensors: list[Tensor], tag: Precision, state: "AutocastState | None") -> list[Tensor]:
-        """The PROMOTE casts still owed after the tag's: an overridden PROMOTE op's, the promoted inputs'."""
-        if tag is not self.precision and self.precision is PROMOTE:
-            # An overridden PROMOTE op still needs equal operand dtypes.
-            target, moves = cast_plan(PROMOTE, tuple([t.array.dtype for t in tensors]), None)
-            if target is not None:
-                tensors = [insert_cast(self, t, target, state, PROMOTE) if move else t
-                           for t, move in zip(tensors, moves)]
-        promoted = self.promoted_inputs
-        if promoted is not None and tag is not PROMOTE and self.precision is not PROMOTE:
-            # The tag's casts are done (an FP32 loss's float16 input is float32
-            # now); the promoted inputs still need one dtype (float32 with
-            # float64 is float64).
-            indices = range(len(tensors))[promoted]
-            target, moves = cast_plan(PROMOTE, tuple([tensors[i].array.dtype for i in indices]), None)
-            if target is not None:
-                tensors = list(tensors)
-                for i, move in zip(indices, moves):
-                    if move:
-                        tensors[i] = insert_cast(self, tensors[i], target, state, PROMOTE)
+    def _cast_inputs(self, tensors: list[Tensor], indices: range, tag: Precision, state: "AutocastState | None",
+                     autocast_dtype: "np.dtype | None") -> list[Tensor]:
+        """``tensors`` with those at ``indices`` cast as the pure rule says ``tag`` asks (recorded Cast nodes)."""
+        target, moves = cast_plan(tag, tuple([tensors[i].array.dtype for i in indices]), autocast_dtype)
+        if target is None:
+            return tensors
+        tensors = list(tensors)
+        for i, move in zip(indices, moves):
+            if move:
+                tensors[i] = insert_cast(self, tensors[i], target, state, tag)
         return tensors
 
     def effective_precision(self, state: "AutocastState | None") -> Precision:
@@ -294,83 +285,8 @@ def _mixed_dtypes(tensors: list[Tensor]) -> bool:
 
 
 def _as_tensors(op: Function, args: tuple) -> list[Tensor]:
-    """Inputs as Tensors; a Python scalar takes the dtype and device of the tensor operand.
-
-    NumPy 2 would treat a 0-d float64 array as a strong type and silently
-    promote float16/float32 to float64 off the tape.
-    """
+    """Inputs as Tensors; a Python number takes the dtype and device of the tensor operand (``scalars.py``)."""
     for arg in args:
         if not isinstance(arg, Tensor):
-            return _with_scalars(op, args)
+            return with_scalars(op.name, args)
     return list(args)  # the common case, on every op: Tensors only
-
-
-def _with_scalars(op: Function, args: tuple) -> list[Tensor]:
-    reference = None
-    for arg in args:
-        if isinstance(arg, Tensor):
-            reference = arg
-            break
-    tensors = []
-    for arg in args:
-        if isinstance(arg, Tensor):
-            tensors.append(arg)
-        elif isinstance(arg, (bool, int, float, np.number, np.bool_)):
-            # NumPy scalars are treated like Python numbers (weak), as PyTorch does.
-            tensors.append(_scalar_tensor(arg.item() if isinstance(arg, np.generic) else arg, reference))
-        elif hasattr(arg, "__array_interface__") or hasattr(arg, "__cuda_array_interface__"):
-            # A raw array (`t.array`, `t.numpy()`): PyTorch refuses it too; say how to wrap it.
-            raise TypeError(f"{op.name}: expected Tensors or Python numbers, got a {type(arg).__name__} "
-                            f"(shape {list(arg.shape)}); wrap arrays with ta.from_numpy / ta.tensor "
-                            f"(`tensor.array` is tinyamp's raw NumPy/CuPy array; `tensor.data` and "
-                            f"`tensor.detach()` are Tensors)")
-        else:
-            raise TypeError(f"{op.name}: expected Tensors or Python numbers, got {type(arg).__name__}")
-    return tensors
-
-
-def _scalar_tensor(value: Any, reference: "Tensor | None") -> Tensor:
-    if reference is None:
-        dtype = dt.bool_ if isinstance(value, bool) else dt.int64 if isinstance(value, int) else dt.float32
-        return Tensor._wrap(np.asarray(value, dtype=dtype))
-    dtype = reference.dtype
-    if isinstance(value, float) and dtype not in dt.FLOATING:
-        dtype = dt.float32  # int_tensor * 0.5 is a float32 op, as in PyTorch
-    elif isinstance(value, int) and not isinstance(value, bool) and dtype == dt.bool_:
-        dtype = dt.int64
-    xp = array_module(reference.array)
-    if xp is np:
-        return Tensor._wrap(np.asarray(value, dtype=dtype))
-    return Tensor._wrap(device_scalar(xp, reference.array, value, dtype))
-
-
-_DEVICE_SCALARS: dict = {}  # (module, device id, dtype, type, value) -> 0-d device array, never written
-_DEVICE_SCALARS_KEPT = 1024
-backend.on_cuda_switch(_DEVICE_SCALARS.clear)  # arrays of one CUDA backend never reach the other
-
-
-def device_scalar(xp: Any, like: Any, value: Any, dtype: np.dtype) -> Any:
-    """A 0-d device array holding ``value`` on ``like``'s device, made once and kept.
-
-    ``x * 0.5`` on a GPU would otherwise copy the 0.5 to the device on every
-    call (a host-to-device transfer, which a captured CUDA graph cannot hold).
-    The arrays are only ever op inputs, never written.
-    """
-    key = (id(xp), like.device.id, dtype, type(value), value)
-    array = _DEVICE_SCALARS.get(key)
-    capture = backend.current_capture()
-    if capture is not None:
-        # A CUDA graph capture cannot copy from the host: a new value is filled by a kernel that carries
-        # it as an argument (kept by the graph, not cached: it holds the value only once the graph has
-        # run), and a cached one is held by the graph, which reads it at every replay.
-        if array is None:
-            with like.device:
-                array = xp.full((), value, dtype=dtype)
-        capture.keep_alive(array)
-        return array
-    if array is None:
-        if len(_DEVICE_SCALARS) >= _DEVICE_SCALARS_KEPT:
-            _DEVICE_SCALARS.clear()
-        with like.device:
-            array = _DEVICE_SCALARS[key] = xp.asarray(value, dtype=dtype)
-    return array

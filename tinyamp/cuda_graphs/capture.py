@@ -48,7 +48,7 @@ import contextlib
 from typing import Any
 
 from .. import backend, cuda_memory
-from ..kernels import cublas_direct
+from ..kernels import cublas_direct, cublaslt_direct
 
 CAPTURE_ERROR_MODES = ("global", "thread_local", "relaxed")
 _MODE_CONSTANTS = {"global": "streamCaptureModeGlobal", "thread_local": "streamCaptureModeThreadLocal",
@@ -122,7 +122,8 @@ class CUDAGraph:
             raise RuntimeError("CUDA graphs must be captured on a non-default stream. (However, after capture, "
                                "it's ok to replay them on the default stream.)")
         pool = pool if pool is not None else GraphPool()
-        cublas_direct.prepare()  # tinyamp's cuBLAS handle and workspace, made before the capture (they allocate)
+        cublas_direct.prepare()  # tinyamp's cuBLAS and cuBLASLt handles and the workspace, made before the
+        cublaslt_direct.prepare()  # capture (making them allocates)
         opened = contextlib.ExitStack()
         opened.enter_context(cupy.cuda.using_allocator(pool.malloc))
         opened.enter_context(backend.capturing(self))

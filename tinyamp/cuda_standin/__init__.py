@@ -22,7 +22,8 @@ Layout: ``_array`` (the ndarray), ``_routines`` (array functions and ufuncs),
 ``_memory`` (pool, pointers, allocators), ``_device`` (Device, Stream,
 Event), ``_capture`` (stream capture, ``cupy.cuda.graph.Graph`` and the
 capture-safety checks), ``_topology`` (how many devices, which one this
-process owns), ``runtime``, ``cublas``, ``nccl`` (collectives over MPI), ``kernels`` (g++-compiled CUDA sources),
+process owns), ``runtime``, ``cublas``, ``cublaslt`` (libcublasLt's entry points), ``curand``
+(cuRAND's host API), ``nccl`` (collectives over MPI), ``kernels`` (g++-compiled CUDA sources),
 ``random``, ``linalg``, ``lib``, ``cupyx``, ``_counters``. It imports only
 NumPy, ml_dtypes and the standard library (and mpi4py, on first use of ``nccl``),
 never the rest of tinyamp.
@@ -37,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from . import _operators  # noqa: F401 - attaches the ndarray's operators and value methods
-from . import _routines, cublas, cuda, cupyx, kernels, lib, linalg, nccl, random
+from . import _routines, cublas, cublaslt, cuda, cupyx, kernels, lib, linalg, nccl, random
 from ._array import ndarray
 from ._counters import KINDS, Counters, counters
 from ._memory import get_default_memory_pool, get_default_pinned_memory_pool

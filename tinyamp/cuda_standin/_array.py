@@ -254,6 +254,23 @@ def _split_key(key: Any, keep: list) -> tuple[tuple, bool]:
     return tuple(k if _is_basic(k) else _index_operand(k, keep) for k in parts), False
 
 
+def _wrapped(shape: tuple, parts: tuple) -> tuple:
+    """CuPy's rule for integer-array indices, in reads and writes: each is taken modulo its axis's length
+    (unless 0), so an index out of range wraps around rather than raising (``_routines_indexing.pyx``:
+    ``_prepare_array_indexing`` for ``take``, ``indices % adim`` in the scatter kernels of ``__setitem__``)."""
+    taking = [0 if k is None or k is Ellipsis else k.ndim if getattr(k, "dtype", None) == np.bool_ else 1
+              for k in parts]
+    out, axis = [], 0
+    for k, took in zip(parts, taking):
+        if k is Ellipsis:
+            axis += len(shape) - sum(taking)
+        elif isinstance(k, np.ndarray) and k.dtype.kind in "iu" and axis < len(shape) and shape[axis]:
+            k = np.mod(k, shape[axis])
+        out.append(k)
+        axis += took
+    return tuple(out)
+
+
 class ndarray:  # noqa: N801 - CuPy's name
     """``cupy.ndarray`` of the stand-in (see the module docstring)."""
 
@@ -417,7 +434,7 @@ class ndarray:  # noqa: N801 - CuPy's name
         if basic:
             return self._view(self._a[parts])
         view = self._a
-        return produce("take", lambda: view[parts], self, *keep)
+        return produce("take", lambda: view[_wrapped(view.shape, parts)], self, *keep)
 
     def __setitem__(self, key: Any, value: Any) -> None:
         keep: list = []  # device copies of host indices and values, alive until the write is done
@@ -441,11 +458,14 @@ class ndarray:  # noqa: N801 - CuPy's name
             raise TypeError(f"Unsupported type {kind}")
         target = self._a
 
+        def where() -> tuple:  # integer-array indices wrapped as they are when the write runs (or is replayed)
+            return parts if basic else _wrapped(target.shape, parts)
+
         def write() -> None:
             with _quiet():
-                target[parts] = source
+                target[where()] = source
 
-        selected = target[parts]  # a view (basic) or a copy of the selection (advanced): its size is what is written
+        selected = target[where()]  # a view (basic) or a copy of the selection (advanced): its size is what is written
         written = footprint(selected) if basic else selected.nbytes
         read = read_bytes(tuple(keep) + ((value,) if kind is ndarray else ()))
         run("setitem" if not basic else "copy" if kind is ndarray else "fill", write, self, *keep,

@@ -11,8 +11,12 @@ run on the arrays' pool memory, through the same addresses a GPU would use:
   declarations: ``const T &x`` for inputs, ``T &x`` for outputs, a pointer for
   a ``raw`` array (``const`` for inputs, so a kernel that writes a raw input
   does not compile here either), the typedef of every placeholder;
-- a RawKernel runs its grid one thread after another (enough for kernels
-  whose threads do not talk to each other), with ``blockIdx``/``threadIdx``.
+- a RawKernel runs its grid one thread after another, with
+  ``blockIdx``/``threadIdx``; a block at a time, so ``__shared__`` memory is
+  a ``static``. In a kernel that calls ``__syncthreads`` a block's threads are
+  fibers (``ucontext``): each runs up to the barrier, then the next; a thread
+  that returns while others wait at a barrier is an error (CUDA leaves it
+  undefined).
 
 float16 is GCC's ``_Float16`` (conversions round to nearest even, arithmetic in
 float, as CuPy's ``float16``); bfloat16 is a struct rounding to nearest even,
@@ -22,8 +26,8 @@ float16 conversions (``asm("cvt.f32.f16 ...")``, ``asm("cvt.rn.f16.f32 ...")``
 and ``asm("cvt.rn.f16.f64 ...")``) are recognised in a RawKernel source and
 (in an ElementwiseKernel's preamble or body too) replaced by the same C++
 conversions; any other inline assembly is refused.
-``atomicAdd`` on an int and ``__threadfence`` run as plain code (threads run
-one after another). What this cannot check:
+``atomicAdd`` on an int, ``__threadfence`` and ``__ldcg`` run as plain code
+(threads run one after another). What this cannot check:
 NVRTC itself and CuPy's code generation (tests/test_nvrtc_kernels.py compiles
 every kernel tinyamp builds with NVRTC, as CuPy writes it), races between
 threads and the device's libm (``pow``).
@@ -83,9 +87,67 @@ static inline unsigned short standin_float_to_half_bits(float f) {
 static inline unsigned short standin_double_to_half_bits(double d) {  // GCC rounds double -> _Float16 once
     float16 x = (float16)d; unsigned short h; std::memcpy(&h, &x, 2); return h;
 }
-// Threads run one after another here: a fence has nothing to order and an atomic is a plain update.
+// Threads run one after another here: a fence has nothing to order, an atomic is a plain update and an L2
+// load is a load. Blocks run one after another too, so a block's __shared__ memory can be a static.
 #define __threadfence()
 static inline int atomicAdd(int* address, int value) { int old = *address; *address += value; return old; }
+template <class T> static inline T __ldcg(const T* address) { return *address; }
+#define __shared__ static
+// __syncthreads: in a kernel that calls it, a block's threads are fibers (ucontext) run one after another up to
+// the barrier (see RawKernel._source); a thread that returns while others wait there is an error.
+#include <ucontext.h>
+static ucontext_t standin_scheduler, *standin_fibers;
+static int *standin_fiber_state, standin_fiber;  // state: 0 runnable, 1 at the barrier, 2 returned
+static void __syncthreads() {
+    standin_fiber_state[standin_fiber] = 1;
+    swapcontext(&standin_fibers[standin_fiber], &standin_scheduler);
+}
+"""
+
+# A kernel calling __syncthreads: each block's threads as fibers, resumed in turn until all have returned.
+_FIBERS = r"""
+#include <cstdlib>
+#include <functional>
+#include <vector>
+static std::function<void()> standin_body;
+static void standin_fiber_entry() { standin_body(); standin_fiber_state[standin_fiber] = 2; }
+static int standin_run_block(unsigned dx, unsigned dy, unsigned dz) {
+    const unsigned count = dx * dy * dz;
+    const size_t stack = 256 * 1024;  // untouched pages of it cost nothing
+    static char* stacks = nullptr;
+    static unsigned stacks_for = 0;
+    static std::vector<ucontext_t> fibers;
+    static std::vector<int> state;
+    if (stacks_for < count) {
+        std::free(stacks);
+        stacks = static_cast<char*>(std::malloc(count * stack));
+        stacks_for = count;
+    }
+    fibers.resize(count);
+    state.assign(count, 0);
+    standin_fibers = fibers.data();
+    standin_fiber_state = state.data();
+    for (unsigned t = 0; t < count; ++t) {
+        getcontext(&fibers[t]);
+        fibers[t].uc_stack.ss_sp = stacks + t * stack;
+        fibers[t].uc_stack.ss_size = stack;
+        fibers[t].uc_link = &standin_scheduler;
+        makecontext(&fibers[t], standin_fiber_entry, 0);
+    }
+    for (;;) {
+        unsigned waiting = 0, returned = 0;
+        for (unsigned t = 0; t < count; ++t) {
+            if (state[t] == 2) { ++returned; continue; }
+            state[t] = 0;
+            standin_fiber = (int)t;
+            threadIdx = {t % dx, (t / dx) % dy, t / (dx * dy)};
+            swapcontext(&standin_scheduler, &fibers[t]);
+            if (state[t] == 1) ++waiting; else ++returned;
+        }
+        if (waiting == 0) return 0;
+        if (returned != 0) return 1;  // a barrier that not every thread of the block reaches
+    }
+}
 """
 
 # CuPy's bfloat16 type for ElementwiseKernel code: float32's upper half, rounded to nearest even.
@@ -208,9 +270,12 @@ def _library(source: str) -> ctypes.CDLL:
     return lib
 
 
-def _run_serially(lib: ctypes.CDLL, frozen: list) -> None:
+def _run_serially(lib: ctypes.CDLL, frozen: list, name: str) -> None:
     with _run_lock:
-        lib.standin_run(*frozen)
+        failed = lib.standin_run(*frozen)
+    if failed:
+        raise RuntimeError(f"{name}: a thread returned while others of its block waited at __syncthreads "
+                           "(every thread of a block must reach each barrier)")
 
 
 def _dtype_name(t: str) -> np.dtype:
@@ -375,18 +440,20 @@ class RawKernel:
         # The pointers and scalars are frozen; what the kernel reads through them (pointer tables included)
         # is read when it runs.
         frozen = [ctypes.c_uint(v) for v in grid3 + block3] + call_args
-        run(self.name, lambda: _run_serially(lib, frozen), *devices, moved=moved)
+        run(self.name, lambda: _run_serially(lib, frozen, self.name), *devices, moved=moved)
 
     def _source(self) -> str:
         sig = ", ".join(f"{t} {p}" for t, p in self.params)
         names = ", ".join(p for _, p in self.params)
-        loops = ("  for (unsigned bz = 0; bz < gz; ++bz) for (unsigned by = 0; by < gy; ++by)"
-                 " for (unsigned bx = 0; bx < gx; ++bx)\n"
-                 "  for (unsigned tz = 0; tz < dz; ++tz) for (unsigned ty = 0; ty < dy; ++ty)"
-                 " for (unsigned tx = 0; tx < dx; ++tx) {\n"
-                 "    blockIdx = {bx, by, bz}; threadIdx = {tx, ty, tz};\n"
-                 f"    {self.name}({names});\n  }}\n")
-        return (PRELUDE + self._host_code
-                + f'extern "C" void standin_run(unsigned gx, unsigned gy, unsigned gz, unsigned dx, unsigned dy, '
-                  f'unsigned dz, {sig}) {{\n  gridDim = {{gx, gy, gz}}; blockDim = {{dx, dy, dz}};\n'
-                + loops + "}\n")
+        head = (f'extern "C" int standin_run(unsigned gx, unsigned gy, unsigned gz, unsigned dx, unsigned dy, '
+                f'unsigned dz, {sig}) {{\n  gridDim = {{gx, gy, gz}}; blockDim = {{dx, dy, dz}};\n'
+                "  for (unsigned bz = 0; bz < gz; ++bz) for (unsigned by = 0; by < gy; ++by)"
+                " for (unsigned bx = 0; bx < gx; ++bx) {\n    blockIdx = {bx, by, bz};\n")
+        if re.search(r"\b__syncthreads\s*\(", self._host_code):
+            return (PRELUDE + self._host_code + _FIBERS + head
+                    + f"    standin_body = [&] {{ {self.name}({names}); }};\n"
+                    "    if (standin_run_block(dx, dy, dz)) return 1;\n  }\n  return 0;\n}\n")
+        return (PRELUDE + self._host_code + head
+                + "    for (unsigned tz = 0; tz < dz; ++tz) for (unsigned ty = 0; ty < dy; ++ty)"
+                  " for (unsigned tx = 0; tx < dx; ++tx) {\n"
+                  f"      threadIdx = {{tx, ty, tz}};\n      {self.name}({names});\n    }}\n  }}\n  return 0;\n}}\n")

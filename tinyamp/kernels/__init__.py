@@ -2,9 +2,9 @@
 
 CPU and CUDA side by side, one responsibility per file:
 
-- ``convert.py``: bit-exact float32/float16/bfloat16 conversions and the choice
-  of CPU path (numba, NumPy bit recipes or ``astype``); ``cpu_numba.py`` and
-  ``cpu_numpy.py`` are the two fast paths' kernels.
+- ``convert.py``: bit-exact float32/float16/bfloat16 conversions; ``cpu_path.py``
+  the choice of CPU path (numba, NumPy bit recipes or ``astype``); ``cpu_numba.py``
+  and ``cpu_numpy.py`` are the two fast paths' kernels.
 - ``elementwise_cpu.py``: ReLU forward/backward on 16-bit bit patterns and the
   fused GEMM epilogue (bias in float32 + optional ReLU + downcast).
 - ``gemm.py``: the GEMM with float32 accumulation every LOWER contraction
@@ -29,18 +29,19 @@ import numpy as np
 
 from .. import dtypes as dt
 from . import convert as _convert
+from . import cpu_path as _cpu_path
 from .elementwise_cpu import bias_act_convert, relu_backward_lowp, relu_lowp
 
 __all__ = ["warmup"]
 
 
 def warmup() -> str:
-    """Load and compile every CPU kernel of the chosen path now; return ``convert.BACKEND``.
+    """Load and compile every CPU kernel of the chosen path now; return ``cpu_path.BACKEND``.
 
     With numba the first call of each kernel otherwise compiles it (about
     0.3-0.5 s, or a few ms from numba's on-disk cache).
     """
-    if _convert.BACKEND == "numba" and _convert.numba_available():
+    if _cpu_path.BACKEND == "numba" and _cpu_path.numba_available():
         a32 = np.zeros(4, dt.float32)
         a16 = np.zeros(4, dt.float16)
         ab = np.zeros(4, dt.bfloat16)
@@ -54,4 +55,4 @@ def warmup() -> str:
         b = np.zeros(2, dt.float32)
         bias_act_convert(y, b, dt.float16, relu=True, backend="numba")
         bias_act_convert(y, b, dt.bfloat16, relu=True, backend="numba")
-    return _convert.BACKEND
+    return _cpu_path.BACKEND

@@ -1,36 +1,12 @@
-"""Fast, bit-exact CPU conversions between float32, float16 and bfloat16, and the choice of CPU path.
+"""Fast, bit-exact conversions between float32, float16 and bfloat16: ``convert(a, dtype)`` is ``a.astype(dtype)``.
 
 :func:`convert` returns exactly what ``array.astype(dtype)`` returns (same
 bits, shape and dtype), faster: on the CPU NumPy converts float16 <-> float32
 with a scalar loop, and in a CPU AMP step these conversions, not the float32
 GEMMs, took most of the time (figures: benchmarks/RESULTS.md, "bench_casts.py").
-The module also decides which implementation every 16-bit CPU kernel of this
-package runs (``BACKEND``, :func:`resolve`); the kernels themselves are in
-``cpu_numba.py`` (numba loops) and ``cpu_numpy.py`` (NumPy bit recipes), the
-ReLU and GEMM-epilogue kernels in ``elementwise_cpu.py``.
-
-Paths (``BACKEND``)
--------------------
-``"numba"``
-    When numba is importable (a dependency of the package). Serial
-    ``nogil`` loops whose scalar conversion is written in LLVM IR on 32-bit
-    integers; with F16C (``F16C``) LLVM emits ``vcvtps2ph``/``vcvtph2ps``
-    plus a NaN fix-up, otherwise an integer/float recipe. Kernels compile
-    lazily on first use (``cache=True`` keeps them on disk), or all at once
-    with :func:`tinyamp.kernels.warmup`.
-``"numpy-bits"``
-    Without numba. float16 -> float32 is 4 integer/float NumPy passes,
-    float32 -> float16 a 13-pass recipe; ml_dtypes' bfloat16 casts are already
-    vectorised and are kept. ReLU and its backward work on int16 views.
-``"astype"``
-    Plain ``astype`` everywhere (``TINYAMP_CAST_BACKEND=astype``).
-
-``BACKEND`` is decided at import without importing numba (its import costs
-about a second). If numba is installed but fails to import or compile, the
-module warns once, falls back to ``"numpy-bits"`` and updates ``BACKEND``.
-The environment variable ``TINYAMP_CAST_BACKEND`` (``numba``, ``numpy``,
-``astype``) overrides the choice; every public function also takes
-``backend=`` to force a path (the tests do).
+Which CPU path a call takes (numba loops in ``cpu_numba.py``, NumPy bit recipes
+in ``cpu_numpy.py``, or ``astype``) is decided in ``cpu_path.py``; on a GPU
+``cuda_vector.convert`` converts in one vectorised launch.
 
 Exactness
 ---------
@@ -68,22 +44,18 @@ Non-NumPy arrays (CuPy), ndarray subclasses and other dtypes go to
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import threading
-import warnings
-
 import numpy as np
 
 from .. import dtypes as dt
 from . import cpu_numba
 from . import cpu_numpy
 from . import cuda_launch, cuda_vector
+from .cpu_path import numba_default, resolve
 from .cpu_numpy import U16, U32, flat
 
 _GPU_PAIRS = frozenset(cuda_vector.CONVERT_PAIRS)  # CUDA arrays converted by cuda_vector.convert
 
-__all__ = ["BACKEND", "F16C", "convert", "numba_available", "numba_default", "resolve"]
+__all__ = ["convert"]
 
 # Below this many elements the fixed cost of a fast path is larger than what it
 # saves, so ``convert`` uses ``astype``; forcing a backend with ``backend=``
@@ -92,84 +64,6 @@ __all__ = ["BACKEND", "F16C", "convert", "numba_available", "numba_default", "re
 SMALL = 1024
 SMALL_NUMPY = {(dt.float16, dt.float32): 8192, (dt.float16, dt.bfloat16): 8192, (dt.float32, dt.float16): 65536}
 
-
-def _numba_installed():
-    try:
-        return importlib.util.find_spec("numba") is not None
-    except (ImportError, ValueError):  # e.g. sys.modules["numba"] = None
-        return False
-
-
-_ENV = os.environ.get("TINYAMP_CAST_BACKEND", "").strip().lower()
-if _ENV in ("astype",):
-    BACKEND = "astype"
-elif _ENV in ("numpy", "numpy-bits"):
-    BACKEND = "numpy-bits"
-elif _numba_installed():
-    BACKEND = "numba"
-else:
-    BACKEND = "numpy-bits"
-
-#: Whether the numba float32 -> float16 kernels use the hardware conversion
-#: (F16C on x86). ``None`` until numba has been loaded.
-F16C = None
-
-# ---------------------------------------------------------------------------
-# numba kernels (loaded lazily, by cpu_numba.load)
-# ---------------------------------------------------------------------------
-
-_nb_lock = threading.Lock()
-_nb_state = None  # None: not tried; True: loaded; False: failed
-
-
-def numba_available():
-    """Load the numba kernels if possible; return whether they are usable."""
-    global _nb_state
-    if _nb_state is None:
-        with _nb_lock:
-            if _nb_state is None:
-                try:
-                    _load_numba()
-                    _nb_state = True
-                except Exception as exc:  # ImportError, or numba/LLVM trouble
-                    _nb_state = False
-                    _numba_failed(exc)
-    return _nb_state
-
-
-def numba_default():
-    """True when calls without ``backend=`` take the numba path and its kernels are loaded.
-
-    The test at the head of the kernels' fast paths (the common call on every
-    op under autocast); ``False`` before the first :func:`resolve` loads numba.
-    """
-    return _nb_state is True and BACKEND == "numba"
-
-
-def _numba_failed(exc):
-    global BACKEND
-    if BACKEND == "numba":
-        BACKEND = "numpy-bits"
-        warnings.warn(
-            f"tinyamp: numba cast kernels unavailable ({type(exc).__name__}: "
-            f"{exc}); using the NumPy conversions",
-            RuntimeWarning,
-            stacklevel=3,
-        )
-
-
-def _load_numba():
-    """Define the numba kernels (compiled on first call) into ``cpu_numba.KERNELS``; set ``F16C``.
-
-    Raises when numba is unusable; the tests replace it to simulate that.
-    """
-    global F16C
-    F16C = cpu_numba.load()
-
-
-# ---------------------------------------------------------------------------
-# Backend resolution and convert
-# ---------------------------------------------------------------------------
 
 # name of the numba kernel and the (input, output) integer views it takes
 _NB_PAIRS = {
@@ -186,27 +80,6 @@ _NB_PAIRS = {
 _EXACT = {(dt.float16, dt.float32), (dt.bfloat16, dt.float32)}
 # (source dtype, target as the caller passed it) -> (kernel name, views, target dtype, exact), with numba.
 _PLANS: dict[tuple, tuple] = {}
-
-
-def resolve(backend):
-    """The path a call takes: "numba", "numpy-bits" or "astype".
-
-    ``backend=None`` follows ``BACKEND`` (loading numba on first use, and
-    falling back to the NumPy recipes if it fails); a forced "numba" that
-    cannot load raises.
-    """
-    b = BACKEND if backend is None else backend
-    if b in ("numpy", "numpy-bits"):
-        return "numpy-bits"
-    if b == "astype":
-        return "astype"
-    if b == "numba":
-        if numba_available():
-            return "numba"
-        if backend is not None:
-            raise RuntimeError("backend='numba' requested but numba kernels are unavailable")
-        return "numpy-bits"
-    raise ValueError(f"unknown backend {backend!r}; expected 'numba', 'numpy' or 'astype'")
 
 
 def _astype_into(array, dtype, out):
@@ -230,7 +103,7 @@ def convert(array, dtype, out=None, backend=None):
     filled and returned (avoids allocating, and the page faults of a fresh
     large buffer). Overlapping ``array`` is allowed.
 
-    ``backend``: ``None`` (use ``BACKEND``), ``"numba"``, ``"numpy"`` or
+    ``backend``: ``None`` (``cpu_path.BACKEND``), ``"numba"``, ``"numpy"`` or
     ``"astype"``.
     """
     if backend is None and numba_default() and type(array) is np.ndarray and array.flags.c_contiguous:

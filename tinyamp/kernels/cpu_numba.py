@@ -38,7 +38,7 @@ KERNELS = {}
 def load() -> bool:  # noqa: C901 - one place that defines every kernel
     """Import numba, define every kernel into KERNELS and pick the float16 ones.
 
-    Returns whether the hardware float16 conversion is used (``convert.F16C``).
+    Returns whether the hardware float16 conversion is used (``cpu_path.F16C``).
     Raises (ImportError, or numba/LLVM errors) when numba is
     unusable.
     """

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from .. import dtypes as dt
-from .convert import resolve
+from .cpu_path import resolve
 from .cpu_numba import KERNELS
 
 _F32 = np.float32

@@ -31,7 +31,7 @@ The interface, small on purpose (cuBLASLt epilogues can be added beside it):
   wrapper's ``CUBLASError``. The constants (``CUBLAS_OP_N``, ...) are here too,
   so ``gemm._cublas_gemm`` takes this module as its ``cublas``.
 - :func:`prepare` - make the handle before a capture begins (``ta.cuda.graph``
-  does).
+  does, and ``cublaslt_direct.prepare`` for cuBLASLt's).
 
 On the CUDA stand-in the "library" is the stand-in's emulation of these C
 entry points (``cuda_standin.cublas.LIBRARY``), with cuBLAS's argument checks.
@@ -133,6 +133,11 @@ def prepare(device: Any = None) -> None:
     device = cp.cuda.Device() if device is None else device
     with device:
         _entry(device.id)
+
+
+def workspace(device_id: int) -> int:
+    """This thread's workspace on ``device_id`` (``WORKSPACE_BYTES``), shared with cuBLASLt on the same stream."""
+    return _entry(device_id)[2]
 
 
 def handle(array: Any) -> int:

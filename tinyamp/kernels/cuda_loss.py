@@ -9,20 +9,22 @@ that file):
   weigh 0; an out-of-range target weighs NaN, so the loss and every gradient
   are NaN, without a host check). For ``"mean"``/``"sum"`` the rows are then
   summed in the *same order as NumPy's pairwise summation*, without float
-  atomics: NumPy sums blocks of at most 128 elements with eight partial sums
-  and combines the blocks in a fixed binary tree. The last row of each block to
-  finish (an integer ticket per block) sums the block, and the last block to
-  finish (one more ticket) combines the tree and writes the loss. The order is
-  fixed by the row count alone, so the result is deterministic and bit for bit
-  the NumPy path's (given the same ``exp``/``log``).
+  atomics: NumPy sums blocks of at most 128 elements (the tree's leaves) with
+  eight partial sums and combines them in a fixed binary tree. Each CUDA block
+  takes one integer ticket once its rows are written; the last one to take it
+  sums every leaf at once (a thread a leaf, loads from L2 that overlap), then
+  the tree's inner nodes a depth at a time, in shared memory, and writes the
+  loss. The order is fixed by the row count alone, so the result is
+  deterministic and bit for bit the NumPy path's (given the same
+  ``exp``/``log``).
 - backward, one ``RawKernel``: a thread per element writes the gradient in the
   logits' dtype, reading the upstream gradient and the "mean" divisor on the
   device.
 
-The tickets live in one small int32 array per device that the finishing
-threads reset to 0, so consecutive launches on one stream (and a captured CUDA
-graph) reuse it; two forwards running concurrently on different streams must
-not share it (tinyamp runs one stream).
+The ticket is one int32 per device that the last block resets to 0, so
+consecutive launches on one stream (and a captured CUDA graph) reuse it; two
+forwards running concurrently on different streams must not share it (tinyamp
+runs one stream).
 
 With label smoothing the NumPy path promotes part of the backward to float64
 (a Python float times a bool array); the kernel does the same arithmetic in
@@ -44,8 +46,8 @@ from . import cuda_launch as launch
 from .cuda_launch import BF16_CONVERSIONS, F16_CONVERSIONS, STORAGE
 
 BLOCK = 256  # threads per block of both kernels
-LEAF = 128  # NumPy's pairwise block (PW_BLOCKSIZE): at most this many elements summed with 8 partial sums
-SLOT = 64  # every block of a pairwise tree over more than LEAF elements holds at least 64 of them
+SLOT = 64  # every node of NumPy's pairwise tree over more than 128 elements (PW_BLOCKSIZE) holds 64 or more
+SHARED_SLOTS = 1024  # the tree's sums stay in shared memory (8 KB) up to this many slots, else in the work array
 REDUCTIONS = {"none": 0, "mean": 1, "sum": 2}
 
 _tickets: dict[int, Any] = {}
@@ -58,19 +60,25 @@ _tickets: dict[int, Any] = {}
 PAIRWISE = r"""
 #define TINYAMP_INF __uint_as_float(0x7f800000u)  // no math.h under NVRTC
 #define TINYAMP_NAN __uint_as_float(0x7fc00000u)
+// Two sums in one pass (row losses and row weights), each in the order of a single one.
+struct tinyamp_pair { float a, b; };
+__device__ __forceinline__ tinyamp_pair operator+(tinyamp_pair x, tinyamp_pair y) { return {x.a + y.a, x.b + y.b}; }
+__device__ __forceinline__ float tinyamp_negative_zero(float) { return -0.0f; }
+__device__ __forceinline__ tinyamp_pair tinyamp_negative_zero(tinyamp_pair) { return {-0.0f, -0.0f}; }
 template <class At>
-__device__ float tinyamp_pairwise_block(const At& at, long long offset, long long n) {
+__device__ auto tinyamp_pairwise_block(const At& at, long long offset, long long n) -> decltype(at(offset)) {
+    using T = decltype(at(offset));
     if (n < 8) {
-        float res = -0.0f;
+        T res = tinyamp_negative_zero(T());
         for (long long i = 0; i < n; ++i) res = res + at(offset + i);
         return res;
     }
-    float r[8];
+    T r[8];
     for (int j = 0; j < 8; ++j) r[j] = at(offset + j);
     long long i = 8;
     for (; i < n - (n % 8); i += 8)
         for (int j = 0; j < 8; ++j) r[j] = r[j] + at(offset + i + j);
-    float res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+    T res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
     for (; i < n; ++i) res = res + at(offset + i);
     return res;
 }
@@ -96,6 +104,20 @@ __device__ __forceinline__ void tinyamp_block_of(long long i, long long n, long 
     }
     *offset = o;
     *len = m;
+}
+// The node at `depth` of the pairwise tree over n holding element i; false when a leaf above holds it.
+__device__ __forceinline__ bool tinyamp_node_of(long long i, long long n, int depth, long long* offset,
+                                                long long* len) {
+    long long o = 0, m = n;
+    for (int d = 0; d < depth; ++d) {
+        if (m <= 128) return false;
+        long long half = m / 2;
+        half -= half % 8;
+        if (i < o + half) m = half; else { o += half; m -= half; }
+    }
+    *offset = o;
+    *len = m;
+    return true;
 }
 __device__ __forceinline__ float tinyamp_f64_to_f32(double d) { return (float)d; }
 __device__ __forceinline__ unsigned short tinyamp_f64_to_bf16(double d) {
@@ -124,68 +146,95 @@ FORWARD = r"""
 extern "C" __global__ void {name}(const {x}* x, const long long* target, const {w}* weight,
         const long long n, const long long classes, const long long ignore_index, const int has_weight,
         const int reduction, const int smoothing, const float hot_c, const float smooth_c,
-        const int nblocks, float* work, int* tickets, long long* error, {o}* out) {{
-    // work: lse (n) | row losses (n) | row weights (n) | block sums of both (2 x slots) | count | weight sum
+        float* work, int* tickets, long long* error, {o}* out) {{
+    // work: lse (n) | row losses (n) | row weights (n) | the tree's sums past shared memory (2 x slots) | count
+    // | weight sum
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
     const long long slots = (n + 63) / 64;
     float* const lse_out = work;
     float* const loss_rows = work + n;
     float* const weight_rows = work + 2 * n;
-    float* const block_loss = work + 3 * n;
-    float* const block_weight = block_loss + slots;
-    float* const stats = block_weight + slots;  // [count, sum of the class weights]
-    const {x}* row = x + i * classes;
-    // The row maximum; NaN wins (NumPy's max), an all -inf row shifts by 0.
-    float m = -TINYAMP_INF;
-    bool nan = false;
-    for (long long j = 0; j < classes; ++j) {{
-        const float v = tinyamp_{xc}_to_f32(row[j]);
-        if (isnan(v)) nan = true; else if (v > m) m = v;
+    float* const stats = work + 3 * n + 2 * slots;  // [count, sum of the class weights]
+    if (i < n) {{  // no return before the barriers below: every thread of a block reaches them
+        const {x}* row = x + i * classes;
+        // The row maximum; NaN wins (NumPy's max), an all -inf row shifts by 0.
+        float m = -TINYAMP_INF;
+        bool nan = false;
+        for (long long j = 0; j < classes; ++j) {{
+            const float v = tinyamp_{xc}_to_f32(row[j]);
+            if (isnan(v)) nan = true; else if (v > m) m = v;
+        }}
+        if (nan) m = TINYAMP_NAN;
+        if (m == -TINYAMP_INF) m = 0.0f;
+        const float lse = logf(tinyamp_numpy_sum([&](long long j) {{
+            return expf(tinyamp_{xc}_to_f32(row[j]) - m); }}, classes));
+        const tinyamp_ce_row r = tinyamp_ce_target(target, weight, i, classes, ignore_index, has_weight);
+        if (r.bad) {{  // the device-side error flag, read by the host at its next read that waits anyway
+            error[0] = 1;
+            error[1] = target[i];
+        }}
+        const float picked = (tinyamp_{xc}_to_f32(row[r.safe]) - m) - lse;
+        float loss = (-r.weight) * picked;
+        if (smoothing) {{
+            const float total = tinyamp_numpy_sum([&](long long j) {{
+                const float w = has_weight ? tinyamp_{wc}_to_f32(weight[j]) : 1.0f;
+                return ((tinyamp_{xc}_to_f32(row[j]) - m) - lse) * w; }}, classes);
+            const float smooth = (-total) * (r.valid ? 1.0f : 0.0f);
+            loss = hot_c * loss + smooth_c * smooth;
+            if (i == 0) stats[1] = tinyamp_numpy_sum([&](long long j) {{
+                return has_weight ? tinyamp_{wc}_to_f32(weight[j]) : 1.0f; }}, classes);
+        }}
+        lse_out[i] = lse + m;
+        if (reduction == 0) {{
+            out[i] = tinyamp_f32_to_{oc}(loss);
+        }} else {{
+            loss_rows[i] = loss;
+            weight_rows[i] = r.weight;
+        }}
     }}
-    if (nan) m = TINYAMP_NAN;
-    if (m == -TINYAMP_INF) m = 0.0f;
-    const float lse = logf(tinyamp_numpy_sum([&](long long j) {{
-        return expf(tinyamp_{xc}_to_f32(row[j]) - m); }}, classes));
-    const tinyamp_ce_row r = tinyamp_ce_target(target, weight, i, classes, ignore_index, has_weight);
-    if (r.bad) {{  // the device-side error flag, read by the host at its next read that waits anyway
-        error[0] = 1;
-        error[1] = target[i];
+    if (reduction == 0) return;  // the same for every thread of the grid
+    // One ticket per CUDA block once its rows are written (the barrier, then a fence at device scope before
+    // the atomic); the last block to take one sums every row, its fence ordering its reads after the others'.
+    __shared__ int last;
+    __syncthreads();
+    if (threadIdx.x == 0) {{
+        __threadfence();
+        last = atomicAdd(&tickets[0], 1) == (int)gridDim.x - 1;
+        if (last) {{
+            tickets[0] = 0;  // for the next launch (or graph replay) on the stream
+            __threadfence();
+        }}
     }}
-    const float picked = (tinyamp_{xc}_to_f32(row[r.safe]) - m) - lse;
-    float loss = (-r.weight) * picked;
-    if (smoothing) {{
-        const float total = tinyamp_numpy_sum([&](long long j) {{
-            const float w = has_weight ? tinyamp_{wc}_to_f32(weight[j]) : 1.0f;
-            return ((tinyamp_{xc}_to_f32(row[j]) - m) - lse) * w; }}, classes);
-        const float smooth = (-total) * (r.valid ? 1.0f : 0.0f);
-        loss = hot_c * loss + smooth_c * smooth;
-        if (i == 0) stats[1] = tinyamp_numpy_sum([&](long long j) {{
-            return has_weight ? tinyamp_{wc}_to_f32(weight[j]) : 1.0f; }}, classes);
+    __syncthreads();
+    if (!last) return;
+    // NumPy's tree with the block's threads. Over more than 128 rows every node holds 64 rows or more, so at
+    // any depth each 64-row slot holds at most one node's first row, and that node holds the slot's last row
+    // (row_of(s)). A node's sum goes to the slot of its first row: first the leaves, one a thread, loaded from
+    // L2 (__ldcg: other blocks wrote the rows; independent loads overlap), then the inner nodes a depth at a
+    // time from the deepest, each the sum of its two children's slots.
+    __shared__ tinyamp_pair sums_here[{shared_slots}];
+    tinyamp_pair* const sums = slots <= {shared_slots} ? sums_here : reinterpret_cast<tinyamp_pair*>(work + 3 * n);
+    auto row_of = [&](long long s) {{ return 64 * s + 63 < n ? 64 * s + 63 : n - 1; }};
+    for (long long s = threadIdx.x; s < slots; s += blockDim.x) {{
+        long long offset, len;
+        tinyamp_block_of(row_of(s), n, &offset, &len);
+        if (offset >= 64 * s) sums[s] = tinyamp_pairwise_block([&](long long k) {{
+            return tinyamp_pair{{__ldcg(loss_rows + k), __ldcg(weight_rows + k)}}; }}, offset, len);
     }}
-    lse_out[i] = lse + m;
-    if (reduction == 0) {{
-        out[i] = tinyamp_f32_to_{oc}(loss);
-        return;
+    __syncthreads();
+    int depths = 0;  // inner nodes lie above this depth: a node of m rows has children of at most m / 2 + 8
+    for (long long m = n; m > 128; m = m / 2 + 8) ++depths;
+    for (int depth = depths - 1; depth >= 0; --depth) {{
+        for (long long s = threadIdx.x; s < slots; s += blockDim.x) {{
+            long long offset, len;
+            if (!tinyamp_node_of(row_of(s), n, depth, &offset, &len) || offset < 64 * s || len <= 128) continue;
+            const long long half = len / 2 - (len / 2) % 8;
+            sums[s] = sums[s] + sums[(offset + half) / 64];
+        }}
+        __syncthreads();
     }}
-    loss_rows[i] = loss;
-    weight_rows[i] = r.weight;
-    // The last row of a pairwise block to finish sums it; the last block combines them.
-    long long offset, len;
-    tinyamp_block_of(i, n, &offset, &len);
-    __threadfence();
-    if (atomicAdd(&tickets[1 + offset / 64], 1) != (int)(len - 1)) return;
-    tickets[1 + offset / 64] = 0;
-    const volatile float* const seen = work;  // other threads' writes: read past the cache
-    block_loss[offset / 64] = tinyamp_pairwise_block([&](long long k) {{ return seen[n + k]; }}, offset, len);
-    block_weight[offset / 64] = tinyamp_pairwise_block([&](long long k) {{ return seen[2 * n + k]; }}, offset, len);
-    __threadfence();
-    if (atomicAdd(&tickets[0], 1) != nblocks - 1) return;
-    tickets[0] = 0;
-    const volatile float* const sums = block_loss;
-    const float total = 0.0f + tinyamp_pairwise_tree([&](long long o, long long) {{ return sums[o / 64]; }}, 0, n);
-    const float count = 0.0f + tinyamp_pairwise_tree(
-        [&](long long o, long long) {{ return sums[slots + o / 64]; }}, 0, n);
+    if (threadIdx.x != 0) return;
+    const float total = 0.0f + sums[0].a, count = 0.0f + sums[0].b;
     stats[0] = count;
     out[0] = tinyamp_f32_to_{oc}(reduction == 1 ? total / count : total);
 }}
@@ -241,7 +290,8 @@ def forward_source(x_dtype: Any, weight_dtype: Any, out_dtype: Any) -> tuple[str
     xc, wc, oc = _suffix(x_dtype), _suffix(weight_dtype), _suffix(out_dtype)
     name = f"tinyamp_ce_forward_{xc}_{wc}_{oc}"
     return name, _prelude(weight_dtype) + FORWARD.format(
-        name=name, x=_storage(x_dtype), xc=xc, w=_storage(weight_dtype), wc=wc, o=_storage(out_dtype), oc=oc)
+        name=name, shared_slots=SHARED_SLOTS, x=_storage(x_dtype), xc=xc, w=_storage(weight_dtype), wc=wc,
+        o=_storage(out_dtype), oc=oc)
 
 
 @lru_cache(maxsize=None)
@@ -261,27 +311,16 @@ def raw_sources() -> list[tuple[str, str]]:
             + [backward_source(x, w, g, o) for x in fused for w in fused for g in fused for o in fused])
 
 
-@lru_cache(maxsize=256)
-def pairwise_blocks(n: int) -> int:
-    """How many blocks NumPy's pairwise summation splits ``n`` elements into."""
-    if n <= LEAF:
-        return 1
-    half = n // 2
-    half -= half % 8
-    return pairwise_blocks(half) + pairwise_blocks(n - half)
-
-
 def work_size(n: int) -> int:
     """float32 elements of the forward's work array for ``n`` rows (see FORWARD)."""
     return 3 * n + 2 * ((n + SLOT - 1) // SLOT) + 2
 
 
-def _ticket_array(dev: Any, n: int) -> Any:
-    """The device's persistent, zeroed tickets: one for the tree, one per pairwise block slot."""
-    need = 1 + (n + SLOT - 1) // SLOT
+def _ticket_array(dev: Any) -> Any:
+    """The device's persistent, zeroed ticket: how many CUDA blocks of the running forward are done."""
     tickets = _tickets.get(dev.id)
-    if tickets is None or tickets.size < need:
-        tickets = _tickets[dev.id] = launch._cp().zeros(max(need, 1024), dtype=np.int32)
+    if tickets is None:
+        tickets = _tickets[dev.id] = launch._cp().zeros(1, dtype=np.int32)
     return tickets
 
 
@@ -304,7 +343,7 @@ def forward(x: Any, target: Any, weight: Any, *, ignore_index: int, reduction: s
     with dev:
         work = cp.empty(work_size(n), dtype=np.float32)
         out = cp.empty((n,) if reduction == "none" else (), dtype=out_dtype)
-        tickets = _ticket_array(dev, n)
+        tickets = _ticket_array(dev)
         error = _error_flag(dev)
         backend.defer_device_check(("cross_entropy", dev.id), _error_check(error, out_of_range))
         w_arg = weight if weight is not None else _placeholder(dev)
@@ -312,7 +351,7 @@ def forward(x: Any, target: Any, weight: Any, *, ignore_index: int, reduction: s
         kernel(((n + BLOCK - 1) // BLOCK,), (BLOCK,),
                (x, target, w_arg, np.int64(n), np.int64(classes), np.int64(ignore_index),
                 np.int32(weight is not None), np.int32(REDUCTIONS[reduction]), np.int32(smoothing),
-                np.float32(hot_c), np.float32(smooth_c), np.int32(pairwise_blocks(n)), work, tickets, error, out))
+                np.float32(hot_c), np.float32(smooth_c), work, tickets, error, out))
     return out, work
 
 

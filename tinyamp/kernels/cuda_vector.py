@@ -1,4 +1,4 @@
-"""CUDA kernels at memory speed: ReLU forward and backward, a bias broadcast into rows, a column sum.
+"""CUDA kernels at memory speed: ReLU forward and backward, conversions, a column sum.
 
 Each is a ``RawKernel`` whose threads move 16 bytes per load and store
 (``uint4``: eight float16/bfloat16 or four float32 values) when every array it
@@ -16,8 +16,6 @@ and convert with ``cuda_launch``'s PTX/bit conversions).
 - :func:`relu_backward`: ``gy * (y > 0)`` computed in float32 and rounded to
   ``gy``'s dtype, the rounding sequence of ``cuda_epilogue.relu_backward``
   (same bits; an inf/nan in ``gy`` at a dead unit gives nan).
-- :func:`bias_rows`: every row of a (rows, cols) array set to ``bias``: the C
-  a GEMM with beta = 1 adds its product to (``gemm.gemm_bias``).
 - :func:`convert`: float32 <-> float16/bfloat16 (and between the two), eight
   elements a step, ``astype``'s bits (a bfloat16 NaN may carry another payload
   than CuPy's, as ``cuda_launch``'s conversion notes).
@@ -134,19 +132,6 @@ extern "C" __global__ void {fn}(const {s}* grad, const {s}* x, {s}* y, const lon
 # dx = float32(gy) * (float32(y) > 0 ? 1 : 0), rounded to gy's dtype.
 _RELU_BACKWARD_ONE = "return tinyamp_f32_to_{c}(tinyamp_{c}_to_f32(g) * (tinyamp_{c}_to_f32(h) > 0.0f ? 1.0f : 0.0f));"
 
-_BIAS_ROWS = r"""
-extern "C" __global__ void {fn}(const {s}* bias, {s}* y, const long long n, const long long cols,
-        const long long nvec) {{
-    // nvec > 0 only when cols is a whole number of vectors: vector v of y is vector v % (cols / per) of bias.
-    const long long stride = (long long)gridDim.x * blockDim.x;
-    const long long first = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    const uint4* bv = reinterpret_cast<const uint4*>(bias);
-    uint4* yv = reinterpret_cast<uint4*>(y);
-    const long long cvec = cols / {per};
-    for (long long v = first; v < nvec; v += stride) yv[v] = bv[v % cvec];
-    for (long long i = nvec * {per} + first; i < n; i += stride) y[i] = bias[i % cols];
-}}
-"""
 
 # One thread per (column group, chunk of rows): a group is `per` adjacent columns read as one uint4 when
 # vec, else one column. The chunk's sum goes to partial[chunk][column]; the group's last chunk to finish
@@ -166,7 +151,8 @@ extern "C" __global__ void {fn}(const {s}* g, float* partial, int* tickets, {o}*
     float acc[{per}];
     for (int k = 0; k < {per}; ++k) acc[k] = 0.0f;  // NumPy starts from the identity: -0.0 rows sum to +0.0
     if (vec) {{
-        for (long long r = r0; r < r1; ++r) {{
+#pragma unroll 8
+        for (long long r = r0; r < r1; ++r) {{  // unrolled: eight rows' loads in flight, summed in row order
             const uint4 a = *reinterpret_cast<const uint4*>(g + r * cols + c0);
             const unsigned int w[4] = {{a.x, a.y, a.z, a.w}};
             float v[{per}];
@@ -174,20 +160,30 @@ extern "C" __global__ void {fn}(const {s}* g, float* partial, int* tickets, {o}*
             for (int k = 0; k < {per}; ++k) acc[k] = acc[k] + v[k];  // row by row
         }}
     }} else {{
+#pragma unroll 8
         for (long long r = r0; r < r1; ++r) {{
             const float v = tinyamp_{c}_to_f32(tinyamp_bits(g[r * cols + c0]));
             acc[0] = acc[0] + v;
         }}
     }}
-    for (long long k = 0; k < width; ++k) partial[chunk * cols + c0 + k] = acc[k];
+    for (int k = 0; k < {per}; ++k)  // constant bounds keep acc in registers
+        if (k < width) partial[chunk * cols + c0 + k] = acc[k];
     __threadfence();
     if (atomicAdd(&tickets[group], 1) != nchunks - 1) return;
     tickets[group] = 0;
+    // The partials in chunk order, each column its own chain: a column group's loads are issued together.
     const volatile float* const seen = partial;  // the other chunks' writes: read past the cache
-    for (long long k = 0; k < width; ++k) {{
-        float s = seen[c0 + k];
-        for (long long q = 1; q < nchunks; ++q) s = s + seen[q * cols + c0 + k];
-        out[c0 + k] = {store};
+    float total[{per}];
+    for (int k = 0; k < {per}; ++k) total[k] = k < width ? seen[c0 + k] : 0.0f;
+#pragma unroll 4
+    for (long long q = 1; q < nchunks; ++q) {{
+        float v[{per}];
+        for (int k = 0; k < {per}; ++k) v[k] = k < width ? seen[q * cols + c0 + k] : 0.0f;
+        for (int k = 0; k < {per}; ++k) total[k] = total[k] + v[k];
+    }}
+    for (int k = 0; k < {per}; ++k) {{
+        const float s = total[k];
+        if (k < width) out[c0 + k] = {store};
     }}
 }}
 """
@@ -264,13 +260,6 @@ def relu_backward_source(dtype: Any) -> tuple[str, str]:
                                          word=_WORD_BINARY[per].format(fn=fn))
 
 
-def bias_rows_source(dtype: Any) -> tuple[str, str]:
-    """(name, source) of the bias broadcast into rows for ``dtype``."""
-    s, c, _, per = _STORAGE[np.dtype(dtype)]
-    fn = f"tinyamp_bias_rows_{c if c != 'u32' else 'f32'}"
-    return fn, _PRELUDE + _BIAS_ROWS.format(fn=fn, s=s, per=per)
-
-
 def column_sum_source(dtype: Any, mode: str) -> tuple[str, str]:
     """(name, source) of the column sum of a ``dtype`` gradient, finished as ``mode`` says."""
     s, c, _, per = _STORAGE[np.dtype(dtype)]
@@ -286,7 +275,7 @@ def sources() -> list[tuple[str, str]]:
     """(name, source) of every kernel of this module (each dtype and mode), for the NVRTC check."""
     out = []
     for dtype in VECTOR_DTYPES:
-        out += [relu_source(dtype), relu_backward_source(dtype), bias_rows_source(dtype)]
+        out += [relu_source(dtype), relu_backward_source(dtype)]
         out += [column_sum_source(dtype, mode) for mode in COLUMN_SUM_MODES
                 if mode == "float32" or dtype != dt.float32]
     out += [convert_source(a, b) for a, b in CONVERT_PAIRS]
@@ -337,20 +326,6 @@ def relu_backward(gy: Any, y: Any) -> Any:
         launch.raw_kernel(name, source)(_grid(max(nvec, n - nvec * per)), (BLOCK,),
                                         (gy, y, out, np.int64(n), np.int64(nvec)))
     return out
-
-
-def bias_rows(bias: Any, out: Any) -> None:
-    """Every row of the 2-D C-contiguous ``out`` set to ``bias`` (its last dimension; one dtype; one launch)."""
-    name, source = bias_rows_source(out.dtype)
-    per = _STORAGE[out.dtype][3]
-    rows, cols = out.shape
-    n = out.size
-    vectorised = cols % per == 0 and aligned(bias, out)
-    nvec = n // per if vectorised else 0
-    with launch._device(out):
-        launch.count(name)
-        launch.raw_kernel(name, source)(_grid(max(nvec, n - nvec * per)), (BLOCK,),
-                                        (bias, out, np.int64(n), np.int64(cols), np.int64(nvec)))
 
 
 def convert(x: Any, dtype: Any) -> Any:

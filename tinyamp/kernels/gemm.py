@@ -49,7 +49,7 @@ import numpy as np
 from .. import backend
 from .. import dtypes as dt
 from .. import precision
-from . import cublas_direct, cuda_vector, widened
+from . import cublas_direct, cublaslt_direct, cuda_vector, widened
 from .convert import convert
 
 Array = Any  # numpy.ndarray or cupy.ndarray
@@ -196,10 +196,9 @@ def gemm_bias(a: Array, b: Array, bias: Array, *, trans_b: bool = False) -> Arra
     """``round(float32(op(a) @ op(b)) + float32(bias))``: 16-bit 2-D operands, ``bias`` (N,) of their dtype.
 
     The float32 accumulator plus the widened bias, rounded once to the
-    operands' dtype: the bits of ``gemm(a, b, float32)``, ``+= bias`` and one
-    cast. On a GPU, cuBLAS computes ``alpha * AB + beta * C`` in float32 (the
-    scale type of ``CUBLAS_COMPUTE_32F``) with C holding the bias rows and
-    ``alpha = beta = 1`` (both products exact), then rounds once to C's type.
+    operands' dtype. On a GPU one cuBLASLt call computes it, the bias added in
+    the GEMM's epilogue (``cublaslt_direct.py``); should cuBLASLt offer no
+    algorithm, a float32 GEMM, the bias added and one cast do the same.
     """
     _batch, m, _k, n, out = _check("gemm_bias", a, b, None, False, trans_b)
     if a.ndim != 2 or b.ndim != 2 or a.dtype not in dt.LOW_PRECISION:
@@ -215,15 +214,18 @@ def gemm_bias(a: Array, b: Array, bias: Array, *, trans_b: bool = False) -> Arra
     if not backend.is_cupy_array(bias) or bias.device != a.device:
         raise ValueError(f"gemm_bias: bias must be on the operands' device {a.device}, got {bias.device}")
     with a.device:
+        if m == 0 or n == 0 or _k == 0:
+            return cp.empty((m, n), dtype=out) if m == 0 or n == 0 else cp.broadcast_to(bias, (m, n)).copy()
+        a, b, bias = cp.ascontiguousarray(a), cp.ascontiguousarray(b), cp.ascontiguousarray(bias)
         c = cp.empty((m, n), dtype=out)
-        if m == 0 or n == 0:
+        if cublaslt_direct.matmul_bias(a, b, bias, c, trans_b):
+            last_gpu_call.clear()
+            last_gpu_call.update(function="cublasLtMatmul", epilogue="bias", compute_type_name="CUBLAS_COMPUTE_32F",
+                                 a_type=a.dtype.name, b_type=b.dtype.name, c_type=c.dtype.name, m=n, n=m, k=_k)
             return c
-        cuda_vector.bias_rows(cp.ascontiguousarray(bias), c)  # every row the bias: the C the GEMM adds to
-        if _k == 0:
-            return c
-        return _cublas_gemm(cp, cublas_direct, cublas_direct.handle(a), a, b, out, False, trans_b,
-                            compute_type=compute_type(a.dtype), algo=cublas_direct.CUBLAS_GEMM_DEFAULT_TENSOR_OP,
-                            accumulate_into=c)
+        acc = _gemm_gpu(a, b, dt.float32, False, trans_b, (), m, _k, n)
+        acc += bias.astype(dt.float32)
+        return convert(acc, out)
 
 
 def _gemm_cpu(a: np.ndarray, b: np.ndarray, out: np.dtype, trans_a: bool, trans_b: bool) -> np.ndarray:

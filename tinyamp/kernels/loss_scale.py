@@ -17,7 +17,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from . import cuda_launch, cuda_scaler
-from .convert import numba_default, resolve
+from .cpu_path import numba_default, resolve
 from .cpu_numba import KERNELS
 
 # Without a min_scale the scale still never drops below the smallest normal

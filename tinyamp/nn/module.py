@@ -30,7 +30,8 @@ import tinyamp
 from .. import backend
 from .. import dtypes as dt
 from ..kernels.convert import convert
-from ..tensor import Tensor, parse_to_args
+from ..tensor import Tensor
+from ..tensor_methods import parse_to_args
 from .backward_hooks import BackwardHookCall
 from .parameter import Parameter
 

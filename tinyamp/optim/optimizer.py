@@ -40,7 +40,7 @@ Updates write in place into ``p.array`` (and bump ``p._version``, which the
 autocast weight-cast cache keys on, so it sees every optimizer update).
 
 ``track_swamping()`` (opt-in) makes each step also measure which update
-elements float16 weights would have lost (``swamping()``; optim/swamping.py).
+elements float16 weights would have lost (``swamping()``; amp/study/swamping.py).
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ from ..amp.casting import low_copy_to_refresh, restamp_low_copy
 from ..kernels import cuda_launch
 from ..kernels.loss_scale import inverse_scale
 from ..tensor import Tensor
-from . import swamping
+from ..amp.study import swamping
 
 
 class _RequiredParameter:
@@ -162,7 +162,7 @@ class Optimizer:
     # True for optimizers whose GPU kernels read found_inf themselves: their keep
     # flag on a GPU is then found_inf (one-element float32), not a computed mask.
     _kernels_read_found_inf = False
-    # Update-swamping measurement (optim/swamping.py): off unless track_swamping() turns it on.
+    # Update-swamping measurement (amp/study/swamping.py): off unless track_swamping() turns it on.
     _swamping_dtype: "np.dtype | None" = None
     _swamping_names: "dict[int, str] | None" = None
     _swamping_report: Any = None
@@ -318,7 +318,7 @@ class Optimizer:
         self._swamping_names = {id(p): name for name, p in labels.items()}
 
     def swamping(self) -> Any:
-        """The :class:`~tinyamp.optim.swamping.SwampingReport` of the last step taken while tracking, or None."""
+        """The :class:`~tinyamp.amp.study.swamping.SwampingReport` of the last step taken while tracking, or None."""
         return self._swamping_report
 
     def _swamping_label(self, p: Tensor, group_index: int, index: int) -> str:

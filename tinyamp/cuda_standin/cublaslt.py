@@ -1,0 +1,191 @@
+"""The stand-in's libcublasLt: the C entry points ``tinyamp.kernels.cublaslt_direct`` calls through ctypes.
+
+Arguments arrive as the C functions take them (ints for handles, descriptors,
+pointers and streams; ``ctypes.byref`` for what is read or written through a
+pointer), and each returns ``CUBLAS_STATUS_SUCCESS`` or raises the
+``CUBLASError`` cuBLASLt's status would become. As cuBLASLt:
+
+- descriptors hold the attributes set on them; an attribute set with a buffer
+  of the wrong size is ``CUBLAS_STATUS_INVALID_VALUE``;
+- the heuristic checks that the layouts fit the operation (``op(A)`` m x k,
+  ``op(B)`` k x n, C and D m x n, one 16-bit type, ``ld >= rows``) and returns
+  one algorithm, which remembers the problem and the pointer alignments the
+  preference allowed (256 bytes unless set lower);
+- ``cublasLtMatmul`` runs that algorithm only on the problem it was chosen
+  for, with pointers at least as aligned as the preference said (an algorithm
+  needing more could fault or read wrongly on a GPU), every operand and the
+  bias vector inside live device memory, on the current stream (the capturing
+  one during a capture, with a user workspace).
+
+The arithmetic, for ``CUBLASLT_EPILOGUE_DEFAULT`` or ``_BIAS``:
+``D = round(alpha * float32(op(A) @ op(B)) + beta * C + bias)``, the bias
+(D's type) widened exactly, one value per row of D; one launch, counted as
+``cublasLtMatmul``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+import numpy as np
+
+from . import _capture, _device
+from ._array import run
+from ._memory import resolve
+from .cublas import _DATA_TYPES, CUBLAS_COMPUTE_32F, CUBLASError, _matrix
+
+_INVALID_VALUE, _NOT_SUPPORTED, _NOT_INITIALIZED = 7, 15, 1
+EPILOGUE_DEFAULT, EPILOGUE_BIAS = 1, 4
+# Descriptor attributes the stand-in knows, with the size of their value (cublasLt.h).
+_DESC_ATTRIBUTES = {3: ("transa", 4), 4: ("transb", 4), 7: ("epilogue", 4), 8: ("bias", 8)}
+_PREF_ATTRIBUTES = {1: ("workspace", 8), 5: ("align_a", 4), 6: ("align_b", 4), 7: ("align_c", 4), 8: ("align_d", 4)}
+
+
+def _value(ref: Any) -> int:
+    return int(ref._obj.value or 0)
+
+
+class _LtLibrary:
+    """Handles, descriptors and algorithms as small dicts keyed by fake addresses."""
+
+    _BASE = 0x7C1D0000
+
+    def __init__(self) -> None:
+        self.objects: dict[int, dict] = {}
+
+    def _new(self, ref: Any, kind: str, **state: Any) -> int:
+        address = self._BASE + 16 * len(self.objects)
+        self.objects[address] = dict(state, kind=kind)
+        ref._obj.value = address
+        return 0
+
+    def _get(self, address: int, kind: str) -> dict:
+        state = self.objects.get(int(address or 0))
+        if state is None or state["kind"] != kind:
+            raise CUBLASError(_NOT_INITIALIZED if kind == "handle" else _INVALID_VALUE,
+                              f"0x{int(address or 0):x} is not a cuBLASLt {kind}")
+        return state
+
+    def cublasLtCreate(self, ref: Any) -> int:  # noqa: N802 - cuBLASLt's names
+        if _capture.active is not None:
+            _capture.refuse("cublasLtCreate (made outside a capture, like cuBLAS's handle)")
+        return self._new(ref, "handle")
+
+    def cublasLtMatmulDescCreate(self, ref: Any, compute_type: int, scale_type: int) -> int:  # noqa: N802
+        if compute_type != CUBLAS_COMPUTE_32F or scale_type != 0:
+            raise CUBLASError(_NOT_SUPPORTED, f"compute type {compute_type}, scale type {scale_type} (the "
+                                              "stand-in has CUBLAS_COMPUTE_32F with float32 scalars)")
+        return self._new(ref, "operation", transa=0, transb=0, epilogue=EPILOGUE_DEFAULT, bias=0)
+
+    def _set(self, state: dict, table: dict, attribute: int, ref: Any, size: int) -> int:
+        if int(attribute) not in table:
+            raise CUBLASError(_INVALID_VALUE, f"attribute {attribute} (not emulated)")
+        name, want = table[int(attribute)]
+        if int(size) != want or int(size) != ctypes.sizeof(ref._obj):
+            raise CUBLASError(_INVALID_VALUE, f"attribute {name} takes {want} bytes, got {size}")
+        state[name] = _value(ref)
+        return 0
+
+    def cublasLtMatmulDescSetAttribute(self, desc: int, attribute: int, ref: Any, size: int) -> int:  # noqa: N802
+        return self._set(self._get(desc, "operation"), _DESC_ATTRIBUTES, attribute, ref, size)
+
+    def cublasLtMatrixLayoutCreate(self, ref: Any, data_type: int, rows: int, cols: int, ld: int) -> int:  # noqa
+        if data_type not in _DATA_TYPES or ld < max(1, rows):
+            raise CUBLASError(_INVALID_VALUE, f"layout type {data_type}, {rows} x {cols}, ld {ld}")
+        return self._new(ref, "layout", type=int(data_type), rows=int(rows), cols=int(cols), ld=int(ld))
+
+    def cublasLtMatmulPreferenceCreate(self, ref: Any) -> int:  # noqa: N802
+        return self._new(ref, "preference", workspace=0, align_a=256, align_b=256, align_c=256, align_d=256)
+
+    def cublasLtMatmulPreferenceSetAttribute(self, pref: int, attribute: int, ref: Any, size: int) -> int:  # noqa
+        return self._set(self._get(pref, "preference"), _PREF_ATTRIBUTES, attribute, ref, size)
+
+    def _problem(self, desc: dict, a: dict, b: dict, c: dict, d: dict) -> tuple:
+        rows_a, cols_a = (a["cols"], a["rows"]) if desc["transa"] else (a["rows"], a["cols"])
+        rows_b, cols_b = (b["cols"], b["rows"]) if desc["transb"] else (b["rows"], b["cols"])
+        if cols_a != rows_b or (c["rows"], c["cols"]) != (rows_a, cols_b) or (d["rows"], d["cols"]) != (rows_a, cols_b):
+            raise CUBLASError(_INVALID_VALUE, f"op(A) {rows_a}x{cols_a}, op(B) {rows_b}x{cols_b}, C {c['rows']}x"
+                                              f"{c['cols']}, D {d['rows']}x{d['cols']} do not fit")
+        if len({a["type"], b["type"], c["type"], d["type"]}) != 1 or _DATA_TYPES[a["type"]].itemsize != 2:
+            raise CUBLASError(_NOT_SUPPORTED, "the stand-in has A, B, C and D of one 16-bit type")
+        if desc["epilogue"] not in (EPILOGUE_DEFAULT, EPILOGUE_BIAS) or desc["transa"] not in (0, 1) \
+                or desc["transb"] not in (0, 1):
+            raise CUBLASError(_NOT_SUPPORTED, f"epilogue {desc['epilogue']}, transa {desc['transa']}, "
+                                              f"transb {desc['transb']}")
+        return (desc["transa"], desc["transb"], desc["epilogue"]) + tuple(
+            (x["type"], x["rows"], x["cols"], x["ld"]) for x in (a, b, c, d))
+
+    def cublasLtMatmulAlgoGetHeuristic(self, handle: int, desc: int, a: int, b: int, c: int, d: int,  # noqa: N802
+                                       pref: int, requested: int, result_ref: Any, count_ref: Any) -> int:
+        self._get(handle, "handle")
+        layouts = [self._get(x, "layout") for x in (a, b, c, d)]
+        problem = self._problem(self._get(desc, "operation"), *layouts)
+        preference = self._get(pref, "preference")
+        if int(requested) < 1:
+            raise CUBLASError(_INVALID_VALUE, "requestedAlgoCount < 1")
+        result = result_ref._obj
+        result.algo[0] = self._BASE + 16 * len(self.objects)
+        self.objects[result.algo[0]] = {"kind": "algorithm", "problem": problem,
+                                        "aligns": tuple(preference[f"align_{x}"] for x in "abcd")}
+        result.workspace_size, result.state = 0, 0
+        count_ref._obj.value = 1
+        return 0
+
+    def cublasLtMatmul(self, handle: int, desc: int, alpha_ref: Any, a: int, a_desc: int, b: int,  # noqa: N802
+                       b_desc: int, beta_ref: Any, c: int, c_desc: int, d: int, d_desc: int, algo_ref: Any,
+                       workspace: int, workspace_size: int, stream: int) -> int:
+        self._get(handle, "handle")
+        operation = self._get(desc, "operation")
+        layouts = [self._get(x, "layout") for x in (a_desc, b_desc, c_desc, d_desc)]
+        problem = self._problem(operation, *layouts)
+        algorithm = self._get(algo_ref._obj[0], "algorithm")
+        if algorithm["problem"] != problem:
+            raise CUBLASError(_INVALID_VALUE, "the algorithm was chosen for another problem")
+        for name, pointer, align in zip("ABCD", (a, b, c, d), algorithm["aligns"]):
+            if int(pointer) % align:
+                raise CUBLASError(_INVALID_VALUE, f"matrix {name} at 0x{int(pointer):x} is not {align}-byte "
+                                                  f"aligned, as the algorithm's preference promised")
+        current = _device.get_current_stream()
+        capture = _capture.active
+        if capture is not None and current is capture.stream:
+            if int(stream or 0) != capture.stream.ptr or not workspace:
+                _capture.refuse("cublasLtMatmul off the capturing stream or without a workspace")
+        elif int(stream or 0) != current.ptr:
+            raise RuntimeError(f"cublasLtMatmul: on stream 0x{int(stream or 0):x} while the current stream is "
+                               f"{current!r}: its result would race with the work around it [tinyamp CUDA stand-in]")
+        if workspace_size:
+            resolve(int(workspace), int(workspace_size), "cublasLtMatmul: workspace")
+        alpha, beta = float(alpha_ref._obj.value), float(beta_ref._obj.value)
+        la, lb, lc, ld = layouts
+        dtype = _DATA_TYPES[ld["type"]]
+        views = [_matrix("cublasLtMatmul", name, p, dtype, x["rows"], x["cols"], x["ld"])[0]
+                 for name, p, x in (("A", a, la), ("B", b, lb), ("C", c, lc), ("D", d, ld))]
+        op_a = views[0].T if operation["transa"] else views[0]
+        op_b = views[1].T if operation["transb"] else views[1]
+        m, n = ld["rows"], ld["cols"]
+        bias = None
+        if operation["epilogue"] == EPILOGUE_BIAS:
+            buffer, offset = resolve(operation["bias"], m * dtype.itemsize, "cublasLtMatmul: bias vector")
+            bias = buffer[offset:offset + m * dtype.itemsize].view(dtype)
+
+        def multiply() -> None:
+            with np.errstate(all="ignore"):
+                total = np.matmul(op_a.astype(np.float32), op_b.astype(np.float32))
+                if alpha != 1.0:
+                    total = total * np.float32(alpha)
+                if beta != 0.0:  # C is not read when beta is 0
+                    total = total + np.float32(beta) * views[2].astype(np.float32)
+                if bias is not None:
+                    total = total + bias.astype(np.float32)[:, None]
+                views[3][...] = total.astype(dtype)
+
+        k = op_a.shape[1]
+        size = dtype.itemsize
+        moved = ((m * k + k * n + (m * n if beta != 0.0 else 0) + (m if bias is not None else 0)) * size,
+                 m * n * size)
+        run("cublasLtMatmul", multiply, moved=moved)
+        return 0
+
+
+LT_LIBRARY = _LtLibrary()

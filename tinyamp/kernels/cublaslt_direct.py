@@ -1,0 +1,199 @@
+"""cuBLASLt called directly (ctypes): a 16-bit GEMM whose epilogue adds the bias.
+
+``linear``'s forward under autocast is ``round(float32(x @ W^T) + bias)``:
+cuBLASLt's ``CUBLASLT_EPILOGUE_BIAS`` adds the bias vector to the float32
+accumulator inside the GEMM and rounds once to the output's 16-bit type, so
+the output is written once and no other kernel runs (PyTorch's linear does
+the same). The library is the libcublasLt that CuPy's libcublas loaded (found
+among the process's loaded libraries, as ``cublas_direct`` finds libcublas).
+
+- One cuBLASLt handle per CUDA backend, device and host thread, and the
+  workspace of that thread's cuBLAS handle (``cublas_direct``): both run on the
+  current stream, one after another, so they can share it; nothing is
+  allocated during a call, so a call can be captured into a CUDA graph.
+- A *plan* per problem (sizes, transposes, dtype, pointer alignments): the
+  operation and layout descriptors and the algorithm cuBLASLt's heuristic
+  chose, made once and kept; a call sets the bias pointer and runs the plan.
+- Pointer alignments are part of a plan: the heuristic is told the alignment
+  of each operand (it assumes 256 bytes unless told), so an algorithm that
+  needs more is never run on a less aligned view.
+
+:func:`matmul_bias` returns None when the heuristic offers no algorithm for a
+problem; ``gemm.gemm_bias`` then computes the same value with three kernels.
+On the CUDA stand-in the "library" is its emulation of these C entry points
+(``cuda_standin.cublaslt.LT_LIBRARY``), with cuBLASLt's argument checks.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from typing import Any
+
+import numpy as np
+
+from .. import backend
+from . import cublas_direct
+
+# cublasLt.h values (a stable ABI): compute/scale types, descriptor and preference attributes, epilogues.
+CUBLAS_COMPUTE_32F = 68
+CUDA_R_32F, CUDA_R_16F, CUDA_R_16BF = 0, 2, 14
+DESC_TRANSA, DESC_TRANSB, DESC_EPILOGUE, DESC_BIAS_POINTER = 3, 4, 7, 8
+PREF_MAX_WORKSPACE_BYTES = 1
+PREF_MIN_ALIGNMENT = {"A": 5, "B": 6, "C": 7, "D": 8}
+EPILOGUE_BIAS = 4
+
+_P, _I, _U64, _I64, _SIZE = ctypes.c_void_p, ctypes.c_int, ctypes.c_uint64, ctypes.c_int64, ctypes.c_size_t
+_REF = ctypes.c_void_p  # ctypes.byref(...) arguments
+
+
+class HeuristicResult(ctypes.Structure):
+    """``cublasLtMatmulHeuristicResult_t``: the chosen algorithm (opaque, 64 bytes) and its needs."""
+
+    _fields_ = [("algo", ctypes.c_uint64 * 8), ("workspace_size", ctypes.c_size_t), ("state", ctypes.c_int),
+                ("waves", ctypes.c_float), ("reserved", ctypes.c_int * 4)]
+
+
+_ARGTYPES = {
+    "cublasLtCreate": [_REF],
+    "cublasLtMatmulDescCreate": [_REF, _I, _I],
+    "cublasLtMatmulDescSetAttribute": [_P, _I, _REF, _SIZE],
+    "cublasLtMatrixLayoutCreate": [_REF, _I, _U64, _U64, _I64],
+    "cublasLtMatmulPreferenceCreate": [_REF],
+    "cublasLtMatmulPreferenceSetAttribute": [_P, _I, _REF, _SIZE],
+    "cublasLtMatmulAlgoGetHeuristic": [_P, _P, _P, _P, _P, _P, _P, _I, _REF, _REF],
+    "cublasLtMatmul": [_P, _P, _REF, _P, _P, _P, _P, _REF, _P, _P, _P, _P, _REF, _P, _SIZE, _P],
+}
+
+_libraries: dict[int, Any] = {}
+_handles: dict[tuple, int] = {}  # (backend id, device id, thread id) -> cuBLASLt handle
+_plans: dict[tuple, "tuple | None"] = {}  # (handle, problem) -> (desc, A, B, D layouts, algo) or None
+_lock = threading.Lock()
+_ONE, _ZERO = ctypes.c_float(1.0), ctypes.c_float(0.0)  # alpha, beta: host scalars, read during the call
+
+
+def _find_library() -> Any:
+    """The libcublasLt CuPy's libcublas loaded, as a ctypes library with typed functions."""
+    backend.cuda_lib("cupy_backends.cuda.libs.cublas")  # loads libcublas, which loads libcublasLt
+    if backend.standin_active():
+        return backend.cupy().cublaslt.LT_LIBRARY
+    with open("/proc/self/maps") as maps:
+        paths = [line.rstrip("\n").split(" ")[-1] for line in maps]
+    found = [p for p in paths if p.rsplit("/", 1)[-1].startswith("libcublasLt.so")]
+    if not found:
+        raise RuntimeError("cuBLASLt: libcublasLt is not among the loaded libraries (/proc/self/maps), so "
+                           "tinyamp cannot call it directly")
+    library = ctypes.CDLL(found[0])
+    for name, argtypes in _ARGTYPES.items():
+        function = getattr(library, name)
+        function.argtypes, function.restype = argtypes, ctypes.c_int
+    return library
+
+
+def _library() -> Any:
+    key = id(backend.cupy())
+    library = _libraries.get(key)
+    if library is None:
+        with _lock:
+            library = _libraries[key] = _libraries.get(key) or _find_library()
+    return library
+
+
+def _check(status: int, function: str) -> None:
+    cublas_direct._check(status, function)
+
+
+def _handle(device_id: int) -> int:
+    key = (id(backend.cupy()), device_id, threading.get_ident())
+    handle = _handles.get(key)
+    if handle is None:
+        ref = ctypes.c_void_p()
+        _check(_library().cublasLtCreate(ctypes.byref(ref)), "cublasLtCreate")
+        handle = _handles[key] = ref.value
+    return handle
+
+
+def prepare(device: Any = None) -> None:
+    """Make this thread's handle on ``device`` (default the current one) now, before a capture."""
+    cp = backend.cupy()
+    device = cp.cuda.Device() if device is None else device
+    with device:
+        _handle(device.id)
+
+
+def _alignment(pointer: int) -> int:
+    """The largest power of two (at most 256) dividing ``pointer``: what the heuristic may assume."""
+    return min(256, pointer & -pointer) if pointer else 256
+
+
+def _set(setter: Any, target: int, attribute: int, value: Any, function: str) -> None:
+    _check(setter(target, attribute, ctypes.byref(value), ctypes.sizeof(value)), function)
+
+
+def _plan(handle: int, problem: tuple, bias_pointer: int) -> "tuple | None":
+    """Descriptors and algorithm for ``problem`` (made once; None if the heuristic offers none)."""
+    m, n, k, trans_a, lda, data_type, aligns = problem
+    library = _library()
+    desc = ctypes.c_void_p()
+    _check(library.cublasLtMatmulDescCreate(ctypes.byref(desc), CUBLAS_COMPUTE_32F, CUDA_R_32F),
+           "cublasLtMatmulDescCreate")
+    set_desc = library.cublasLtMatmulDescSetAttribute
+    _set(set_desc, desc.value, DESC_TRANSA, ctypes.c_int32(trans_a), "cublasLtMatmulDescSetAttribute")
+    _set(set_desc, desc.value, DESC_TRANSB, ctypes.c_int32(0), "cublasLtMatmulDescSetAttribute")
+    _set(set_desc, desc.value, DESC_EPILOGUE, ctypes.c_uint32(EPILOGUE_BIAS), "cublasLtMatmulDescSetAttribute")
+    _set(set_desc, desc.value, DESC_BIAS_POINTER, ctypes.c_void_p(bias_pointer), "cublasLtMatmulDescSetAttribute")
+    layouts = []
+    for rows, cols, ld in (((k, m) if trans_a else (m, k)) + (lda,), (k, n, k), (m, n, m)):
+        layout = ctypes.c_void_p()
+        _check(library.cublasLtMatrixLayoutCreate(ctypes.byref(layout), data_type, rows, cols, ld),
+               "cublasLtMatrixLayoutCreate")
+        layouts.append(layout.value)
+    a_layout, b_layout, d_layout = layouts
+    preference = ctypes.c_void_p()
+    _check(library.cublasLtMatmulPreferenceCreate(ctypes.byref(preference)), "cublasLtMatmulPreferenceCreate")
+    set_pref = library.cublasLtMatmulPreferenceSetAttribute
+    _set(set_pref, preference.value, PREF_MAX_WORKSPACE_BYTES, ctypes.c_uint64(cublas_direct.WORKSPACE_BYTES),
+         "cublasLtMatmulPreferenceSetAttribute")
+    for operand, align in zip("ABCD", aligns):
+        _set(set_pref, preference.value, PREF_MIN_ALIGNMENT[operand], ctypes.c_uint32(align),
+             "cublasLtMatmulPreferenceSetAttribute")
+    result, count = HeuristicResult(), ctypes.c_int(0)
+    _check(library.cublasLtMatmulAlgoGetHeuristic(handle, desc.value, a_layout, b_layout, d_layout, d_layout,
+                                                  preference.value, 1, ctypes.byref(result), ctypes.byref(count)),
+           "cublasLtMatmulAlgoGetHeuristic")
+    if count.value < 1 or result.workspace_size > cublas_direct.WORKSPACE_BYTES:
+        return None
+    return desc.value, a_layout, b_layout, d_layout, result.algo
+
+
+def matmul_bias(a: Any, b: Any, bias: Any, out: Any, trans_b: bool) -> bool:
+    """``out = round(float32(a @ op(b)) + bias)`` in one cuBLASLt call; False if no algorithm fits.
+
+    ``a`` (M, K), ``b`` (K, N) or with ``trans_b`` (N, K), ``bias`` (N,) and
+    ``out`` (M, N): C-contiguous CuPy arrays of one 16-bit dtype on the
+    current device (``gemm.gemm_bias`` checks all of it).
+    """
+    (m_rows, k), n = a.shape, out.shape[1]
+    data_type = CUDA_R_16F if a.dtype == np.float16 else CUDA_R_16BF
+    # Column-major view: D (N x M) = op(b') (N x K) @ a' (K x M), the bias one value per row of D.
+    pointers = (b.data.ptr, a.data.ptr, out.data.ptr, out.data.ptr)
+    problem = (n, m_rows, k, int(trans_b), k if trans_b else n, data_type,
+               tuple(_alignment(p) for p in pointers) + (_alignment(bias.data.ptr),))
+    handle = _handle(a.device.id)
+    key = (handle, problem)
+    plan = _plans.get(key, False)
+    if plan is False:
+        plan = _plans[key] = _plan(handle, problem[:6] + (problem[6][:4],), bias.data.ptr)
+    if plan is None:
+        return False
+    desc, a_layout, b_layout, d_layout, algo = plan
+    library = _library()
+    _set(library.cublasLtMatmulDescSetAttribute, desc, DESC_BIAS_POINTER, ctypes.c_void_p(bias.data.ptr),
+         "cublasLtMatmulDescSetAttribute")
+    workspace = cublas_direct.workspace(a.device.id)
+    stream = backend.cupy().cuda.get_current_stream().ptr
+    _check(library.cublasLtMatmul(handle, desc, ctypes.byref(_ONE), b.data.ptr, a_layout, a.data.ptr, b_layout,
+                                  ctypes.byref(_ZERO), out.data.ptr, d_layout, out.data.ptr, d_layout,
+                                  ctypes.byref(algo), workspace, cublas_direct.WORKSPACE_BYTES, stream),
+           "cublasLtMatmul")
+    return True
