@@ -5,7 +5,7 @@ Every test runs on the strict stand-in (tinyamp/cuda_standin) and, marked
 (a spinning kernel, torch's CUDA matmul) take ``gpu_cp`` or branch on
 ``backend.standin_active()``.
 
-- the fused kernels of tinyamp/kernels/cuda_*.py against the NumPy paths, bit for bit
+- the fused kernels of tinyamp/kernels/cuda/cuda_*.py against the NumPy paths, bit for bit
   (the same drivers as the CPU tests; Adam's bias corrections checked first,
   because CUDA's double ``pow`` is not the C library's);
 - an AMP training step with tinyamp's optimizers and GradScaler never makes the

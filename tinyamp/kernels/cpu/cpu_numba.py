@@ -48,8 +48,7 @@ def load() -> bool:  # noqa: C901 - one place that defines every kernel
     # (numba keys the cache on the closure's pickled contents), so the kernels other
     # kernels call are globals too.
     global _nb_fbits, _h2f_int, _h2f_hw, _f2h_int, _f2h_hw, _f2b_bits, _b2h_int, _b2h_hw
-    global relu16, relu_bwd16, _widen16, _round16, f32_to_f16_int, f32_to_f16_hw
-    global lower_widen_f16_int, lower_widen_f16_hw, lower_widen_bf16
+    global relu16, relu_bwd16, f32_to_f16_int, f32_to_f16_hw
 
     from llvmlite import ir
     from numba import njit, types
@@ -170,6 +169,51 @@ def load() -> bool:  # noqa: C901 - one place that defines every kernel
     def f32_to_f16_hw(src, dst):
         for i in range(src.size):
             dst[i] = np.uint16(_f2h_hw(src[i]))
+
+    # Rounding that keeps the exact float32 widening of its result (kernels/cpu/widened.py): the 16-bit
+    # bits go to dst and, widened, to wide (narrow_*) or back into the float32 source (round_*_in_place;
+    # one array read and written, which LLVM vectorizes, where passing it twice would not).
+    @jit
+    def narrow_f16_int(src, dst, wide):  # uint32 -> uint16, uint32
+        for i in range(src.size):
+            h = _f2h_int(src[i])
+            dst[i] = np.uint16(h)
+            wide[i] = _h2f_int(h)
+
+    @jit
+    def narrow_f16_hw(src, dst, wide):
+        for i in range(src.size):
+            h = _f2h_hw(src[i])
+            dst[i] = np.uint16(h)
+            wide[i] = _h2f_hw(h)
+
+    @jit
+    def narrow_bf16(src, dst, wide):
+        for i in range(src.size):
+            h = _f2b_bits(src[i])
+            dst[i] = np.uint16(h)
+            wide[i] = h << np.uint32(16)
+
+    @jit
+    def round_f16_in_place_int(buf, dst):  # uint32 (rewritten) -> uint16
+        for i in range(buf.size):
+            h = _f2h_int(buf[i])
+            dst[i] = np.uint16(h)
+            buf[i] = _h2f_int(h)
+
+    @jit
+    def round_f16_in_place_hw(buf, dst):
+        for i in range(buf.size):
+            h = _f2h_hw(buf[i])
+            dst[i] = np.uint16(h)
+            buf[i] = _h2f_hw(h)
+
+    @jit
+    def round_bf16_in_place(buf, dst):
+        for i in range(buf.size):
+            h = _f2b_bits(buf[i])
+            dst[i] = np.uint16(h)
+            buf[i] = h << np.uint32(16)
 
     @jit
     def f32_to_bf16(src, dst):  # uint32 -> uint16
@@ -317,6 +361,12 @@ def load() -> bool:  # noqa: C901 - one place that defines every kernel
         f32_to_f16_int=f32_to_f16_int,
         f32_to_f16_hw=f32_to_f16_hw,
         f32_to_bf16=f32_to_bf16,
+        narrow_f16_int=narrow_f16_int,
+        narrow_f16_hw=narrow_f16_hw,
+        narrow_bf16=narrow_bf16,
+        round_f16_in_place_int=round_f16_in_place_int,
+        round_f16_in_place_hw=round_f16_in_place_hw,
+        round_bf16_in_place=round_bf16_in_place,
         bf16_to_f32=bf16_to_f32,
         f16_to_bf16_int=f16_to_bf16_int,
         f16_to_bf16_hw=f16_to_bf16_hw,
@@ -375,5 +425,7 @@ def select_f16_impl(which: str) -> None:
     KERNELS["f16_to_f32"] = KERNELS["f16_to_f32_" + which]
     KERNELS["f16_to_bf16"] = KERNELS["f16_to_bf16_" + which]
     KERNELS["f32_to_f16"] = KERNELS["f32_to_f16_" + which]
+    KERNELS["narrow_f16"] = KERNELS["narrow_f16_" + which]
+    KERNELS["round_f16_in_place"] = KERNELS["round_f16_in_place_" + which]
     KERNELS["bf16_to_f16"] = KERNELS["bf16_to_f16_" + which]
     KERNELS["bias_act_f16"] = KERNELS["bias_act_f16_" + which]
