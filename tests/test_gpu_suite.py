@@ -5,7 +5,7 @@ Every test runs on the strict stand-in (tinyamp/cuda_standin) and, marked
 (a spinning kernel, torch's CUDA matmul) take ``gpu_cp`` or branch on
 ``backend.standin_active()``.
 
-- the fused kernels of tinyamp/kernels/cuda_*.py against the NumPy paths, bit for bit
+- the fused kernels of tinyamp/kernels/cuda/cuda_*.py against the NumPy paths, bit for bit
   (the same drivers as the CPU tests; Adam's bias corrections checked first,
   because CUDA's double ``pow`` is not the C library's);
 - an AMP training step with tinyamp's optimizers and GradScaler never makes the
@@ -29,7 +29,8 @@ import pytest
 import fused_drivers as fd
 import tinyamp as ta
 from tinyamp import backend
-from tinyamp.kernels import cuda_launch, cuda_optim, loss_scale
+from tinyamp.kernels import loss_scale
+from tinyamp.kernels.cuda import cuda_launch, cuda_optim
 
 from conftest import GPU  # noqa: E402 - the real-GPU parameter (marked gpu)
 from test_gemm import _within_dot_product_bound  # noqa: E402

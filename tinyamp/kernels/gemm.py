@@ -49,7 +49,8 @@ import numpy as np
 from .. import backend
 from .. import dtypes as dt
 from .. import precision
-from . import cublas_direct, cublaslt_direct, cuda_vector, widened
+from .cpu import widened
+from .cuda import cublas_direct, cublaslt_direct, cuda_vector
 from .convert import convert
 
 Array = Any  # numpy.ndarray or cupy.ndarray
@@ -234,7 +235,7 @@ def _gemm_cpu(a: np.ndarray, b: np.ndarray, out: np.dtype, trans_a: bool, trans_
     # so each operand is converted exactly once (and only once when a is b,
     # as in x @ x.T), and transposes stay views that BLAS reads directly.
     # convert() is astype, bit for bit, through the fast CPU kernels (convert.py).
-    # An operand just rounded from float32 (a Cast node's output) comes with its widening (widened.py).
+    # An operand just rounded from float32 (a Cast node's output) comes with its widening (cpu/widened.py).
     acc = dt.opmath_dtype(a.dtype)  # float32 for 16-bit inputs; others keep their own
     a_acc = a if a.dtype == acc else (widened.take(a) if a.ndim == 2 else None)
     if a_acc is None:

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import dtypes as dt
+from ... import dtypes as dt
 from . import cuda_launch as launch
 
 BLOCK = 256

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import dtypes as dt
+from ... import dtypes as dt
 from .cpu_path import numba_default
 from .cpu_numba import KERNELS
 from .cpu_numpy import U16, U32
