@@ -35,6 +35,7 @@ from tinyamp.kernels.cuda import cuda_launch, cuda_optim
 from conftest import GPU  # noqa: E402 - the real-GPU parameter (marked gpu)
 from test_gemm import _within_dot_product_bound  # noqa: E402
 gemm_module = importlib.import_module("tinyamp.kernels.gemm")
+cublas_gemm = importlib.import_module("tinyamp.kernels.cuda.cublas_gemm")  # last_gpu_call
 
 
 @pytest.fixture
@@ -261,12 +262,12 @@ def test_skipped_step_leaves_everything_bit_identical(cp, o2, opt_name) -> None:
 def test_gemm_uses_compute_32f_and_strided_batched(cp) -> None:
     a = cp.asarray(np.random.default_rng(0).standard_normal((64, 32)), dtype=cp.float16)
     gemm_module.gemm(a, a, trans_b=True)
-    call = gemm_module.last_gpu_call
+    call = cublas_gemm.last_gpu_call
     assert call["function"] == "gemmEx" and call["compute_type_name"] == "CUBLAS_COMPUTE_32F"
     assert call["compute_type"] == backend.cuda_lib("cupy_backends.cuda.libs.cublas").CUBLAS_COMPUTE_32F == 68
     gemm_module.gemm(cp.stack([a, a]), cp.stack([a.T, a.T]).copy())
-    assert gemm_module.last_gpu_call["function"] == "gemmStridedBatchedEx"  # not CuPy's float32 upcast
-    assert gemm_module.last_gpu_call["a_type"] == "float16"
+    assert cublas_gemm.last_gpu_call["function"] == "gemmStridedBatchedEx"  # not CuPy's float32 upcast
+    assert cublas_gemm.last_gpu_call["a_type"] == "float16"
 
 
 def test_length_4096_dot_product_of_ones_is_exact(cp) -> None:

@@ -29,7 +29,7 @@ The interface, small on purpose (cuBLASLt epilogues can be added beside it):
   of the same names (same arguments: a handle, column-major operands as
   device pointers, host pointers to alpha/beta); a failed status raises the
   wrapper's ``CUBLASError``. The constants (``CUBLAS_OP_N``, ...) are here too,
-  so ``gemm._cublas_gemm`` takes this module as its ``cublas``.
+  so ``cublas_gemm._cublas_gemm`` takes this module as its ``cublas``.
 - :func:`prepare` - make the handle before a capture begins (``ta.cuda.graph``
   does, and ``cublaslt_direct.prepare`` for cuBLASLt's).
 
