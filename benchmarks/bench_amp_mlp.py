@@ -33,7 +33,7 @@ def main() -> None:
     rows = [[name, f"{r['median'] * 1e3:.3f} ms", f"{r['min'] * 1e3:.3f}", f"{r['max'] * 1e3:.3f}"]
             for name, r in timings.items()]
     print(f"MLP 784-{CONFIG['hidden']}-10, batch {CONFIG['batch']}, SGD momentum, CPU, numba "
-          f"{ta.kernels.cpu_path.numba_default()}:")
+          f"{ta.kernels.cpu.cpu_path.numba_default()}:")
     print(table(rows, ["case", "median", "min", "max"]))
     print(f"  amp / float32 = {ratio:.3f} (per round min {min(per_round):.3f}, max {max(per_round):.3f}; "
           f"target <= {TARGET})")

@@ -6,7 +6,7 @@ candidate on 1024x1024 and 128x1024 arrays and writes it as JSON
 
 Candidates per conversion: ``astype``; ``np.copyto`` into a preallocated
 buffer; a 65536-entry lookup table (float16 -> float32 only); the NumPy
-bit-manipulation recipes of ``tinyamp.kernels.cpu_numpy`` (whole array and in
+bit-manipulation recipes of ``tinyamp.kernels.cpu.cpu_numpy`` (whole array and in
 L2-sized chunks); the numba kernels (serial, as shipped, plus an experimental
 ``parallel=True`` variant); and ``convert`` itself (allocating and with
 ``out=``). Then ReLU, ReLU backward and the GEMM epilogue (bias + ReLU +
@@ -35,7 +35,8 @@ import ml_dtypes
 import numpy as np
 
 from tinyamp import kernels
-from tinyamp.kernels import convert, cpu_numba, cpu_numpy, cpu_path, elementwise_cpu
+from tinyamp.kernels import convert
+from tinyamp.kernels.cpu import cpu_numba, cpu_numpy, cpu_path, elementwise_cpu
 
 ROOT = Path(__file__).resolve().parents[1]
 BF16 = np.dtype(ml_dtypes.bfloat16)

@@ -1,6 +1,6 @@
 """Host time to issue one GEMM: CuPy's cuBLAS wrapper against tinyamp's direct ctypes call.
 
-tinyamp calls libcublas directly (``tinyamp/kernels/cublas_direct.py``) for
+tinyamp calls libcublas directly (``tinyamp/kernels/cuda/cublas_direct.py``) for
 every GEMM, eager or captured, because CuPy's wrappers refuse every call
 during a stream capture. This measures what that costs the host per call,
 on small float16 GEMMs (64x64x64, so the GPU keeps up and the host's issue
@@ -28,7 +28,7 @@ import numpy as np
 import tinyamp as ta  # noqa: F401 - loads the CUDA backend choice
 from common import interleaved, machine, table, write_json
 from tinyamp import backend
-from tinyamp.kernels import cublas_direct
+from tinyamp.kernels.cuda import cublas_direct
 from tinyamp.kernels.gemm import gemm
 
 SIZE = 64

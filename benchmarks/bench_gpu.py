@@ -68,7 +68,8 @@ import common  # noqa: E402
 
 import tinyamp as ta  # noqa: E402
 from tinyamp import backend  # noqa: E402
-from tinyamp.kernels import cuda_launch, cuda_optim, cuda_scaler, cuda_epilogue, cuda_vector  # noqa: E402
+from tinyamp.kernels.cuda import cuda_vector  # noqa: E402
+from tinyamp.kernels.cuda import cuda_launch, cuda_optim, cuda_scaler, cuda_epilogue
 from tinyamp.kernels.gemm import gemm, gemm_bias  # noqa: E402
 
 TARGETS = {"amp_vs_float32_speedup": 2.0, "amp_vs_torch_autocast_time": 1.25,

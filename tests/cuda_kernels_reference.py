@@ -1,4 +1,4 @@
-"""The fused CUDA kernels of tinyamp/kernels/cuda_scaler.py and cuda_optim.py, transcribed to NumPy.
+"""The fused CUDA kernels of tinyamp/kernels/cuda/cuda_scaler.py and cuda_optim.py, transcribed to NumPy.
 
 Same float32 arithmetic in the same order, same branches, on NumPy arrays:
 what each kernel computes, readable without CUDA. The tests hold these and

@@ -31,7 +31,7 @@ DOC = REPO / "docs" / "ARCHITECTURE.md"
 # first use so that ``import tinyamp`` works (and stays fast) without it.
 ALLOWED_IN_FUNCTIONS = {
     "tinyamp.backend": {"cupy": "the one place CuPy is imported, on first use of a GPU"},
-    "tinyamp.kernels.cpu_numba": {"numba": "optional jit extra; about a second to import",
+    "tinyamp.kernels.cpu.cpu_numba": {"numba": "optional jit extra; about a second to import",
                                   "llvmlite": "numba's IR builder, with numba"},
     "tinyamp.amp.study.grad_stats": {"matplotlib": "optional plot extra, only for plotting"},
     "tinyamp.distributed.mpi_backend": {"mpi4py": "optional dist extra; importing it initialises MPI"},
@@ -247,6 +247,6 @@ def test_the_checks_see_what_they_check() -> None:
     assert "tinyamp.precision" in edges["tinyamp.autograd.function"]
     assert "tinyamp.ops.broadcast" in edges["tinyamp.ops"]               # from . import broadcast
     assert "tinyamp.dtypes" in edges["tinyamp.precision"]                 # from . import dtypes as dt
-    assert "tinyamp.kernels.convert" in edges["tinyamp.kernels.elementwise_cpu"]
+    assert "tinyamp.kernels.convert" in edges["tinyamp.kernels.cpu.elementwise_cpu"]
     assert any(name == "cupy" for _, name in inner["tinyamp.backend"])
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]

@@ -15,6 +15,7 @@ import pytest
 
 import tinyamp as ta
 from tinyamp.kernels import gemm
+from tinyamp.kernels.cuda import cublas_gemm
 
 
 @pytest.fixture(autouse=True)
@@ -96,8 +97,8 @@ def test_allow_tf32_switches_float32_gemms(device: str) -> None:
     tf32 = (a @ b).cpu().numpy()
     np.testing.assert_array_equal(tf32, np.full((4, 2), 3.0, np.float32))
     if device == "cuda":
-        assert gemm.last_gpu_call["compute_type_name"] == "CUBLAS_COMPUTE_32F_FAST_TF32"
-        assert gemm.last_gpu_call["a_type"] == "float32" and gemm.last_gpu_call["c_type"] == "float32"
+        assert cublas_gemm.last_gpu_call["compute_type_name"] == "CUBLAS_COMPUTE_32F_FAST_TF32"
+        assert cublas_gemm.last_gpu_call["a_type"] == "float32" and cublas_gemm.last_gpu_call["c_type"] == "float32"
     # a Linear layer and a convolution (a GEMM too), forward and backward
     lin = ta.nn.Linear(3, 2).to(device)
     x = ta.randn(5, 3, device=device, requires_grad=True)
@@ -116,7 +117,7 @@ def test_16_bit_gemms_and_float64_are_not_affected(device: str) -> None:
         y = a @ b
     assert y.dtype == ta.float16
     if device == "cuda":
-        assert gemm.last_gpu_call["compute_type_name"] == "CUBLAS_COMPUTE_32F"
+        assert cublas_gemm.last_gpu_call["compute_type_name"] == "CUBLAS_COMPUTE_32F"
 
 
 def test_the_trace_reports_tf32_gemms() -> None:

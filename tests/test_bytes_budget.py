@@ -18,7 +18,8 @@ import pytest
 
 from tinyamp import backend
 from tinyamp.cuda_standin import kernels as standin_kernels
-from tinyamp.kernels import cuda_launch, gemm as gemm_module
+from tinyamp.kernels import gemm as gemm_module
+from tinyamp.kernels.cuda import cuda_launch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
 import bench_launches  # noqa: E402

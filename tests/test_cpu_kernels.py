@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 
 import tinyamp.kernels
-from tinyamp.kernels import cpu_numba, cpu_path
-from tinyamp.kernels import elementwise_cpu as ew
+from tinyamp.kernels.cpu import cpu_numba, cpu_path
+from tinyamp.kernels.cpu import elementwise_cpu as ew
 from tinyamp.kernels.convert import convert
-from tinyamp.kernels.cpu_numba import select_f16_impl
+from tinyamp.kernels.cpu.cpu_numba import select_f16_impl
 
 
 F32 = np.dtype(np.float32)
@@ -497,7 +497,7 @@ def test_each_special_value_alone(any_backend, src, dst, special, finite):
 # cpu_optim: SGD and Adam in one numba pass, bit for bit the NumPy path
 
 import fused_drivers as fd  # noqa: E402
-from tinyamp.kernels import cpu_optim  # noqa: E402
+from tinyamp.kernels.cpu import cpu_optim  # noqa: E402
 
 
 def _fused_or_numpy(fused, numpy_path):

@@ -25,7 +25,9 @@ import fused_drivers as fd
 import tinyamp as ta
 from tinyamp import backend
 from tinyamp.cuda_standin import kernels as standin_kernels
-from tinyamp.kernels import cpu_path, cross_entropy, cuda_launch, cuda_loss
+from tinyamp.kernels import cross_entropy
+from tinyamp.kernels.cpu import cpu_path
+from tinyamp.kernels.cuda import cuda_launch, cuda_loss
 
 DTYPES = [np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)]
 REDUCTIONS = ["mean", "sum", "none"]

@@ -19,7 +19,8 @@ import pytest
 import fused_drivers as fd
 import tinyamp as ta
 from tinyamp import backend
-from tinyamp.kernels import cross_entropy, cuda_epilogue, cuda_launch, cuda_optim, cuda_scaler, cuda_vector, loss_scale
+from tinyamp.kernels import cross_entropy, loss_scale
+from tinyamp.kernels.cuda import cuda_epilogue, cuda_launch, cuda_optim, cuda_scaler, cuda_vector
 from tinyamp.kernels.gemm import gemm, gemm_bias
 from tinyamp.cuda_standin import kernels as standin_kernels
 
@@ -315,7 +316,7 @@ def test_gemm_bias_is_one_cublaslt_call_with_the_bias_epilogue(cp) -> None:
 
 def test_gemm_bias_without_a_cublaslt_algorithm_computes_the_same_bits(cp, monkeypatch) -> None:
     """Where cuBLASLt's heuristic offers no algorithm, a float32 GEMM, the bias and one cast give the same bits."""
-    from tinyamp.kernels import cublaslt_direct
+    from tinyamp.kernels.cuda import cublaslt_direct
     rng = np.random.default_rng(4)
     x, w = (rng.standard_normal(s).astype(np.float16) for s in ((9, 16), (8, 16)))
     bias = rng.standard_normal(8).astype(np.float16)
@@ -327,7 +328,7 @@ def test_gemm_bias_without_a_cublaslt_algorithm_computes_the_same_bits(cp, monke
 
 def test_the_standin_cublaslt_refuses_an_algorithm_on_a_less_aligned_pointer(cp) -> None:
     """An algorithm chosen for 256-byte aligned operands is not run on a 2-byte aligned view (a GPU could fault)."""
-    from tinyamp.kernels import cublaslt_direct
+    from tinyamp.kernels.cuda import cublaslt_direct
     x, w, bias = cp.ones((9, 16), np.float16), cp.ones((8, 16), np.float16), cp.ones(8, np.float16)
     out = cp.empty((8, 8), np.float16)
     assert cublaslt_direct.matmul_bias(x[:8], w, bias, out, True)

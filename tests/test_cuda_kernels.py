@@ -31,7 +31,8 @@ import tinyamp as ta
 import cuda_kernels_reference
 from tinyamp import backend, cuda_memory
 from tinyamp.cuda_standin import kernels as standin_kernels
-from tinyamp.kernels import cuda_epilogue, cuda_launch, cuda_optim, cuda_scaler, loss_scale
+from tinyamp.kernels import loss_scale
+from tinyamp.kernels.cuda import cuda_epilogue, cuda_launch, cuda_optim, cuda_scaler
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPECS = cuda_scaler.elementwise_specs() + cuda_epilogue.elementwise_specs()
@@ -46,7 +47,7 @@ def test_importing_tinyamp_never_imports_cupy(tmp_path) -> None:
     fake.mkdir()
     (fake / "__init__.py").write_text(f"open({str(marker)!r}, 'w').close()\nraise ImportError('stand-in')\n")
     code = ("import tinyamp, tinyamp.optim\n"
-            "from tinyamp.kernels import cuda_launch, cuda_optim, cuda_scaler, loss_scale\n"
+            "from tinyamp.kernels import loss_scale\nfrom tinyamp.kernels.cuda import cuda_launch, cuda_optim, cuda_scaler\n"
             "cuda_scaler.elementwise_specs(), cuda_optim.group_raw_sources(), cuda_scaler.raw_sources()\n")
     env = dict(os.environ, PYTHONPATH=f"{tmp_path}{os.pathsep}{REPO}")
     subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=tmp_path)

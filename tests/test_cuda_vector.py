@@ -1,4 +1,4 @@
-"""The vectorised CUDA kernels (kernels/cuda_vector.py) on the CUDA stand-in: the bits of their references.
+"""The vectorised CUDA kernels (kernels/cuda/cuda_vector.py) on the CUDA stand-in: the bits of their references.
 
 Each kernel's source runs as C++ (the stand-in), thread by thread, over the
 16-byte vector loop and the scalar tail, on aligned and misaligned arrays; the
@@ -15,8 +15,8 @@ import pytest
 import fused_drivers as fd
 from tinyamp import backend
 from tinyamp.cuda_standin import kernels as standin_kernels
-from tinyamp.kernels import cuda_epilogue, cuda_vector
-from tinyamp.kernels.elementwise_cpu import relu_lowp
+from tinyamp.kernels.cuda import cuda_epilogue, cuda_vector
+from tinyamp.kernels.cpu.elementwise_cpu import relu_lowp
 
 pytestmark = pytest.mark.skipif(standin_kernels.CXX is None, reason="the CUDA stand-in runs kernels through g++")
 

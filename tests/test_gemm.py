@@ -24,9 +24,8 @@ from hypothesis import strategies as st
 from tinyamp import backend
 from tinyamp.kernels.gemm import gemm, gemm_fp16_accumulate
 
-# The module itself (for last_gpu_call and the cuBLAS plumbing): the package
-# may export a function under the same name, so ask the import system.
-gemm_module = importlib.import_module("tinyamp.kernels.gemm")
+# The GPU path's module (last_gpu_call and the cuBLAS plumbing).
+gemm_module = importlib.import_module("tinyamp.kernels.cuda.cublas_gemm")
 
 F16, F32, F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
 BF16 = np.dtype(ml_dtypes.bfloat16)

@@ -5,7 +5,7 @@ Every test runs on the strict stand-in (tinyamp/cuda_standin) and, marked
 (a spinning kernel, torch's CUDA matmul) take ``gpu_cp`` or branch on
 ``backend.standin_active()``.
 
-- the fused kernels of tinyamp/kernels/cuda_*.py against the NumPy paths, bit for bit
+- the fused kernels of tinyamp/kernels/cuda/cuda_*.py against the NumPy paths, bit for bit
   (the same drivers as the CPU tests; Adam's bias corrections checked first,
   because CUDA's double ``pow`` is not the C library's);
 - an AMP training step with tinyamp's optimizers and GradScaler never makes the
@@ -29,11 +29,13 @@ import pytest
 import fused_drivers as fd
 import tinyamp as ta
 from tinyamp import backend
-from tinyamp.kernels import cuda_launch, cuda_optim, loss_scale
+from tinyamp.kernels import loss_scale
+from tinyamp.kernels.cuda import cuda_launch, cuda_optim
 
 from conftest import GPU  # noqa: E402 - the real-GPU parameter (marked gpu)
 from test_gemm import _within_dot_product_bound  # noqa: E402
 gemm_module = importlib.import_module("tinyamp.kernels.gemm")
+cublas_gemm = importlib.import_module("tinyamp.kernels.cuda.cublas_gemm")  # last_gpu_call
 
 
 @pytest.fixture
@@ -260,12 +262,12 @@ def test_skipped_step_leaves_everything_bit_identical(cp, o2, opt_name) -> None:
 def test_gemm_uses_compute_32f_and_strided_batched(cp) -> None:
     a = cp.asarray(np.random.default_rng(0).standard_normal((64, 32)), dtype=cp.float16)
     gemm_module.gemm(a, a, trans_b=True)
-    call = gemm_module.last_gpu_call
+    call = cublas_gemm.last_gpu_call
     assert call["function"] == "gemmEx" and call["compute_type_name"] == "CUBLAS_COMPUTE_32F"
     assert call["compute_type"] == backend.cuda_lib("cupy_backends.cuda.libs.cublas").CUBLAS_COMPUTE_32F == 68
     gemm_module.gemm(cp.stack([a, a]), cp.stack([a.T, a.T]).copy())
-    assert gemm_module.last_gpu_call["function"] == "gemmStridedBatchedEx"  # not CuPy's float32 upcast
-    assert gemm_module.last_gpu_call["a_type"] == "float16"
+    assert cublas_gemm.last_gpu_call["function"] == "gemmStridedBatchedEx"  # not CuPy's float32 upcast
+    assert cublas_gemm.last_gpu_call["a_type"] == "float16"
 
 
 def test_length_4096_dot_product_of_ones_is_exact(cp) -> None:

@@ -12,7 +12,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from tinyamp.kernels import cpu_path as kernel_path
+from tinyamp.kernels.cpu import cpu_path as kernel_path
 from tinyamp.kernels import loss_scale
 
 import cuda_kernels_reference

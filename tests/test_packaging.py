@@ -33,7 +33,7 @@ def test_the_readme_first_command_is_a_plain_install_and_draws_with_it() -> None
 
 def test_a_fresh_process_without_settings_takes_the_numba_cast_path() -> None:
     env = {k: v for k, v in os.environ.items() if k != "TINYAMP_CAST_BACKEND"}
-    code = ("import numpy as np; from tinyamp.kernels import convert, cpu_path; "
+    code = ("import numpy as np; from tinyamp.kernels import convert; from tinyamp.kernels.cpu import cpu_path; "
             "convert.convert(np.ones(4096, np.float32), np.float16); "
             "print(cpu_path.BACKEND, cpu_path.numba_available())")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300,

@@ -87,13 +87,17 @@ class Net(nn.Module):
 
 def make_data(device: str, batches: int = 6, overflow_at: int = 3, batch: int = 8, in_size: int = 8,
               out_size: int = 4) -> list:
-    """(input, target) pairs; batch ``overflow_at`` overflows float16 in the forward pass."""
+    """(input, target) pairs; batch ``overflow_at`` overflows float16 in the forward pass (and no other batch).
+
+    Drawn by the CPU generator and moved to ``device``: every device trains on the same numbers, whose
+    overflow pattern the tests count (the GPU generator's numbers overflowed a second batch on an H200).
+    """
     data = []
     for i in range(batches):
-        x = torch.randn(batch, in_size, device=device)
+        x = torch.randn(batch, in_size)
         if i == overflow_at:
             x = x * 1e6  # float16 activations become inf: the scaled gradients are inf/nan
-        data.append((x, torch.randn(batch, out_size, device=device)))
+        data.append((x.to(device), torch.randn(batch, out_size).to(device)))
     return data
 
 

@@ -30,7 +30,8 @@ import pytest
 
 import tinyamp as ta
 from tinyamp import backend, cuda_standin
-from tinyamp.kernels import cublas_direct, cuda_launch, gemm as gemm_module
+from tinyamp.kernels import gemm as gemm_module
+from tinyamp.kernels.cuda import cublas_direct, cuda_launch
 
 F16, BF16, F32, F64 = np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16), np.dtype(np.float32), np.dtype(np.float64)
 HAS_GPU = ta.cuda.is_available() and not backend.standin_active()

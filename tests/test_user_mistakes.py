@@ -19,8 +19,10 @@ import pytest
 
 import tinyamp as ta
 from tinyamp import backend
-from tinyamp.kernels import cpu_path as kernel_path
-from tinyamp.kernels import cpu_optim, cuda_launch, cuda_optim, loss_scale
+from tinyamp.kernels.cpu import cpu_path as kernel_path
+from tinyamp.kernels import loss_scale
+from tinyamp.kernels.cpu import cpu_optim
+from tinyamp.kernels.cuda import cuda_launch, cuda_optim
 from tinyamp.utils import data as tdata
 from tinyamp.utils.data import DataLoader
 

@@ -1,4 +1,4 @@
-"""A widening kept from the pass that rounded (kernels/widened.py) gives the bits of a fresh widening.
+"""A widening kept from the pass that rounded (kernels/cpu/widened.py) gives the bits of a fresh widening.
 
 On the CPU with numba, a Cast node's forward under autocast and a GEMM's 16-bit
 result in a backward replay keep their float32 widenings, handed once to the
@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 import tinyamp as ta
-from tinyamp.kernels import convert, widened
+from tinyamp.kernels import convert
+from tinyamp.kernels.cpu import widened
 
 
 @pytest.fixture(autouse=True)

@@ -31,7 +31,7 @@ import tinyamp
 
 from . import backend
 from . import dtypes as dt
-from .kernels import widened
+from .kernels.cpu import widened
 from .tensor_methods import TensorMethods
 
 # Writes into arrays that have a .data alias (any of them, ever): the weight-cast cache, keyed on

@@ -22,7 +22,7 @@ import tinyamp
 
 from . import backend
 from . import dtypes as dt
-from .kernels import widened
+from .kernels.cpu import widened
 from .kernels.convert import convert
 
 

@@ -29,7 +29,7 @@ import numpy as np
 from .. import backend
 from .. import dtypes as dt
 from .. import precision
-from ..kernels import widened
+from ..kernels.cpu import widened
 from ..precision import FP32, LOWER, NEUTRAL, PROMOTE, Precision, as_precision
 from .casting import WEIGHT_CACHE
 from .op_table import check_op_name

@@ -19,7 +19,7 @@ import numpy as np
 from .. import dtypes as dt
 from .. import backend
 from ..backend import array_module
-from ..kernels import widened
+from ..kernels.cpu import widened
 from ..precision import current_trace, reset_autocast, set_autocast
 from ..tensor import Tensor
 from .grad_mode import _grad_enabled

@@ -30,7 +30,7 @@ has to grow fails (a pool shared from an earlier capture of the same work has
 already grown). Synchronisations and host copies are refused in every mode.
 
 **cuBLAS.** CuPy's cuBLAS wrappers refuse every call while a stream
-captures; tinyamp's GEMMs call cuBLAS directly (``kernels/cublas_direct.py``)
+captures; tinyamp's GEMMs call cuBLAS directly (``kernels/cuda/cublas_direct.py``)
 on a handle whose stream and workspace are set before it runs, so cuBLAS
 allocates nothing while capturing. The handle is made when the capture begins
 if no GEMM made it before.
@@ -48,7 +48,7 @@ import contextlib
 from typing import Any
 
 from .. import backend, cuda_memory
-from ..kernels import cublas_direct, cublaslt_direct
+from ..kernels.cuda import cublas_direct, cublaslt_direct
 
 CAPTURE_ERROR_MODES = ("global", "thread_local", "relaxed")
 _MODE_CONSTANTS = {"global": "streamCaptureModeGlobal", "thread_local": "streamCaptureModeThreadLocal",
@@ -186,7 +186,7 @@ class CUDAGraph:
         """Copy ``host`` into the device ``array`` right after the capture ends, before the graph first runs.
 
         For host values kept in device memory that the graph reads and the
-        host rewrites between replays (``kernels.cuda_launch.DeviceValues``):
+        host rewrites between replays (``kernels.cuda.cuda_launch.DeviceValues``):
         a capture cannot copy from the host, and a copy recorded in the graph
         would write the capture's value back at every replay. The graph holds
         ``array``.

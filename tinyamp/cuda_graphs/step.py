@@ -222,6 +222,7 @@ class GraphedStep:
         self._check_inputs(inputs)
         if self._captured:
             self._check_replay_state()
+            self._refresh_hyper_parameters()  # before the inputs' copies: no host work between them and the replay
         self._load(inputs)
         if self.calls < self.num_warmup_iters:
             outputs = self._run_eagerly()
@@ -229,7 +230,6 @@ class GraphedStep:
             outputs = self._capture()
             self.cuda_graph.replay()
         else:
-            self._refresh_hyper_parameters()
             self.cuda_graph.replay()
             outputs = self._outputs
         self.calls += 1

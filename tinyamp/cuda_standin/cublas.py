@@ -22,7 +22,7 @@ CuPy's wrappers refuse every call while the current stream captures
 (``NotImplementedError``, CuPy's text: ``refuse_while_capturing``); so do the
 stand-in's, and its ``matmul``/``dot`` on floating arrays, which CuPy runs
 through them. cuBLAS itself can be captured: ``LIBRARY`` emulates the C entry
-points ``tinyamp.kernels.cublas_direct`` calls through ctypes (handles,
+points ``tinyamp.kernels.cuda.cublas_direct`` calls through ctypes (handles,
 streams, workspaces, the GEMMs), and a GEMM called there during a capture is
 recorded as cuBLAS's kernels would be: the operand addresses are frozen, and
 so are ``alpha``/``beta`` in host pointer mode; in device pointer mode they
@@ -272,7 +272,7 @@ def refuse_while_capturing() -> None:
 
 # ------------------------------------------------------------------ the C library, for direct calls
 class _Library:
-    """The C entry points of libcublas that ``tinyamp.kernels.cublas_direct`` calls through ctypes.
+    """The C entry points of libcublas that ``tinyamp.kernels.cuda.cublas_direct`` calls through ctypes.
 
     Arguments arrive as the C functions take them (ints for handles, streams
     and pointers); each returns ``CUBLAS_STATUS_SUCCESS`` or raises the

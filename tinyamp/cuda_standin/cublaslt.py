@@ -1,4 +1,4 @@
-"""The stand-in's libcublasLt: the C entry points ``tinyamp.kernels.cublaslt_direct`` calls through ctypes.
+"""The stand-in's libcublasLt: the C entry points ``tinyamp.kernels.cuda.cublaslt_direct`` calls through ctypes.
 
 Arguments arrive as the C functions take them (ints for handles, descriptors,
 pointers and streams; ``ctypes.byref`` for what is read or written through a

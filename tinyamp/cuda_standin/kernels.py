@@ -203,7 +203,7 @@ def parse_signature(source: str, name: str) -> list[tuple[str, str]]:
     """[(C type, name)] of ``extern "C" __global__ void name(...)`` in a RawKernel source."""
     params = []
     for item in _signature_items(source, name):
-        item = " ".join(item.replace("const ", "").split())
+        item = " ".join(item.replace("const ", "").replace("__restrict__", "").split())
         ctype, pname = item.rsplit(" ", 1)
         if pname.startswith("*"):
             ctype, pname = ctype + "*", pname[1:]

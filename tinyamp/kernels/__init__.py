@@ -1,26 +1,23 @@
 """Array kernels: arrays in, arrays out; no Tensor, no tape (docs/ARCHITECTURE.md, "Where kernels live").
 
-CPU and CUDA side by side, one responsibility per file:
+The layout says what each file is:
 
-- ``convert.py``: bit-exact float32/float16/bfloat16 conversions; ``cpu_path.py``
-  the choice of CPU path (numba, NumPy bit recipes or ``astype``); ``cpu_numba.py``
-  and ``cpu_numpy.py`` are the two fast paths' kernels.
-- ``elementwise_cpu.py``: ReLU forward/backward on 16-bit bit patterns and the
-  fused GEMM epilogue (bias in float32 + optional ReLU + downcast).
-- ``gemm.py``: the GEMM with float32 accumulation every LOWER contraction
-  reaches (float32 BLAS on the CPU, cuBLAS ``gemmEx`` on a GPU).
-- ``loss_scale.py``: the loss-scale math (unscale with inf/nan detection, the
-  dynamic scale rule) on NumPy or CuPy arrays.
-- ``cross_entropy.py``: cross-entropy of 2-D logits, forward and backward in
-  one pass each (NumPy; ``cuda_loss.py`` holds the CUDA kernels).
-- ``cpu_optim.py``: SGD and Adam/AdamW on one float32 parameter in one numba
-  pass (the CPU twin of ``cuda_optim.py``).
-- ``cuda_launch.py``: compiling, launching and counting CUDA kernels;
-  ``cuda_scaler.py`` and ``cuda_optim.py`` are the fused loss-scale and
-  optimizer kernels; ``cuda_epilogue.py`` ReLU's backward for mixed dtypes.
+- here, the **reference numerics and their dispatch**: what every path must
+  compute, bit for bit, and which path runs for the arrays at hand.
+  ``convert.py`` (float32/float16/bfloat16 conversions, ``astype``'s bits),
+  ``gemm.py`` (the GEMM with float32 accumulation every LOWER contraction
+  reaches: float32 BLAS on the CPU, cuBLAS on a GPU), ``cross_entropy.py``
+  (cross-entropy of 2-D logits in one pass each way), ``loss_scale.py`` (unscale
+  with inf/nan detection, the dynamic scale rule);
+- ``cpu/``, the **CPU kernels**: the choice of CPU path and the numba and NumPy
+  fast paths (conversions, ReLU, the GEMM epilogue, the optimizers' loops);
+- ``cuda/``, the **CUDA kernels**: launching and counting, cuBLAS/cuBLASLt
+  called directly, and the fused kernels (conversions, ReLU, cross-entropy,
+  loss scale, optimizers).
 
-Every module here imports only NumPy, ml_dtypes, ``tinyamp.backend`` and
-``tinyamp.dtypes`` (CuPy and numba only through them or lazily).
+Every module here imports only NumPy, ml_dtypes and the modules below the
+tensor (``tinyamp.backend``, ``tinyamp.dtypes``, ``tinyamp.precision``); CuPy and
+numba only through them or lazily.
 """
 
 from __future__ import annotations
@@ -29,8 +26,8 @@ import numpy as np
 
 from .. import dtypes as dt
 from . import convert as _convert
-from . import cpu_path as _cpu_path
-from .elementwise_cpu import bias_act_convert, relu_backward_lowp, relu_lowp
+from .cpu import cpu_path as _cpu_path
+from .cpu.elementwise_cpu import bias_act_convert, relu_backward_lowp, relu_lowp
 
 __all__ = ["warmup"]
 

@@ -47,11 +47,10 @@ from __future__ import annotations
 import numpy as np
 
 from .. import dtypes as dt
-from . import cpu_numba
-from . import cpu_numpy
-from . import cuda_launch, cuda_vector
-from .cpu_path import numba_default, resolve
-from .cpu_numpy import U16, U32, flat
+from .cpu import cpu_numba, cpu_numpy
+from .cuda import cuda_launch, cuda_vector
+from .cpu.cpu_path import numba_default, resolve
+from .cpu.cpu_numpy import U16, U32, flat
 
 _GPU_PAIRS = frozenset(cuda_vector.CONVERT_PAIRS)  # CUDA arrays converted by cuda_vector.convert
 

@@ -31,7 +31,7 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 
 from .. import dtypes as dt
-from . import cuda_launch, cuda_loss
+from .cuda import cuda_launch, cuda_loss
 from .convert import convert
 
 FUSED_DTYPES = cuda_launch.FUSED_DTYPES

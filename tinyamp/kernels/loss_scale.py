@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 
 from .. import dtypes as dt
-from . import cuda_launch, cuda_scaler
-from .cpu_path import numba_default, resolve
-from .cpu_numba import KERNELS
+from .cuda import cuda_launch, cuda_scaler
+from .cpu.cpu_path import numba_default, resolve
+from .cpu.cpu_numba import KERNELS
 
 # Without a min_scale the scale still never drops below the smallest normal
 # float32, so it stays positive and 1/scale stays finite.

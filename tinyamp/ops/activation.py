@@ -21,8 +21,8 @@ import numpy as np
 from .. import dtypes as dt
 from ..backend import array_module
 from ..autograd.function import Function
-from ..kernels import cuda_epilogue, cuda_launch, cuda_vector
-from ..kernels.elementwise_cpu import relu_backward_lowp, relu_lowp
+from ..kernels.cuda import cuda_epilogue, cuda_launch, cuda_vector
+from ..kernels.cpu.elementwise_cpu import relu_backward_lowp, relu_lowp
 from ..precision import FP32, NEUTRAL
 from ..tensor import Tensor
 from .elementwise import exp

@@ -14,7 +14,7 @@ import numpy as np
 from .. import backend
 from .. import dtypes as dt
 from ..autograd.function import Function
-from ..kernels import widened
+from ..kernels.cpu import widened
 from ..kernels.convert import convert
 from ..precision import NEUTRAL, current_autocast
 from ..tensor import Tensor

@@ -18,8 +18,8 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..autograd.function import Function
-from ..kernels import cuda_launch
-from ..kernels.elementwise_cpu import bias_act_convert
+from ..kernels.cuda import cuda_launch
+from ..kernels.cpu.elementwise_cpu import bias_act_convert
 from ..kernels.gemm import gemm, gemm_bias
 from ..precision import LOWER
 from ..tensor import Tensor

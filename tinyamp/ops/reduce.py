@@ -16,7 +16,7 @@ import numpy as np
 from .. import dtypes as dt
 from ..precision import FP32, NEUTRAL
 from ..autograd.function import Function
-from ..kernels import cuda_vector
+from ..kernels.cuda import cuda_vector
 from ..kernels.convert import convert
 from ..tensor import Tensor
 from .broadcast import broadcast_to

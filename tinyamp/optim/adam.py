@@ -15,7 +15,7 @@ corrections are computed on the device (in float64, then rounded to the
 arithmetic dtype), without reading it on the host.
 
 On a GPU, the float16/bfloat16/float32 parameters of a group are updated by
-fused kernels (``tinyamp/kernels/cuda_optim.py``: one launch for the step
+fused kernels (``tinyamp/kernels/cuda/cuda_optim.py``: one launch for the step
 counters and bias corrections of the whole group, one for the update, the
 same math), which also write each weight's rounded low-precision copy (O2
 parameters, autocast's cached copies); float64 ones take the array path below.
@@ -28,7 +28,8 @@ from typing import Any, Iterable
 import numpy as np
 
 from .. import dtypes as dt
-from ..kernels import cpu_optim, cuda_launch, cuda_optim
+from ..kernels.cpu import cpu_optim
+from ..kernels.cuda import cuda_launch, cuda_optim
 from .optimizer import Optimizer, check_hyperparameters, decayed_gradient, masked_write
 
 

@@ -29,7 +29,7 @@ raw arrays; everything they share lives here:
   masked one); on a GPU it stays on the device, and SGD/Adam's fused kernels
   (``_kernels_read_found_inf``) read ``found_inf`` themselves.
 - **Fused GPU updates.** SGD and Adam/AdamW update a whole group with one
-  kernel launch (``kernels/cuda_optim.py``), reading the group's
+  kernel launch (``kernels/cuda/cuda_optim.py``), reading the group's
   hyper-parameters from a small device array that is rewritten only when a
   value changes (a scheduler), and writing each weight's low-precision copy in
   the same pass: the O2 parameter, or the autocast weight-cast cache's copy of
@@ -57,7 +57,7 @@ import tinyamp
 from .. import backend
 from .. import dtypes as dt
 from ..amp.casting import low_copy_to_refresh, restamp_low_copy
-from ..kernels import cuda_launch
+from ..kernels.cuda import cuda_launch
 from ..kernels.loss_scale import inverse_scale
 from ..tensor import Tensor
 from ..amp.study import swamping

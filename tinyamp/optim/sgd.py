@@ -14,7 +14,7 @@ to the momentum buffer, so a skipped first step (AMP, masked) leaves the buffer
 uninitialised instead of seeding it with an inf gradient.
 
 On a GPU, the float16/bfloat16/float32 parameters of a group are updated by
-one fused kernel launch (``tinyamp/kernels/cuda_optim.py``, the same math; one
+one fused kernel launch (``tinyamp/kernels/cuda/cuda_optim.py``, the same math; one
 more launch advances the step counters), which also writes each weight's
 rounded low-precision copy (O2 parameters, autocast's cached copies); float64
 ones take the array path below.
@@ -25,7 +25,8 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from .. import dtypes as dt
-from ..kernels import cpu_optim, cuda_launch, cuda_optim
+from ..kernels.cpu import cpu_optim
+from ..kernels.cuda import cuda_launch, cuda_optim
 from .optimizer import Optimizer, masked_write
 
 

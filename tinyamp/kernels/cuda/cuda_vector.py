@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import dtypes as dt
+from ... import dtypes as dt
 from . import cuda_launch as launch
 
 BLOCK = 256
@@ -220,10 +220,13 @@ _STORE8 = {
           "    reinterpret_cast<uint4*>(y)[v] = make_uint4(o[0], o[1], o[2], o[3]);\n",
 }
 _CONVERT = r"""
-extern "C" __global__ void {fn}(const {sa}* x, {sb}* y, const long long n, const long long nvec) {{
+extern "C" __global__ void {fn}(const {sa}* __restrict__ x, {sb}* __restrict__ y, const long long n,
+        const long long nvec) {{
     // nvec: groups of eight elements read and written as whole uint4s; the rest one at a time.
+    // x and y never overlap (restrict), so a thread's next loads need not wait for its stores.
     const long long stride = (long long)gridDim.x * blockDim.x;
     const long long first = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+#pragma unroll 4
     for (long long v = first; v < nvec; v += stride) {{
         float f[8];
 {load}{store}    }}

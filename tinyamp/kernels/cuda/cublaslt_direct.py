@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import backend
+from ... import backend
 from . import cublas_direct
 
 # cublasLt.h values (a stable ABI): compute/scale types, descriptor and preference attributes, epilogues.

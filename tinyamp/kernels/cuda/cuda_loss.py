@@ -40,8 +40,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .. import backend
-from .. import dtypes as dt
+from ... import backend
+from ... import dtypes as dt
 from . import cuda_launch as launch
 from .cuda_launch import BF16_CONVERSIONS, F16_CONVERSIONS, STORAGE
 

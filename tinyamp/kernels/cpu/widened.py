@@ -32,8 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from .. import dtypes as dt
-from .convert import SMALL
+from ... import dtypes as dt
+from ..convert import SMALL
 from .cpu_path import numba_default
 from .cpu_numba import KERNELS
 from .cpu_numpy import U16, U32

@@ -170,7 +170,7 @@ def load() -> bool:  # noqa: C901 - one place that defines every kernel
         for i in range(src.size):
             dst[i] = np.uint16(_f2h_hw(src[i]))
 
-    # Rounding that keeps the exact float32 widening of its result (kernels/widened.py): the 16-bit
+    # Rounding that keeps the exact float32 widening of its result (kernels/cpu/widened.py): the 16-bit
     # bits go to dst and, widened, to wide (narrow_*) or back into the float32 source (round_*_in_place;
     # one array read and written, which LLVM vectorizes, where passing it twice would not).
     @jit

@@ -31,8 +31,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .. import backend
-from .. import dtypes as dt
+from ... import backend
+from ... import dtypes as dt
 
 FUSED_DTYPES = (dt.float16, dt.bfloat16, dt.float32)
 NVRTC_OPTIONS = ("--fmad=false",)  # no contraction of a*b+c: the NumPy paths round each op

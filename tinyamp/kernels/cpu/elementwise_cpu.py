@@ -2,7 +2,7 @@
 
 NumPy's float16 ufuncs run a scalar loop; these work on the
 16-bit patterns or fuse the GEMM's float32 epilogue with the downcast. The path
-(numba, NumPy bit recipes, plain NumPy) is :func:`tinyamp.kernels.cpu_path.resolve`'s
+(numba, NumPy bit recipes, plain NumPy) is :func:`tinyamp.kernels.cpu.cpu_path.resolve`'s
 choice; each function also takes ``backend=`` (``"numba"``, ``"numpy"``,
 ``"astype"``) to force one. All are bit-exact against the unfused NumPy
 expression:
@@ -29,9 +29,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import dtypes as dt
+from ... import dtypes as dt
 from . import cpu_numpy as npb
-from .convert import SMALL, convert
+from ..convert import SMALL, convert
 from .cpu_path import numba_default, resolve
 from .cpu_numba import KERNELS
 from .cpu_numpy import I16, INF16, U16, flat

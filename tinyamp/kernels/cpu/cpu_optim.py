@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import dtypes as dt
+from ... import dtypes as dt
 from .cpu_path import resolve
 from .cpu_numba import KERNELS
 

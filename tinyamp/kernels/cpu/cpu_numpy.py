@@ -1,7 +1,7 @@
 """NumPy bit recipes for float16/bfloat16/float32 conversion and 16-bit ReLU.
 
 The ``"numpy-bits"`` path of :mod:`tinyamp.kernels.convert` and
-:mod:`tinyamp.kernels.elementwise_cpu`, used when
+:mod:`tinyamp.kernels.cpu.elementwise_cpu`, used when
 numba is missing or unusable: whole-array integer/float NumPy passes on the
 bit patterns, bit-identical to ``astype`` / ``np.maximum`` / ``np.where``.
 float16 -> float32 is 4 passes (5x faster than ``astype``); float32 ->
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import dtypes as dt
+from ... import dtypes as dt
 
 U16 = np.dtype(np.uint16)
 U32 = np.dtype(np.uint32)

@@ -29,7 +29,7 @@ The interface, small on purpose (cuBLASLt epilogues can be added beside it):
   of the same names (same arguments: a handle, column-major operands as
   device pointers, host pointers to alpha/beta); a failed status raises the
   wrapper's ``CUBLASError``. The constants (``CUBLAS_OP_N``, ...) are here too,
-  so ``gemm._cublas_gemm`` takes this module as its ``cublas``.
+  so ``cublas_gemm._cublas_gemm`` takes this module as its ``cublas``.
 - :func:`prepare` - make the handle before a capture begins (``ta.cuda.graph``
   does, and ``cublaslt_direct.prepare`` for cuBLASLt's).
 
@@ -43,7 +43,7 @@ import ctypes
 import threading
 from typing import Any
 
-from .. import backend
+from ... import backend
 
 WORKSPACE_BYTES = 32 << 20  # cuBLAS's recommended user workspace on Hopper (32 MiB); enough for earlier chips
 
@@ -119,7 +119,7 @@ def _entry(device_id: int) -> list:
     if backend.current_capture() is not None:
         raise RuntimeError("cuBLAS: tinyamp's cuBLAS handle is made outside a capture (it allocates its "
                            "workspace); run the step once before capturing it, or call "
-                           "tinyamp.kernels.cublas_direct.prepare() first")
+                           "tinyamp.kernels.cuda.cublas_direct.prepare() first")
     handle = ctypes.c_void_p()
     _check(_library().cublasCreate_v2(ctypes.byref(handle)), "cublasCreate_v2")
     workspace = cp.cuda.runtime.malloc(WORKSPACE_BYTES)  # outside the pool: never freed or reused

@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import backend
+from ... import backend
 from . import cuda_launch as launch
 
 # ------------------------------------------------ multi-tensor: one launch per group
