@@ -25,12 +25,14 @@ def _numba() -> None:
 
 
 def _step(dtype: object) -> tuple:
-    """One AMP step of Linear(40, 32) -> ReLU -> Linear(32, 10): the loss and every gradient, as bytes."""
+    """One AMP step of Linear(64, 48) -> ReLU -> Linear(48, 32): the loss and every gradient, as bytes.
+
+    Every matrix has at least ``convert.SMALL`` elements (smaller ones are widened by astype, nothing kept)."""
     ta.manual_seed(0)
-    model = ta.nn.Sequential(ta.nn.Linear(40, 32), ta.nn.ReLU(), ta.nn.Linear(32, 10))
+    model = ta.nn.Sequential(ta.nn.Linear(64, 48), ta.nn.ReLU(), ta.nn.Linear(48, 32))
     rng = np.random.default_rng(0)
-    x = ta.tensor(rng.standard_normal((16, 40)).astype(np.float32))
-    y = ta.tensor(rng.integers(0, 10, 16))
+    x = ta.tensor(rng.standard_normal((32, 64)).astype(np.float32))
+    y = ta.tensor(rng.integers(0, 32, 32))
     with ta.amp.autocast(dtype=dtype):
         loss = ta.nn.functional.cross_entropy(model(x), y)
     (loss * 1024.0).backward()
@@ -61,8 +63,8 @@ def test_an_amp_step_with_kept_widenings_is_bit_identical(monkeypatch: pytest.Mo
 
 def _cast_and_write(write: object) -> tuple:
     rng = np.random.default_rng(1)
-    a = ta.tensor(rng.standard_normal((4, 6)).astype(np.float16))
-    w = ta.tensor(rng.standard_normal((6, 5)).astype(np.float32))
+    a = ta.tensor(rng.standard_normal((4, 48)).astype(np.float16))
+    w = ta.tensor(rng.standard_normal((48, 32)).astype(np.float32))  # convert.SMALL elements or more
     with ta.amp.autocast():
         w16 = w.to(ta.float16)  # a Cast under autocast: its widening is kept
         write(w16)
@@ -86,11 +88,11 @@ def test_a_written_array_is_widened_afresh(write: object) -> None:
 
 
 def test_nothing_is_kept_after_a_region_or_a_backward() -> None:
-    w = ta.tensor(np.ones((8, 8), np.float32))
+    w = ta.tensor(np.ones((32, 32), np.float32))
     with ta.amp.autocast():
         w.to(ta.float16)  # kept, never widened
     assert not widened._KEPT
-    layer = ta.nn.Linear(8, 8)
+    layer = ta.nn.Linear(32, 32)
     with ta.amp.autocast():
         hidden = layer(w)
     ta.matmul(hidden, hidden).sum().backward()  # the replay keeps both GEMM results; w's gradient takes neither

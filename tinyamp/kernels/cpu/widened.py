@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from ... import dtypes as dt
+from ..convert import SMALL
 from .cpu_path import numba_default
 from .cpu_numba import KERNELS
 from .cpu_numpy import U16, U32
@@ -45,7 +46,8 @@ _in_replay: ContextVar[bool] = ContextVar("tinyamp_widened_replay", default=Fals
 
 
 def _takes(array: Any, dtype: Any) -> bool:
-    return (type(array) is np.ndarray and array.ndim == 2 and array.dtype == dt.float32
+    # Below SMALL elements a widening is astype's own loop, cheaper than keeping one.
+    return (type(array) is np.ndarray and array.ndim == 2 and array.size >= SMALL and array.dtype == dt.float32
             and array.flags.c_contiguous and dtype in _NARROW and numba_default())
 
 
