@@ -241,6 +241,18 @@ def test_the_amp_mechanism_does_not_import_its_instruments() -> None:
     assert "tinyamp.amp.study" in edges["tinyamp.amp"]
 
 
+def test_cpu_and_cuda_kernels_do_not_import_each_other() -> None:
+    """``kernels/cpu/`` and ``kernels/cuda/`` meet only in the reference modules at the top of ``kernels/``."""
+    edges, _ = import_graph(PACKAGE)
+    sides = {"tinyamp.kernels.cpu": "tinyamp.kernels.cuda", "tinyamp.kernels.cuda": "tinyamp.kernels.cpu"}
+    found = {side: [m for m in edges if m.startswith(side + ".")] for side in sides}
+    assert "tinyamp.kernels.cpu.cpu_numba" in found["tinyamp.kernels.cpu"]
+    assert "tinyamp.kernels.cuda.cuda_launch" in found["tinyamp.kernels.cuda"]
+    bad = [f"{m} imports {t}" for side, other in sides.items() for m in found[side] for t in sorted(edges[m])
+           if t == other or t.startswith(other + ".")]
+    assert not bad, "CPU and CUDA kernels import each other:\n  " + "\n  ".join(bad)
+
+
 def test_the_checks_see_what_they_check() -> None:
     """The parser finds the edges the package is known to have (so an empty result means something)."""
     edges, inner = import_graph(PACKAGE)

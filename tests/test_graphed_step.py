@@ -11,13 +11,14 @@ so a step that depended on host work at each call would drift here too.
 from __future__ import annotations
 
 import re
+from typing import Iterator
 
 import numpy as np
 import pytest
 
 import tinyamp as ta
 import tinyamp.nn.functional as F
-from tinyamp import backend
+from tinyamp import backend, cuda_standin
 from tinyamp.data import load_mnist
 
 STEPS = 100
@@ -102,9 +103,15 @@ def test_graphed_training_follows_eager_training_bit_for_bit(cuda_backend, level
     assert graphed["scale_on_device"] == eager["scales"][-1]
 
 
-def test_a_replayed_step_costs_one_graph_launch_and_no_host_work(cuda_backend) -> None:
-    if not backend.standin_active():
-        pytest.skip("counts are the stand-in's")  # a GPU has no launch counters; the step itself is tested above
+@pytest.fixture
+def standin_backend() -> Iterator[str]:
+    """The stand-in alone (its launch counters; a GPU has none, and the step itself is tested above on both)."""
+    cuda_standin.get_default_memory_pool().free_all_blocks()
+    with backend.use_cuda_standin():
+        yield "cuda"
+
+
+def test_a_replayed_step_costs_one_graph_launch_and_no_host_work(standin_backend) -> None:
     batches = _batches(8)
     *_, train_step = _training("O1", "sgd")
     step = ta.cuda.make_graphed_step(train_step, batches[0])

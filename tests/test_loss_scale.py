@@ -23,8 +23,8 @@ HAVE_NUMBA = kernel_path._numba_installed() and kernel_path.numba_available()
 
 @pytest.fixture(params=["numba", "numpy-bits"])
 def cpu_path(request, monkeypatch):
-    if request.param == "numba" and not HAVE_NUMBA:
-        pytest.skip("numba is not installed")
+    if request.param == "numba" and not HAVE_NUMBA:  # numba is a dependency: its absence is a failure
+        pytest.fail("numba is not installed (or not usable): tinyamp depends on it; pip install numba")
     monkeypatch.setattr(kernel_path, "BACKEND", request.param)
     return request.param
 
