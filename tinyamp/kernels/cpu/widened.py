@@ -12,15 +12,16 @@ first widening of that array (:func:`take`), which converts nothing. The bits
 are the same: widening float16/bfloat16 to float32 is exact, so the kept array
 equals a fresh widening while the 16-bit array is unchanged.
 
-Entries are made only where no user code runs before the widening that takes
-them: inside an autocast region (the Cast's output goes straight into its op)
-and inside a backward replay (:func:`begin_replay`; gradients go from node to node).
-The outermost region's exit and the replay's end empty the store, and so does
-every write into an array through the Tensor API and every ``numpy()`` alias
-(``tensor.py`` calls :func:`forget`). Only matrices (a GEMM's operands, a
-linear layer's weight gradient), at most two (both operands); an older one is
-dropped. NumPy arrays with numba only; elsewhere
-:func:`narrow` and :func:`round_in_place` return None and nothing is kept.
+Entries are made only inside an autocast region (a Cast's output, which
+autocast hands straight to its op) and inside a backward replay
+(:func:`begin_replay`; gradients go from node to node). The outermost region's
+exit and the replay's end empty the store, and so does every write into an
+array through the Tensor API (``Tensor._store``) and every ``numpy()`` or
+``numpy.asarray`` alias handed out, so a 16-bit array written in between is
+widened afresh. Only matrices of at least ``convert.SMALL`` elements (a GEMM's
+operands, a linear layer's weight gradient), at most two (both operands); an
+older one is dropped. NumPy arrays with numba only; elsewhere :func:`narrow`
+and :func:`round_in_place` return None and nothing is kept.
 """
 
 from __future__ import annotations
