@@ -81,6 +81,7 @@ _GRAPH_READ = "    seed = state[0];\n    offset += state[1];\n"
 
 
 def kernel_name(kind: str, dtype: Any, graph: bool) -> str:
+    """The kernel of one kind, dtype and form: tinyamp_philox_{kind}_{f32|f64}[_graph]."""
     return f"tinyamp_philox_{kind}_{_SUFFIX[np.dtype(dtype)][0]}" + ("_graph" if graph else "")
 
 
