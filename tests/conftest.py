@@ -61,6 +61,16 @@ def cuda_backend(request: pytest.FixtureRequest) -> Iterator[str]:
 
 
 @pytest.fixture(autouse=True)
+def _no_device_error_left_pending() -> Iterator[None]:
+    """A device error a test flagged and never read would be raised by a later test's host read: fail its own."""
+    yield
+    pending = list(backend._device_checks.values())
+    backend._device_checks.clear()
+    errors = [error for error in (check() for check in pending) if error is not None]
+    assert not errors, f"the test left a device error pending (raised at the next host read): {errors[0]!r}"
+
+
+@pytest.fixture(autouse=True)
 def _seed() -> None:
     ta.manual_seed(0)
     ta.amp.clear_autocast_cache()  # the weight-cast cache outlives regions: each test starts empty
