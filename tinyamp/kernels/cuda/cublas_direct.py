@@ -71,26 +71,38 @@ _handles: dict[tuple, list] = {}  # (backend id, device id, thread id) -> [handl
 _lock = threading.Lock()
 
 
+def loaded_library(prefix: str, argtypes: dict, what: str) -> Any:
+    """The library this process loaded whose file name starts with ``prefix`` (``/proc/self/maps``), as a
+    ctypes library whose functions in ``argtypes`` are typed (each returns an int status)."""
+    with open("/proc/self/maps") as maps:
+        paths = [line.rstrip("\n").split(" ")[-1] for line in maps]
+    found = [p for p in paths if p.rsplit("/", 1)[-1].startswith(prefix)]
+    if not found:
+        raise RuntimeError(f"{what}: {prefix}* is not among the loaded libraries (/proc/self/maps), so tinyamp "
+                           f"cannot call it directly")
+    library = ctypes.CDLL(found[0])
+    for name, types in argtypes.items():
+        function = getattr(library, name)
+        function.argtypes, function.restype = types, ctypes.c_int
+    return library
+
+
+def backend_library(libraries: dict, find: Any) -> Any:
+    """The active CUDA backend's library (``find()`` once per backend, kept in ``libraries``)."""
+    key = id(backend.cupy())
+    library = libraries.get(key)
+    if library is None:
+        with _lock:
+            library = libraries[key] = libraries.get(key) or find()
+    return library
+
+
 def _find_library() -> Any:
     """The libcublas CuPy loaded (its wrapper module links it), as a ctypes library with typed functions."""
     wrapper = backend.cuda_lib("cupy_backends.cuda.libs.cublas")  # imports (and so loads) libcublas
     if backend.standin_active():
         return wrapper.LIBRARY
-    paths = []
-    with open("/proc/self/maps") as maps:
-        for line in maps:
-            path = line.rstrip("\n").split(" ")[-1]
-            name = path.rsplit("/", 1)[-1]
-            if name.startswith("libcublas.so") and path not in paths:
-                paths.append(path)
-    if not paths:
-        raise RuntimeError("cuBLAS: CuPy's libcublas is not among the loaded libraries (/proc/self/maps), so "
-                           "tinyamp cannot call it directly")
-    library = ctypes.CDLL(paths[0])
-    for name, argtypes in _ARGTYPES.items():
-        function = getattr(library, name)
-        function.argtypes, function.restype = argtypes, ctypes.c_int
-    return library
+    return loaded_library("libcublas.so", _ARGTYPES, "cuBLAS")
 
 
 def _check(status: int, function: str) -> None:
@@ -101,12 +113,7 @@ def _check(status: int, function: str) -> None:
 
 def _library() -> Any:
     """The active CUDA backend's cuBLAS library."""
-    key = id(backend.cupy())
-    library = _libraries.get(key)
-    if library is None:
-        with _lock:
-            library = _libraries[key] = _libraries.get(key) or _find_library()
-    return library
+    return backend_library(_libraries, _find_library)
 
 
 def _entry(device_id: int) -> list:

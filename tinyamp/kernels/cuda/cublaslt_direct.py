@@ -68,7 +68,6 @@ _ARGTYPES = {
 _libraries: dict[int, Any] = {}
 _handles: dict[tuple, int] = {}  # (backend id, device id, thread id) -> cuBLASLt handle
 _plans: dict[tuple, "tuple | None"] = {}  # (handle, problem) -> (desc, A, B, D layouts, algo) or None
-_lock = threading.Lock()
 _ONE, _ZERO = ctypes.c_float(1.0), ctypes.c_float(0.0)  # alpha, beta: host scalars, read during the call
 
 
@@ -77,26 +76,11 @@ def _find_library() -> Any:
     backend.cuda_lib("cupy_backends.cuda.libs.cublas")  # loads libcublas, which loads libcublasLt
     if backend.standin_active():
         return backend.cupy().cublaslt.LT_LIBRARY
-    with open("/proc/self/maps") as maps:
-        paths = [line.rstrip("\n").split(" ")[-1] for line in maps]
-    found = [p for p in paths if p.rsplit("/", 1)[-1].startswith("libcublasLt.so")]
-    if not found:
-        raise RuntimeError("cuBLASLt: libcublasLt is not among the loaded libraries (/proc/self/maps), so "
-                           "tinyamp cannot call it directly")
-    library = ctypes.CDLL(found[0])
-    for name, argtypes in _ARGTYPES.items():
-        function = getattr(library, name)
-        function.argtypes, function.restype = argtypes, ctypes.c_int
-    return library
+    return cublas_direct.loaded_library("libcublasLt.so", _ARGTYPES, "cuBLASLt")
 
 
 def _library() -> Any:
-    key = id(backend.cupy())
-    library = _libraries.get(key)
-    if library is None:
-        with _lock:
-            library = _libraries[key] = _libraries.get(key) or _find_library()
-    return library
+    return cublas_direct.backend_library(_libraries, _find_library)
 
 
 def _check(status: int, function: str) -> None:
