@@ -16,6 +16,7 @@ import pytest
 
 import tinyamp as ta
 from tinyamp import nn
+from tinyamp import random as ta_random
 from tinyamp.utils.checkpoint import checkpoint, checkpoint_sequential
 
 
@@ -97,9 +98,11 @@ def test_cuda_generators_are_replayed(cuda_backend: str) -> None:
     x = ta.randn(64, device="cuda", requires_grad=True)
     ta.manual_seed(3)
     y = checkpoint(f, x, use_reentrant=False)
+    assert ta_random.snapshot("cuda") == (3, 64)  # what the checkpoint keeps: a seed and an offset, no device memory
     y.sum().backward()
     mask = (y.detach() != 0).cpu().numpy()
     np.testing.assert_array_equal(x.grad.cpu().numpy(), np.where(mask, 6.0, 0.0).astype(np.float32))
+    assert ta_random.snapshot("cuda") == (3, 64)  # the recompute's draw was not the caller's
 
 
 def test_activations_are_not_kept(cuda_backend: str) -> None:

@@ -40,13 +40,33 @@ def test_a_captured_block_runs_at_replay_on_the_current_contents_of_its_inputs(c
     assert y.tolist() == [22.5, 44.5, 66.5] and w.tolist() == [22.5, 44.5, 66.5]
 
 
-def test_a_random_draw_in_a_capture_is_refused_clearly(cuda_backend) -> None:
-    """CuPy cannot call cuRAND while a stream captures; the draw says so, naming the caller."""
+def test_each_replay_draws_what_the_same_eager_draws_would(cuda_backend) -> None:
+    """A draw in a capture reads the generator's seed and offset, written before each replay (PyTorch's
+    graph-safe Philox): K replays draw the K eager draws' numbers, and eager draws continue after them."""
+    x = ta.ones(64, device="cuda")
     g = ta.cuda.CUDAGraph()
-    with pytest.raises(RuntimeError, match=r"^a random draw \(random\) on a CUDA generator inside a CUDA graph "
-                                           r"capture, at .*test_cuda_graphs.py"):
-        with ta.cuda.graph(g):
-            ta.nn.functional.dropout(ta.ones(4, device="cuda"), 0.5)
+    with ta.cuda.graph(g):
+        y = ta.nn.functional.dropout(x, 0.5)
+        z = ta.randn(3, device="cuda")
+    state = ta.cuda.get_rng_state()  # the capture drew nothing from the generator
+    replayed = []
+    for _ in range(4):
+        g.replay()
+        replayed.append((y.cpu().numpy(), z.cpu().numpy()))
+    after_replays = ta.rand(5, device="cuda").cpu().numpy()
+    ta.cuda.set_rng_state(state)
+    eager = [(ta.nn.functional.dropout(x, 0.5).cpu().numpy(), ta.randn(3, device="cuda").cpu().numpy())
+             for _ in range(4)]
+    for (ry, rz), (ey, ez) in zip(replayed, eager):
+        np.testing.assert_array_equal(ry, ey)
+        np.testing.assert_array_equal(rz, ez)
+    assert len({m.tobytes() for m, _ in replayed}) == 4  # a new mask at each replay
+    np.testing.assert_array_equal(ta.rand(5, device="cuda").cpu().numpy(), after_replays)
+    ta.manual_seed(11)  # a reseed after the capture reaches the graph too
+    g.replay()
+    first = y.cpu().numpy()
+    ta.manual_seed(11)
+    np.testing.assert_array_equal(ta.nn.functional.dropout(x, 0.5).cpu().numpy(), first)
 
 
 def test_graph_misuse_raises_pytorchs_errors(cuda_backend) -> None:

@@ -131,25 +131,6 @@ def test_default_rng_keeps_cupys_curand_states_on_the_device() -> None:
     assert rng.bit_generator._state.nbytes == size and pool.used_bytes() - before >= size
 
 
-def test_a_philox_random_state_is_a_seed_and_an_offset_set_from_the_host() -> None:
-    """cupy.random.RandomState over cuRAND's host-API Philox: seed() sets the seed and offset 0
-    (cupy/random/_generator.py); the generator holds no pool memory; normals come in pairs."""
-    pool = cp.get_default_memory_pool()
-    before = pool.used_bytes()
-    states = cp.random.RandomState(3, method=cp.cuda.curand.CURAND_RNG_PSEUDO_PHILOX4_32_10)
-    assert pool.used_bytes() == before
-    first = states.random_sample(5, np.float32).get()
-    assert first.dtype == np.float32 and ((first >= 0) & (first < 1)).all()
-    assert not np.array_equal(states.random_sample(5, np.float32).get(), first)  # the offset moved on
-    cp.cuda.curand.setGeneratorOffset(states._generator, 0)
-    np.testing.assert_array_equal(states.random_sample(5, np.float32).get(), first)
-    states.seed(3)
-    np.testing.assert_array_equal(states.random_sample(5, np.float32).get(), first)
-    assert states.standard_normal((3,), np.float64).shape == (3,)
-    with pytest.raises(ValueError, match="curandGenerateNormal can only generate even number"):
-        cp.cuda.curand.generateNormal(states._generator, cp.empty(3, np.float32).data.ptr, 3, 0.0, 1.0)
-
-
 def test_missing_cupy_functions_fail_loudly() -> None:
     with pytest.raises(AttributeError, match="has no attribute 'errstate'"):
         cp.errstate  # noqa: B018 - CuPy has no errstate: code calling xp.errstate breaks on a GPU

@@ -280,15 +280,6 @@ def test_a_generator_keeps_its_state_on_the_device_so_each_replay_draws_the_next
     np.testing.assert_array_equal(out.get(), second)
 
 
-def test_curand_is_refused_while_a_stream_captures(side) -> None:
-    """CuPy's cuRAND wrapper (cupy_backends/cuda/libs/curand.pyx, setStream) refuses a capturing stream."""
-    stream, _ = side
-    states = cp.random.RandomState(7, method=cp.cuda.curand.CURAND_RNG_PSEUDO_PHILOX4_32_10)
-    with pytest.raises(NotImplementedError, match="^calling cuRAND API during stream capture is currently "
-                                                  "unsupported$"):
-        capture(stream, lambda: states.random_sample(4, np.float32))
-
-
 def test_a_replay_is_one_launch_without_allocations_copies_or_syncs(side) -> None:
     stream, _ = side
     x = cp.ones(8, np.float32)

@@ -103,6 +103,41 @@ def test_graphed_training_follows_eager_training_bit_for_bit(cuda_backend, level
     assert graphed["scale_on_device"] == eager["scales"][-1]
 
 
+def _dropout_training(graphed: bool, batches: list) -> tuple:
+    """An MLP with dropout trained from seed 2: (each step's dropout output, the final weights)."""
+    ta.manual_seed(2)
+    model = ta.nn.Sequential(ta.nn.Linear(784, HIDDEN), ta.nn.ReLU()).to("cuda")
+    head = ta.nn.Linear(HIDDEN, 10).to("cuda")
+    opt = ta.optim.SGD([*model.parameters(), *head.parameters()], lr=0.05)
+
+    def train_step(x, y):
+        opt.zero_grad()
+        h = F.dropout(model(x), 0.5)
+        loss = F.cross_entropy(head(h), y)
+        loss.backward()
+        opt.step()
+        return loss, h.detach()
+
+    step = ta.cuda.make_graphed_step(train_step, batches[0], num_warmup_iters=2) if graphed else train_step
+    dropped = [step(x, y)[1].cpu().numpy() for x, y in batches]
+    if graphed:
+        assert step.captured
+    return dropped, [p.detach().numpy() for p in [*model.parameters(), *head.parameters()]]
+
+
+def test_dropout_in_a_graphed_step_draws_the_eager_steps_masks(cuda_backend) -> None:
+    """Each replay draws a new mask, the one the same eager step draws (PyTorch's guarantee too)."""
+    batches = _batches(7)
+    eager, eager_weights = _dropout_training(False, batches)
+    graphed, graphed_weights = _dropout_training(True, batches)
+    masks = [d == 0 for d in graphed]
+    assert len({m.tobytes() for m in masks[3:]}) == 4  # the replays' masks differ
+    for got, want in zip(graphed, eager):
+        np.testing.assert_array_equal(got, want)
+    for got, want in zip(graphed_weights, eager_weights):
+        np.testing.assert_array_equal(got, want)
+
+
 @pytest.fixture
 def standin_backend() -> Iterator[str]:
     """The stand-in alone (its launch counters; a GPU has none, and the step itself is tested above on both)."""

@@ -35,6 +35,7 @@ import pytest
 import tinyamp as ta
 import tinyamp.nn.functional as F
 from tinyamp import backend, cuda_standin
+from tinyamp.kernels.cuda import cuda_launch, cuda_random
 
 ARCHS = ("compute_80", "compute_90")
 PACKAGES = "cupy-cuda13x, nvidia-cuda-nvrtc and nvidia-cuda-runtime (`pip install -e .[test]`)"
@@ -155,6 +156,19 @@ def _cross_entropy_variants() -> None:
                 F.cross_entropy(logits, target, **kwargs).sum().backward()
 
 
+def _random_draws() -> None:
+    """The Philox kernels: eager draws of each kind and dtype, and dropout captured in a graph and replayed."""
+    for dtype in (ta.float32, ta.float64):
+        ta.rand(5, device="cuda", dtype=dtype)
+        ta.randn(5, device="cuda", dtype=dtype)
+    x = ta.ones(8, device="cuda")
+    g = ta.cuda.CUDAGraph()
+    with ta.cuda.graph(g):
+        F.dropout(x, 0.5)
+        ta.randn(3, device="cuda", dtype=ta.float64)
+    g.replay()
+
+
 def _workloads() -> Iterator[tuple]:
     """(name, function) of every training run the kernels are collected from."""
     for optimizer in OPTIMIZERS:
@@ -168,6 +182,7 @@ def _workloads() -> Iterator[tuple]:
     for dtype in (ta.float16, ta.bfloat16):
         yield f"one-output regression {dtype}", lambda d=dtype: _one_output_regression(d)
     yield "cross-entropy variants", _cross_entropy_variants
+    yield "random draws", _random_draws
 
 
 Collected = collections.namedtuple("Collected", "built errors")
@@ -245,7 +260,8 @@ def test_the_training_runs_build_every_kind_of_kernel(collected: Collected) -> N
     assert kinds == {"ElementwiseKernel", "RawKernel"}
     for expected in ("tinyamp_convert_f32_f16", "tinyamp_convert_f16_f32", "tinyamp_fill_pointers"):
         assert expected in names, sorted(names)
-    for family in ("sgd", "adam", "unscale", "ce_forward", "ce_backward", "relu_backward"):
+    for family in ("sgd", "adam", "unscale", "ce_forward", "ce_backward", "relu_backward", "philox_uniform",
+                   "philox_normal", "_graph"):
         assert any(family in n for n in names), (family, sorted(names))
 
 
@@ -264,6 +280,18 @@ def test_every_kernel_compiles_with_nvrtc(collected: Collected) -> None:
                 failures.append(f"{name} ({arch}): {log.strip()}")
     assert not failures, (f"{len(failures)} of {len(sources) * len(ARCHS)} NVRTC compilations failed:\n"
                           + "\n\n".join(failures))
+
+
+def test_every_source_of_the_kernel_modules_compiles_with_nvrtc() -> None:
+    """Each kernel module's sources, every variant (the runs above may not build them all)."""
+    nvrtc, *_, options = _cupy_codegen()
+    failures = []
+    for name, source in cuda_random.sources():
+        for arch in ARCHS:
+            log = nvrtc_compile(nvrtc, source, name, tuple(options) + cuda_launch.NVRTC_OPTIONS, arch)
+            if log is not None:
+                failures.append(f"{name} ({arch}): {log.strip()}")
+    assert not failures, "\n\n".join(failures)
 
 
 def test_the_test_extra_installs_what_this_test_needs() -> None:

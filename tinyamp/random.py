@@ -1,12 +1,13 @@
 """Seedable random number generation: ``ta.manual_seed`` and ``ta.Generator``.
 
-Each device has a default generator (NumPy's PCG64 on the CPU, cuRAND's Philox4x32-10 on a
-GPU); ``manual_seed`` reseeds them all, so a run is reproducible from one integer.
+Each device has a default generator (NumPy's PCG64 on the CPU, Philox4x32-10 kernels on a
+GPU, ``kernels/cuda/cuda_random.py``); ``manual_seed`` reseeds them all, so a run is reproducible from one integer.
 A generator's state is a uint8 tensor (``ta.get_rng_state``, ``ta.cuda.get_rng_state``,
 ``Generator.get_state``), as PyTorch's ByteTensor: the bytes of NumPy's PCG64 state on
 the CPU; on a GPU, as PyTorch's, a seed and an offset (16 bytes, kept on the host), so
 saving or restoring it (``utils.checkpoint`` does at each call) copies nothing on the
-device. The streams themselves differ from PyTorch's (Mersenne Twister, its Philox kernels).
+device, and a draw inside a CUDA graph capture replays as new draws (see ``_Philox``).
+The streams themselves differ from PyTorch's (Mersenne Twister, its Philox kernels' layout).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import numpy as np
 import tinyamp
 
 from . import backend
+from .kernels.cuda import cuda_random
 
 _PCG64_BYTES = 40  # state and increment (16 bytes each), has_uint32 and uinteger (4 bytes each)
 _CUDA_STATE_BYTES = 16  # seed and offset, 8 bytes each, as PyTorch's CUDA generator state
@@ -38,35 +40,37 @@ def _pcg64_from_bytes(raw: np.ndarray) -> dict:
 
 
 class _Philox:
-    """A CUDA generator's draws: cuRAND's Philox4x32-10 through CuPy's ``RandomState``, its seed and its offset
-    into the stream kept here and the offset set before each draw. (CuPy's ``default_rng`` keeps one cuRAND
-    state per GPU thread in device memory, 12 MiB on an H200, which a saved state would have to copy.)"""
+    """A CUDA generator's draws: Philox4x32-10 kernels (``kernels/cuda/cuda_random.py``) at a seed and an offset
+    kept on the host, PyTorch's design: eager, both are kernel arguments and the offset moves past each draw.
+    During a CUDA graph capture a draw reads the seed and a base offset from a device array of the graph
+    (``CUDAGraph.philox_state``), at an offset relative to the capture's first draw; each replay writes the
+    generator's seed and offset there first and moves the offset past what the graph draws, so every replay
+    draws new numbers, the ones the same eager steps would have drawn."""
 
     def __init__(self, xp: Any, seed: int) -> None:
-        self._xp, self._curand = xp, xp.cuda.curand
-        self._states = xp.random.RandomState(seed, method=self._curand.CURAND_RNG_PSEUDO_PHILOX4_32_10)
-        self.seed, self.offset, self._seeded = seed, 0, seed
+        self._xp = xp
+        self.seed, self.offset = seed, 0
 
-    def _advance(self, what: str, size: Any) -> None:
-        """Point cuRAND at this draw's offset and move the offset past it."""
-        backend.refuse_in_capture(f"a random draw ({what}) on a CUDA generator",
-                                  "CuPy refuses to call cuRAND while a stream is captured; draw before capturing")
-        if self._seeded != self.seed:
-            self._states.seed(self.seed)
-            self._seeded = self.seed
-        self._curand.setGeneratorOffset(self._states._generator, self.offset)
-        n = 1 if size is None else int(np.prod(size))
-        # cuRAND's offset counts 32-bit outputs: at most two per value (float64), one more value for an odd
-        # count of normals (made in pairs), whole Philox blocks of four.
-        self.offset = (self.offset + 4 * ((2 * (n + 1) + 3) // 4)) % 2**64
+    def _draw(self, kind: str, size: Any, dtype: Any) -> Any:
+        dtype = np.dtype(dtype)
+        if dtype not in cuda_random.DTYPES:
+            raise TypeError(f"a random draw ({kind}) on a CUDA generator: dtype must be float32 or float64, "
+                            f"got {dtype}")
+        out = self._xp.empty(() if size is None else size, dtype)
+        capture = backend.current_capture()
+        if capture is None:
+            cuda_random.draw(kind, out, self.seed, self.offset)
+            self.offset = (self.offset + out.size) % 2**64
+        else:
+            state, offset = capture.philox_state(self, out.size)
+            cuda_random.draw(kind, out, 0, offset, state)
+        return out
 
     def random(self, size: Any = None, dtype: Any = np.float64) -> Any:
-        self._advance("random", size)
-        return self._states.random_sample(size, dtype)
+        return self._draw("uniform", size, dtype)
 
     def standard_normal(self, size: Any = None, dtype: Any = np.float64) -> Any:
-        self._advance("standard_normal", size)
-        return self._states.standard_normal(size, dtype)
+        return self._draw("normal", size, dtype)
 
     def integers(self, low: int, high: "int | None" = None, size: Any = None, dtype: Any = np.int64) -> Any:
         """Integers in [low, high) from float64 uniforms (exact for ranges up to 2**53)."""
@@ -89,7 +93,12 @@ class Generator:
     def manual_seed(self, seed: int) -> "Generator":
         self._seed = int(seed)
         xp = self.device.xp
-        self.rng = np.random.default_rng(self._seed) if xp is np else _Philox(xp, self._seed % 2**64)
+        if xp is np:
+            self.rng = np.random.default_rng(self._seed)
+        elif isinstance(getattr(self, "rng", None), _Philox) and self.rng._xp is xp:
+            self.rng.seed, self.rng.offset = self._seed % 2**64, 0  # the same object: graphs hold it
+        else:
+            self.rng = _Philox(xp, self._seed % 2**64)
         return self
 
     def initial_seed(self) -> int:

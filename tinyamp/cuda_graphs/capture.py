@@ -35,6 +35,13 @@ on a handle whose stream and workspace are set before it runs, so cuBLAS
 allocates nothing while capturing. The handle is made when the capture begins
 if no GEMM made it before.
 
+**Random draws.** A CUDA generator is a seed and an offset on the host
+(``random._Philox``). A draw inside a capture reads them from a small device
+array of the graph (``philox_state``) plus its offset from the capture's first
+draw; ``replay()`` first writes the generator's seed and offset there with a
+kernel launch (no host copy, nothing waits) and advances the offset by what
+the graph draws, so each replay draws the numbers the same eager steps would.
+
 **Host reads.** While a tinyamp capture is open, every host read tinyamp
 makes (``Tensor.item()``, ``numpy()``, ``float(t)``, ``ta.cuda.synchronize()``)
 and every copy of a CPU array to the GPU raises a clear error naming it and
@@ -48,7 +55,7 @@ import contextlib
 from typing import Any
 
 from .. import backend, cuda_memory
-from ..kernels.cuda import cublas_direct, cublaslt_direct
+from ..kernels.cuda import cublas_direct, cublaslt_direct, cuda_launch
 
 CAPTURE_ERROR_MODES = ("global", "thread_local", "relaxed")
 _MODE_CONSTANTS = {"global": "streamCaptureModeGlobal", "thread_local": "streamCaptureModeThreadLocal",
@@ -106,6 +113,8 @@ class CUDAGraph:
         self._open: "contextlib.ExitStack | None" = None  # the allocator and capture marks of a capture in progress
         self._kept: list = []  # device arrays the graph reads that their owners (caches) might drop
         self._uploads: list[tuple[Any, Any]] = []  # (device array, host values) to copy when the capture ends
+        # id(generator) -> [generator, device (seed, offset), Philox blocks the graph draws from it]
+        self._philox: dict[int, list] = {}
 
     def capture_begin(self, pool: "GraphPool | None" = None, capture_error_mode: str = "relaxed") -> None:
         """Begin capturing the work issued on the current stream (which must not be the default stream)."""
@@ -158,6 +167,9 @@ class CUDAGraph:
         """Launch the captured work on the current stream (one launch; no host synchronisation)."""
         if self._graph is None:
             raise RuntimeError("Called CUDAGraph::replay without a preceding successful capture.")
+        for generator, state, blocks in self._philox.values():  # the draws start at the generator's offset
+            cuda_launch.fill_words(state, (generator.seed, generator.offset))  # a launch, not a host copy
+            generator.offset = (generator.offset + blocks) % 2**64
         self._graph.launch()
 
     def reset(self) -> None:
@@ -166,6 +178,7 @@ class CUDAGraph:
             raise RuntimeError("CUDAGraph.reset: a capture is in progress; call capture_end first")
         self._graph, self._pool, self._stream = None, None, None
         self._kept.clear()
+        self._philox.clear()
 
     def pool(self) -> GraphPool:
         """This graph's memory pool, to share with another capture (``capture_begin(pool=g.pool())``)."""
@@ -181,6 +194,19 @@ class CUDAGraph:
         freed memory reads whatever the pool put there next.
         """
         self._kept.append(array)
+
+    def philox_state(self, generator: Any, blocks: int) -> tuple[Any, int]:
+        """For a draw of ``blocks`` Philox counters from a CUDA generator (``random._Philox``) during this capture:
+        the graph's device array (seed, base offset) for that generator, which each replay first sets to the
+        generator's seed and offset, and the draw's offset from that base. The replay then advances the
+        generator's offset by all the graph draws from it (PyTorch's graph-safe Philox offsets)."""
+        entry = self._philox.get(id(generator))
+        if entry is None:
+            state = backend.cupy().empty((2,), dtype="uint64")  # from the graph's pool, held by the graph
+            entry = self._philox[id(generator)] = [generator, state, 0]
+        start = entry[2]
+        entry[2] += int(blocks)
+        return entry[1], start
 
     def upload_after_capture(self, array: Any, host: Any) -> None:
         """Copy ``host`` into the device ``array`` right after the capture ends, before the graph first runs.

@@ -22,8 +22,8 @@ Layout: ``_array`` (the ndarray), ``_routines`` (array functions and ufuncs),
 ``_memory`` (pool, pointers, allocators), ``_device`` (Device, Stream,
 Event), ``_capture`` (stream capture, ``cupy.cuda.graph.Graph`` and the
 capture-safety checks), ``_topology`` (how many devices, which one this
-process owns), ``runtime``, ``cublas``, ``cublaslt`` (libcublasLt's entry points), ``curand``
-(cuRAND's host API), ``nccl`` (collectives over MPI), ``kernels`` (g++-compiled CUDA sources),
+process owns), ``runtime``, ``cublas``, ``cublaslt`` (libcublasLt's entry points),
+``nccl`` (collectives over MPI), ``kernels`` (g++-compiled CUDA sources),
 ``random``, ``linalg``, ``lib``, ``cupyx``, ``_counters``. It imports only
 NumPy, ml_dtypes and the standard library (and mpi4py, on first use of ``nccl``),
 never the rest of tinyamp.

@@ -1,5 +1,6 @@
-"""``cupy.random`` of the stand-in: ``RandomState`` (cuRAND's host API, ``curand.py``) as far as tinyamp draws
-with it, and ``default_rng(seed)``, CuPy's Generator over cuRAND states kept on the device.
+"""``cupy.random`` of the stand-in: ``default_rng(seed)``, CuPy's Generator over cuRAND states kept on the device
+(tinyamp draws with its own Philox kernels, ``kernels/cuda/cuda_random.py``; this imitates what CuPy's own
+generator costs and how it behaves in a capture).
 
 Numbers come from NumPy's PCG64 seeded the same way, so a stand-in run is
 reproducible (CuPy's own streams differ from NumPy's, and tinyamp promises
@@ -14,12 +15,9 @@ from typing import Any
 
 import numpy as np
 
-import math
-import weakref
-
-from . import _capture, curand, runtime
-from ._array import ndarray, produce, run
-from ._routines import empty, zeros
+from . import _capture, runtime
+from ._array import ndarray, produce
+from ._routines import zeros
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -111,48 +109,3 @@ class Generator:
 
 def default_rng(seed: Any = None) -> Generator:
     return Generator(seed)
-
-
-class RandomState:
-    """``cupy.random.RandomState(seed, method)``: a cuRAND host-API generator (``_generator``, a handle) and
-    CuPy's ``seed``, ``random_sample`` and ``standard_normal`` over it (``cupy/random/_generator.py``)."""
-
-    def __init__(self, seed: Any = None, method: "int | None" = None) -> None:
-        self.method = curand.CURAND_RNG_PSEUDO_DEFAULT if method is None else method
-        self._generator = curand.createGenerator(self.method)
-        self._finalizer = weakref.finalize(self, curand.destroyGenerator, self._generator)
-        self.seed(seed)
-
-    def seed(self, seed: Any = None) -> None:
-        """As CuPy's: the cuRAND seed, and the offset back to 0."""
-        if seed is None:
-            seed = int.from_bytes(np.random.SeedSequence().generate_state(2, np.uint32).tobytes(), "little")
-        seed = int(seed)
-        if not 0 <= seed < 2**64:
-            raise ValueError("Seed must be an integer between 0 and 2**64 - 1")
-        curand.setPseudoRandomGeneratorSeed(self._generator, seed)
-        curand.setGeneratorOffset(self._generator, 0)
-
-    def random_sample(self, size: Any = None, dtype: Any = float) -> ndarray:
-        """cuRAND's (0, 1] uniforms, 1 taken to 0 (CuPy's ``_mod1_kernel``): [0, 1)."""
-        dtype = _float_dtype(dtype, "random_sample")
-        out = empty(() if size is None else size, dtype)
-        generate = curand.generateUniform if dtype == np.float32 else curand.generateUniformDouble
-        generate(self._generator, out.data.ptr, out.size)
-        view = out._a
-        run("cupy_random_x_mod_1", lambda: np.copyto(view, 0, where=view == 1), out, moved=(out.nbytes, out.nbytes))
-        return out
-
-    def standard_normal(self, size: Any = None, dtype: Any = float) -> ndarray:
-        """cuRAND's normals; an odd count draws one more (cuRAND makes them in pairs) and drops it."""
-        dtype = _float_dtype(dtype, "standard_normal")
-        shape = () if size is None else (size,) if isinstance(size, (int, np.integer)) else tuple(size)
-        n = math.prod(shape)
-        generate = curand.generateNormal if dtype == np.float32 else curand.generateNormalDouble
-        if n % 2 == 0:
-            out = empty(shape, dtype)
-            generate(self._generator, out.data.ptr, n, 0.0, 1.0)
-            return out
-        out = empty((n + 1,), dtype)
-        generate(self._generator, out.data.ptr, n + 1, 0.0, 1.0)
-        return out[:n].reshape(shape)

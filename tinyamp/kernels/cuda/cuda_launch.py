@@ -311,6 +311,12 @@ def _fill_pointers(table: Any, pointers: tuple) -> None:
                           *(np.uint64(p) for p in batch + [0] * (FILL_POINTERS_BATCH - len(batch)))))
 
 
+def fill_words(array: Any, values: tuple) -> None:
+    """``array[:len(values)] = values`` for a uint64 device array, by a kernel launch carrying the values: no
+    host copy, so the host never waits and a capture can record it."""
+    _fill_pointers(array, tuple(int(v) % 2**64 for v in values))
+
+
 def _device_constant(host: np.ndarray) -> Any:
     """``host`` (8-byte values) as a new device array: an upload, or during a capture (which cannot copy from
     the host) the fill kernel, recorded with its values; the graph holds the array."""
