@@ -31,7 +31,6 @@ import tinyamp
 
 from . import backend
 from . import dtypes as dt
-from .kernels.cpu import widened
 from .tensor_methods import TensorMethods
 
 # Writes into arrays that have a .data alias (any of them, ever): the weight-cast cache, keyed on
@@ -313,7 +312,6 @@ class Tensor(TensorMethods):
                                    f"memory location. Please clone() the tensor before performing the "
                                    f"operation.") from None
             raise
-        widened.forget()  # a kept widening of this array would be stale
         self._version[0] += 1
         if self._storage is not None:
             self._storage[0] += 1

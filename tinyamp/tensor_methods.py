@@ -22,7 +22,6 @@ import tinyamp
 
 from . import backend
 from . import dtypes as dt
-from .kernels.cpu import widened
 from .kernels.convert import convert
 
 
@@ -73,14 +72,12 @@ class TensorMethods:
         if self._requires_grad:
             raise RuntimeError("Can't call numpy() on Tensor that requires grad. "
                                "Use tensor.detach().numpy() instead.")
-        widened.forget()  # the caller may write into the array
         return backend.to_host(self.array, "Tensor.numpy()")
 
     def tolist(self) -> Any:
         return backend.to_host(self.array, "Tensor.tolist()").tolist()
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        widened.forget()  # the caller may write into the array
         array = backend.to_host(self.array, "numpy.asarray(tensor)")
         return array if dtype is None else array.astype(dtype)
 

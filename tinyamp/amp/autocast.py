@@ -29,7 +29,6 @@ import numpy as np
 from .. import backend
 from .. import dtypes as dt
 from .. import precision
-from ..kernels.cpu import widened
 from ..precision import FP32, LOWER, NEUTRAL, PROMOTE, Precision, as_precision
 from .casting import WEIGHT_CACHE
 from .op_table import check_op_name
@@ -186,7 +185,6 @@ class autocast:
         precision.reset_scope(scope_token)
         if outermost:
             scope.cache.end_region()
-            widened.forget()  # a Cast's output widened by no op of the region: nothing kept past it
         quiet = self._errstates.pop()
         if quiet is not None:
             quiet.__exit__(*exc)

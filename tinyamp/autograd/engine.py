@@ -19,7 +19,6 @@ import numpy as np
 from .. import dtypes as dt
 from .. import backend
 from ..backend import array_module
-from ..kernels.cpu import widened
 from ..precision import current_trace, reset_autocast, set_autocast
 from ..tensor import Tensor
 from .grad_mode import _grad_enabled
@@ -109,7 +108,6 @@ def run_backward(roots: Sequence[Tensor], root_grads: Sequence[Tensor], retain_g
 
     token_grad = _grad_enabled.set(bool(create_graph))
     token_amp = set_autocast(None)
-    token_widened = widened.begin_replay()
     tracer = current_trace()  # an open precision report (amp.study.report), else None
     if tracer is not None:
         tracer.begin_backward()
@@ -163,7 +161,6 @@ def run_backward(roots: Sequence[Tensor], root_grads: Sequence[Tensor], retain_g
     finally:
         if tracer is not None:
             tracer.end_backward()
-        widened.end_replay(token_widened)
         reset_autocast(token_amp)
         _grad_enabled.reset(token_grad)
 

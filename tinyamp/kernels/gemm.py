@@ -46,7 +46,6 @@ from .. import backend
 from .. import dtypes as dt
 from .. import precision
 from .convert import convert
-from .cpu import widened
 from .cuda import cublas_direct, cublas_gemm
 
 Array = Any  # numpy.ndarray or cupy.ndarray
@@ -200,14 +199,9 @@ def _gemm_cpu(a: np.ndarray, b: np.ndarray, out: np.dtype, trans_a: bool, trans_
     # so each operand is converted exactly once (and only once when a is b,
     # as in x @ x.T), and transposes stay views that BLAS reads directly.
     # convert() is astype, bit for bit, through the fast CPU kernels (convert.py).
-    # An operand just rounded from float32 (a Cast node's output) comes with its widening (cpu/widened.py).
     acc = dt.opmath_dtype(a.dtype)  # float32 for 16-bit inputs; others keep their own
-    a_acc = a if a.dtype == acc else (widened.take(a) if a.ndim == 2 else None)
-    if a_acc is None:
-        a_acc = convert(a, acc)
-    b_acc = a_acc if b is a else (b if b.dtype == acc else (widened.take(b) if b.ndim == 2 else None))
-    if b_acc is None:
-        b_acc = convert(b, acc)
+    a_acc = a if a.dtype == acc else convert(a, acc)
+    b_acc = a_acc if b is a else (b if b.dtype == acc else convert(b, acc))
     if a.dtype == dt.float32 and float32_compute() == "tf32":  # what TF32 tensor cores multiply
         a_acc, b_acc = round_to_tf32(a_acc), (round_to_tf32(b_acc) if b is not a else None)
         b_acc = a_acc if b_acc is None else b_acc
@@ -216,10 +210,7 @@ def _gemm_cpu(a: np.ndarray, b: np.ndarray, out: np.dtype, trans_a: bool, trans_
     if trans_b:
         b_acc = b_acc.swapaxes(-1, -2)
     result = np.matmul(a_acc, b_acc)
-    if result.dtype == out:
-        return result
-    low = widened.round_in_place(result, out)  # in a backward replay: a weight gradient, widened next
-    return convert(result, out) if low is None else low
+    return result if result.dtype == out else convert(result, out)
 
 
 def compute_type(dtype: np.dtype) -> int:

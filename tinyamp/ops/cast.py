@@ -14,9 +14,8 @@ import numpy as np
 from .. import backend
 from .. import dtypes as dt
 from ..autograd.function import Function
-from ..kernels.cpu import widened
 from ..kernels.convert import convert
-from ..precision import NEUTRAL, current_autocast
+from ..precision import NEUTRAL
 from ..tensor import Tensor
 
 
@@ -30,13 +29,7 @@ class Cast(Function):
 
     def forward(self, xp: Any, x: Any) -> Any:
         self.source = x.dtype
-        if self.dtype == dt.float32:
-            y = widened.take(x)  # x was just rounded from float32, its widening kept (a CPU weight gradient)
-        elif current_autocast() is not None:
-            y = widened.narrow(x, self.dtype)  # autocast's cast: the CPU GEMM next widens it again
-        else:
-            y = None
-        return convert(x, self.dtype) if y is None else y  # astype, bit for bit, faster on the CPU
+        return convert(x, self.dtype)  # astype, bit for bit, faster on the CPU
 
     def backward(self, gy: Tensor) -> Tensor:
         return cast(gy, self.source)

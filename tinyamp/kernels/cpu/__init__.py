@@ -7,9 +7,7 @@
 - ``cpu_numpy.py``: the NumPy bit recipes used without numba;
 - ``elementwise_cpu.py``: ReLU forward/backward on 16-bit bit patterns and the
   fused GEMM epilogue (bias in float32 + optional ReLU + one downcast);
-- ``cpu_optim.py``: SGD and Adam/AdamW on one float32 parameter in one numba pass;
-- ``widened.py``: a 16-bit array's float32 widening kept from the pass that rounded it,
-  handed once to the next widening of that array.
+- ``cpu_optim.py``: SGD and Adam/AdamW on one float32 parameter in one numba pass.
 
 Each is bit-identical to the NumPy expression it replaces (the reference
 numerics in ``tinyamp/kernels/``).

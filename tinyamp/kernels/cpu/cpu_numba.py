@@ -170,51 +170,6 @@ def load() -> bool:  # noqa: C901 - one place that defines every kernel
         for i in range(src.size):
             dst[i] = np.uint16(_f2h_hw(src[i]))
 
-    # Rounding that keeps the exact float32 widening of its result (kernels/cpu/widened.py): the 16-bit
-    # bits go to dst and, widened, to wide (narrow_*) or back into the float32 source (round_*_in_place;
-    # one array read and written, which LLVM vectorizes, where passing it twice would not).
-    @jit
-    def narrow_f16_int(src, dst, wide):  # uint32 -> uint16, uint32
-        for i in range(src.size):
-            h = _f2h_int(src[i])
-            dst[i] = np.uint16(h)
-            wide[i] = _h2f_int(h)
-
-    @jit
-    def narrow_f16_hw(src, dst, wide):
-        for i in range(src.size):
-            h = _f2h_hw(src[i])
-            dst[i] = np.uint16(h)
-            wide[i] = _h2f_hw(h)
-
-    @jit
-    def narrow_bf16(src, dst, wide):
-        for i in range(src.size):
-            h = _f2b_bits(src[i])
-            dst[i] = np.uint16(h)
-            wide[i] = h << np.uint32(16)
-
-    @jit
-    def round_f16_in_place_int(buf, dst):  # uint32 (rewritten) -> uint16
-        for i in range(buf.size):
-            h = _f2h_int(buf[i])
-            dst[i] = np.uint16(h)
-            buf[i] = _h2f_int(h)
-
-    @jit
-    def round_f16_in_place_hw(buf, dst):
-        for i in range(buf.size):
-            h = _f2h_hw(buf[i])
-            dst[i] = np.uint16(h)
-            buf[i] = _h2f_hw(h)
-
-    @jit
-    def round_bf16_in_place(buf, dst):
-        for i in range(buf.size):
-            h = _f2b_bits(buf[i])
-            dst[i] = np.uint16(h)
-            buf[i] = h << np.uint32(16)
-
     @jit
     def f32_to_bf16(src, dst):  # uint32 -> uint16
         for i in range(src.size):
@@ -361,12 +316,6 @@ def load() -> bool:  # noqa: C901 - one place that defines every kernel
         f32_to_f16_int=f32_to_f16_int,
         f32_to_f16_hw=f32_to_f16_hw,
         f32_to_bf16=f32_to_bf16,
-        narrow_f16_int=narrow_f16_int,
-        narrow_f16_hw=narrow_f16_hw,
-        narrow_bf16=narrow_bf16,
-        round_f16_in_place_int=round_f16_in_place_int,
-        round_f16_in_place_hw=round_f16_in_place_hw,
-        round_bf16_in_place=round_bf16_in_place,
         bf16_to_f32=bf16_to_f32,
         f16_to_bf16_int=f16_to_bf16_int,
         f16_to_bf16_hw=f16_to_bf16_hw,
@@ -425,7 +374,5 @@ def select_f16_impl(which: str) -> None:
     KERNELS["f16_to_f32"] = KERNELS["f16_to_f32_" + which]
     KERNELS["f16_to_bf16"] = KERNELS["f16_to_bf16_" + which]
     KERNELS["f32_to_f16"] = KERNELS["f32_to_f16_" + which]
-    KERNELS["narrow_f16"] = KERNELS["narrow_f16_" + which]
-    KERNELS["round_f16_in_place"] = KERNELS["round_f16_in_place_" + which]
     KERNELS["bf16_to_f16"] = KERNELS["bf16_to_f16_" + which]
     KERNELS["bias_act_f16"] = KERNELS["bias_act_f16_" + which]
