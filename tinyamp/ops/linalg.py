@@ -159,8 +159,8 @@ class Linear(Function):
         if b is None:
             y = gemm(rows, w, trans_b=True)
         elif x.dtype in dt.LOW_PRECISION and cuda_launch.on_gpu(rows):
-            # On a GPU the bias rows go into C and the GEMM adds its float32 accumulator to them,
-            # rounding once: the 16-bit output written once, no float32 result in memory.
+            # On a GPU the GEMM's epilogue adds the bias to its float32 accumulator and rounds
+            # once: the 16-bit output written once, no float32 result in memory.
             y = gemm_bias(rows, w, b, trans_b=True)
         elif x.dtype in dt.LOW_PRECISION:
             # The bias is added to the float32 accumulator and the sum rounded

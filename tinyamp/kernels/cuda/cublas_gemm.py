@@ -128,10 +128,8 @@ def _row_major(xp: Any, x: Array, trans: bool, batch: tuple[int, ...]
 # the handle stays in host pointer mode), read before the call returns, so constant arrays serve every call.
 _ALPHA = np.ones((), dtype=np.float32)
 _BETA = np.zeros((), dtype=np.float32)
-_BETA_ONE = np.ones((), dtype=np.float32)  # C += AB: the product added to what C holds
 _ALPHA64 = np.ones((), dtype=np.float64)
 _BETA64 = np.zeros((), dtype=np.float64)
-_BETA64_ONE = np.ones((), dtype=np.float64)
 _COMPUTE_TYPE_NAMES = {"CUBLAS_COMPUTE_32F": 68, "CUBLAS_COMPUTE_16F": 64, "CUBLAS_COMPUTE_64F": 70,
                        "CUBLAS_COMPUTE_32F_FAST_TF32": 77}
 
@@ -145,9 +143,8 @@ def _compute_type_name(cublas: Any, compute_type: int) -> "str | None":
 
 def _cublas_gemm(xp: Any, cublas: Any, handle: int, a: Array, b: Array,
                  c_dtype: np.dtype, trans_a: bool, trans_b: bool, *,
-                 compute_type: int, algo: int, accumulate_into: "Array | None" = None) -> Array:
-    """One cuBLAS call computing ``op(a) @ op(b)`` into a new ``c_dtype`` array, or adding it to
-    ``accumulate_into`` (C-contiguous, the result's shape and ``c_dtype``: beta = 1) and returning that.
+                 compute_type: int, algo: int) -> Array:
+    """One cuBLAS call computing ``op(a) @ op(b)`` into a new ``c_dtype`` array.
 
     ``xp`` and ``cublas`` are passed in (cupy and its cuBLAS wrapper in real
     use) so the argument plumbing can be checked against a host stand-in.
@@ -163,13 +160,7 @@ def _cublas_gemm(xp: Any, cublas: Any, handle: int, a: Array, b: Array,
     n_batch = math.prod(batch)
     a, trans_a, stride_a = _row_major(xp, a, trans_a, batch)
     b, trans_b, stride_b = _row_major(xp, b, trans_b, batch)
-    if accumulate_into is None:
-        out, beta = xp.empty(batch + (m, n), dtype=c_dtype), _BETA
-    else:
-        out, beta = accumulate_into, _BETA_ONE
-        if out.shape != batch + (m, n) or out.dtype != c_dtype or not out.flags.c_contiguous:
-            raise ValueError(f"gemm: accumulate_into must be a C-contiguous {np.dtype(c_dtype).name} array of "
-                             f"shape {batch + (m, n)}, got {out.dtype.name} {tuple(out.shape)}")
+    out, beta = xp.empty(batch + (m, n), dtype=c_dtype), _BETA
 
     rows_c = m
     if n_batch > 1 and stride_b == 0 and not trans_a and n_batch * m <= _INT32_MAX:
@@ -179,7 +170,7 @@ def _cublas_gemm(xp: Any, cublas: Any, handle: int, a: Array, b: Array,
 
     op_n, op_t = cublas.CUBLAS_OP_N, cublas.CUBLAS_OP_T
     if compute_type == getattr(cublas, "CUBLAS_COMPUTE_64F", 70):  # float64 scale type
-        alpha, beta = _ALPHA64, (_BETA64 if beta is _BETA else _BETA64_ONE)
+        alpha, beta = _ALPHA64, _BETA64
     else:
         alpha = _ALPHA
     in_type, c_type = _CUDA_DATA_TYPE[a.dtype], _CUDA_DATA_TYPE[np.dtype(c_dtype)]
