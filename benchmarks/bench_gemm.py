@@ -4,7 +4,7 @@ CPU (always): ``gemm`` on float16/bfloat16 (upcast, float32 BLAS, one rounding)
 against ``np.matmul`` in float32 and NumPy's native float16 matmul (no BLAS;
 timed at the small size only, it takes about a second a call).
 
-GPU (when ``tinyamp.backend.cuda.is_available()``): ``gemm`` float16 (cuBLAS,
+GPU (when ``tinyamp.backend.cuda_available()``): ``gemm`` float16 (cuBLAS,
 CUBLAS_COMPUTE_32F) against ``cupy.matmul`` in float32, and against
 ``torch.matmul`` in float16 when torch with CUDA imports. Timed with CUDA
 events after warm-up calls.
@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     gpu_note = None
     if args.no_gpu:
         gpu_note = "skipped (--no-gpu)"
-    elif backend.cuda.is_available():
+    elif backend.cuda_available():
         rows += bench_gpu(max(args.repeats, 10))
     else:
         gpu_note = "no CUDA GPU available"

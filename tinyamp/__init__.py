@@ -7,7 +7,8 @@ This module only gathers the public API; each piece lives in its own module.
 from __future__ import annotations
 
 from . import backend, dtypes, random
-from .backend import Device, accelerator, cuda, device, get_default_device, set_default_device
+from .backend import Device, device, get_default_device, set_default_device
+from .cuda_api import accelerator, cuda
 from .dtypes import (bfloat16, bool_ as bool, double, float16, float32, float64, half, int8,  # noqa: A004
                      int16, int32, int64, long, uint8)
 from .dtypes import float as float  # noqa: A001,PLC0414 - torch.float

@@ -5,16 +5,13 @@ A :class:`Device` names where a tensor's array lives ("cpu" -> NumPy,
 the array module (``xp``) of a device or of an array, and never imports CuPy
 itself, so tinyamp installs and runs on machines without CuPy or a GPU.
 
-``ta.cuda`` also counts host synchronisations and reports GPU memory the way
-``torch.cuda`` does: ``memory_allocated``, ``max_memory_allocated``,
-``reset_peak_memory_stats``, ``memory_reserved``, ``empty_cache`` (the peak
-is kept by :mod:`tinyamp.cuda_memory`). Its CUDA-graph names (``ta.cuda.CUDAGraph``, ``graph``,
-``graph_pool_handle``, ``make_graphed_step``, ``is_current_stream_capturing``)
-live in ``tinyamp/cuda_graphs`` and are reached through the package at call
-time. This module keeps what the layers below them must ask about a capture
-in progress (:func:`current_capture`): every host read and host-to-device copy
-tinyamp makes goes through ``to_host``/``to_device``/``cuda.note_sync`` here,
-and each raises a clear error during a capture, on a GPU and on the stand-in.
+``ta.cuda`` and ``ta.accelerator`` (PyTorch's functions: availability, the
+current device, memory statistics) are in :mod:`tinyamp.cuda_api`. This module
+keeps what the layers below them must ask about a capture in progress
+(:func:`current_capture`) and counts host synchronisations: every host read
+and host-to-device copy tinyamp makes goes through
+``to_host``/``to_device``/``note_sync`` here, and each raises a clear error
+during a capture, on a GPU and on the stand-in.
 
 The CUDA backend is CuPy, or the strict CUDA stand-in of
 ``tinyamp/cuda_standin`` (CuPy's API over NumPy, for CI without a GPU) when
@@ -30,13 +27,10 @@ import importlib
 import importlib.util
 import os
 import traceback
-import warnings
 from types import ModuleType
 from typing import Any, Callable, Iterator
 
 import numpy as np
-
-import tinyamp
 
 from . import cuda_memory
 
@@ -230,202 +224,45 @@ def observing(observer: Callable[[Any], None]) -> Iterator[None]:
         _step_observers.remove(observer)
 
 
-class _Cuda:
-    """``ta.cuda``: availability, host-synchronisation accounting, GPU memory statistics.
-
-    The memory functions report CuPy's memory pool (PyTorch's names and
-    meaning): bytes held by live arrays, their peak since the start or the last
-    ``reset_peak_memory_stats()``, and bytes reserved (live plus cached); the
-    private pools of live CUDA graphs (``ta.cuda.graph_pool_handle``) count too. Not
-    counted: the CUDA context, cuBLAS workspaces, loaded kernels. ``device`` is
-    None (the current GPU), an index, ``"cuda:N"`` or a Device. Without CUDA
-    (on the CPU) they return 0, as a CPU-only PyTorch build does: for what a
-    CPU step keeps alive, see ``tinyamp.memory``.
-    """
-
-    # CUDA graphs (tinyamp/cuda_graphs), one layer up: reached through the package at call time.
-    GRAPH_NAMES = ("CUDAGraph", "graph", "graph_pool_handle", "make_graphed_step", "is_current_stream_capturing")
-    # The CUDA generators' state and seeds (tinyamp/random.py, one layer up): ``ta.cuda.get_rng_state`` is
-    # ``random.cuda_get_rng_state``.
-    RNG_NAMES = ("get_rng_state", "set_rng_state", "get_rng_state_all", "set_rng_state_all", "manual_seed",
-                 "manual_seed_all")
-
-    def __init__(self) -> None:
-        self._sync_count = 0
-
-    def __getattr__(self, name: str) -> Any:
-        if name in _Cuda.GRAPH_NAMES:
-            return getattr(tinyamp.cuda_graphs, name)
-        if name in _Cuda.RNG_NAMES:
-            return getattr(tinyamp.random, "cuda_" + name)
-        if name == "amp":  # torch.cuda.amp's deprecated spellings (tinyamp/amp/cuda_amp.py, one layer up)
-            return tinyamp.amp.cuda_amp
-        raise AttributeError(f"tinyamp.cuda has no attribute {name!r}")
-
-    def is_available(self) -> bool:
-        """True when CuPy imports and sees at least one GPU (or the CUDA stand-in is active)."""
-        return _load_cupy() is not None
-
-    def device_count(self) -> int:
-        return _device_count_now()
-
-    def set_device(self, device: Any) -> None:
-        """Make ``device`` (an index, ``"cuda:N"`` or a Device) this thread's current GPU (``torch.cuda.set_device``)."""
-        index = device if isinstance(device, int) else Device(device).index
-        cupy = _load_cupy()
-        if cupy is None:
-            raise RuntimeError(f"ta.cuda.set_device({device!r}): CUDA is unavailable: {_cupy_error}")
-        if not 0 <= index < _device_count_now():  # type: ignore[operator]
-            raise RuntimeError(f"ta.cuda.set_device({device!r}): invalid device ordinal (only "
-                               f"{_device_count_now()} CUDA device(s) are present)")
-        cupy.cuda.runtime.setDevice(index)
-
-    def current_device(self) -> int:
-        """The index of this thread's current GPU (``torch.cuda.current_device``)."""
-        cupy = _load_cupy()
-        if cupy is None:
-            raise RuntimeError(f"ta.cuda.current_device(): CUDA is unavailable: {_cupy_error}")
-        return int(cupy.cuda.runtime.getDevice())
-
-    def synchronize(self) -> None:
-        """Wait for the GPU's queued work (a host synchronisation; counted)."""
-        cupy = _load_cupy()
-        if cupy is not None:
-            self.note_sync("ta.cuda.synchronize()")
-            cupy.cuda.Device().synchronize()
-            if _device_checks:
-                _raise_device_errors()
-
-    def is_bf16_supported(self, including_emulation: bool = True) -> bool:
-        """True when the current GPU computes in bfloat16 natively (compute capability 8.0+); False without CUDA.
-
-        ``including_emulation`` is PyTorch's argument: tinyamp has no emulated
-        bfloat16 on older GPUs, so it does not change the answer.
-        """
-        cupy = _load_cupy()
-        if cupy is None:
-            return False
-        return int(cupy.cuda.Device().compute_capability) >= 80
-
-    # Host syncs: every place that moves a device value to the host (item(),
-    # numpy(), a host-side inf check) calls note_sync(). It counts on the CPU
-    # too, so "zero syncs per step" is testable without a GPU; inside a CUDA
-    # graph capture it raises (naming ``what``).
-    def note_sync(self, what: str = "a host synchronisation") -> None:
-        if _captures:
-            refuse_in_capture(what, HOST_READ_WHY)
-        self._sync_count += 1
-
-    def sync_count(self) -> int:
-        """Number of host synchronisations tinyamp has performed so far."""
-        return self._sync_count
-
-    def reset_sync_count(self) -> None:
-        self._sync_count = 0
-
-    def standin_counters(self) -> Any:
-        """The CUDA stand-in's counters (launches, allocations, copies, syncs per phase; see
-        ``tinyamp/cuda_standin/_counters.py``). RuntimeError unless the stand-in is active."""
-        if not standin_active():
-            raise RuntimeError("ta.cuda.standin_counters(): the CUDA stand-in is not active; run with "
-                               "TINYAMP_CUDA=standin or inside tinyamp.backend.use_cuda_standin()")
-        return _cupy.counters  # type: ignore[union-attr]
-
-    # GPU memory (see the class docstring).
-    def _pool_on(self, device: Any) -> "tuple[Any, Any, int] | None":
-        """(cupy, pool, device index), or None without CUDA."""
-        cupy = _load_cupy()
-        if cupy is None:
-            return None
-        if device is None:
-            index = int(cupy.cuda.runtime.getDevice())
-        elif isinstance(device, int):
-            index = device
-        else:
-            index = Device(device).index
-        tracker = cuda_memory.tracker
-        pool = tracker.pool if tracker is not None else cupy.get_default_memory_pool()
-        return cupy, pool, index
-
-    def memory_allocated(self, device: Any = None) -> int:
-        """Bytes held by live CuPy arrays on ``device`` (0 without CUDA)."""
-        found = self._pool_on(device)
-        if found is None:
-            return 0
-        cupy, pool, index = found
-        with cupy.cuda.Device(index):
-            return int(pool.used_bytes()) + cuda_memory.used_in_graph_pools()
-
-    def max_memory_allocated(self, device: Any = None) -> int:
-        """Peak of ``memory_allocated`` since the start or the last ``reset_peak_memory_stats``."""
-        used = self.memory_allocated(device)
-        tracker = cuda_memory.tracker
-        if tracker is None:
-            return used
-        return max(used, tracker.peak.get(self._pool_on(device)[2], 0))  # type: ignore[index]
-
-    def reset_peak_memory_stats(self, device: Any = None) -> None:
-        """Start the peak over from the bytes in use now."""
-        tracker = cuda_memory.tracker
-        if tracker is not None:
-            tracker.peak[self._pool_on(device)[2]] = self.memory_allocated(device)  # type: ignore[index]
-
-    def reset_max_memory_allocated(self, device: Any = None) -> None:
-        """Deprecated in PyTorch for ``reset_peak_memory_stats``, which it calls (with PyTorch's FutureWarning)."""
-        warnings.warn("torch.cuda.reset_max_memory_allocated now calls torch.cuda.reset_peak_memory_stats, "
-                      "which resets /all/ peak memory stats.", FutureWarning, stacklevel=2)
-        self.reset_peak_memory_stats(device)
-
-    def memory_reserved(self, device: Any = None) -> int:
-        """Bytes CuPy's pool holds on ``device``: live arrays plus cached free blocks (0 without CUDA)."""
-        found = self._pool_on(device)
-        if found is None:
-            return 0
-        cupy, pool, index = found
-        with cupy.cuda.Device(index):
-            return int(pool.total_bytes()) + cuda_memory.reserved_in_graph_pools()
-
-    def empty_cache(self) -> None:
-        """Give the pool's cached free blocks back to the device (live arrays stay); nothing without CUDA.
-
-        Not inside a training loop: freeing device memory synchronises the GPU.
-        The pools of CUDA graphs are left alone: their free blocks are the
-        memory a graph's temporaries use at every replay.
-        """
-        found = self._pool_on(None)
-        if found is not None:
-            found[1].free_all_blocks()
+# Host syncs: every place that moves a device value to the host (item(), numpy(), a host-side inf
+# check) calls note_sync(). It counts on the CPU too, so "zero syncs per step" is testable without a
+# GPU; inside a CUDA graph capture it raises (naming ``what``). ``ta.cuda.sync_count`` reads it.
+_sync_count = 0
 
 
-cuda = _Cuda()
+def note_sync(what: str = "a host synchronisation") -> None:
+    global _sync_count
+    if _captures:
+        refuse_in_capture(what, HOST_READ_WHY)
+    _sync_count += 1
 
 
-class _Accelerator:
-    """``ta.accelerator``: the device-agnostic view of the accelerator, as ``torch.accelerator``.
-
-    tinyamp's one accelerator is CUDA (CuPy, or the stand-in). It counts as
-    built when CuPy is installed (or the stand-in is active), as PyTorch's CUDA
-    build does, and as available when a GPU is usable. Without CuPy this is
-    PyTorch's CPU-only build: ``current_accelerator()`` is None and
-    ``is_available()`` False.
-    """
-
-    def is_available(self) -> bool:
-        """True when the accelerator was built and at least one device is usable."""
-        return self.current_accelerator() is not None and cuda.is_available()
-
-    def current_accelerator(self, check_available: bool = False) -> "Device | None":
-        """``device(type='cuda')`` when CUDA is built (and, with ``check_available``, usable); else None."""
-        if not cuda_built() or (check_available and not cuda.is_available()):
-            return None
-        return Device("cuda")
-
-    def device_count(self) -> int:
-        """Number of usable accelerator devices (0 without one)."""
-        return cuda.device_count() if self.current_accelerator() is not None else 0
+def sync_count() -> int:
+    """Number of host synchronisations tinyamp has performed so far."""
+    return _sync_count
 
 
-accelerator = _Accelerator()
+def reset_sync_count() -> None:
+    global _sync_count
+    _sync_count = 0
+
+
+def cupy_or_none() -> ModuleType | None:
+    """The CUDA backend (CuPy or the stand-in), or None when CUDA is unusable (:func:`why_no_cuda` says why)."""
+    return _load_cupy()
+
+
+def why_no_cuda() -> "str | None":
+    return _cupy_error
+
+
+def cuda_available() -> bool:
+    """True when CuPy imports and sees at least one GPU (or the CUDA stand-in is active)."""
+    return _load_cupy() is not None
+
+
+def cuda_device_count() -> int:
+    return _device_count_now()
 
 
 _DEVICES: dict[tuple[str, "int | None"], "Device"] = {}
@@ -547,7 +384,7 @@ def to_device(array: Any, dev: Device) -> Any:
     if src is dev or src == dev:  # devices are interned: the usual call is an identity test
         return array
     if dev.type == "cpu":
-        cuda.note_sync(f"a copy from {src} to the CPU")  # device -> host copy waits for the GPU
+        note_sync(f"a copy from {src} to the CPU")  # device -> host copy waits for the GPU
         return _cupy.asnumpy(array)  # type: ignore[union-attr]
     if _captures:
         refuse_in_capture(f"a copy of a CPU array to {dev}",
@@ -570,7 +407,8 @@ def defer_device_check(key: Any, check: Callable[[], "Exception | None"]) -> Non
     _device_checks[key] = check
 
 
-def _raise_device_errors() -> None:
+def raise_device_errors() -> None:
+    """Raise the first error a kernel flagged on the device since the last host read (``defer_device_check``)."""
     checks = list(_device_checks.values())
     _device_checks.clear()
     errors = [error for error in (check() for check in checks) if error is not None]
@@ -585,10 +423,10 @@ def to_host(array: Any, what: str = "a device-to-host read") -> np.ndarray:
     on the device are raised (see ``defer_device_check``).
     """
     if is_cupy_array(array):
-        cuda.note_sync(what)
+        note_sync(what)
         host = _cupy.asnumpy(array)  # type: ignore[union-attr]
         if _device_checks:
-            _raise_device_errors()
+            raise_device_errors()
         return host
     return np.asarray(array)
 

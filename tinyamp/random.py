@@ -195,7 +195,7 @@ def cuda_set_rng_state(new_state: Any, device: Any = "cuda") -> None:
 
 def cuda_get_rng_state_all() -> list:
     """Every CUDA device's generator state, in device order."""
-    return [cuda_get_rng_state(i) for i in range(backend.cuda.device_count())]
+    return [cuda_get_rng_state(i) for i in range(backend.cuda_device_count())]
 
 
 def cuda_set_rng_state_all(new_states: Any) -> None:
@@ -205,12 +205,12 @@ def cuda_set_rng_state_all(new_states: Any) -> None:
 
 def cuda_manual_seed(seed: int) -> None:
     """``ta.cuda.manual_seed``: reseed the current CUDA device's default generator."""
-    if backend.cuda.is_available():
+    if backend.cuda_available():
         default_generator("cuda").manual_seed(seed)
 
 
 def cuda_manual_seed_all(seed: int) -> None:
-    for i in range(backend.cuda.device_count() if backend.cuda.is_available() else 0):
+    for i in range(backend.cuda_device_count() if backend.cuda_available() else 0):
         default_generator(backend.Device("cuda", i)).manual_seed(seed)
 
 

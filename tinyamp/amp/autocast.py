@@ -145,7 +145,7 @@ class autocast:
         self._cache_enabled = None if cache_enabled is None else bool(cache_enabled)
         self.overrides = _region_overrides(overrides, {LOWER: lower_ops, FP32: fp32_ops,
                                                        PROMOTE: promote_ops, NEUTRAL: neutral_ops})
-        if self._enabled and self.device_type == "cuda" and not backend.cuda.is_available():
+        if self._enabled and self.device_type == "cuda" and not backend.cuda_available():
             warnings.warn("User provided device_type of 'cuda', but CUDA is not available. Disabling "
                           "(use device_type='cpu' or None to autocast CPU ops)", stacklevel=2)
             self._enabled = False

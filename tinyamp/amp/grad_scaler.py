@@ -112,7 +112,7 @@ class GradScaler(ScalerSettings):
                             f"torch.amp.GradScaler, got {device!r}; pass init_scale={device!r} by keyword")
         self.device = device
         self._enabled = bool(enabled)
-        if device == "cuda" and self._enabled and not backend.cuda.is_available():
+        if device == "cuda" and self._enabled and not backend.cuda_available():
             # PyTorch's behaviour and words: a CUDA scaler on a machine without CUDA turns itself off.
             warnings.warn("torch.cuda.amp.GradScaler is enabled, but CUDA is not available.  Disabling.",
                           UserWarning, stacklevel=2)

@@ -16,7 +16,7 @@ from ..tensor import Tensor
 def read_host(array: Any) -> float:
     """Read a device value on the host: one host synchronisation, counted on the CPU too."""
     if not backend.is_cupy_array(array):
-        backend.cuda.note_sync()
+        backend.note_sync()
     return backend.to_host(array).reshape(()).item()  # to_host counts the GPU case
 
 
@@ -61,7 +61,7 @@ class ScalerStep:
         if scales is None:
             return 1.0
         if type(scales) is tuple:  # the CPU rule's floats: a host read like any other, counted as one
-            backend.cuda.note_sync()
+            backend.note_sync()
             return scales[index]
         return read_host(scales[index:index + 1])
 

@@ -60,4 +60,4 @@ matmul = _MatmulFlags()
 
 def is_built() -> bool:
     """Whether tinyamp can reach CUDA at all (CuPy or the stand-in loads), as ``torch.backends.cuda.is_built``."""
-    return backend.cuda.is_available()
+    return backend.cuda_available()

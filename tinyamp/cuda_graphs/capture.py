@@ -277,6 +277,6 @@ def _forget_side_stream() -> None:
 
 def is_current_stream_capturing() -> bool:
     """True while the current CUDA stream is capturing a graph (False without CUDA)."""
-    if not backend.cuda.is_available():
+    if not backend.cuda_available():
         return False
     return bool(backend.cupy().cuda.get_current_stream().is_capturing())

@@ -53,7 +53,7 @@ def normalize_key(key: Any, device: backend.Device) -> tuple:
             k = backend.to_device(k, device)
             if k.dtype == np.bool_ and k.ndim > 0:
                 if backend.is_cupy_array(k):
-                    backend.cuda.note_sync()  # the GPU's nonzero reads its count on the host
+                    backend.note_sync()  # the GPU's nonzero reads its count on the host
                 result.extend(k.nonzero())
                 continue
         result.append(k)

@@ -40,7 +40,8 @@ Updates write in place into ``p.array`` (and bump ``p._version``, which the
 autocast weight-cast cache keys on, so it sees every optimizer update).
 
 ``track_swamping()`` (opt-in) makes each step also measure which update
-elements float16 weights would have lost (``swamping()``; amp/study/swamping.py).
+elements float16 weights would have lost (``swamping()``): the instrument and
+the optimizer's opt-in live in amp/study/swamping.py (``Tracking``, a base).
 """
 
 from __future__ import annotations
@@ -154,7 +155,7 @@ def refuse_differentiable(name: str, differentiable: bool) -> None:
                                   f"parameters in place, outside autograd")
 
 
-class Optimizer:
+class Optimizer(swamping.Tracking):
     """Base class of tinyamp's optimizers (PyTorch's ``torch.optim.Optimizer``)."""
 
     # Overridden to True by the optimizers that implement the masked-update contract.
@@ -162,10 +163,6 @@ class Optimizer:
     # True for optimizers whose GPU kernels read found_inf themselves: their keep
     # flag on a GPU is then found_inf (one-element float32), not a computed mask.
     _kernels_read_found_inf = False
-    # Update-swamping measurement (amp/study/swamping.py): off unless track_swamping() turns it on.
-    _swamping_dtype: "np.dtype | None" = None
-    _swamping_names: "dict[int, str] | None" = None
-    _swamping_report: Any = None
 
     def __init__(self, params: Iterable[Any], defaults: dict) -> None:
         self.defaults = dict(defaults)
@@ -298,32 +295,6 @@ class Optimizer:
                 return group
         raise KeyError(f"parameter of shape {list(p.shape)} is not in this optimizer")
 
-    # -------------------------------------------------------------- swamping
-    def track_swamping(self, enabled: bool = True, *, dtype: Any = dt.float16, names: Any = None) -> None:
-        """Measure, at every step from now on, which update elements ``dtype`` weights would lose.
-
-        Opt-in: a step copies each updated weight before it writes it only while
-        this is on. ``names``: ``model.named_parameters()`` (or a dict) to label
-        the rows. :meth:`swamping` returns the last step's report.
-        """
-        if not enabled:
-            self._swamping_dtype = self._swamping_names = self._swamping_report = None
-            return
-        low = dt.as_dtype(dtype)
-        if low not in dt.LOW_PRECISION:
-            raise ValueError(f"{type(self).__name__}.track_swamping: dtype must be float16 or bfloat16, "
-                             f"got {dt.dtype_name(low)}")
-        self._swamping_dtype = low
-        labels = dict(names.items() if isinstance(names, dict) else names) if names is not None else {}
-        self._swamping_names = {id(p): name for name, p in labels.items()}
-
-    def swamping(self) -> Any:
-        """The :class:`~tinyamp.amp.study.swamping.SwampingReport` of the last step taken while tracking, or None."""
-        return self._swamping_report
-
-    def _swamping_label(self, p: Tensor, group_index: int, index: int) -> str:
-        return (self._swamping_names or {}).get(id(p), f"group{group_index}.{index}")
-
     # -------------------------------------------------------------- step
     def step(self, closure: "Callable[[], Any] | None" = None, *, found_inf: Any = None,
              grad_scale: Any = None) -> Any:
@@ -347,8 +318,7 @@ class Optimizer:
                 # A masked step computes with the inf/nan gradients it then discards: NumPy's
                 # overflow/invalid warnings would be noise there.
                 quiet = np.errstate(over="ignore", invalid="ignore")
-        low = self._swamping_dtype  # None unless track_swamping() asked for the measurement
-        rows: list = []
+        rows: list = []  # swamping rows, only while track_swamping() is on
         with tinyamp.no_grad(), quiet:
             for group_index, group in enumerate(self.param_groups):
                 entries = []
@@ -356,23 +326,15 @@ class Optimizer:
                     entry = self._prepare(p, group, found_inf, grad_scale, keeps)
                     if entry is not None:
                         entries.append(entry)
-                # The weights before the update, only when measuring swamping.
-                before = [(w.copy(), p.array.copy()) for p, w, _, _, _ in entries] if low is not None else None
+                before = self._swamping_before(entries)
                 if entries:
                     self._update_group(group, entries)
                 for p, _, _, _, master in entries:
                     self._finish(p, master)
-                if before is not None:
-                    rows += self._measure_swamping(group_index, group, entries, before, low)
-        if low is not None:
-            self._swamping_report = swamping.SwampingReport(rows, low)
+                rows += self._swamping_after(group_index, group, entries, before)
+        if self._swamping_dtype is not None:
+            self._swamping_report = swamping.SwampingReport(rows, self._swamping_dtype)
         return loss
-
-    def _measure_swamping(self, group_index: int, group: dict, entries: list, before: list, low: Any) -> list:
-        index = {id(p): i for i, p in enumerate(group["params"])}
-        return [swamping.measure(self._swamping_label(p, group_index, index[id(p)]), p, old_weight, weight,
-                                 old_param, master is not None, low)
-                for (p, weight, _, _, master), (old_weight, old_param) in zip(entries, before)]
 
     def _prepare(self, p: Tensor, group: dict, found_inf: Any, grad_scale: Any, keeps: dict) -> "tuple | None":
         """(param, weight array, grad array, keep mask, master) for one parameter, or None."""

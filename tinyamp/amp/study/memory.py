@@ -155,7 +155,7 @@ def gpu_pool_bytes() -> "dict | None":
     peak of the process from above since the pool was last emptied (CuPy keeps
     no peak counter). None when CUDA is unavailable.
     """
-    if not backend.cuda.is_available():
+    if not backend.cuda_available():
         return None
     pool = backend.cupy().get_default_memory_pool()
     return {"used": int(pool.used_bytes()), "held": int(pool.total_bytes())}

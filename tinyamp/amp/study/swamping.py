@@ -144,3 +144,54 @@ def measure(name: str, param: Any, old_weight: Any, new_weight: Any, old_param: 
     weights = "float32 master" if master else dt.dtype_name(weight_dtype)
     return ParameterSwamping(name, shape, weights, elements, moved, int(np.count_nonzero(kept)),
                              int(np.count_nonzero(vanished)), held)
+
+
+class Tracking:
+    """The optimizer's side of the measurement (``torch.optim.Optimizer`` has none): opt in, get the report.
+
+    ``Optimizer`` takes this as a base; its ``step`` calls :meth:`_swamping_before`
+    and :meth:`_swamping_after` around each group's update, which copy and
+    measure only while tracking is on.
+    """
+
+    _swamping_dtype: "np.dtype | None" = None  # None: off (the default)
+    _swamping_names: "dict[int, str] | None" = None
+    _swamping_report: Any = None
+
+    def track_swamping(self, enabled: bool = True, *, dtype: Any = dt.float16, names: Any = None) -> None:
+        """Measure, at every step from now on, which update elements ``dtype`` weights would lose.
+
+        Opt-in: a step copies each updated weight before it writes it only while
+        this is on. ``names``: ``model.named_parameters()`` (or a dict) to label
+        the rows. :meth:`swamping` returns the last step's report.
+        """
+        if not enabled:
+            self._swamping_dtype = self._swamping_names = self._swamping_report = None
+            return
+        low = dt.as_dtype(dtype)
+        if low not in dt.LOW_PRECISION:
+            raise ValueError(f"{type(self).__name__}.track_swamping: dtype must be float16 or bfloat16, "
+                             f"got {dt.dtype_name(low)}")
+        self._swamping_dtype = low
+        labels = dict(names.items() if isinstance(names, dict) else names) if names is not None else {}
+        self._swamping_names = {id(p): name for name, p in labels.items()}
+
+    def swamping(self) -> Any:
+        """The :class:`SwampingReport` of the last step taken while tracking, or None."""
+        return self._swamping_report
+
+    def _swamping_before(self, entries: list) -> "list | None":
+        """The weights and parameters of a group's entries before its update (None when not tracking)."""
+        if self._swamping_dtype is None:
+            return None
+        return [(w.copy(), p.array.copy()) for p, w, _, _, _ in entries]
+
+    def _swamping_after(self, group_index: int, group: dict, entries: list, before: "list | None") -> list:
+        """The group's rows, from ``before`` and the weights the update wrote (none when not tracking)."""
+        if before is None:
+            return []
+        index = {id(p): i for i, p in enumerate(group["params"])}
+        names = self._swamping_names or {}
+        return [measure(names.get(id(p), f"group{group_index}.{index[id(p)]}"), p, old_weight, weight, old_param,
+                        master is not None, self._swamping_dtype)
+                for (p, weight, _, _, master), (old_weight, old_param) in zip(entries, before)]
