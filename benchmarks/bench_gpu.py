@@ -136,12 +136,6 @@ class Timer:
         return out
 
 
-_SPIN = r"""extern "C" __global__ void tinyamp_bench_spin(long long cycles) {
-    const long long start = clock64();
-    while (clock64() - start < cycles) { }
-}"""
-
-
 def device_samples(fn: Callable[[], Any], repeats: int, warmup: int) -> list[float]:
     """Device seconds per call of ``fn`` (its kernels back to back), the host's launch time hidden.
 
@@ -158,7 +152,7 @@ def device_samples(fn: Callable[[], Any], repeats: int, warmup: int) -> list[flo
         fn()
     cp.cuda.Device().synchronize()
     events = [(cp.cuda.Event(), cp.cuda.Event()) for _ in range(repeats)]
-    cp.RawKernel(_SPIN, "tinyamp_bench_spin")((1,), (1,), (np.int64(100_000_000),))  # ~50 ms at 2 GHz
+    common.gpu_spin(cp, 100_000_000)  # ~50 ms
     for begin, end in events:
         begin.record()
         fn()

@@ -25,17 +25,12 @@ from tinyamp import backend  # noqa: E402
 
 import common  # noqa: E402
 
-SPIN = r"""extern "C" __global__ void tinyamp_bench_spin(long long cycles) {
-    const long long start = clock64();
-    while (clock64() - start < cycles) { }
-}"""
 WAIT_MS = 5.0  # a phase longer than this waited for the spin kernel
 
 
 def phases(batch: int, hidden: int, steps: int) -> dict[str, list[float]]:
     """Host milliseconds of each phase, per step (after three warm-up steps)."""
     cp = backend.cupy()
-    spin = cp.RawKernel(SPIN, "tinyamp_bench_spin")
     nn = ta.nn
     ta.manual_seed(0)
     model = nn.Sequential(nn.Linear(784, hidden), nn.ReLU(), nn.Linear(hidden, 10)).to("cuda")
@@ -47,7 +42,7 @@ def phases(batch: int, hidden: int, steps: int) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {}
     for i in range(steps + 3):
         cp.cuda.Device().synchronize()
-        spin((1,), (1,), (np.int64(60_000_000),))
+        common.gpu_spin(cp, 60_000_000)
         marks = [("start", time.perf_counter())]
         opt.zero_grad()
         marks.append(("zero_grad", time.perf_counter()))

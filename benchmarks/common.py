@@ -1,4 +1,4 @@
-"""Shared benchmark helpers: timing with warm-ups, medians and spread, JSON output.
+"""Shared benchmark helpers: timing with warm-ups, medians and spread, JSON output, a GPU spin kernel.
 
 Timing is measured here and never asserted in tests. Set
 ``MALLOC_MMAP_THRESHOLD_=4294967296 MALLOC_TRIM_THRESHOLD_=4294967296`` for stable
@@ -81,3 +81,15 @@ def table(rows: list[list[str]], header: list[str]) -> str:
     widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
     line = lambda r: "  ".join(str(c).rjust(w) for c, w in zip(r, widths))  # noqa: E731
     return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
+
+
+_SPIN = r"""extern "C" __global__ void tinyamp_bench_spin(long long cycles) {
+    const long long start = clock64();
+    while (clock64() - start < cycles) { }
+}"""
+
+
+def gpu_spin(cp: object, cycles: int) -> None:
+    """Keep a real GPU busy for ``cycles`` clock cycles (one thread; ~2e9 a second), so the host's work after
+    this call is timed or queued while the GPU waits for nothing."""
+    cp.RawKernel(_SPIN, "tinyamp_bench_spin")((1,), (1,), (np.int64(cycles),))  # type: ignore[attr-defined]

@@ -54,6 +54,12 @@ def device(request: pytest.FixtureRequest) -> Iterator[str]:
     yield from _run_on(request.param)
 
 
+@pytest.fixture
+def standin_backend() -> Iterator[str]:
+    """"cuda" on the stand-in alone (for counts only it keeps: launches, bytes)."""
+    yield from _run_on("standin")
+
+
 @pytest.fixture(params=CUDA_BACKENDS)
 def cuda_backend(request: pytest.FixtureRequest) -> Iterator[str]:
     """"cuda", on the stand-in or on a real GPU; the test may ask ``backend.standin_active()`` which."""
@@ -64,10 +70,10 @@ def cuda_backend(request: pytest.FixtureRequest) -> Iterator[str]:
 def _no_device_error_left_pending() -> Iterator[None]:
     """A device error a test flagged and never read would be raised by a later test's host read: fail its own."""
     yield
-    pending = list(backend._device_checks.values())
-    backend._device_checks.clear()
-    errors = [error for error in (check() for check in pending) if error is not None]
-    assert not errors, f"the test left a device error pending (raised at the next host read): {errors[0]!r}"
+    try:
+        backend.raise_device_errors()
+    except Exception as error:  # noqa: BLE001 - any flagged error is the test's
+        pytest.fail(f"the test left a device error pending (raised at the next host read): {error!r}")
 
 
 @pytest.fixture(autouse=True)

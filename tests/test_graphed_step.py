@@ -11,14 +11,13 @@ so a step that depended on host work at each call would drift here too.
 from __future__ import annotations
 
 import re
-from typing import Iterator
 
 import numpy as np
 import pytest
 
 import tinyamp as ta
 import tinyamp.nn.functional as F
-from tinyamp import backend, cuda_standin
+from tinyamp import backend
 from tinyamp.data import load_mnist
 
 STEPS = 100
@@ -136,14 +135,6 @@ def test_dropout_in_a_graphed_step_draws_the_eager_steps_masks(cuda_backend) -> 
         np.testing.assert_array_equal(got, want)
     for got, want in zip(graphed_weights, eager_weights):
         np.testing.assert_array_equal(got, want)
-
-
-@pytest.fixture
-def standin_backend() -> Iterator[str]:
-    """The stand-in alone (its launch counters; a GPU has none, and the step itself is tested above on both)."""
-    cuda_standin.get_default_memory_pool().free_all_blocks()
-    with backend.use_cuda_standin():
-        yield "cuda"
 
 
 def test_a_replayed_step_costs_one_graph_launch_and_no_host_work(standin_backend) -> None:
