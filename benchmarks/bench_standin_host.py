@@ -13,8 +13,9 @@ per-call costs on a GPU are not measured here.
 MLP I-H-10, SGD momentum 0.9, float16 autocast + GradScaler, the batch on the
 "device". Reported: CPU time of this thread per step (``time.thread_time``)
 and wall time, medians of rounds; then one cProfile pass attributing the
-step's time to files (a built-in function's time goes to the file that
-called it): tinyamp's CUDA path, the rest of tinyamp, the stand-in, NumPy.
+step's time and its function calls to files (a built-in function's go to
+the file that called it): tinyamp's CUDA path, the rest of tinyamp, the
+stand-in, NumPy. The calls are a count, steady on a loaded machine.
 
     python benchmarks/bench_standin_host.py [--inputs 98 --hidden 128 --batch 64] [--json out.json]
     python benchmarks/bench_standin_host.py --against DIR [--rounds 7]
@@ -108,22 +109,27 @@ def _bucket(filename: str, caller: "str | None" = None) -> str:
     return "other"
 
 
-def profile(step: Callable[[], None], steps: int) -> tuple[float, dict[str, float]]:
-    """cProfile of ``steps`` steps: (profiled us per step, us per step by bucket)."""
+def profile(step: Callable[[], None], steps: int) -> tuple[float, dict[str, float], dict[str, float]]:
+    """cProfile of ``steps`` steps: (profiled us per step, us per step by bucket, function calls per step by
+    bucket: a count, steadier than times on a loaded machine)."""
     profiler = cProfile.Profile()
     profiler.enable()
     for _ in range(steps):
         step()
     profiler.disable()
     by: collections.Counter = collections.Counter()
-    for (filename, _, _), (_, _, tottime, _, callers) in pstats.Stats(profiler).stats.items():  # type: ignore[attr-defined]
+    calls: collections.Counter = collections.Counter()
+    stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
+    for (filename, _, _), (_, ncalls, tottime, _, callers) in stats.items():
         if filename == "~" and callers:
             for (caller_file, _, _), edge in callers.items():
                 by[_bucket(filename, caller_file)] += edge[2]
+                calls[_bucket(filename, caller_file)] += edge[1]
         else:
             by[_bucket(filename)] += tottime
+            calls[_bucket(filename)] += ncalls
     per_step = {k: v / steps * 1e6 for k, v in by.items()}
-    return sum(per_step.values()), per_step
+    return sum(per_step.values()), per_step, {k: v / steps for k, v in calls.items()}
 
 
 def group(per_file: dict[str, float]) -> dict[str, float]:
@@ -146,8 +152,9 @@ def measure(root: str, inputs: int, hidden: int, batch: int, steps: int, rounds:
     result = {"root": os.path.abspath(root), "inputs": inputs, "hidden": hidden, "batch": batch,
               **time_steps(step, steps, rounds)}
     if profile_steps:
-        total, per_file = profile(step, profile_steps)
-        result.update(profiled_us=total, by_file=per_file, by_group=group(per_file))
+        total, per_file, calls = profile(step, profile_steps)
+        result.update(profiled_us=total, by_file=per_file, by_group=group(per_file), calls_by_file=calls,
+                      calls_by_group=group(calls))
     return result
 
 
@@ -191,14 +198,14 @@ def report(result: dict) -> None:
     if "by_file" in result:
         total = result["profiled_us"]
         print(f"\ncProfile attribution (profiled step: {total:.0f} us; the profiler inflates call-heavy code)")
-        rows = [[name, f"{us:.1f}", f"{us / total:.1%}"]
+        rows = [[name, f"{us:.1f}", f"{us / total:.1%}", f"{result['calls_by_group'].get(name, 0):.0f}"]
                 for name, us in sorted(result["by_group"].items(), key=lambda kv: -kv[1])]
-        print(common.table(rows, ["where", "us/step", "share"]))
+        print(common.table(rows, ["where", "us/step", "share", "calls/step"]))
         print()
-        rows = [[name, f"{us:.1f}", f"{us / total:.1%}"]
+        rows = [[name, f"{us:.1f}", f"{us / total:.1%}", f"{result['calls_by_file'].get(name, 0):.0f}"]
                 for name, us in sorted(result["by_file"].items(), key=lambda kv: -kv[1])
                 if name.startswith("tinyamp/")][:20]
-        print(common.table(rows, ["tinyamp file (stand-in excluded)", "us/step", "share"]))
+        print(common.table(rows, ["tinyamp file (stand-in excluded)", "us/step", "share", "calls/step"]))
 
 
 def main(argv: "list[str] | None" = None) -> dict:

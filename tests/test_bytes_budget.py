@@ -63,7 +63,7 @@ def test_a_raw_kernel_reads_const_pointers_and_writes_the_others_unless_declared
     cp.counters.reset()
     kernel((1,), (16,), (x, y, np.int64(10)))
     assert moved(cp, "twice") == (40, 40)
-    cuda_launch.count("twice", (12, 8))  # what a launch reading part of its arrays declares
+    cuda_launch.count("twice", lambda: (12, 8))  # what a launch reading part of its arrays declares
     kernel((1,), (16,), (x, y, np.int64(3)))
     assert moved(cp, "twice") == (52, 48)
     assert y.get().tolist() == [2.0] * 10

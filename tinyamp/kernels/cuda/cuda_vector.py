@@ -34,6 +34,7 @@ Compiling, launching and counting: ``cuda_launch.py``.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -237,6 +238,7 @@ _CONVERT_NAME = {dt.float32: "f32", dt.float16: "f16", dt.bfloat16: "bf16"}
 CONVERT_PAIRS = tuple((a, b) for a in _CONVERT_NAME for b in _CONVERT_NAME if a != b)
 
 
+@lru_cache(maxsize=None)
 def convert_source(source: Any, target: Any) -> tuple[str, str]:
     """(name, source) of the conversion from ``source`` to ``target`` dtype (two of float32/16/bfloat16)."""
     a, b = _CONVERT_NAME[np.dtype(source)], _CONVERT_NAME[np.dtype(target)]
@@ -247,6 +249,7 @@ def convert_source(source: Any, target: Any) -> tuple[str, str]:
                                           a=a, b=b, load=load, store=store)
 
 
+@lru_cache(maxsize=None)
 def relu_source(dtype: Any) -> tuple[str, str]:
     """(name, source) of the vectorised ReLU for ``dtype``."""
     s, c, b, per = _STORAGE[np.dtype(dtype)]
@@ -255,6 +258,7 @@ def relu_source(dtype: Any) -> tuple[str, str]:
                                         word=_WORD_UNARY[per].format(fn=fn))
 
 
+@lru_cache(maxsize=None)
 def relu_backward_source(dtype: Any) -> tuple[str, str]:
     """(name, source) of the vectorised ReLU backward for ``gy`` and ``y`` of ``dtype``."""
     s, c, b, per = _STORAGE[np.dtype(dtype)]
@@ -263,6 +267,7 @@ def relu_backward_source(dtype: Any) -> tuple[str, str]:
                                          word=_WORD_BINARY[per].format(fn=fn))
 
 
+@lru_cache(maxsize=None)
 def column_sum_source(dtype: Any, mode: str) -> tuple[str, str]:
     """(name, source) of the column sum of a ``dtype`` gradient, finished as ``mode`` says."""
     s, c, _, per = _STORAGE[np.dtype(dtype)]
@@ -385,7 +390,7 @@ def column_sum(g: Any, out_dtype: Any, *, through: bool = False) -> Any:
         partial = cp.empty((nchunks, cols), dtype=np.float32)
         tickets = _ticket_array(dev, groups)
         threads = groups * nchunks
-        launch.count(name, (g.nbytes + partial.nbytes + 4 * groups, partial.nbytes + out.nbytes + 4 * groups))
+        launch.count(name, lambda: (g.nbytes + partial.nbytes + 4 * groups, partial.nbytes + out.nbytes + 4 * groups))
         launch.raw_kernel(name, source)(((threads + BLOCK - 1) // BLOCK,), (BLOCK,),
                                         (g, partial, tickets, out, np.int64(rows), np.int64(cols),
                                          np.int64(SUM_ROWS), np.int32(nchunks), np.int32(vec)))
