@@ -106,7 +106,7 @@ def _row_major(xp: Any, x: Array, trans: bool, batch: tuple[int, ...]
     n_batch = math.prod(batch)
     own = math.prod(x.shape[:-2])
     if own == 1:
-        x, stride = x.reshape(rows, cols), 0
+        x, stride = (x if x.ndim == 2 else x.reshape(rows, cols)), 0
     elif own == n_batch:
         # Broadcasts to the batch with the same element count, so only
         # leading ones differ: the same matrices in the same order.
