@@ -137,7 +137,6 @@ _SCALARS64 = (_ALPHA64.ctypes.data, _BETA64.ctypes.data)
 # cublasComputeType_t values (cublas_api.h, a stable ABI) -> their names, for last_gpu_call.
 _COMPUTE_TYPE_NAMES = {68: "CUBLAS_COMPUTE_32F", 64: "CUBLAS_COMPUTE_16F", 70: "CUBLAS_COMPUTE_64F",
                        77: "CUBLAS_COMPUTE_32F_FAST_TF32"}
-_COMPUTE_64F = 70
 # dtype -> its name (numpy's dtype.name is computed at every read).
 _DTYPE_NAMES = {np.dtype(d): np.dtype(d).name for d in _CUDA_DATA_TYPE}
 
@@ -170,7 +169,8 @@ def _cublas_gemm(xp: Any, cublas: Any, handle: int, a: Array, b: Array,
         a, stride_a, rows_c, n_batch = a.reshape(n_batch * m, k), 0, n_batch * m, 1
 
     op_n, op_t = cublas.CUBLAS_OP_N, cublas.CUBLAS_OP_T
-    alpha, beta = _SCALARS64 if compute_type == _COMPUTE_64F else _SCALARS  # float64 scale type for 64F
+    # alpha and beta in the compute type's scale type: float64 for CUBLAS_COMPUTE_64F, else float32.
+    alpha, beta = _SCALARS64 if compute_type == cublas_direct.CUBLAS_COMPUTE_64F else _SCALARS
     c_dtype = np.dtype(c_dtype)
     in_type, c_type = _CUDA_DATA_TYPE[a.dtype], _CUDA_DATA_TYPE[c_dtype]
     args_b = (b.data.ptr, in_type, b.shape[-1])
