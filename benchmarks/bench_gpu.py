@@ -330,6 +330,8 @@ def kernel_cases(batch: int, hidden: int, torch: Any, inputs: int = 784, classes
         ("cupy sum float32 (before)", "bias gradient", lambda: g.sum(axis=0, dtype=f32), 2 * n + 4 * hidden),
         ("tinyamp_convert_f32_f16", "input batch cast", lambda: cuda_vector.convert(x32, f16), 6 * batch * inputs),
         ("tinyamp_convert_f16_f32", "dW widened", lambda: cuda_vector.convert(w16, f32), 6 * hidden * inputs),
+        ("tinyamp_convert_f16_f32_by8 (before)", "dW widened",
+         lambda: cuda_vector.convert(w16, f32, eight=True), 6 * hidden * inputs),
         ("tinyamp_unscale_f32_f32", "unscale_", lambda: cuda_scaler.unscale_group(grads, grads, scale, found),
          8 * params),
         ("tinyamp_sgd_group_f32_f32_f16", "SGD momentum step",

@@ -426,6 +426,7 @@ def test_gpu_benchmark_script_runs_on_the_standin_with_the_cuda_graph_row(tmp_pa
     assert speedup["goal"] == ">= 2.5" and speedup["value"] > 0
     # Issue 20: every kernel of the AMP step timed with its bytes, and the GPU time per step (no CUPTI here).
     assert set(bench_gpu.ELEMENTWISE) <= {r["kernel"] for r in result["kernels"]}
+    assert "tinyamp_convert_f16_f32_by8 (before)" in {r["kernel"] for r in result["kernels"]}  # the layout replaced
     assert all(r["bytes"] > 0 and r["tb_per_s"] > 0 for r in result["kernels"])
     assert {(r["framework"], r["mode"]) for r in result["gpu_time"]} == {("tinyamp", "amp"), ("tinyamp", "amp-graph")}
 

@@ -220,6 +220,16 @@ def test_resolve_refuses_memory_outside_live_allocations() -> None:
         cublas._matrix("gemmEx", "A", ptr, np.dtype(np.float32), 2, 2, 2)
 
 
+def test_a_pointer_copy_must_stay_inside_live_allocations() -> None:
+    src, dst = cp.arange(16, dtype=np.float32), cp.zeros(16, np.float32)
+    with pytest.raises(ValueError, match="copy_from_device_async: source: 64 bytes at .* run past the end"):
+        dst.data.copy_from_device_async(src.data + 4, 64)
+    with pytest.raises(ValueError, match="copy_from_device_async: destination: 68 bytes at .* run past the end"):
+        dst.data.copy_from_device_async(src.data, 68)
+    dst.data.copy_from_device_async(src.data + 4, 60)
+    np.testing.assert_array_equal(dst.get(), np.r_[np.arange(1, 16), 0].astype(np.float32))
+
+
 def test_allocators_and_the_pinned_pool() -> None:
     calls = []
 

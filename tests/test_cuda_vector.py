@@ -167,6 +167,10 @@ def test_convert_gives_astypes_bits(cp, pair, n) -> None:
         want = x.astype(target)
     got = cuda_vector.convert(cp.asarray(x), target)
     fd.assert_same_bits([got.get()], [want], "convert")
+    per = 4 if target == fd.F32 else 8  # a widening loads 8 bytes and stores 16; the others 16 and 16
+    assert cuda_vector.convert_vectors(cp.asarray(x), got) == n // per  # fresh arrays: the vector loop
+    if pair in cuda_vector.WIDENING_PAIRS:  # the layout it replaced, which bench_gpu times beside it: same bits
+        fd.assert_same_bits([cuda_vector.convert(cp.asarray(x), target, eight=True).get()], [want], "convert by 8")
     from tinyamp.kernels.convert import convert  # the library's entry point takes this kernel on a GPU
     cp.counters.reset()
     fd.assert_same_bits([convert(cp.asarray(x), target).get()], [want], "convert()")
@@ -178,3 +182,19 @@ def test_convert_on_a_misaligned_view(cp) -> None:
     with np.errstate(all="ignore"):
         fd.assert_same_bits([cuda_vector.convert(base[3:], fd.F16).get()], [base.get()[3:].astype(fd.F16)],
                             "convert misaligned")
+
+
+@pytest.mark.parametrize("source", [fd.F16, fd.BF16], ids=str)
+@pytest.mark.parametrize("offset", range(9))
+def test_widening_views_take_the_vector_loop_only_when_8_byte_aligned(cp, source, offset) -> None:
+    """A uint2 load needs the input 8-byte aligned (a view 4 elements in still is); the float4 store needs the
+    output 16-byte aligned (a fresh array is). Anything else takes the scalar loop, with the same bits."""
+    base = cp.asarray(sample(203, source, 5))
+    view = base[offset:]
+    got = cuda_vector.convert(view, fd.F32)
+    fd.assert_same_bits([got.get()], [base.get()[offset:].astype(fd.F32)], f"widening {offset} elements in")
+    assert cuda_vector.convert_vectors(view, got) == (view.size // 4 if offset % 4 == 0 else 0)
+    out = cp.empty(view.size + 4, fd.F32)
+    for skip in (1, 2, 3):  # 4, 8, 12 bytes past a 16-byte boundary: no float4 store
+        assert cuda_vector.convert_vectors(view, out[skip:skip + view.size]) == 0
+    assert cuda_vector.convert_vectors(view, out[4:4 + view.size]) == (view.size // 4 if offset % 4 == 0 else 0)

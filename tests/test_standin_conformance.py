@@ -249,6 +249,32 @@ def _capture_and_replay_reference() -> list:
             for seed in (7, 8)]
 
 
+def _pointer_copies(cp: Any) -> list:
+    """MemoryPointer.copy_from_device_async: a row of one array into another, then a whole copy captured (it runs
+    only at the replay) and replayed after the source changed."""
+    src, dst = cp.asarray(_random((4, 6), F32, 9)), cp.zeros((4, 6), F32)
+    dst.data.copy_from_device_async(src.data + 24, 24)
+    results = [dst.get()]
+    with _capturing(cp) as graphs:
+        dst.data.copy_from_device_async(src.data, src.nbytes)
+    results.append(dst.get())
+    src[...] = cp.asarray(_random((4, 6), F32, 10))
+    graphs[0].launch()
+    cp.cuda.get_current_stream().synchronize()
+    return results + [dst.get()]
+
+
+def _pointer_copies_reference() -> list:
+    first = np.zeros((4, 6), F32)
+    first[0] = _random((4, 6), F32, 9)[1]
+    return [first, first, _random((4, 6), F32, 10)]
+
+
+def _pointer_copy_from_an_int(cp: Any) -> list:
+    cp.zeros(3, F32).data.copy_from_device_async(cp.ones(3, F32).data.ptr, 12)
+    return []
+
+
 def _get_during_capture(cp: Any) -> list:
     x = cp.ones(3, np.float32)
     with _capturing(cp):
@@ -302,6 +328,9 @@ CASES = {
                                                                              CAPTURE_REFUSAL)),
     "cupy.matmul during a capture": Case(_matmul_during_capture, ("NotImplementedError", CAPTURE_REFUSAL)),
     "capture and replay": Case(_capture_and_replay, _capture_and_replay_reference(), exact=False, rtol=1e-2),
+    "device-to-device copies by pointer": Case(_pointer_copies, _pointer_copies_reference()),
+    "pointer copy from an int": Case(_pointer_copy_from_an_int, ("TypeError", "Argument 'src' has incorrect type "
+                                                                 "(expected cupy.cuda.memory.MemoryPointer, got int)")),
     "get during a capture": Case(_get_during_capture, ("RuntimeError", "the current stream is capturing, so D2H "
                                                                        "transfers are disallowed")),
     "asarray of a host array during a capture": Case(_upload_during_capture, ("RuntimeError", "the current stream is "

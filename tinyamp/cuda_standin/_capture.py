@@ -108,11 +108,12 @@ active: "_Capture | None" = None  # the capture in progress (read on every opera
 
 
 # ------------------------------------------------------------------ recording
-def record(kernel: str, replay: Callable[[], None], arrays: tuple = ()) -> None:
+def record(kernel: str, replay: Callable[[], None], arrays: tuple = (), memories: tuple = ()) -> None:
     """Append a node to the capture in progress: ``replay`` redoes ``kernel``'s work on the same memory.
 
-    ``arrays`` are the stand-in arrays the work uses; the graph checks at each
-    launch that those from outside the capture's pool are still allocated.
+    ``arrays`` are the stand-in arrays the work uses (``memories``: the pool
+    blocks of raw pointers it uses); the graph checks at each launch that
+    those from outside the capture's pool are still allocated.
     """
     capture = active
     if capture is None:
@@ -120,8 +121,8 @@ def record(kernel: str, replay: Callable[[], None], arrays: tuple = ()) -> None:
     if _device.get_current_stream() is not capture.stream:
         refuse(f"{kernel} (device work on {_device.get_current_stream()!r} while {capture.stream!r} "
                "captures)", capture)
-    outside = tuple(weakref.ref(a._data.mem) for a in arrays
-                    if a._data.mem.pool is not None and a._data.mem.pool is not capture.pool)
+    blocks = tuple(a._data.mem for a in arrays) + memories
+    outside = tuple(weakref.ref(m) for m in blocks if m.pool is not None and m.pool is not capture.pool)
     capture.nodes.append((kernel, replay, outside))
     capture.moved[0] += counters.last_bytes[0]
     capture.moved[1] += counters.last_bytes[1]
@@ -270,6 +271,38 @@ def stream_is_capturing(stream_ptr: int) -> bool:
 
 
 runtime.streamIsCapturing = stream_is_capturing  # type: ignore[attr-defined]
+
+
+# ------------------------------------------------------------------ device-to-device copies by pointer
+def copy_from_device_async(self: _memory.MemoryPointer, src: _memory.MemoryPointer, size: int,
+                           stream: Any = None) -> None:
+    """``MemoryPointer.copy_from_device_async(src, size, stream=None)``: ``size`` bytes from ``src`` to here,
+    one ``cudaMemcpyAsync`` on ``stream`` (the current one by default); a capture records it as a node.
+
+    Stricter than CUDA, as every pointer the stand-in follows: both ranges must
+    lie inside live allocations (a GPU would read or write other memory).
+    """
+    if not isinstance(src, _memory.MemoryPointer):
+        raise TypeError(f"Argument 'src' has incorrect type (expected cupy.cuda.memory.MemoryPointer, "
+                        f"got {type(src).__name__})")
+    size = int(size)
+    if size == 0:
+        return
+    what = "MemoryPointer.copy_from_device_async"
+    dst_buffer, dst_offset = _memory.resolve(self.ptr, size, f"{what}: destination")
+    src_buffer, src_offset = _memory.resolve(src.ptr, size, f"{what}: source")
+    target, source = dst_buffer[dst_offset:dst_offset + size], src_buffer[src_offset:src_offset + size]
+
+    def copy() -> None:
+        np.copyto(target, source)
+
+    with _device.get_current_stream() if stream is None else stream:
+        copy()
+        counters.launch("memcpyAsync", size, size)
+        record("memcpyAsync", copy, memories=(self.mem, src.mem))
+
+
+_memory.MemoryPointer.copy_from_device_async = copy_from_device_async  # type: ignore[attr-defined]
 
 
 class Graph:

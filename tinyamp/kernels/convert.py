@@ -125,7 +125,7 @@ def convert(array, dtype, out=None, backend=None):
     if type(array) is not np.ndarray:
         if (out is None and array.dtype != target and (array.dtype, target) in _GPU_PAIRS
                 and cuda_launch.on_gpu(array) and array.flags.c_contiguous):
-            return cuda_vector.convert(array, target)  # astype's bits, 16 bytes a load
+            return cuda_vector.convert(array, target)  # astype's bits, vectorised loads and stores
         return _astype_into(array, target, out)
     key = (array.dtype, target)
     pair = _NB_PAIRS.get(key)

@@ -1,8 +1,9 @@
 """CUDA kernels at memory speed: ReLU forward and backward, conversions, a column sum.
 
 Each is a ``RawKernel`` whose threads move 16 bytes per load and store
-(``uint4``: eight float16/bfloat16 or four float32 values) when every array it
-touches is 16-byte aligned, with a scalar loop for the elements after the last
+(``uint4``: eight float16/bfloat16 or four float32 values; the widening
+conversions load 8 and store 16) when every array it touches is aligned for
+it, with a scalar loop for the elements after the last
 full vector (and for everything when an array is not aligned). A grid-stride
 loop gives each thread several vectors (``VECTORS_PER_THREAD``). No float64
 arithmetic and no CuPy type (RawKernels see 16-bit storage as ``unsigned short``
@@ -16,9 +17,14 @@ and convert with ``cuda_launch``'s PTX/bit conversions).
 - :func:`relu_backward`: ``gy * (y > 0)`` computed in float32 and rounded to
   ``gy``'s dtype, the rounding sequence of ``cuda_epilogue.relu_backward``
   (same bits; an inf/nan in ``gy`` at a dead unit gives nan).
-- :func:`convert`: float32 <-> float16/bfloat16 (and between the two), eight
-  elements a step, ``astype``'s bits (a bfloat16 NaN may carry another payload
-  than CuPy's, as ``cuda_launch``'s conversion notes).
+- :func:`convert`: float32 <-> float16/bfloat16 (and between the two),
+  ``astype``'s bits (a bfloat16 NaN may carry another payload than CuPy's, as
+  ``cuda_launch``'s conversion notes). Narrowing and 16 <-> 16 bits: eight
+  elements a step (16-byte loads and stores, both arrays 16-byte aligned).
+  Widening (16 bits to float32): four elements a step, an 8-byte load and one
+  16-byte store (``cuda_launch.VECTOR4``), so a warp's loads and its stores
+  are each one contiguous run (256 and 512 bytes); it needs the input 8-byte
+  and the output 16-byte aligned.
 - :func:`column_sum`: a bias gradient, ``g.sum(axis=0)`` accumulated in float32
   in one launch: the rows in chunks of ``SUM_ROWS``, each chunk summed row by
   row into a float32 partial; the last chunk of a column to finish (an integer
@@ -234,15 +240,48 @@ extern "C" __global__ void {fn}(const {sa}* __restrict__ x, {sb}* __restrict__ y
     for (long long i = nvec * 8 + first; i < n; i += stride) y[i] = tinyamp_f32_to_{b}(tinyamp_{a}_to_f32(x[i]));
 }}
 """
+# Widening, four elements a step: one uint2 load (8 bytes of 16-bit values) and one float4 store (16 bytes), so
+# consecutive threads load and store consecutive bytes. The same per-element conversion as _CONVERT's.
+_WIDEN = r"""
+extern "C" __global__ void {fn}(const unsigned short* __restrict__ x, float* __restrict__ y, const long long n,
+        const long long nvec) {{
+    // nvec: groups of four elements loaded as a uint2 and stored as a float4; the rest one at a time.
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    const long long first = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+#pragma unroll 4
+    for (long long v = first; v < nvec; v += stride) {{
+        float f[4];
+        tinyamp_load4_{a}(x + 4 * v, f);
+        tinyamp_store4_f32(y + 4 * v, f);
+    }}
+    for (long long i = nvec * 4 + first; i < n; i += stride) y[i] = tinyamp_f32_to_f32(tinyamp_{a}_to_f32(x[i]));
+}}
+"""
 _CONVERT_NAME = {dt.float32: "f32", dt.float16: "f16", dt.bfloat16: "bf16"}
 CONVERT_PAIRS = tuple((a, b) for a in _CONVERT_NAME for b in _CONVERT_NAME if a != b)
+WIDENING_PAIRS = tuple((a, b) for a, b in CONVERT_PAIRS if b == dt.float32)
 
 
 @lru_cache(maxsize=None)
-def convert_source(source: Any, target: Any) -> tuple[str, str]:
-    """(name, source) of the conversion from ``source`` to ``target`` dtype (two of float32/16/bfloat16)."""
+def convert_step(source: Any, target: Any) -> tuple[int, int, int]:
+    """(elements a step, input alignment, output alignment in bytes) of the conversion kernel of this pair."""
+    return (4, 8, ALIGN) if (np.dtype(source), np.dtype(target)) in WIDENING_PAIRS else (8, ALIGN, ALIGN)
+
+
+@lru_cache(maxsize=None)
+def convert_source(source: Any, target: Any, *, eight: bool = False) -> tuple[str, str]:
+    """(name, source) of the conversion from ``source`` to ``target`` dtype (two of float32/16/bfloat16).
+
+    ``eight``: a widening pair in the eight-elements-a-step layout (a 16-byte
+    load, two 16-byte stores), the layout the four-a-step kernel replaced, kept
+    under its own name (``..._by8``) for ``bench_gpu`` to time beside it.
+    """
     a, b = _CONVERT_NAME[np.dtype(source)], _CONVERT_NAME[np.dtype(target)]
     fn = f"tinyamp_convert_{a}_{b}"
+    if convert_step(source, target)[0] == 4:
+        if not eight:
+            return fn, _PRELUDE + launch.VECTOR4 + _WIDEN.format(fn=fn, a=a)
+        fn += "_by8"
     load = _LOAD8["f32" if a == "f32" else "16"].replace("{a}", a)
     store = _STORE8["f32" if b == "f32" else "16"].replace("{b}", b)
     return fn, _PRELUDE + _CONVERT.format(fn=fn, sa=_STORAGE[np.dtype(source)][0], sb=_STORAGE[np.dtype(target)][0],
@@ -287,6 +326,7 @@ def sources() -> list[tuple[str, str]]:
         out += [column_sum_source(dtype, mode) for mode in COLUMN_SUM_MODES
                 if mode == "float32" or dtype != dt.float32]
     out += [convert_source(a, b) for a, b in CONVERT_PAIRS]
+    out += [convert_source(a, b, eight=True) for a, b in WIDENING_PAIRS]
     return out
 
 
@@ -336,18 +376,27 @@ def relu_backward(gy: Any, y: Any) -> Any:
     return out
 
 
-def convert(x: Any, dtype: Any) -> Any:
+def convert_vectors(x: Any, y: Any, *, eight: bool = False) -> int:
+    """How many whole steps the conversion kernel of ``x`` into ``y`` takes as vectors (0: the scalar loop only,
+    when an array is not aligned for them)."""
+    per, x_align, y_align = (8, ALIGN, ALIGN) if eight else convert_step(x.dtype, y.dtype)
+    return x.size // per if launch._pointer(x) % x_align == 0 and launch._pointer(y) % y_align == 0 else 0
+
+
+def convert(x: Any, dtype: Any, *, eight: bool = False) -> Any:
     """``x.astype(dtype)`` for a C-contiguous ``x`` and a pair of ``CONVERT_PAIRS`` (one launch): float32 to
     16 bits rounds to nearest even once, as CuPy's astype; 16 bits to float32 is exact; between the two
-    16-bit formats through float32 (exact), then one rounding."""
+    16-bit formats through float32 (exact), then one rounding. ``eight``: as :func:`convert_source`'s."""
     dtype = np.dtype(dtype)
-    name, source = convert_source(x.dtype, dtype)
+    eight = eight and (x.dtype, dtype) in WIDENING_PAIRS
+    name, source = convert_source(x.dtype, dtype, eight=eight)
+    per = 8 if eight else convert_step(x.dtype, dtype)[0]
     with launch._device(x):
         y = launch._cp().empty(x.shape, dtype=dtype)
         n = x.size
-        nvec = n // 8 if aligned(x, y) else 0
+        nvec = convert_vectors(x, y, eight=eight)
         launch.count(name)
-        launch.raw_kernel(name, source)(_grid(max(nvec, n - nvec * 8)), (BLOCK,), (x, y, np.int64(n), np.int64(nvec)))
+        launch.raw_kernel(name, source)(_grid(max(nvec, n - nvec * per)), (BLOCK,), (x, y, np.int64(n), np.int64(nvec)))
     return y
 
 
