@@ -63,10 +63,24 @@ def test_a_raw_kernel_reads_const_pointers_and_writes_the_others_unless_declared
     cp.counters.reset()
     kernel((1,), (16,), (x, y, np.int64(10)))
     assert moved(cp, "twice") == (40, 40)
-    cuda_launch.count("twice", (12, 8))  # what a launch reading part of its arrays declares
+    cuda_launch.count("twice", lambda: (12, 8))  # what a launch reading part of its arrays declares
     kernel((1,), (16,), (x, y, np.int64(3)))
     assert moved(cp, "twice") == (52, 48)
     assert y.get().tolist() == [2.0] * 10
+
+
+def test_declared_bytes_are_computed_only_on_the_standin(monkeypatch) -> None:
+    """A launch's declared bytes are a function the stand-in calls; on a GPU the host never computes them."""
+    asked = []
+
+    def declared() -> tuple[int, int]:
+        asked.append(1)
+        return 12, 8
+
+    monkeypatch.setattr(backend, "standin_active", lambda: False)  # as on a GPU
+    before = cuda_launch.launches.get("twice", 0)
+    cuda_launch.count("twice", declared)
+    assert asked == [] and cuda_launch.launches["twice"] == before + 1
 
 
 def test_cublas_counts_its_matrices_and_a_graph_replay_its_nodes(cp) -> None:

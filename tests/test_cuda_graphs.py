@@ -153,6 +153,20 @@ def test_graphs_can_share_a_pool_and_their_memory_is_counted(cuda_backend) -> No
     assert z[:2].tolist() == [3.0, 3.0]
 
 
+def test_a_graphs_pool_is_counted_while_the_graph_lives_and_not_after(cuda_backend) -> None:
+    gc.collect()
+    x, two = ta.ones(1000, device="cuda"), ta.tensor(2.0, device="cuda")
+    reserved = ta.cuda.memory_reserved()
+    g = ta.cuda.CUDAGraph()
+    with ta.cuda.graph(g):
+        y = x * two
+    del y
+    assert ta.cuda.memory_reserved() == reserved + 4096  # the graph's pool keeps y's block for the replays
+    del g
+    gc.collect()
+    assert ta.cuda.memory_reserved() == reserved  # the pool went with its graph and is not counted
+
+
 def test_memory_a_graph_uses_is_never_handed_to_arrays_outside_it(cuda_backend) -> None:
     x, three = ta.arange(256, dtype=ta.float32, device="cuda"), ta.tensor(3.0, device="cuda")
     out = ta.zeros(256, device="cuda")

@@ -374,7 +374,8 @@ def array_module(array: Any) -> ModuleType:
 
 def device_of(array: Any) -> Device:
     if _cupy is not None and isinstance(array, _cupy.ndarray):
-        return Device("cuda", array.device.id)
+        index = array.device.id
+        return _DEVICES.get(("cuda", index)) or Device("cuda", index)  # Device's own cache, looked up directly
     return CPU
 
 
@@ -448,7 +449,7 @@ def cuda_lib(name: str) -> ModuleType:
 
 def cupy() -> ModuleType:
     """The CuPy module itself, or the stand-in (raises the clear error when unavailable)."""
-    module = _load_cupy()
+    module = _cupy if _cupy is not None else _load_cupy()
     if module is None:
         raise RuntimeError(f"CUDA is unavailable: {_cupy_error}")
     return module

@@ -45,27 +45,33 @@ class PeakTracker:
 
 
 # The private pools of live CUDA graphs (tinyamp.cuda_graphs.GraphPool objects), counted in ta.cuda's
-# memory statistics as PyTorch counts its graphs' pools.
-_graph_pools: "weakref.WeakSet[Any]" = weakref.WeakSet()
+# memory statistics as PyTorch counts its graphs' pools: id -> weak reference, the entry dropped when its
+# pool goes. A plain dict, so every allocation's test for a live graph pool is a truth test, not a call.
+_graph_pools: "dict[int, weakref.ref[Any]]" = {}
 
 
 def graph_pool_allocator(owner: Any, pool: Any) -> Callable[[int], Any]:
     """The allocator a CUDA graph's captures use: ``pool.malloc``, counted in ``ta.cuda.memory_allocated``
     and its peak while ``owner`` (the graph's pool handle) lives."""
-    _graph_pools.add(owner)
+    _graph_pools[id(owner)] = weakref.ref(owner)
+    weakref.finalize(owner, _graph_pools.pop, id(owner), None)
     if tracker is None:
         return pool.malloc
     return PeakTracker(pool.malloc, pool, tracker.peak).malloc
 
 
+def _live_graph_pools() -> list[Any]:
+    return [graph_pool for graph_pool in (ref() for ref in list(_graph_pools.values())) if graph_pool is not None]
+
+
 def used_in_graph_pools() -> int:
     """Bytes held by live arrays in the pools of live CUDA graphs."""
-    return sum(graph_pool.used_bytes() for graph_pool in list(_graph_pools))
+    return sum(graph_pool.used_bytes() for graph_pool in _live_graph_pools())
 
 
 def reserved_in_graph_pools() -> int:
     """Bytes the pools of live CUDA graphs hold (live arrays and cached free blocks)."""
-    return sum(graph_pool.total_bytes() for graph_pool in list(_graph_pools))
+    return sum(graph_pool.total_bytes() for graph_pool in _live_graph_pools())
 
 
 def _used_bytes_is_constant_time(cupy: ModuleType) -> bool:

@@ -105,7 +105,7 @@ def convert(array, dtype, out=None, backend=None):
     ``backend``: ``None`` (``cpu_path.BACKEND``), ``"numba"``, ``"numpy"`` or
     ``"astype"``.
     """
-    if backend is None and numba_default() and type(array) is np.ndarray and array.flags.c_contiguous:
+    if backend is None and type(array) is np.ndarray and numba_default() and array.flags.c_contiguous:
         plan = _PLANS.get((array.dtype, dtype))
         if plan is not None:  # the common call, on every op under autocast: no checks left to make
             name, vin, vout, target, exact = plan

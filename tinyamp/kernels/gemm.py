@@ -73,11 +73,12 @@ def _check(name: str, a: Array, b: Array, out_dtype: DTypeLike,
     Every message starts with the function's name and shows both operands, so
     an error raised deep inside a backward pass still says which GEMM failed.
     """
-    for arr in (a, b):
-        if not (isinstance(arr, np.ndarray) or backend.is_cupy_array(arr)):
+    gpu_a, gpu_b = backend.is_cupy_array(a), backend.is_cupy_array(b)
+    for arr, gpu in ((a, gpu_a), (b, gpu_b)):
+        if not (gpu or isinstance(arr, np.ndarray)):
             raise TypeError(f"{name}: expected numpy or cupy arrays, got {type(arr).__name__}")
     # The description is built only when raising: _check runs on every GEMM.
-    if backend.is_cupy_array(a) != backend.is_cupy_array(b):
+    if gpu_a != gpu_b:
         raise ValueError(f"{name}: operands live on different devices "
                          f"({backend.device_of(a)} and {backend.device_of(b)}): {_describe(a, b, trans_a, trans_b)}")
     if a.ndim < 2 or b.ndim < 2:

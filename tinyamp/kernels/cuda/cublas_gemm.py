@@ -77,7 +77,8 @@ def gemm_bias_gpu(a: Array, b: Array, bias: Array, out: np.dtype, trans_b: bool,
         if cublaslt_direct.matmul_bias(a, b, bias, c, trans_b):
             last_gpu_call.clear()
             last_gpu_call.update(function="cublasLtMatmul", epilogue="bias", compute_type_name="CUBLAS_COMPUTE_32F",
-                                 a_type=a.dtype.name, b_type=b.dtype.name, c_type=c.dtype.name, m=n, n=m, k=_k)
+                                 a_type=_DTYPE_NAMES[a.dtype], b_type=_DTYPE_NAMES[b.dtype],
+                                 c_type=_DTYPE_NAMES[c.dtype], m=n, n=m, k=_k)
             return c
         acc = gemm_gpu(a, b, dt.float32, False, trans_b, (), m, _k, n, cublas_direct.CUBLAS_COMPUTE_32F)
         acc += bias.astype(dt.float32)
@@ -105,7 +106,7 @@ def _row_major(xp: Any, x: Array, trans: bool, batch: tuple[int, ...]
     n_batch = math.prod(batch)
     own = math.prod(x.shape[:-2])
     if own == 1:
-        x, stride = x.reshape(rows, cols), 0
+        x, stride = (x if x.ndim == 2 else x.reshape(rows, cols)), 0
     elif own == n_batch:
         # Broadcasts to the batch with the same element count, so only
         # leading ones differ: the same matrices in the same order.
@@ -126,19 +127,18 @@ def _row_major(xp: Any, x: Array, trans: bool, batch: tuple[int, ...]
 
 # alpha/beta are host scalars of the compute type's scale type (float32, or float64 for CUBLAS_COMPUTE_64F;
 # the handle stays in host pointer mode), read before the call returns, so constant arrays serve every call.
+# Their addresses are taken once (the arrays live as long as the module).
 _ALPHA = np.ones((), dtype=np.float32)
 _BETA = np.zeros((), dtype=np.float32)
 _ALPHA64 = np.ones((), dtype=np.float64)
 _BETA64 = np.zeros((), dtype=np.float64)
-_COMPUTE_TYPE_NAMES = {"CUBLAS_COMPUTE_32F": 68, "CUBLAS_COMPUTE_16F": 64, "CUBLAS_COMPUTE_64F": 70,
-                       "CUBLAS_COMPUTE_32F_FAST_TF32": 77}
-
-
-def _compute_type_name(cublas: Any, compute_type: int) -> "str | None":
-    for name, value in _COMPUTE_TYPE_NAMES.items():
-        if compute_type == getattr(cublas, name, value):
-            return name
-    return None
+_SCALARS = (_ALPHA.ctypes.data, _BETA.ctypes.data)
+_SCALARS64 = (_ALPHA64.ctypes.data, _BETA64.ctypes.data)
+# cublasComputeType_t values (cublas_api.h, a stable ABI) -> their names, for last_gpu_call.
+_COMPUTE_TYPE_NAMES = {68: "CUBLAS_COMPUTE_32F", 64: "CUBLAS_COMPUTE_16F", 70: "CUBLAS_COMPUTE_64F",
+                       77: "CUBLAS_COMPUTE_32F_FAST_TF32"}
+# dtype -> its name (numpy's dtype.name is computed at every read).
+_DTYPE_NAMES = {np.dtype(d): np.dtype(d).name for d in _CUDA_DATA_TYPE}
 
 
 def _cublas_gemm(xp: Any, cublas: Any, handle: int, a: Array, b: Array,
@@ -160,7 +160,7 @@ def _cublas_gemm(xp: Any, cublas: Any, handle: int, a: Array, b: Array,
     n_batch = math.prod(batch)
     a, trans_a, stride_a = _row_major(xp, a, trans_a, batch)
     b, trans_b, stride_b = _row_major(xp, b, trans_b, batch)
-    out, beta = xp.empty(batch + (m, n), dtype=c_dtype), _BETA
+    out = xp.empty(batch + (m, n), dtype=c_dtype)
 
     rows_c = m
     if n_batch > 1 and stride_b == 0 and not trans_a and n_batch * m <= _INT32_MAX:
@@ -169,30 +169,29 @@ def _cublas_gemm(xp: Any, cublas: Any, handle: int, a: Array, b: Array,
         a, stride_a, rows_c, n_batch = a.reshape(n_batch * m, k), 0, n_batch * m, 1
 
     op_n, op_t = cublas.CUBLAS_OP_N, cublas.CUBLAS_OP_T
-    if compute_type == getattr(cublas, "CUBLAS_COMPUTE_64F", 70):  # float64 scale type
-        alpha, beta = _ALPHA64, _BETA64
-    else:
-        alpha = _ALPHA
-    in_type, c_type = _CUDA_DATA_TYPE[a.dtype], _CUDA_DATA_TYPE[np.dtype(c_dtype)]
+    # alpha and beta in the compute type's scale type: float64 for CUBLAS_COMPUTE_64F, else float32.
+    alpha, beta = _SCALARS64 if compute_type == cublas_direct.CUBLAS_COMPUTE_64F else _SCALARS
+    c_dtype = np.dtype(c_dtype)
+    in_type, c_type = _CUDA_DATA_TYPE[a.dtype], _CUDA_DATA_TYPE[c_dtype]
     args_b = (b.data.ptr, in_type, b.shape[-1])
     args_a = (a.data.ptr, in_type, a.shape[-1])
     if n_batch == 1:
         function = "gemmEx"
         cublas.gemmEx(handle, op_t if trans_b else op_n, op_t if trans_a else op_n,
-                      n, rows_c, k, alpha.ctypes.data, *args_b, *args_a,
-                      beta.ctypes.data, out.data.ptr, c_type, n, compute_type, algo)
+                      n, rows_c, k, alpha, *args_b, *args_a,
+                      beta, out.data.ptr, c_type, n, compute_type, algo)
     else:
         function = "gemmStridedBatchedEx"
         cublas.gemmStridedBatchedEx(
             handle, op_t if trans_b else op_n, op_t if trans_a else op_n,
-            n, m, k, alpha.ctypes.data, *args_b, stride_b, *args_a, stride_a,
-            beta.ctypes.data, out.data.ptr, c_type, n, m * n,
+            n, m, k, alpha, *args_b, stride_b, *args_a, stride_a,
+            beta, out.data.ptr, c_type, n, m * n,
             n_batch, compute_type, algo)
 
     last_gpu_call.clear()
     last_gpu_call.update(function=function, compute_type=compute_type,
-                         compute_type_name=_compute_type_name(cublas, compute_type), algo=algo,
-                         a_type=a.dtype.name, b_type=b.dtype.name,
-                         c_type=np.dtype(c_dtype).name, m=n, n=rows_c, k=k,
+                         compute_type_name=_COMPUTE_TYPE_NAMES.get(compute_type), algo=algo,
+                         a_type=_DTYPE_NAMES[a.dtype], b_type=_DTYPE_NAMES[b.dtype],
+                         c_type=_DTYPE_NAMES[c_dtype], m=n, n=rows_c, k=k,
                          batch_count=n_batch)
     return out

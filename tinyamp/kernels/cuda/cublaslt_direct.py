@@ -69,6 +69,7 @@ _libraries: dict[int, Any] = {}
 _handles: dict[tuple, int] = {}  # (backend id, device id, thread id) -> cuBLASLt handle
 _plans: dict[tuple, "tuple | None"] = {}  # (handle, problem) -> (desc, A, B, D layouts, algo) or None
 _ONE, _ZERO = ctypes.c_float(1.0), ctypes.c_float(0.0)  # alpha, beta: host scalars, read during the call
+_ONE_REF, _ZERO_REF = ctypes.byref(_ONE), ctypes.byref(_ZERO)
 
 
 def _find_library() -> Any:
@@ -159,25 +160,28 @@ def matmul_bias(a: Any, b: Any, bias: Any, out: Any, trans_b: bool) -> bool:
     """
     (m_rows, k), n = a.shape, out.shape[1]
     data_type = CUDA_R_16F if a.dtype == np.float16 else CUDA_R_16BF
+    a_ptr, b_ptr, out_ptr, bias_ptr = a.data.ptr, b.data.ptr, out.data.ptr, bias.data.ptr
     # Column-major view: D (N x M) = op(b') (N x K) @ a' (K x M), the bias one value per row of D.
-    pointers = (b.data.ptr, a.data.ptr, out.data.ptr, out.data.ptr)
-    problem = (n, m_rows, k, int(trans_b), k if trans_b else n, data_type,
-               tuple(_alignment(p) for p in pointers) + (_alignment(bias.data.ptr),))
-    handle = _handle(a.device.id)
+    # The alignments of A, B, C, D (C and D are out) and of the bias are part of the problem.
+    out_align = _alignment(out_ptr)
+    aligns = (_alignment(b_ptr), _alignment(a_ptr), out_align, out_align)
+    problem = (n, m_rows, k, int(trans_b), k if trans_b else n, data_type, aligns + (_alignment(bias_ptr),))
+    device_id = a.device.id
+    handle = _handle(device_id)
     key = (handle, problem)
     plan = _plans.get(key, False)
     if plan is False:
-        plan = _plans[key] = _plan(handle, problem[:6] + (problem[6][:4],), bias.data.ptr)
+        plan = _plans[key] = _plan(handle, problem[:6] + (aligns,), bias_ptr)
     if plan is None:
         return False
     desc, a_layout, b_layout, d_layout, algo = plan
     library = _library()
-    _set(library.cublasLtMatmulDescSetAttribute, desc, DESC_BIAS_POINTER, ctypes.c_void_p(bias.data.ptr),
+    _set(library.cublasLtMatmulDescSetAttribute, desc, DESC_BIAS_POINTER, ctypes.c_void_p(bias_ptr),
          "cublasLtMatmulDescSetAttribute")
-    workspace = cublas_direct.workspace(a.device.id)
+    workspace = cublas_direct.workspace(device_id)
     stream = backend.cupy().cuda.get_current_stream().ptr
-    _check(library.cublasLtMatmul(handle, desc, ctypes.byref(_ONE), b.data.ptr, a_layout, a.data.ptr, b_layout,
-                                  ctypes.byref(_ZERO), out.data.ptr, d_layout, out.data.ptr, d_layout,
+    _check(library.cublasLtMatmul(handle, desc, _ONE_REF, b_ptr, a_layout, a_ptr, b_layout,
+                                  _ZERO_REF, out_ptr, d_layout, out_ptr, d_layout,
                                   ctypes.byref(algo), workspace, cublas_direct.WORKSPACE_BYTES, stream),
            "cublasLtMatmul")
     return True

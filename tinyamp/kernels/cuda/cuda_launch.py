@@ -27,7 +27,7 @@ host: a whole training step stays asynchronous.
 from __future__ import annotations
 
 import threading
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
@@ -190,20 +190,23 @@ STORAGE = {dt.float32: ("float", "f32"), dt.float16: ("unsigned short", "f16"),
 
 
 # ------------------------------------------------------------------ launching
-def count(name: str, moved: "tuple[int, int] | None" = None) -> None:
-    """Count one launch of kernel ``name``, about to be made; ``moved``: the (read, written) bytes it moves.
+Moved = Callable[[], "tuple[int, int]"]
+
+
+def count(name: str, moved: "Moved | None" = None) -> None:
+    """Count one launch of kernel ``name``, about to be made; ``moved()``: the (read, written) bytes it moves.
 
     ``moved`` is for a kernel whose array arguments do not say it (it follows a
     pointer table, or updates an array in place): the CUDA stand-in counts it
-    for the launch instead of its arguments' bytes; a GPU ignores it.
+    for the launch instead of its arguments' bytes. A GPU has no use for it, so
+    it is a function, called only on the stand-in.
     """
     launches[name] = launches.get(name, 0) + 1
     if moved is not None and backend.standin_active():
-        _cp().counters.declare(name, *moved)
+        _cp().counters.declare(name, *moved())
 
 
-def elementwise(spec: KernelSpec, *args: Any, size: "int | None" = None,
-                moved: "tuple[int, int] | None" = None) -> None:
+def elementwise(spec: KernelSpec, *args: Any, size: "int | None" = None, moved: "Moved | None" = None) -> None:
     """Launch ``spec`` as an ``ElementwiseKernel`` (compiled on first use); ``moved`` as in :func:`count`."""
     kernel = _kernels.get(spec.name)
     if kernel is None:
@@ -306,7 +309,7 @@ def _fill_pointers(table: Any, pointers: tuple) -> None:
     fill = raw_kernel(FILL_POINTERS_NAME, FILL_POINTERS)
     for start in range(0, len(pointers), FILL_POINTERS_BATCH):
         batch = list(pointers[start:start + FILL_POINTERS_BATCH])
-        count(FILL_POINTERS_NAME, (0, 8 * len(batch)))
+        count(FILL_POINTERS_NAME, lambda: (0, 8 * len(batch)))
         fill((1,), (1,), (table[start:], np.int32(len(batch)),
                           *(np.uint64(p) for p in batch + [0] * (FILL_POINTERS_BATCH - len(batch)))))
 

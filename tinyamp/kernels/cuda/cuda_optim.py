@@ -36,6 +36,7 @@ Compiling, launching and counting: ``cuda_launch.py``.
 from __future__ import annotations
 
 import threading
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -220,6 +221,7 @@ def _forget_device_state() -> None:
 _FLOAT16 = np.dtype(np.float16)
 
 
+@lru_cache(maxsize=None)
 def _group_source(template: str, prefix: str, w_dtype: Any, g_dtype: Any, low_dtype: Any) -> tuple[str, str]:
     (w, wc), (g, gc), (lo, lc) = (launch.STORAGE[np.dtype(d)] for d in (w_dtype, g_dtype, low_dtype))
     name = f"{prefix}_{wc}_{gc}_{lc}"
@@ -289,7 +291,7 @@ def _nbytes(*columns: "list | None") -> int:
     return sum(a.nbytes for column in columns if column is not None for a in column if a is not None)
 
 
-def _per_tensor_threads(kernel: Any, name: str, args: tuple, ntensors: int, moved: tuple) -> None:
+def _per_tensor_threads(kernel: Any, name: str, args: tuple, ntensors: int, moved: launch.Moved) -> None:
     launch.count(name, moved)
     kernel(((ntensors + GROUP_BLOCK - 1) // GROUP_BLOCK,), (GROUP_BLOCK,), args)
 
@@ -326,8 +328,8 @@ def sgd_group(weights: list, grads: list, bufs: "list | None", steps: "list | No
             # Each weight, gradient, momentum buffer and step counter read once; weight, buffer and low copy
             # written once; the tables read by every block (counted once).
             w, g, b, st, lo = columns
-            launch.count(name, (_nbytes(w, g, b, st) + ptrs.nbytes + chunks.nbytes + found.nbytes + hyper.nbytes,
-                                _nbytes(w, b, lo)))
+            launch.count(name, lambda: (_nbytes(w, g, b, st) + ptrs.nbytes + chunks.nbytes + found.nbytes
+                                        + hyper.nbytes, _nbytes(w, b, lo)))
             launch.raw_kernel(name, source)((chunks.shape[0],), (GROUP_BLOCK,),
                                             (ptrs, np.int32(len(index)), chunks, found, hyper,
                                              np.int32(momentum_on), np.int32(nesterov), np.int32(maximize)))
@@ -336,7 +338,7 @@ def sgd_group(weights: list, grads: list, bufs: "list | None", steps: "list | No
             kernel = launch.raw_kernel("tinyamp_advance_steps",
                                        launch.F16_CONVERSIONS + launch.BF16_CONVERSIONS + ADVANCE_STEPS)
             _per_tensor_threads(kernel, "tinyamp_advance_steps", (table, np.int32(count), found), count,
-                                (table.nbytes + found.nbytes + _nbytes(steps), _nbytes(steps)))
+                                lambda: (table.nbytes + found.nbytes + _nbytes(steps), _nbytes(steps)))
 
 
 def adam_group(weights: list, grads: list, ms: list, vs: list, v_maxs: "list | None", steps: list,
@@ -377,8 +379,8 @@ def adam_group(weights: list, grads: list, ms: list, vs: list, v_maxs: "list | N
                 continue
             name, source = adam_group_source(w_dt, g_dt, lo_dt)
             w, g, m, v, vmax, st, lo = columns
-            launch.count(name, (_nbytes(w, g, m, v, vmax, st) + ptrs.nbytes + chunks.nbytes + found.nbytes
-                                + hyper.nbytes + 8 * len(index), _nbytes(w, m, v, vmax, lo)))
+            launch.count(name, lambda: (_nbytes(w, g, m, v, vmax, st) + ptrs.nbytes + chunks.nbytes + found.nbytes
+                                        + hyper.nbytes + 8 * len(index), _nbytes(w, m, v, vmax, lo)))
             launch.raw_kernel(name, source)((chunks.shape[0],), (GROUP_BLOCK,),
                                             (ptrs, np.int32(len(index)), chunks, found, hyper, rows,
                                              np.int32(decoupled), np.int32(amsgrad)))
@@ -394,5 +396,5 @@ def adam_bias_corrections(steps: list, found_inf: Any, hyper: Any, coef: Any) ->
                                     launch.F16_CONVERSIONS + launch.BF16_CONVERSIONS + ADAM_PREPARE_GROUP)
         _per_tensor_threads(prepare, "tinyamp_adam_prepare_group",
                             (table, np.int32(len(steps)), found_inf, hyper, coef), len(steps),
-                            (table.nbytes + found_inf.nbytes + hyper.nbytes + _nbytes(steps),
-                             _nbytes(steps) + 8 * len(steps)))
+                            lambda: (table.nbytes + found_inf.nbytes + hyper.nbytes + _nbytes(steps),
+                                     _nbytes(steps) + 8 * len(steps)))

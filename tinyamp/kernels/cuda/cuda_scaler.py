@@ -19,6 +19,7 @@ different NaN payload. Compiling, launching and counting: ``cuda_launch.py``.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -60,6 +61,7 @@ extern "C" __global__ void {name}(const unsigned long long* ptrs, const int nten
 """
 
 
+@lru_cache(maxsize=None)
 def unscale_source(grad_dtype: Any, out_dtype: Any) -> tuple[str, str]:
     """(kernel name, full CUDA source) of the unscale kernel for one dtype pair."""
     (g, gc), (o, oc) = STORAGE[np.dtype(grad_dtype)], STORAGE[np.dtype(out_dtype)]
@@ -139,8 +141,8 @@ def unscale_group(grads: list, outs: list, scale: Any, found_inf: Any) -> list[t
                                         + [launch._pointer(o) for _, o in pairs],
                                         site=("unscale", g_dtype, o_dtype, len(pairs)))
             # Each gradient read once, each output written once (the same memory when unscaling in place).
-            launch.count(name, (sum(g.nbytes for g, _ in pairs) + ptrs.nbytes + chunks.nbytes + scale.nbytes,
-                                sum(o.nbytes for _, o in pairs) + found_inf.nbytes))
+            launch.count(name, lambda: (sum(g.nbytes for g, _ in pairs) + ptrs.nbytes + chunks.nbytes + scale.nbytes,
+                                        sum(o.nbytes for _, o in pairs) + found_inf.nbytes))
             kernel((chunks.shape[0],), (UNSCALE_BLOCK,),
                    (ptrs, np.int32(len(pairs)), chunks, scale, found_inf))
     return rest

@@ -40,6 +40,7 @@ Compiling, launching and counting: ``cuda_launch.py``.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -261,11 +262,13 @@ CONVERT_PAIRS = tuple((a, b) for a in _CONVERT_NAME for b in _CONVERT_NAME if a 
 WIDENING_PAIRS = tuple((a, b) for a, b in CONVERT_PAIRS if b == dt.float32)
 
 
+@lru_cache(maxsize=None)
 def convert_step(source: Any, target: Any) -> tuple[int, int, int]:
     """(elements a step, input alignment, output alignment in bytes) of the conversion kernel of this pair."""
     return (4, 8, ALIGN) if (np.dtype(source), np.dtype(target)) in WIDENING_PAIRS else (8, ALIGN, ALIGN)
 
 
+@lru_cache(maxsize=None)
 def convert_source(source: Any, target: Any, *, eight: bool = False) -> tuple[str, str]:
     """(name, source) of the conversion from ``source`` to ``target`` dtype (two of float32/16/bfloat16).
 
@@ -285,6 +288,7 @@ def convert_source(source: Any, target: Any, *, eight: bool = False) -> tuple[st
                                           a=a, b=b, load=load, store=store)
 
 
+@lru_cache(maxsize=None)
 def relu_source(dtype: Any) -> tuple[str, str]:
     """(name, source) of the vectorised ReLU for ``dtype``."""
     s, c, b, per = _STORAGE[np.dtype(dtype)]
@@ -293,6 +297,7 @@ def relu_source(dtype: Any) -> tuple[str, str]:
                                         word=_WORD_UNARY[per].format(fn=fn))
 
 
+@lru_cache(maxsize=None)
 def relu_backward_source(dtype: Any) -> tuple[str, str]:
     """(name, source) of the vectorised ReLU backward for ``gy`` and ``y`` of ``dtype``."""
     s, c, b, per = _STORAGE[np.dtype(dtype)]
@@ -301,6 +306,7 @@ def relu_backward_source(dtype: Any) -> tuple[str, str]:
                                          word=_WORD_BINARY[per].format(fn=fn))
 
 
+@lru_cache(maxsize=None)
 def column_sum_source(dtype: Any, mode: str) -> tuple[str, str]:
     """(name, source) of the column sum of a ``dtype`` gradient, finished as ``mode`` says."""
     s, c, _, per = _STORAGE[np.dtype(dtype)]
@@ -433,7 +439,7 @@ def column_sum(g: Any, out_dtype: Any, *, through: bool = False) -> Any:
         partial = cp.empty((nchunks, cols), dtype=np.float32)
         tickets = _ticket_array(dev, groups)
         threads = groups * nchunks
-        launch.count(name, (g.nbytes + partial.nbytes + 4 * groups, partial.nbytes + out.nbytes + 4 * groups))
+        launch.count(name, lambda: (g.nbytes + partial.nbytes + 4 * groups, partial.nbytes + out.nbytes + 4 * groups))
         launch.raw_kernel(name, source)(((threads + BLOCK - 1) // BLOCK,), (BLOCK,),
                                         (g, partial, tickets, out, np.int64(rows), np.int64(cols),
                                          np.int64(SUM_ROWS), np.int32(nchunks), np.int32(vec)))
