@@ -10,7 +10,7 @@ CUBLAS_COMPUTE_32F) against ``cupy.matmul`` in float32, and against
 events after warm-up calls.
 
 Prints a table and writes JSON (``--json``, default next to this script).
-Usage: ``python benchmarks/bench_gemm.py [--json PATH] [--repeats N]``
+Usage: ``python benchmarks/bench_gemm.py [--json PATH] [--repeats N] [--gpu-sizes N ...]``
 
 On a small shared machine, BLAS threads that wait for a busy core make CPU
 timings jump in scheduler ticks; ``OPENBLAS_NUM_THREADS=1`` gives steadier
@@ -131,8 +131,9 @@ def _time_torch(torch: Any, fn: Callable[[], Any], repeats: int, warmup: int = 3
 def _bench_gpu_shape(cp: Any, torch: Any, shape: tuple[int, int, int],
                      repeats: int) -> list[dict]:
     m, k, n = shape
-    a32 = cp.random.standard_normal((m, k), dtype=cp.float32)
-    b32 = cp.random.standard_normal((k, n), dtype=cp.float32)
+    rng = cp.random.default_rng(0)
+    a32 = rng.standard_normal((m, k), dtype=cp.float32)
+    b32 = rng.standard_normal((k, n), dtype=cp.float32)
     a16, b16 = a32.astype(cp.float16), b32.astype(cp.float16)
     cases = [
         ("gemm float16 (cuBLAS, COMPUTE_32F)", lambda: gemm(a16, b16)),
@@ -147,7 +148,7 @@ def _bench_gpu_shape(cp: Any, torch: Any, shape: tuple[int, int, int],
     return rows
 
 
-def bench_gpu(repeats: int) -> list[dict]:
+def bench_gpu(repeats: int, shapes: "list[tuple[int, int, int]]" = GPU_SHAPES) -> list[dict]:
     cp = backend.cupy()
     try:
         import torch  # noqa: PLC0415 - optional comparison only
@@ -155,7 +156,7 @@ def bench_gpu(repeats: int) -> list[dict]:
     except ImportError:
         torch = None
     rows = []
-    for shape in GPU_SHAPES:
+    for shape in shapes:
         rows += _bench_gpu_shape(cp, torch, shape, repeats)
         cp.get_default_memory_pool().free_all_blocks()  # 8192^3 wants the room
     return rows
@@ -177,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="where to write the results (default: %(default)s)")
     parser.add_argument("--repeats", type=int, default=7, help="timed calls per case")
     parser.add_argument("--no-gpu", action="store_true", help="skip the GPU section")
+    parser.add_argument("--gpu-sizes", type=int, nargs="+", default=[s[0] for s in GPU_SHAPES],
+                        help="square GPU GEMMs, n x n x n (default: %(default)s)")
     args = parser.parse_args(argv)
 
     rows = bench_cpu(args.repeats)
@@ -184,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.no_gpu:
         gpu_note = "skipped (--no-gpu)"
     elif backend.cuda_available():
-        rows += bench_gpu(max(args.repeats, 10))
+        rows += bench_gpu(max(args.repeats, 10), [(n, n, n) for n in args.gpu_sizes])
     else:
         gpu_note = "no CUDA GPU available"
     _print_table(rows)

@@ -42,6 +42,7 @@ graph row: a CUDA graph needs CUDA); ``--standin`` runs it on the CUDA
 stand-in, graph row included.
 
     python benchmarks/bench_gpu.py [--json PATH] [--repeats N]
+    python benchmarks/bench_gpu.py --issue20 / --no-issue20   (issue 20's sections alone / all the others)
     python benchmarks/bench_gpu.py --dry-run
     python benchmarks/bench_gpu.py --standin --no-torch
 """
@@ -617,9 +618,13 @@ def main(argv: "list[str] | None" = None) -> dict:
     parser.add_argument("--no-torch", action="store_true", help="skip the torch comparisons")
     parser.add_argument("--issue20", action="store_true",
                         help="only issue 20's sections: the kernels' bandwidth and the GPU time per step")
+    parser.add_argument("--no-issue20", action="store_true",
+                        help="all but issue 20's sections (run them apart with --issue20)")
     args = parser.parse_args(argv)
     if args.dry_run and args.standin:
         parser.error("--dry-run and --standin are two different checks; pick one")
+    if args.issue20 and args.no_issue20:
+        parser.error("--issue20 and --no-issue20 exclude each other")
     if args.standin:
         args.batches, args.hidden, args.gemm_sizes, args.repeats = [64], 128, [64], 3
         with backend.use_cuda_standin():  # the previous CUDA backend comes back afterwards
@@ -643,10 +648,11 @@ def run(args: argparse.Namespace, device: str) -> dict:
     result["gemm"] = [] if args.issue20 else bench_gemm(device, torch, args.gemm_sizes, args.repeats)
     result["mlp"] = [] if args.issue20 else bench_mlp(device, torch, args.batches, args.hidden, args.repeats)
     result["targets"] = [] if args.issue20 else targets(result["gemm"], result["mlp"])
-    result["kernels"] = bench_kernels(device, torch, args.batches, args.hidden, args.repeats) if device == "cuda" else []
-    result["gpu_time"] = bench_gpu_time(device, torch, args.batches, args.hidden, args.repeats) \
-        if device == "cuda" else []
-    result["targets"] += issue20_targets(result["kernels"], result["gpu_time"])
+    issue20 = device == "cuda" and not args.no_issue20
+    result["kernels"] = bench_kernels(device, torch, args.batches, args.hidden, args.repeats) if issue20 else []
+    result["gpu_time"] = bench_gpu_time(device, torch, args.batches, args.hidden, args.repeats) if issue20 else []
+    if not args.no_issue20:
+        result["targets"] += issue20_targets(result["kernels"], result["gpu_time"])
     print(report(result))
     path = args.json or (None if args.dry_run or args.standin
                          else os.path.join(os.path.dirname(__file__), "bench_gpu.json"))
