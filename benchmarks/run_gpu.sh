@@ -6,8 +6,9 @@
 #   3. bench-gpu-issue20: bench_gpu.py --issue20 (each kernel's bandwidth against a device-to-device copy,
 #      the widening conversion beside the layout it replaced; the GPU time per AMP step from CUPTI)
 #   4. bench-gpu: bench_gpu.py --no-issue20 (GEMM vs torch, the MLP 784-8192-10 step eager and captured)
-#   5. bench-host-waits, 6. bench-cublas-call, 7. bench-gemm, 8. bench-mnist-cuda (tinyamp vs torch)
-#   9. mnist-amp, 10. mnist-amp-graph: examples/mnist_mlp.py --device cuda --amp [--cuda-graph]
+#   5. bench-host-waits, 6. bench-graph-replay (host time of each phase of a graphed step's call),
+#   7. bench-cublas-call, 8. bench-gemm, 9. bench-mnist-cuda (tinyamp vs torch)
+#   10. mnist-amp, 11. mnist-amp-graph: examples/mnist_mlp.py --device cuda --amp [--cuda-graph]
 # Each step runs under its own time limit (what is left of the budget at most), writes its log (and its JSON)
 # and goes on past a failure; a step that no longer fits in the budget is skipped and says so. At the end
 # (and after every step, so a run stopped early keeps what it measured) summary.txt lists each step's exit
@@ -48,6 +49,7 @@ if [ -n "${GPU_SMALL:-}" ]; then  # tiny sizes: checks the commands, measures no
     WORKERS=(-n 2)
     BENCH_GPU=(--batches 64 --hidden 128 --gemm-sizes 64 --repeats 3)
     HOST_WAITS=(--batch 64 --hidden 128 --steps 2)
+    REPLAY=(--batch 64 --hidden 128 --rounds 1)
     GEMM=(--repeats 1 --gpu-sizes 64 128)
     MNIST_BENCH=(--batch 64 --hidden 128 --rounds 1)
     EXAMPLE=(--hidden 128 --steps 4)
@@ -55,6 +57,7 @@ else
     WORKERS=(-n 16)
     BENCH_GPU=()
     HOST_WAITS=(--batch 4096 --hidden 8192)
+    REPLAY=(--batch 4096 --hidden 8192)
     GEMM=()
     MNIST_BENCH=(--batch 8192 --hidden 8192 --rounds 3)
     EXAMPLE=()
@@ -103,6 +106,7 @@ step pytest-gpu 210 "$PY" -m pytest -m gpu -q -rfE -p no:cacheprovider "${WORKER
 step bench-gpu-issue20 150 "$PY" benchmarks/bench_gpu.py --issue20 "${BENCH_GPU[@]}" --json "$RES/bench_gpu_issue20.json"
 step bench-gpu 150 "$PY" benchmarks/bench_gpu.py --no-issue20 "${BENCH_GPU[@]}" --json "$RES/bench_gpu.json"
 step bench-host-waits 90 "$PY" benchmarks/bench_host_waits.py "${HOST_WAITS[@]}" --json "$RES/bench_host_waits.json"
+step bench-graph-replay 60 "$PY" benchmarks/bench_graph_replay.py "${REPLAY[@]}" --json "$RES/bench_graph_replay.json"
 step bench-cublas-call 60 "$PY" benchmarks/bench_cublas_call.py --json "$RES/bench_cublas_call.json"
 step bench-gemm 90 "$PY" benchmarks/bench_gemm.py "${GEMM[@]}" --json "$RES/bench_gemm.json"
 step bench-mnist-cuda 150 "$PY" benchmarks/bench_mnist.py --device cuda "${MNIST_BENCH[@]}" \

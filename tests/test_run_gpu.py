@@ -17,9 +17,10 @@ import tarfile
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(REPO, "benchmarks", "run_gpu.sh")
-STEPS = ("bench-gpu-issue20", "bench-gpu", "bench-host-waits", "bench-gemm", "mnist-amp", "mnist-amp-graph")
-JSONS = ("bench_gpu_issue20.json", "bench_gpu.json", "bench_host_waits.json", "bench_gemm.json", "mnist_amp.json",
-         "mnist_amp_graph.json")
+STEPS = ("bench-gpu-issue20", "bench-gpu", "bench-host-waits", "bench-graph-replay", "bench-gemm", "mnist-amp",
+         "mnist-amp-graph")
+JSONS = ("bench_gpu_issue20.json", "bench_gpu.json", "bench_host_waits.json", "bench_graph_replay.json",
+         "bench_gemm.json", "mnist_amp.json", "mnist_amp_graph.json")
 
 
 def run_script(tmp_path, steps: tuple, cuda: "str | None") -> tuple[subprocess.CompletedProcess, str]:
