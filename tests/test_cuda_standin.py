@@ -361,6 +361,29 @@ extern "C" __global__ void k(const float* x, float* y, const int diverge) {
         kernel((2,), (4,), (x, y, np.int32(1)))
 
 
+def test_a_vector_access_at_a_misaligned_address_is_cudas_misaligned_address_error() -> None:
+    """CUDA's uint2/uint4/float4 carry 8/16-byte alignment; a GPU faults on a load or store of one elsewhere."""
+    source = r'''
+extern "C" __global__ void k(const unsigned short* x, float* y) {
+    const uint2 a = *reinterpret_cast<const uint2*>(x);
+    *reinterpret_cast<float4*>(y) = make_float4((float)(a.x & 0xffffu), (float)(a.x >> 16),
+                                                (float)(a.y & 0xffffu), (float)(a.y >> 16));
+}'''
+    if kernels.CXX is None:
+        pytest.skip("no g++")  # pragma: no cover - CI has g++
+    kernel = cp.RawKernel(source, "k")
+    x, y = cp.arange(16, dtype=np.uint16), cp.zeros(12, np.float32)
+    kernel((1,), (1,), (x[4:], y[4:]))  # 8 and 16 bytes into their allocations
+    assert y.get()[4:8].tolist() == [4, 5, 6, 7]
+    with pytest.raises(runtime.CUDARuntimeError, match=r"cudaErrorMisalignedAddress: misaligned address \(k: "
+                       r"'const struct uint2' at 0x[0-9a-f]+, which needs 8-byte alignment on line 3 of its source"):
+        kernel((1,), (1,), (x[1:], y[4:]))
+    with pytest.raises(runtime.CUDARuntimeError, match=r"'struct float4' at 0x[0-9a-f]+, which needs 16-byte"):
+        kernel((1,), (1,), (x[4:], y[2:]))
+    kernel((1,), (1,), (x[8:], y[8:]))  # the error went with its launch
+    assert y.get()[8:12].tolist() == [8, 9, 10, 11]
+
+
 def test_the_package_imports_only_numpy_ml_dtypes_and_the_standard_library() -> None:
     allowed = {"numpy", "ml_dtypes"}
     for name in sorted(os.listdir(STANDIN_DIR)):

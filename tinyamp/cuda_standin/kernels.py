@@ -27,7 +27,11 @@ and ``asm("cvt.rn.f16.f64 ...")``) are recognised in a RawKernel source and
 (in an ElementwiseKernel's preamble or body too) replaced by the same C++
 conversions; any other inline assembly is refused.
 ``atomicAdd`` on an int, ``__threadfence`` and ``__ldcg`` run as plain code
-(threads run one after another). What this cannot check:
+(threads run one after another). CUDA's vector types (``uint2``, ``uint4``,
+``float4``) carry their alignment and every source is compiled with
+``-fsanitize=alignment``: a load or store of one at an address a GPU would
+fault on raises ``cudaErrorMisalignedAddress`` naming the type, the address
+and the line, as the launch ends. What this cannot check:
 NVRTC itself and CuPy's code generation (tests/test_nvrtc_kernels.py compiles
 every kernel tinyamp builds with NVRTC, as CuPy writes it), races between
 threads and the device's libm (``pow``).
@@ -55,9 +59,11 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
+from . import runtime
 from ._array import ndarray, read_bytes, run
 
 CXX = shutil.which("g++")
+CXX_FLAGS = ("-O0", "-std=c++17", "-fPIC", "-ffp-contract=off", "-fsanitize=alignment", "-fsanitize-recover=alignment")
 CACHE = os.path.join(tempfile.gettempdir(), f"tinyamp-cuda-standin-{os.getuid()}")
 
 PRELUDE = r"""
@@ -70,10 +76,38 @@ using std::isfinite; using std::isnan; using std::isinf; using std::sqrt; using 
 #define __device__
 #define __forceinline__ inline
 struct standin_dim3 { unsigned int x, y, z; };
-struct uint4 { unsigned int x, y, z, w; };  // CUDA's 16-byte vector type
+// CUDA's vector types, with their alignment: on a GPU a load or store of one at an address that is not a multiple
+// of it faults ("misaligned address"). Kernels are compiled with -fsanitize=alignment, whose check calls the
+// handler below (no sanitizer runtime is linked): the first misaligned access of a launch is kept and reported.
+struct alignas(16) uint4 { unsigned int x, y, z, w; };
 static inline uint4 make_uint4(unsigned int x, unsigned int y, unsigned int z, unsigned int w) { return {x, y, z, w}; }
-struct uint2 { unsigned int x, y; };
-struct float4 { float x, y, z, w; };
+struct alignas(8) uint2 { unsigned int x, y; };
+struct alignas(16) float4 { float x, y, z, w; };
+struct standin_type_mismatch {  // GCC's and Clang's __ubsan TypeMismatchData (v1)
+    struct { const char* file; unsigned line, column; } where;
+    const struct { unsigned short kind, info; char name[1]; }* type;
+    unsigned char log_alignment, check_kind;
+};
+static unsigned long long standin_bad_address;
+static const standin_type_mismatch* standin_bad_access;
+extern "C" void __ubsan_handle_type_mismatch_v1(const standin_type_mismatch* data, unsigned long long address) {
+    if (standin_bad_access == nullptr) { standin_bad_access = data; standin_bad_address = address; }
+}
+extern "C" void __ubsan_handle_type_mismatch_v1_abort(const standin_type_mismatch* data, unsigned long long address) {
+    __ubsan_handle_type_mismatch_v1(data, address);
+}
+// The first misaligned access since the last call (address 0: none): its line, the alignment and the type's name.
+extern "C" unsigned long long standin_misaligned(unsigned* line, unsigned* alignment, const char** type) {
+    const unsigned long long address = standin_bad_address;
+    if (standin_bad_access != nullptr) {
+        *line = standin_bad_access->where.line;
+        *alignment = 1u << standin_bad_access->log_alignment;
+        *type = standin_bad_access->type->name;
+    }
+    standin_bad_access = nullptr;
+    standin_bad_address = 0;
+    return address;
+}
 static inline uint2 make_uint2(unsigned int x, unsigned int y) { return {x, y}; }
 static inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 static standin_dim3 blockIdx, blockDim, threadIdx, gridDim;
@@ -240,17 +274,33 @@ def compile_library(source: str) -> ctypes.CDLL:
     if CXX is None:
         raise RuntimeError("the CUDA stand-in runs kernels through g++, which is not installed")
     os.makedirs(CACHE, exist_ok=True)
-    digest = hashlib.sha256(source.encode()).hexdigest()[:24]
+    digest = hashlib.sha256(" ".join(CXX_FLAGS + ("",)).encode() + source.encode()).hexdigest()[:24]
     lib = os.path.join(CACHE, f"k{digest}.so")
     if not os.path.exists(lib):
         src = os.path.join(CACHE, f"k{digest}.cpp")
         with open(src, "w") as f:
             f.write(source)
         tmp = f"{lib}.{os.getpid()}.tmp"
-        subprocess.run([CXX, "-O0", "-std=c++17", "-shared", "-fPIC", "-ffp-contract=off", "-o", tmp, src],
-                       check=True, capture_output=True, text=True)
+        # Compiled, then linked without the sanitizer's runtime (the source defines the handler it calls).
+        subprocess.run([CXX, *CXX_FLAGS, "-c", "-o", f"{tmp}.o", src], check=True, capture_output=True, text=True)
+        subprocess.run([CXX, "-shared", "-Wl,-Bsymbolic", "-o", tmp, f"{tmp}.o"], check=True, capture_output=True,
+                       text=True)
+        os.remove(f"{tmp}.o")
         os.replace(tmp, lib)
     return ctypes.CDLL(lib)
+
+
+def misaligned_access(lib: ctypes.CDLL, name: str, first_line: int = 0) -> None:
+    """Raise CUDA's misaligned-address error if the launch that just ran ``lib`` made a misaligned access
+    (``first_line``: the generated source's line where the kernel's own source starts)."""
+    line, alignment, type_name = ctypes.c_uint(), ctypes.c_uint(), ctypes.c_char_p()
+    lib.standin_misaligned.restype = ctypes.c_ulonglong
+    address = lib.standin_misaligned(ctypes.byref(line), ctypes.byref(alignment), ctypes.byref(type_name))
+    if address:
+        where = f" on line {line.value - first_line} of its source" if line.value > first_line else ""
+        raise runtime.CUDARuntimeError(runtime.cudaErrorMisalignedAddress,
+                                       f"{name}: {type_name.value.decode()} at 0x{address:x}, which needs "
+                                       f"{alignment.value}-byte alignment{where}")
 
 
 _libraries: dict[str, ctypes.CDLL] = {}
@@ -273,6 +323,7 @@ def _library(source: str) -> ctypes.CDLL:
 def _run_serially(lib: ctypes.CDLL, frozen: list, name: str) -> None:
     with _run_lock:
         failed = lib.standin_run(*frozen)
+        misaligned_access(lib, name, PRELUDE.count("\n"))
     if failed:
         raise RuntimeError(f"{name}: a thread returned while others of its block waited at __syncthreads "
                            "(every thread of a block must reach each barrier)")
@@ -352,7 +403,7 @@ class ElementwiseKernel:
             else:
                 ctype = _CTYPE[_dtype_name(t)]
                 frozen.append(_CTYPES_SCALAR[ctype](_dtype_name(t).type(a).item()))
-        run(self.name, lambda: _run_elementwise(lib, frozen, len(self.ins)), *devices, moved=moved)
+        run(self.name, lambda: _run_elementwise(lib, frozen, len(self.ins), self.name), *devices, moved=moved)
 
     def _source(self, params: list, args: tuple, types_: dict) -> str:
         sig, decls = ["long long standin_size"], []
@@ -374,7 +425,7 @@ class ElementwiseKernel:
                 + "\n    ".join(decls) + "\n    {\n" + self._host_operation + "\n    }\n  }\n}\n")
 
 
-def _run_elementwise(lib: ctypes.CDLL, frozen: list, n_in: int) -> None:
+def _run_elementwise(lib: ctypes.CDLL, frozen: list, n_in: int, name: str) -> None:
     """One ElementwiseKernel launch: a strided array goes through a contiguous copy (the kernel indexes densely).
 
     Only outputs are copied back: an input may be a read-only (broadcast) view.
@@ -389,6 +440,7 @@ def _run_elementwise(lib: ctypes.CDLL, frozen: list, n_in: int) -> None:
         else:
             call_args.append(value)
     lib.standin_run(*call_args)
+    misaligned_access(lib, name)
     for view, buf in copies:
         view[...] = buf
 

@@ -30,12 +30,14 @@ streamCaptureModeRelaxed = 2
 cudaErrorInvalidValue = 1
 cudaErrorInvalidDevice = 101
 cudaErrorIllegalState = 401
+cudaErrorMisalignedAddress = 716
 cudaErrorStreamCaptureUnsupported = 900
 cudaErrorStreamCaptureInvalidated = 901
 _ERRORS = {cudaErrorInvalidValue: ("cudaErrorInvalidValue", "invalid argument"),
            cudaErrorInvalidDevice: ("cudaErrorInvalidDevice", "invalid device ordinal"),
            cudaErrorIllegalState: ("cudaErrorIllegalState", "the operation cannot be performed in the present "
                                    "state"),
+           cudaErrorMisalignedAddress: ("cudaErrorMisalignedAddress", "misaligned address"),
            cudaErrorStreamCaptureUnsupported: ("cudaErrorStreamCaptureUnsupported",
                                                "operation not permitted when stream is capturing"),
            cudaErrorStreamCaptureInvalidated: ("cudaErrorStreamCaptureInvalidated",
