@@ -21,8 +21,9 @@ stand-in, NumPy. The calls are a count, steady on a loaded machine.
     python benchmarks/bench_standin_host.py --against DIR [--rounds 7]
 
 ``--against DIR`` times another checkout (DIR holds its ``tinyamp``) and this
-one in alternating subprocesses, ``--rounds`` pairs, and reports both medians
-and their ratio (the machine's load drifts; alternation spreads it over both).
+one in alternating subprocesses, ``--rounds`` pairs, and reports both medians,
+the median of the pairs' ratios and the ratio of the best rounds (the
+machine's load drifts; a pair runs back to back, so its ratio sees one load).
 ``--root DIR`` measures the checkout in DIR in this process.
 """
 
