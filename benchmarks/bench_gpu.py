@@ -192,29 +192,12 @@ def bench_gemm(device: str, torch: Any, sizes: list[int], repeats: int) -> list[
 # --------------------------------------------------------------- MLP steps
 def tinyamp_step(mode: str, batch: int, hidden: int, device: str) -> Callable[[], Any]:
     """One training step of ``mode``: "float32", "amp" or "amp-graph" (the AMP step replayed as a CUDA graph)."""
-    ta.manual_seed(0)
-    nn = ta.nn
-    model = nn.Sequential(nn.Linear(784, hidden), nn.ReLU(), nn.Linear(hidden, 10)).to(device)
-    opt = ta.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    amp = mode in ("amp", "amp-graph")
-    scaler = ta.amp.GradScaler(enabled=amp)
-    rng = np.random.default_rng(0)
-    x = ta.tensor(rng.random((batch, 784), dtype=np.float32), device=device)
-    y = ta.tensor(rng.integers(0, 10, batch), device=device)
-
-    def step(x: Any = x, y: Any = y) -> Any:
-        opt.zero_grad()
-        with ta.amp.autocast(device_type=device, dtype=ta.float16, enabled=amp):
-            loss = ta.nn.functional.cross_entropy(model(x), y)
-        scaler.scale(loss).backward()
-        scaler.step(opt)
-        scaler.update()
-        return loss
-
+    run = common.mlp_training(ta, batch, hidden, device, amp=mode in ("amp", "amp-graph"))
+    x, y = run.x, run.y
     if mode == "amp-graph":
-        graphed = ta.cuda.make_graphed_step(step, (x, y))  # the batch is copied into its static inputs each call
+        graphed = ta.cuda.make_graphed_step(run.step, (x, y))  # the batch is copied into its static inputs each call
         return lambda: graphed(x, y)
-    return step  # holds the model, optimizer and batch: deleting it frees them
+    return lambda: run.step(x, y)  # holds the model, optimizer and batch: deleting it frees them
 
 
 def torch_step(torch: Any, mode: str, batch: int, hidden: int, device: str) -> Callable[[], Any]:

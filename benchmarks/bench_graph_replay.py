@@ -32,7 +32,6 @@ import sys
 import time
 from typing import Any, Callable
 
-import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import tinyamp as ta  # noqa: E402
@@ -45,25 +44,9 @@ CALLS = 50  # calls of a phase timed per GPU-busy window
 
 def graphed_step(batch: int, hidden: int) -> tuple[Any, tuple]:
     """A captured AMP training step and a batch (other arrays than its static inputs)."""
-    nn = ta.nn
-    ta.manual_seed(0)
-    model = nn.Sequential(nn.Linear(784, hidden), nn.ReLU(), nn.Linear(hidden, 10)).to("cuda")
-    opt = ta.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    scaler = ta.amp.GradScaler()
-
-    def step(x: Any, y: Any) -> Any:
-        opt.zero_grad()
-        with ta.amp.autocast(device_type="cuda", dtype=ta.float16):
-            loss = ta.nn.functional.cross_entropy(model(x), y)
-        scaler.scale(loss).backward()
-        scaler.step(opt)
-        scaler.update()
-        return loss
-
-    rng = np.random.default_rng(0)
-    inputs = (ta.tensor(rng.random((batch, 784), dtype=np.float32), device="cuda"),
-              ta.tensor(rng.integers(0, 10, batch), device="cuda"))
-    graphed = ta.cuda.make_graphed_step(step, inputs)
+    run = common.mlp_training(ta, batch, hidden, "cuda")
+    inputs = (run.x, run.y)
+    graphed = ta.cuda.make_graphed_step(run.step, inputs)
     for _ in range(graphed.num_warmup_iters + 2):  # warm-up, capture, replays
         graphed(*inputs)
     return graphed, inputs

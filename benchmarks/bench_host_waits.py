@@ -21,7 +21,6 @@ import statistics
 import sys
 import time
 
-import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import tinyamp as ta  # noqa: E402
@@ -35,14 +34,8 @@ WAIT_MS = 5.0  # a phase longer than this waited for the spin kernel
 def phases(batch: int, hidden: int, steps: int) -> dict[str, list[float]]:
     """Host milliseconds of each phase, per step (after three warm-up steps)."""
     cp = backend.cupy()
-    nn = ta.nn
-    ta.manual_seed(0)
-    model = nn.Sequential(nn.Linear(784, hidden), nn.ReLU(), nn.Linear(hidden, 10)).to("cuda")
-    opt = ta.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    scaler = ta.amp.GradScaler()
-    rng = np.random.default_rng(0)
-    x = ta.tensor(rng.random((batch, 784), dtype=np.float32), device="cuda")
-    y = ta.tensor(rng.integers(0, 10, batch), device="cuda")
+    run = common.mlp_training(ta, batch, hidden, "cuda")
+    model, opt, scaler, x, y = run.model, run.opt, run.scaler, run.x, run.y
     out: dict[str, list[float]] = {}
     for i in range(steps + 3):
         cp.cuda.Device().synchronize()

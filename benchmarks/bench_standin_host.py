@@ -41,7 +41,6 @@ import sys
 import time
 from typing import Any, Callable
 
-import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -61,22 +60,10 @@ def _import_tinyamp(root: str) -> Any:
 
 def make_step(ta: Any, inputs: int, hidden: int, batch: int) -> Callable[[], None]:
     """One eager AMP training step of MLP inputs-hidden-10 on the stand-in, as a closure (warmed up)."""
-    nn = ta.nn
-    ta.manual_seed(0)
-    model = nn.Sequential(nn.Linear(inputs, hidden), nn.ReLU(), nn.Linear(hidden, 10)).to("cuda")
-    opt = ta.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    scaler = ta.amp.GradScaler()
-    rng = np.random.default_rng(0)
-    x = ta.tensor(rng.random((batch, inputs), dtype=np.float32), device="cuda")
-    y = ta.tensor(rng.integers(0, 10, batch), device="cuda")
+    run = common.mlp_training(ta, batch, hidden, "cuda", inputs=inputs)
 
     def step() -> None:
-        opt.zero_grad()
-        with ta.amp.autocast(device_type="cuda", dtype=ta.float16):
-            loss = ta.nn.functional.cross_entropy(model(x), y)
-        scaler.scale(loss).backward()
-        scaler.step(opt)
-        scaler.update()
+        run.step(run.x, run.y)
 
     for _ in range(5):
         step()

@@ -1,4 +1,5 @@
-"""Shared benchmark helpers: timing with warm-ups, medians and spread, JSON output, a GPU spin kernel.
+"""Shared benchmark helpers: timing with warm-ups, medians and spread, JSON output, a GPU spin kernel, the MLP
+training step the GPU benchmarks time.
 
 Timing is measured here and never asserted in tests. Set
 ``MALLOC_MMAP_THRESHOLD_=4294967296 MALLOC_TRIM_THRESHOLD_=4294967296`` for stable
@@ -13,7 +14,8 @@ import os
 import platform
 import statistics
 import time
-from typing import Callable
+from types import SimpleNamespace
+from typing import Any, Callable
 
 import numpy as np
 
@@ -93,3 +95,29 @@ def gpu_spin(cp: object, cycles: int) -> None:
     """Keep a real GPU busy for ``cycles`` clock cycles (one thread; ~2e9 a second), so the host's work after
     this call is timed or queued while the GPU waits for nothing."""
     cp.RawKernel(_SPIN, "tinyamp_bench_spin")((1,), (1,), (np.int64(cycles),))  # type: ignore[attr-defined]
+
+
+def mlp_training(ta: Any, batch: int, hidden: int, device: str, *, inputs: int = 784, amp: bool = True
+                 ) -> SimpleNamespace:
+    """MLP inputs-hidden-10, SGD momentum 0.9, GradScaler (enabled with ``amp``) and a random batch on ``device``
+    (``ta`` is the tinyamp module, imported by the caller). ``step(x, y)`` is one training step, float16
+    autocast with ``amp``, returning the loss; the namespace also holds model, opt, scaler, x and y."""
+    nn = ta.nn
+    ta.manual_seed(0)
+    model = nn.Sequential(nn.Linear(inputs, hidden), nn.ReLU(), nn.Linear(hidden, 10)).to(device)
+    opt = ta.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    scaler = ta.amp.GradScaler(enabled=amp)
+    rng = np.random.default_rng(0)
+    x = ta.tensor(rng.random((batch, inputs), dtype=np.float32), device=device)
+    y = ta.tensor(rng.integers(0, 10, batch), device=device)
+
+    def step(x: Any, y: Any) -> Any:
+        opt.zero_grad()
+        with ta.amp.autocast(device_type=device, dtype=ta.float16, enabled=amp):
+            loss = ta.nn.functional.cross_entropy(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        return loss
+
+    return SimpleNamespace(model=model, opt=opt, scaler=scaler, x=x, y=y, step=step)
