@@ -303,14 +303,20 @@ def kernel_cases(batch: int, hidden: int, torch: Any, inputs: int = 784, classes
     steps = [cp.ones(1, f32) for _ in shapes]  # started: the momentum buffers are read
     found, scale = cp.zeros(1, f32), cp.ones(1, f32)
     hyper = cp.asarray(np.array([1e-9, 0.9, 0.0, 0.0]))  # a tiny lr: the weights barely move between calls
-    partial = 4 * hidden * 2 * ((batch + cuda_vector.SUM_ROWS - 1) // cuda_vector.SUM_ROWS)
+    def partial(chunk_rows: int) -> int:  # the float32 partials, written and read back
+        return 4 * hidden * 2 * ((batch + chunk_rows - 1) // chunk_rows)
+
     cases = [
         ("tinyamp_relu_f16", "relu forward", lambda: cuda_vector.relu(h), 4 * n),
         ("cupy maximum (before)", "relu forward", lambda: cp.maximum(h, 0), 4 * n),
         ("tinyamp_relu_backward_f16", "relu backward", lambda: cuda_vector.relu_backward(g, h), 6 * n),
         ("tinyamp_relu_backward (before)", "relu backward", lambda: cuda_epilogue.relu_backward(g, h), 6 * n),
         ("tinyamp_column_sum_f16_round", "bias gradient",
-         lambda: cuda_vector.column_sum(g, f16), 2 * n + partial + 2 * hidden),
+         lambda: cuda_vector.column_sum(g, f16), 2 * n + partial(cuda_vector.SUM_ROWS) + 2 * hidden),
+        ("tinyamp_column_sum_f16_round (64-row chunks)", "bias gradient",
+         lambda: cuda_vector.column_sum(g, f16, chunk_rows=64), 2 * n + partial(64) + 2 * hidden),
+        ("tinyamp_column_sum_f16_round (32-row chunks)", "bias gradient",
+         lambda: cuda_vector.column_sum(g, f16, chunk_rows=32), 2 * n + partial(32) + 2 * hidden),
         ("cupy sum float32 (before)", "bias gradient", lambda: g.sum(axis=0, dtype=f32), 2 * n + 4 * hidden),
         ("tinyamp_convert_f32_f16", "input batch cast", lambda: cuda_vector.convert(x32, f16), 6 * batch * inputs),
         ("tinyamp_convert_f16_f32", "dW widened", lambda: cuda_vector.convert(w16, f32), 6 * hidden * inputs),

@@ -118,7 +118,7 @@ step mnist-amp-graph 90 "$PY" examples/mnist_mlp.py --device cuda --amp --cuda-g
 {
     echo "--- key lines"
     grep -h -E '^(=+ )?[0-9]+ (passed|failed)|(passed|failed|error).* in [0-9.]+s' "$RES/pytest-gpu.log" | tail -1
-    grep -h -E 'tinyamp_convert_(f16|bf16)_f32|kernel_vs_copy' "$RES/bench-gpu-issue20.log"
+    grep -h -E 'tinyamp_convert_(f16|bf16)_f32|tinyamp_column_sum|kernel_vs_copy' "$RES/bench-gpu-issue20.log"
     for name in mnist-amp mnist-amp-graph; do
         [ -f "$RES/$name.log" ] && echo "$name: $(grep -h '^test accuracy' "$RES/$name.log")"
     done

@@ -108,16 +108,20 @@ def test_column_sum_is_numpys_order_up_to_a_chunk_of_rows(cp, dtype, shape) -> N
             fd.assert_same_bits([cp.asarray(g).sum(axis=0, dtype=np.float32).get()], [acc], "cupy sum")
 
 
+@pytest.mark.parametrize("chunk", [cuda_vector.SUM_ROWS, 32], ids=lambda c: f"chunk{c}")
 @pytest.mark.parametrize("dtype", [fd.F16, fd.F32], ids=str)
-def test_column_sum_over_many_rows_adds_the_chunks_in_order(cp, dtype) -> None:
+def test_column_sum_over_many_rows_adds_the_chunks_in_order(cp, dtype, chunk) -> None:
     g = sample((cuda_vector.SUM_ROWS * 3 + 17, 24), dtype)
+    kw = {} if chunk == cuda_vector.SUM_ROWS else {"chunk_rows": chunk}  # the default is what the ops use
     with np.errstate(all="ignore"):
-        want = chunked_column_sum(g, cuda_vector.SUM_ROWS)
-        fd.assert_same_bits([cuda_vector.column_sum(cp.asarray(g), np.float32).get()], [want], "chunked")
+        want = chunked_column_sum(g, chunk)
+        fd.assert_same_bits([cuda_vector.column_sum(cp.asarray(g), np.float32, **kw).get()], [want], "chunked")
         # Again: the tickets went back to zero, so a second launch finishes the same way.
-        fd.assert_same_bits([cuda_vector.column_sum(cp.asarray(g), np.float32).get()], [want], "chunked again")
-        fd.assert_same_bits([cuda_vector.column_sum(cp.asarray(g)[:, 1:].copy(), np.float32).get()],
-                            [chunked_column_sum(g[:, 1:], cuda_vector.SUM_ROWS)], "scalar columns")
+        fd.assert_same_bits([cuda_vector.column_sum(cp.asarray(g), np.float32, **kw).get()], [want], "chunked again")
+        fd.assert_same_bits([cuda_vector.column_sum(cp.asarray(g)[:, 1:].copy(), np.float32, **kw).get()],
+                            [chunked_column_sum(g[:, 1:], chunk)], "scalar columns")
+    with pytest.raises(ValueError, match="column_sum: chunk_rows must be at least 1, got 0"):
+        cuda_vector.column_sum(cp.asarray(g), np.float32, chunk_rows=0)
 
 
 def test_column_sum_refuses_what_it_cannot_write(cp) -> None:

@@ -412,13 +412,17 @@ def _ticket_array(dev: Any, groups: int) -> Any:
     return tickets
 
 
-def column_sum(g: Any, out_dtype: Any, *, through: bool = False) -> Any:
+def column_sum(g: Any, out_dtype: Any, *, through: bool = False, chunk_rows: int = SUM_ROWS) -> Any:
     """``g.sum(axis=0)`` of a 2-D C-contiguous ``g`` (rows >= 1, cols >= 2) accumulated in float32, one launch.
 
     The result is ``out_dtype``: ``g``'s own 16-bit dtype (rounded once),
     float32, or with ``through`` float32 rounded through ``g``'s 16-bit dtype
-    (a float32 parameter's gradient that autocast lowered).
+    (a float32 parameter's gradient that autocast lowered). ``chunk_rows``
+    (rows per chunk, which sets the summation order) is for benchmarks to
+    compare chunk sizes; tinyamp's ops use ``SUM_ROWS``.
     """
+    if chunk_rows < 1:
+        raise ValueError(f"column_sum: chunk_rows must be at least 1, got {chunk_rows}")
     rows, cols = g.shape
     if cols < 2:  # NumPy sums a single column pairwise, not row by row
         raise ValueError(f"column_sum: needs two or more columns, got {g.dtype.name} {list(g.shape)}")
@@ -431,7 +435,7 @@ def column_sum(g: Any, out_dtype: Any, *, through: bool = False) -> Any:
     per = _STORAGE[g.dtype][3]
     vec = cols % per == 0 and aligned(g)
     groups = cols // per if vec else cols
-    nchunks = (rows + SUM_ROWS - 1) // SUM_ROWS
+    nchunks = (rows + chunk_rows - 1) // chunk_rows
     dev = launch._device(g)
     with dev:
         cp = launch._cp()
@@ -442,7 +446,7 @@ def column_sum(g: Any, out_dtype: Any, *, through: bool = False) -> Any:
         launch.count(name, lambda: (g.nbytes + partial.nbytes + 4 * groups, partial.nbytes + out.nbytes + 4 * groups))
         launch.raw_kernel(name, source)(((threads + BLOCK - 1) // BLOCK,), (BLOCK,),
                                         (g, partial, tickets, out, np.int64(rows), np.int64(cols),
-                                         np.int64(SUM_ROWS), np.int32(nchunks), np.int32(vec)))
+                                         np.int64(chunk_rows), np.int32(nchunks), np.int32(vec)))
     return out
 
 
