@@ -59,6 +59,7 @@ import statistics
 import subprocess
 import sys
 import time
+import traceback
 from typing import Any, Callable
 
 _TF32_BEFORE = os.environ.get("CUPY_TF32")
@@ -450,11 +451,18 @@ def bench_gpu_time(device: str, torch: Any, batches: list[int], hidden: int, rep
             makers[("torch", "amp-graph replay only")] = lambda: torch_graphed_step(torch, batch, hidden, device,
                                                                                     load=False)
         for (framework, mode), make in makers.items():
-            step = make()
-            for _ in range(5):
-                step()
-            stats = summary(Timer(device, torch if framework == "torch" else None).samples(step, repeats, warmup=3))
-            times = kernel_times(torch, step)
+            try:
+                step = make()
+                for _ in range(5):
+                    step()
+                stats = summary(Timer(device, torch if framework == "torch" else None).samples(step, repeats,
+                                                                                                warmup=3))
+                times = kernel_times(torch, step)
+            except Exception as exc:  # noqa: BLE001 - one failing case must not lose the run's other figures
+                traceback.print_exc()
+                rows.append({"framework": framework, "mode": mode, "batch": batch,
+                             "error": f"{type(exc).__name__}: {exc}"[:300]})
+                continue
             rows.append({"framework": framework, "mode": mode, "batch": batch, **stats,
                          "gpu_us_per_step": None if times is None else times["gpu_us_per_step"],
                          "kernels_per_step": None if times is None else times["kernels_per_step"],
@@ -488,7 +496,7 @@ def issue20_targets(kernel_rows: list[dict], time_rows: list[dict]) -> list[dict
         def gpu(framework: str, mode: str, key: str = "gpu_us_per_step") -> "float | None":
             row = next((r for r in time_rows if (r["framework"], r["mode"], r["batch"]) == (framework, mode, batch)),
                        None)
-            return row and row[key]
+            return row and row.get(key)
         for name, ours, theirs in (("amp_gpu_time_vs_torch_eager", gpu("tinyamp", "amp"), gpu("torch", "amp")),
                                    ("graph_gpu_time_vs_torch_graph", gpu("tinyamp", "amp-graph"),
                                     gpu("torch", "amp-graph")),
@@ -594,13 +602,16 @@ def report(result: dict) -> str:
             ["kernel", "work", "batch", "MB moved", "median ms", "TB/s", "copy ms", "vs copy"]))
     if result.get("gpu_time"):
         lines.append("")
+        timed = [r for r in result["gpu_time"] if "error" not in r]
         lines.append(common.table(
             [[r["framework"], r["mode"], r["batch"], f"{r['median_ms']:.3f}",
               "-" if r["gpu_us_per_step"] is None else f"{r['gpu_us_per_step'] / 1e3:.3f}",
-              "-" if r["kernels_per_step"] is None else f"{r['kernels_per_step']:g}"] for r in result["gpu_time"]],
+              "-" if r["kernels_per_step"] is None else f"{r['kernels_per_step']:g}"] for r in timed],
             ["AMP step", "mode", "batch", "wall ms (events)", "GPU ms (CUPTI)", "kernels"]))
         for r in result["gpu_time"]:
-            if r["kernels"]:
+            if "error" in r:
+                lines.append(f"  FAILED {r['framework']} {r['mode']} {r['batch']}: {r['error']}")
+            elif r["kernels"]:
                 top = ", ".join(f"{k[:48]} {v['us']:.0f}us" for k, v in list(r["kernels"].items())[:8])
                 lines.append(f"  {r['framework']} {r['mode']} {r['batch']}: {top}")
     lines.append("")
@@ -665,6 +676,10 @@ def run(args: argparse.Namespace, device: str) -> dict:
                          else os.path.join(os.path.dirname(__file__), "bench_gpu.json"))
     if path:
         common.write_json(path, result)
+    failed = [r for r in result["gpu_time"] if "error" in r]
+    if failed:  # after the report and the JSON: what was measured is kept, the exit status says what failed
+        raise SystemExit(f"bench_gpu: {len(failed)} GPU-time case(s) failed: "
+                         + "; ".join(f"{r['framework']} {r['mode']} {r['batch']}" for r in failed))
     return result
 
 
