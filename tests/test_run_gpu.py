@@ -17,10 +17,10 @@ import tarfile
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(REPO, "benchmarks", "run_gpu.sh")
-STEPS = ("bench-gpu-issue20", "bench-gpu", "bench-host-waits", "bench-graph-replay", "bench-gemm", "mnist-amp",
-         "mnist-amp-graph")
-JSONS = ("bench_gpu_issue20.json", "bench_gpu.json", "bench_host_waits.json", "bench_graph_replay.json",
-         "bench_gemm.json", "mnist_amp.json", "mnist_amp_graph.json")
+STEPS = ("bench-gpu-issue20", "bench-gpu", "bench-host-waits", "bench-host-waits-against", "bench-graph-replay",
+         "bench-gemm", "mnist-amp", "mnist-amp-graph")
+JSONS = ("bench_gpu_issue20.json", "bench_gpu.json", "bench_host_waits.json", "bench_host_waits_against.json",
+         "bench_graph_replay.json", "bench_gemm.json", "mnist_amp.json", "mnist_amp_graph.json")
 
 
 def run_script(tmp_path, steps: tuple, cuda: "str | None") -> tuple[subprocess.CompletedProcess, str]:
@@ -28,7 +28,7 @@ def run_script(tmp_path, steps: tuple, cuda: "str | None") -> tuple[subprocess.C
     out.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("TINYAMP_CUDA", "OUT", "GPU_BUDGET_S")}
     env |= {"OUT": str(out), "GPU_SMALL": "1", "GPU_STEPS": " ".join(steps), "PYTHON": sys.executable,
-            "TMPDIR": str(tmp_path)}
+            "TMPDIR": str(tmp_path), "HOST_AGAINST": REPO, "HOST_PAIRS": "1"}  # this tree against itself
     if cuda:
         env["TINYAMP_CUDA"] = cuda
     with subprocess.Popen(["bash", SCRIPT], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
