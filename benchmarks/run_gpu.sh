@@ -6,10 +6,10 @@
 #   3. bench-gpu-issue20: bench_gpu.py --issue20 (each kernel's bandwidth against a device-to-device copy,
 #      the widening conversion beside the layout it replaced; the GPU time per AMP step from CUPTI)
 #   4. bench-gpu: bench_gpu.py --no-issue20 (GEMM vs torch, the MLP 784-8192-10 step eager and captured)
-#   5. bench-host-waits (and bench-host-waits-against, when an older tree is carried: see below),
-#   6. bench-graph-replay (host time of each phase of a graphed step's call),
+#   5. bench-host-waits, 6. bench-graph-replay (host time of each phase of a graphed step's call),
 #   7. bench-cublas-call, 8. bench-gemm, 9. bench-mnist-cuda (tinyamp vs torch)
 #   10. mnist-amp, 11. mnist-amp-graph: examples/mnist_mlp.py --device cuda --amp [--cuda-graph]
+#   12. bench-host-waits-against, when an older tree was carried (see the step)
 # Each step runs under its own time limit (what is left of the budget at most), writes its log (and its JSON)
 # and goes on past a failure; a step that no longer fits in the budget is skipped and says so. At the end
 # (and after every step, so a run stopped early keeps what it measured) summary.txt lists each step's exit
@@ -107,13 +107,6 @@ step pytest-gpu 210 "$PY" -m pytest -m gpu -q -rfE -p no:cacheprovider "${WORKER
 step bench-gpu-issue20 150 "$PY" benchmarks/bench_gpu.py --issue20 "${BENCH_GPU[@]}" --json "$RES/bench_gpu_issue20.json"
 step bench-gpu 150 "$PY" benchmarks/bench_gpu.py --no-issue20 "${BENCH_GPU[@]}" --json "$RES/bench_gpu.json"
 step bench-host-waits 90 "$PY" benchmarks/bench_host_waits.py "${HOST_WAITS[@]}" --json "$RES/bench_host_waits.json"
-# The eager step's host time against an older tree, when one was carried (run(carry=[".probe/old"]) brings the
-# ignored .probe/old, a checkout's tinyamp package; HOST_AGAINST names another): alternating subprocesses.
-AGAINST="${HOST_AGAINST:-.probe/old}"
-if [ -d "$AGAINST/tinyamp" ]; then
-    step bench-host-waits-against 120 "$PY" benchmarks/bench_host_waits.py "${HOST_WAITS[@]}" --against "$AGAINST" \
-        --pairs "${HOST_PAIRS:-3}" --json "$RES/bench_host_waits_against.json"
-fi
 step bench-graph-replay 60 "$PY" benchmarks/bench_graph_replay.py "${REPLAY[@]}" --json "$RES/bench_graph_replay.json"
 step bench-cublas-call 60 "$PY" benchmarks/bench_cublas_call.py --json "$RES/bench_cublas_call.json"
 step bench-gemm 90 "$PY" benchmarks/bench_gemm.py "${GEMM[@]}" --json "$RES/bench_gemm.json"
@@ -122,6 +115,14 @@ step bench-mnist-cuda 150 "$PY" benchmarks/bench_mnist.py --device cuda "${MNIST
 step mnist-amp 90 "$PY" examples/mnist_mlp.py --device cuda --amp "${EXAMPLE[@]}" --json "$RES/mnist_amp.json"
 step mnist-amp-graph 90 "$PY" examples/mnist_mlp.py --device cuda --amp --cuda-graph "${EXAMPLE[@]}" \
     --json "$RES/mnist_amp_graph.json"
+# 12, last, in what the budget leaves: the eager step's host time against an older tree, in alternating
+# subprocesses, when one was carried (run(carry=[".probe/old"]) brings the ignored .probe/old, a checkout's
+# tinyamp package; HOST_AGAINST names another).
+AGAINST="${HOST_AGAINST:-.probe/old}"
+if [ -d "$AGAINST/tinyamp" ]; then
+    step bench-host-waits-against 120 "$PY" benchmarks/bench_host_waits.py "${HOST_WAITS[@]}" --against "$AGAINST" \
+        --pairs "${HOST_PAIRS:-3}" --json "$RES/bench_host_waits_against.json"
+fi
 
 {
     echo "--- key lines"
