@@ -7,14 +7,17 @@ otherwise; the test suite relies on them to see on a CPU what a GPU run shows.
 from __future__ import annotations
 
 import ast
+import ctypes
 import os
+import sys
+import threading
 
 import ml_dtypes
 import numpy as np
 import pytest
 
 import tinyamp.cuda_standin as cp
-from tinyamp.cuda_standin import cublas, kernels, runtime
+from tinyamp.cuda_standin import cublas, cublaslt, kernels, runtime
 
 STANDIN_DIR = os.path.dirname(cp.__file__)
 
@@ -463,3 +466,36 @@ def test_elementwise_kernel_takes_a_read_only_broadcast_input() -> None:
         model(x.to("cuda")).sum().backward()
         grad = model[0].weight.grad.to("cpu").numpy()
     np.testing.assert_allclose(grad, cpu_model[0].weight.grad.numpy(), rtol=1e-6)
+
+
+def test_cublas_and_cublaslt_objects_made_by_threads_at_once_stay_distinct() -> None:
+    """Real cuBLAS/cuBLASLt hand each caller its own handle, descriptor, layout and algorithm: so does the stand-in,
+    even when threads create them at the same moment (two objects given one address would overwrite each other)."""
+    lt, blas = cublaslt.LT_LIBRARY, cublas.LIBRARY
+    made: list = []
+    switch = sys.getswitchinterval()
+
+    def make() -> None:
+        for _ in range(300):
+            ref = ctypes.c_void_p()
+            lt.cublasLtMatrixLayoutCreate(ctypes.byref(ref), runtime.CUDA_R_16F, 4, 4, 4)
+            made.append(("lt", ref.value))
+            ref = ctypes.c_void_p()
+            blas.cublasCreate_v2(ctypes.byref(ref))
+            made.append(("blas", ref.value))
+
+    sys.setswitchinterval(1e-6)  # switch threads between almost any two bytecodes
+    try:
+        threads = [threading.Thread(target=make) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(switch)
+    assert len(set(made)) == len(made) == 8 * 300 * 2
+    for kind, address in made:
+        if kind == "lt":
+            assert lt.objects[address]["kind"] == "layout"
+        else:
+            assert address in blas.handles

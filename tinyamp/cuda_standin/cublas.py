@@ -32,6 +32,7 @@ are read from device memory at each replay.
 from __future__ import annotations
 
 import ctypes
+import itertools
 from typing import Any
 
 import ml_dtypes
@@ -294,6 +295,7 @@ class _Library:
 
     def __init__(self) -> None:
         self.handles: dict[int, dict] = {}
+        self._handles_made = itertools.count(self._BASE)
 
     def _state(self, handle: int) -> dict:
         state = self.handles.get(int(handle or 0))
@@ -304,7 +306,7 @@ class _Library:
     def cublasCreate_v2(self, handle_ref: Any) -> int:  # noqa: N802 - cuBLAS's names
         if _capture.active is not None:
             _capture.refuse("cublasCreate_v2 (it allocates device memory and synchronises)")
-        value = self._BASE + len(self.handles)
+        value = next(self._handles_made)  # atomic: threads creating handles at once get distinct ones
         self.handles[value] = {"stream": 0, "workspace": None}
         handle_ref._obj.value = value
         _pointer_modes[value] = CUBLAS_POINTER_MODE_HOST

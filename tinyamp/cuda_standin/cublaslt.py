@@ -26,6 +26,7 @@ The arithmetic, for ``CUBLASLT_EPILOGUE_DEFAULT`` or ``_BIAS``:
 from __future__ import annotations
 
 import ctypes
+import itertools
 from typing import Any
 
 import numpy as np
@@ -53,9 +54,11 @@ class _LtLibrary:
 
     def __init__(self) -> None:
         self.objects: dict[int, dict] = {}
+        # One address per object, whichever threads create them at once (next() on a count is atomic).
+        self._addresses = itertools.count(self._BASE, 16)
 
     def _new(self, ref: Any, kind: str, **state: Any) -> int:
-        address = self._BASE + 16 * len(self.objects)
+        address = next(self._addresses)
         self.objects[address] = dict(state, kind=kind)
         ref._obj.value = address
         return 0
@@ -125,7 +128,7 @@ class _LtLibrary:
         if int(requested) < 1:
             raise CUBLASError(_INVALID_VALUE, "requestedAlgoCount < 1")
         result = result_ref._obj
-        result.algo[0] = self._BASE + 16 * len(self.objects)
+        result.algo[0] = next(self._addresses)
         self.objects[result.algo[0]] = {"kind": "algorithm", "problem": problem,
                                         "aligns": tuple(preference[f"align_{x}"] for x in "abcd")}
         result.workspace_size, result.state = 0, 0
