@@ -280,11 +280,8 @@ def bench_mlp(device: str, torch: Any, batches: list[int], hidden: int, repeats:
 
 # ------------------------------------------------- kernels at memory speed (issue 20)
 def device_copy(dst: Any, src: Any) -> None:
-    """``dst``'s bytes = ``src``'s by cudaMemcpyAsync (the stand-in, which has none, runs its copy kernel)."""
-    if backend.standin_active():
-        backend.cupy().copyto(dst, src)
-    else:
-        dst.data.copy_from_device_async(src.data, src.nbytes)
+    """``dst``'s bytes = ``src``'s by cudaMemcpyAsync."""
+    dst.data.copy_from_device_async(src.data, src.nbytes)
 
 
 def kernel_cases(batch: int, hidden: int, torch: Any, inputs: int = 784, classes: int = 10) -> list[tuple]:

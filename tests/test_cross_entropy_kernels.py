@@ -218,7 +218,7 @@ def test_the_forward_tree_over_many_rows_and_its_tickets(cp, device_math, n, red
     before = dict(cuda_launch.launches)
     for _ in range(2):  # the second launch finds the ticket the first one left
         fd.assert_same_bits(fused_result(case, cp=cp, **options), want, f"n={n}")
-        assert not cuda_loss._tickets[0].get().any()
+        assert not cuda_loss._ticket_array(cp.cuda.Device(0)).get().any()
     launched = {k: n - before.get(k, 0) for k, n in cuda_launch.launches.items() if n > before.get(k, 0)}
     assert launched == {"tinyamp_ce_forward_f16_f32_f32": 2, "tinyamp_ce_backward_f16_f32_f32_f16": 2}
 

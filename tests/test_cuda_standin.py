@@ -9,14 +9,13 @@ from __future__ import annotations
 import ast
 import ctypes
 import os
-import sys
-import threading
 
 import ml_dtypes
 import numpy as np
 import pytest
 
 import tinyamp.cuda_standin as cp
+from threads import run_threads
 from tinyamp.cuda_standin import cublas, cublaslt, kernels, runtime
 
 STANDIN_DIR = os.path.dirname(cp.__file__)
@@ -473,7 +472,6 @@ def test_cublas_and_cublaslt_objects_made_by_threads_at_once_stay_distinct() -> 
     even when threads create them at the same moment (two objects given one address would overwrite each other)."""
     lt, blas = cublaslt.LT_LIBRARY, cublas.LIBRARY
     made: list = []
-    switch = sys.getswitchinterval()
 
     def make() -> None:
         for _ in range(300):
@@ -484,15 +482,7 @@ def test_cublas_and_cublaslt_objects_made_by_threads_at_once_stay_distinct() -> 
             blas.cublasCreate_v2(ctypes.byref(ref))
             made.append(("blas", ref.value))
 
-    sys.setswitchinterval(1e-6)  # switch threads between almost any two bytecodes
-    try:
-        threads = [threading.Thread(target=make) for _ in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    finally:
-        sys.setswitchinterval(switch)
+    assert run_threads(make, [()] * 8) == []
     assert len(set(made)) == len(made) == 8 * 300 * 2
     for kind, address in made:
         if kind == "lt":

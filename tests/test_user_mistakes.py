@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import copy
 import sys
-import threading
 
 import numpy as np
 import pytest
 
 import tinyamp as ta
+from threads import run_threads
 from tinyamp import backend
 from tinyamp.kernels.cpu import cpu_path as kernel_path
 from tinyamp.kernels import loss_scale
@@ -426,28 +426,15 @@ def _train(seed: int, model: ta.nn.Module, optimizer: str, steps: int = 4) -> li
 @pytest.mark.parametrize("optimizer", ["Adam", "SGD"])
 def test_threads_training_separate_models_on_the_stand_in_equal_sequential_runs(optimizer: str) -> None:
     seeds = range(4)
-    switch = sys.getswitchinterval()
     with backend.use_cuda_standin():
         sequential = {s: _train(s, _model(s), optimizer) for s in seeds}
         models = {s: _model(s) for s in seeds}  # the global generator: made in order, outside the threads
         results: dict = {}
-        errors: list = []
 
         def run(seed: int) -> None:
-            try:
-                results[seed] = _train(seed, models[seed], optimizer)
-            except Exception as error:  # noqa: BLE001 - reported below
-                errors.append(error)
+            results[seed] = _train(seed, models[seed], optimizer)
 
-        sys.setswitchinterval(1e-5)  # switch threads often: every shared structure is exercised
-        try:
-            threads = [threading.Thread(target=run, args=(s,)) for s in seeds]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-        finally:
-            sys.setswitchinterval(switch)
+        errors = run_threads(run, [(s,) for s in seeds], switch_interval=1e-5)
     assert not errors, errors
     for s in seeds:
         for got, want in zip(results[s], sequential[s]):
@@ -455,32 +442,19 @@ def test_threads_training_separate_models_on_the_stand_in_equal_sequential_runs(
 
 
 def test_pointer_tables_under_threads_hold_each_threads_own_pointers() -> None:
-    switch = sys.getswitchinterval()
-    errors: list = []
     with backend.use_cuda_standin():
         cp = backend.cupy()
         dev = cuda_launch._device(cp.zeros(1))
 
         def run(offset: int) -> None:
-            try:
-                for i in range(300):
-                    pointers = [offset * 10_000 + i % 7, offset * 10_000 + 1 + i % 5]
-                    table = cuda_launch.pointer_table(dev, pointers, site=("test", 2))
-                    plain = cuda_launch.pointer_table(dev, pointers[:1] + [i % 70])
-                    assert table.get().tolist() == pointers
-                    assert plain.get().tolist() == pointers[:1] + [i % 70]
-            except Exception as error:  # noqa: BLE001 - reported below
-                errors.append(error)
+            for i in range(300):
+                pointers = [offset * 10_000 + i % 7, offset * 10_000 + 1 + i % 5]
+                table = cuda_launch.pointer_table(dev, pointers, site=("test", 2))
+                plain = cuda_launch.pointer_table(dev, pointers[:1] + [i % 70])
+                assert table.get().tolist() == pointers
+                assert plain.get().tolist() == pointers[:1] + [i % 70]
 
-        sys.setswitchinterval(1e-6)
-        try:
-            threads = [threading.Thread(target=run, args=(k,)) for k in range(1, 5)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-        finally:
-            sys.setswitchinterval(switch)
+        errors = run_threads(run, [(k,) for k in range(1, 5)])
     assert not errors, errors[:3]
 
 
@@ -490,27 +464,14 @@ def test_the_stand_in_memory_pool_under_threads() -> None:
     from tinyamp.cuda_standin import _memory
 
     pool = _memory.MemoryPool(0)
-    errors: list = []
-    switch = sys.getswitchinterval()
 
     def run(k: int) -> None:
-        try:
-            for i in range(20000):
-                pointers = [pool.malloc(512 * (1 + (k + i + j) % 4)) for j in range(3)]
-                _memory.resolve(pointers[0].ptr, 8, "test")
-                del pointers
-        except Exception as error:  # noqa: BLE001 - reported below
-            errors.append(error)
+        for i in range(20000):
+            pointers = [pool.malloc(512 * (1 + (k + i + j) % 4)) for j in range(3)]
+            _memory.resolve(pointers[0].ptr, 8, "test")
+            del pointers
 
-    sys.setswitchinterval(1e-6)
-    try:
-        threads = [threading.Thread(target=run, args=(k,)) for k in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    finally:
-        sys.setswitchinterval(switch)
+    errors = run_threads(run, [(k,) for k in range(4)])
     assert not errors, errors[:3]
     assert pool.used_bytes() == 0 and pool.free_bytes() == sum(size * len(blocks)
                                                                for size, blocks in pool._free.items())

@@ -250,16 +250,11 @@ class GraphedStep:
                     "(or drop the last, smaller batch: DataLoader(..., drop_last=True))")
 
     def _load(self, inputs: tuple) -> None:
-        """Copy the inputs into the static buffers (one device copy each; none for a static buffer itself).
-
-        A contiguous input is one ``cudaMemcpyAsync``: the fewest host calls
-        before the replay, whose launch waits behind them."""
+        """Copy the inputs into the static buffers (one device copy each; none for a static buffer itself):
+        ``copyto``, a ``cudaMemcpyAsync`` for a contiguous input, the fewest host calls before the replay."""
         for x, static in zip(inputs, self.static_inputs):
             if x is not static and x.array is not static.array:
-                if x.array.flags.c_contiguous:
-                    static.array.data.copy_from_device_async(x.array.data, x.array.nbytes)
-                else:
-                    static.array[...] = x.array
+                self._device.xp.copyto(static.array, x.array)
                 static._version[0] += 1
 
     def _observe(self, participant: Any) -> None:

@@ -296,8 +296,14 @@ def asnumpy(a: Any, stream: Any = None, order: str = "C", out: Any = None, block
 
 
 def copyto(dst: Any, src: Any, casting: str = "same_kind", where: Any = None) -> None:
-    """``dst[...] = src`` with broadcasting, one kernel; a host source must be a scalar, as in CuPy."""
+    """``dst[...] = src`` with broadcasting, one kernel; a host source must be a scalar, as in CuPy. As CuPy's,
+    one ``cudaMemcpyAsync`` instead when ``src`` has ``dst``'s dtype and (here) shape and both are contiguous."""
     dst = _out(dst, "copyto")
+    if where is None and type(src) is ndarray and src.dtype == dst.dtype and src.shape == dst.shape and dst.size:
+        both = src.flags, dst.flags
+        if builtins.all(f.c_contiguous for f in both) or builtins.all(f.f_contiguous for f in both):
+            dst.data.copy_from_device_async(src.data, src.nbytes)
+            return
     if isinstance(src, np.ndarray):
         if src.size != 1:
             raise ValueError("non-scalar numpy.ndarray cannot be used for copyto")

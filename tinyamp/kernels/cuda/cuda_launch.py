@@ -162,27 +162,21 @@ __device__ __forceinline__ void tinyamp_load4_f32(const float* p, float* v) {
 __device__ __forceinline__ void tinyamp_store4_f32(float* p, const float* v) {
     *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
 }
-__device__ __forceinline__ void tinyamp_load4_f16(const unsigned short* p, float* v) {
+"""
+# The 16-bit loads and stores, one text per format: 4 values packed in a uint2.
+_VECTOR4_16 = r"""
+__device__ __forceinline__ void tinyamp_load4_FMT(const unsigned short* p, float* v) {
     const uint2 a = *reinterpret_cast<const uint2*>(p);
-    v[0] = tinyamp_f16_to_f32((unsigned short)(a.x & 0xffffu)); v[1] = tinyamp_f16_to_f32((unsigned short)(a.x >> 16));
-    v[2] = tinyamp_f16_to_f32((unsigned short)(a.y & 0xffffu)); v[3] = tinyamp_f16_to_f32((unsigned short)(a.y >> 16));
+    v[0] = tinyamp_FMT_to_f32((unsigned short)(a.x & 0xffffu)); v[1] = tinyamp_FMT_to_f32((unsigned short)(a.x >> 16));
+    v[2] = tinyamp_FMT_to_f32((unsigned short)(a.y & 0xffffu)); v[3] = tinyamp_FMT_to_f32((unsigned short)(a.y >> 16));
 }
-__device__ __forceinline__ void tinyamp_store4_f16(unsigned short* p, const float* v) {
+__device__ __forceinline__ void tinyamp_store4_FMT(unsigned short* p, const float* v) {
     *reinterpret_cast<uint2*>(p) = make_uint2(
-        (unsigned int)tinyamp_f32_to_f16(v[0]) | ((unsigned int)tinyamp_f32_to_f16(v[1]) << 16),
-        (unsigned int)tinyamp_f32_to_f16(v[2]) | ((unsigned int)tinyamp_f32_to_f16(v[3]) << 16));
-}
-__device__ __forceinline__ void tinyamp_load4_bf16(const unsigned short* p, float* v) {
-    const uint2 a = *reinterpret_cast<const uint2*>(p);
-    v[0] = tinyamp_bf16_to_f32((unsigned short)(a.x & 0xffffu)); v[1] = tinyamp_bf16_to_f32((unsigned short)(a.x >> 16));
-    v[2] = tinyamp_bf16_to_f32((unsigned short)(a.y & 0xffffu)); v[3] = tinyamp_bf16_to_f32((unsigned short)(a.y >> 16));
-}
-__device__ __forceinline__ void tinyamp_store4_bf16(unsigned short* p, const float* v) {
-    *reinterpret_cast<uint2*>(p) = make_uint2(
-        (unsigned int)tinyamp_f32_to_bf16(v[0]) | ((unsigned int)tinyamp_f32_to_bf16(v[1]) << 16),
-        (unsigned int)tinyamp_f32_to_bf16(v[2]) | ((unsigned int)tinyamp_f32_to_bf16(v[3]) << 16));
+        (unsigned int)tinyamp_f32_to_FMT(v[0]) | ((unsigned int)tinyamp_f32_to_FMT(v[1]) << 16),
+        (unsigned int)tinyamp_f32_to_FMT(v[2]) | ((unsigned int)tinyamp_f32_to_FMT(v[3]) << 16));
 }
 """
+VECTOR4 += "".join(_VECTOR4_16.replace("FMT", fmt) for fmt in ("f16", "bf16"))
 
 # dtype -> (C storage type in a RawKernel, suffix of its tinyamp_*_to_* conversion)
 STORAGE = {dt.float32: ("float", "f32"), dt.float16: ("unsigned short", "f16"),
@@ -361,20 +355,26 @@ class DeviceValues:
         return array
 
 
-_zero_flags: dict[int, Any] = {}
+_device_zeros: dict[tuple, Any] = {}
+
+
+def device_zeros(dev: Any, name: str, size: int, dtype: Any) -> Any:
+    """The persistent zeroed array ``name`` on ``dev`` (at least ``size`` elements), made once: a flag, tickets or
+    a placeholder that kernels read, or write and put back to zero, launch after launch."""
+    array = _device_zeros.get((name, dev.id))
+    if array is None or array.size < size:
+        with dev:
+            array = _device_zeros[(name, dev.id)] = _cp().zeros(size, dtype=dtype)
+    return array
 
 
 def no_inf_found(dev: Any) -> Any:
     """A persistent one-element float32 zero on ``dev``: the ``found_inf`` of a step without AMP."""
-    flag = _zero_flags.get(dev.id)
-    if flag is None:
-        with dev:
-            flag = _zero_flags[dev.id] = _cp().zeros((1,), dtype=np.float32)
-    return flag
+    return device_zeros(dev, "no_inf_found", 1, np.float32)
 
 
 @backend.on_cuda_switch
 def _forget_device_state() -> None:
-    """Compiled kernels and device tables belong to one CUDA backend (CuPy or the stand-in): drop them."""
-    for cache in (_kernels, _chunk_tables, _pointer_tables, _site_tables, _zero_flags):
+    """Compiled kernels and device arrays belong to one CUDA backend (CuPy or the stand-in): drop them."""
+    for cache in (_kernels, _chunk_tables, _pointer_tables, _site_tables, _device_zeros):
         cache.clear()

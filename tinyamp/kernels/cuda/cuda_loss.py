@@ -50,7 +50,6 @@ SLOT = 64  # every node of NumPy's pairwise tree over more than 128 elements (PW
 SHARED_SLOTS = 1024  # the tree's sums stay in shared memory (8 KB) up to this many slots, else in the work array
 REDUCTIONS = {"none": 0, "mean": 1, "sum": 2}
 
-_tickets: dict[int, Any] = {}
 
 # NumPy's float32 sum (numpy/_core/src/umath/loops_utils.h.src, pairwise_sum),
 # written once for any element accessor: blocks of at most 128 elements use
@@ -318,10 +317,7 @@ def work_size(n: int) -> int:
 
 def _ticket_array(dev: Any) -> Any:
     """The device's persistent, zeroed ticket: how many CUDA blocks of the running forward are done."""
-    tickets = _tickets.get(dev.id)
-    if tickets is None:
-        tickets = _tickets[dev.id] = launch._cp().zeros(1, dtype=np.int32)
-    return tickets
+    return launch.device_zeros(dev, "ce_forward_ticket", 1, np.int32)
 
 
 def forward(x: Any, target: Any, weight: Any, *, ignore_index: int, reduction: str, hot_c: Any, smooth_c: Any,
@@ -382,15 +378,9 @@ def backward(x: Any, target: Any, weight: Any, gy: Any, work: Any, *, ignore_ind
     return gx
 
 
-_errors: dict[int, Any] = {}
-
-
 def _error_flag(dev: Any) -> Any:
     """The device's persistent error flag: (1 if a target was out of range, that target), reset when read."""
-    flag = _errors.get(dev.id)
-    if flag is None:
-        flag = _errors[dev.id] = launch._cp().zeros(2, dtype=np.int64)
-    return flag
+    return launch.device_zeros(dev, "ce_target_error", 2, np.int64)
 
 
 def _error_check(flag: Any, out_of_range: "Callable[[int], Exception] | None") -> Callable[[], "Exception | None"]:
@@ -407,20 +397,6 @@ def _error_check(flag: Any, out_of_range: "Callable[[int], Exception] | None") -
     return check
 
 
-_placeholders: dict[int, Any] = {}
-
-
 def _placeholder(dev: Any) -> Any:
     """A one-element float32 device array standing for "no class weight" (never read)."""
-    array = _placeholders.get(dev.id)
-    if array is None:
-        array = _placeholders[dev.id] = launch._cp().zeros(1, dtype=np.float32)
-    return array
-
-
-@backend.on_cuda_switch
-def _forget_device_state() -> None:
-    """The tickets and placeholders are arrays of one CUDA backend (CuPy or the stand-in): drop them on a switch."""
-    _tickets.clear()
-    _placeholders.clear()
-    _errors.clear()
+    return launch.device_zeros(dev, "no_class_weight", 1, np.float32)

@@ -400,16 +400,9 @@ def convert(x: Any, dtype: Any, *, eight: bool = False) -> Any:
     return y
 
 
-_tickets: dict[int, Any] = {}
-
-
 def _ticket_array(dev: Any, groups: int) -> Any:
     """The device's persistent, zeroed tickets (the kernel puts each back to 0), one per column group."""
-    tickets = _tickets.get(dev.id)
-    if tickets is None or tickets.size < groups:
-        with dev:
-            tickets = _tickets[dev.id] = launch._cp().zeros(max(groups, 4096), dtype=np.int32)
-    return tickets
+    return launch.device_zeros(dev, "column_sum_tickets", max(groups, 4096), np.int32)
 
 
 def column_sum(g: Any, out_dtype: Any, *, through: bool = False, chunk_rows: int = SUM_ROWS) -> Any:
@@ -448,9 +441,3 @@ def column_sum(g: Any, out_dtype: Any, *, through: bool = False, chunk_rows: int
                                         (g, partial, tickets, out, np.int64(rows), np.int64(cols),
                                          np.int64(chunk_rows), np.int32(nchunks), np.int32(vec)))
     return out
-
-
-@launch.backend.on_cuda_switch
-def _forget_device_state() -> None:
-    """The tickets are an array of one CUDA backend (CuPy or the stand-in): drop them on a switch."""
-    _tickets.clear()
