@@ -7,7 +7,8 @@
 - :func:`backward` ``(gy, idx, rows, padding_idx, poison) -> dweight``: ``dweight[idx[i]] += gy[i]``,
   repeated indices accumulated in float32 (float64 for float64) and rounded once to gy's dtype; the
   ``padding_idx`` row is zero.
-- CPU (NumPy arrays): one numba pass over the indices (``cpu/embedding_cpu.py``).
+- CPU (NumPy arrays): one numba pass over the indices (``cpu/embedding_cpu.py``), then one rounding
+  pass for a 16-bit gradient.
 - Other arrays (CuPy, until a CUDA kernel is added here): ``cupyx.scatter_add`` (through
   tinyamp.backend) and the xp expressions below.
 """
@@ -20,6 +21,8 @@ import numpy as np
 
 from .. import backend
 from .. import dtypes as dt
+from .convert import convert
+from .cpu import cpu_path, embedding_cpu
 
 __all__ = ["IndexOutOfRange", "forward", "backward"]
 
@@ -51,6 +54,9 @@ def forward(idx: Any, weight: Any, check: bool = True) -> tuple:
 
 def backward(gy: Any, idx: Any, rows: int, padding_idx: "int | None", poison: Any = None) -> Any:
     """The (rows, dim) weight gradient of ``weight[idx]`` in gy's dtype."""
+    if not backend.is_cupy_array(gy) and cpu_path.numba_takes(gy, idx):
+        acc = embedding_cpu.backward(gy, idx, rows, padding_idx)
+        return acc if acc.dtype == gy.dtype else convert(acc, gy.dtype)
     xp = backend.array_module(gy)
     dim = gy.shape[-1]
     acc = dt.opmath_dtype(gy.dtype)

@@ -23,6 +23,7 @@ from typing import Any
 
 from .. import backend
 from .. import dtypes as dt
+from .cpu import cpu_path, layer_norm_cpu
 
 __all__ = ["forward", "backward", "normalize"]
 
@@ -43,6 +44,8 @@ def normalize(x: Any, mean: Any, rstd: Any, weight: Any, bias: Any, pshape: tupl
 
 def forward(x: Any, ndim: int, weight: Any, bias: Any, eps: float) -> tuple:
     """(y, mean, rstd) of layer norm over the last ``ndim`` dims of x."""
+    if cpu_path.numba_takes(x, weight, bias):
+        return layer_norm_cpu.forward(x, ndim, weight, bias, eps)
     xp = backend.array_module(x)
     axes = _axes(x, ndim)
     pshape = (1,) * (x.ndim - ndim) + tuple(x.shape[x.ndim - ndim:])
@@ -54,6 +57,8 @@ def forward(x: Any, ndim: int, weight: Any, bias: Any, eps: float) -> tuple:
 
 def backward(gy: Any, x: Any, mean: Any, rstd: Any, weight: Any, ndim: int, bias_dtype: Any) -> tuple:
     """(dx, dw, db) of layer norm from the forward's saved mean and rstd."""
+    if cpu_path.numba_takes(gy, x, mean, rstd, weight) and gy.shape == x.shape:
+        return layer_norm_cpu.backward(gy, x, mean, rstd, weight, ndim, bias_dtype)
     axes = _axes(x, ndim)
     rows = tuple(range(x.ndim - ndim))
     cdt = mean.dtype
