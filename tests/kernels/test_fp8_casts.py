@@ -191,11 +191,10 @@ def test_e8m0_block_exponent_rules(rule: str, f: fp8.Fp8Format) -> None:
     edges = np.concatenate([[2.0 ** k * m for m in (1.0, 1.0 + 2 ** -23, 1.5, 2.0 - 2 ** -22)]
                             for k in range(-149, 128)]).astype(np.float32)
     edges = edges[edges > 0]
-    probes = np.concatenate([edges, edges * np.float32(f.max), rng.uniform(0, 1, 2000).astype(np.float32)
-                             * np.exp2(rng.integers(-140, 120, 2000)).astype(np.float32),
-                             np.array([0.0, np.inf, np.nan, 3e38, 1e-45], np.float32)])
-    with np.errstate(all="ignore"):
-        probes = probes[np.isfinite(probes) | ~np.isfinite(probes)]
+    with np.errstate(over="ignore"):  # edges * max overflows to inf at the top: inf is a probe too
+        probes = np.concatenate([edges, edges * np.float32(f.max), rng.uniform(0, 1, 2000).astype(np.float32)
+                                 * np.exp2(rng.integers(-140, 120, 2000)).astype(np.float32),
+                                 np.array([0.0, np.inf, np.nan, 3e38, 1e-45], np.float32)])
     got = fp8.e8m0_exponent(probes, f.dtype, rule)
     assert got.dtype == np.uint8
     np.testing.assert_array_equal(got.astype(np.int64), _e8m0_reference(probes, f, rule))
