@@ -37,7 +37,9 @@ squares of ``erfcx(x)`` weighted by ``exp(-x^2)`` (the error of ``erf``) in ``u 
 Kernels (``KERNELS``, name -> compiled loop): ``erf``, ``gelu``, ``gelu_tanh``, ``gelu_backward``,
 ``gelu_tanh_backward`` on 1-D views (each widens, computes in float64 and narrows once per element);
 ``layer_norm``, ``layer_norm_backward``, ``softmax``, ``log_softmax``, ``softmax_backward`` and
-``log_softmax_backward`` on rows of a 1-D view; ``embedding_backward`` (a scatter-add into rows).
+``log_softmax_backward`` on rows of a 1-D view; ``embedding_backward`` (a scatter-add into rows);
+``attention_softmax``, ``attention_probabilities`` and ``attention_dscores`` on a block of attention
+scores (``attention_cpu.py`` runs the products around them through BLAS).
 """
 
 from __future__ import annotations
@@ -80,7 +82,7 @@ def define(nb: Any) -> None:
     # Module globals, not closure cells: numba's on-disk cache misses for kernels whose closures hold
     # functions (see cpu_numba.load).
     global widen, narrow, compute, exp64, exp32, tanh64, tanh_sech2, erf64, erf64_gauss, bits_to_f64, f32_from_bits, _store
-    global _h2f, _f2h, _f2b, _fbits
+    global _h2f, _f2h, _f2b, _fbits, row_max, row_exp_sum, row_dot, row_sum, row_limit, masked_scores
     types, ir = nb.types, nb.ir
     _h2f, _f2h, _f2b, _fbits = nb.h2f, nb.f2h, nb.f2b, nb.fbits
     inline = nb.njit(inline="always", nogil=True, cache=True, error_model="numpy")
@@ -443,6 +445,105 @@ def define(nb: Any) -> None:
                 acc[row, j] += widen(gy, base + j)
 
     KERNELS.update(embedding_backward=embedding_backward)
+
+    # -- attention's softmax on a block of scores s (N, Lb, Sb): rows are queries l0 + i, columns keys.
+    # mask_kind: 0 none, 1 bool (True = attend), 2 float (added), the mask (N, Lb, Sb), or (1, 1, 1)
+    # unread without one (keep likewise); causal: key j visible to query l0 + i when j <= l0 + i.
+    # Each pass over a row is its own loop so LLVM vectorises it.
+
+    @inline
+    def row_limit(i, l0, sb, causal):
+        return min(sb, l0 + i + 1) if causal else sb
+
+    @inline
+    def masked_scores(row, maskrow, mask_kind, limit, scale):
+        """row[j] = row[j] * scale (+ mask), -inf where masked; returns the row's maximum."""
+        for j in range(limit):
+            v = row[j] * scale
+            if mask_kind == 2:
+                v = v + maskrow[j]
+            elif mask_kind == 1:
+                v = v if maskrow[j] else -np.inf
+            row[j] = v
+        m = -np.inf
+        for j in range(limit):
+            v = row[j]
+            m = v if v > m else m
+        return m
+
+    @jit
+    def attention_softmax(s, lse, l0, scale, causal, mask, mask_kind, keep, has_keep, keep_scale):
+        nb_, lb, sb = s.shape
+        for b in range(nb_):
+            for i in range(lb):
+                row = s[b, i]
+                limit = row_limit(i, l0, sb, causal)
+                m = masked_scores(row, mask[min(b, mask.shape[0] - 1), min(i, mask.shape[1] - 1)], mask_kind, limit,
+                                  compute(s, scale))
+                if m == -np.inf:  # a row of -inf is shifted by 0, not made nan
+                    m = compute(s, 0.0)
+                for j in range(limit):
+                    row[j] = compute(s, exp64(np.float64(row[j] - m)))
+                total = 0.0
+                for j in range(limit):
+                    total += row[j]
+                if total == 0.0:  # nothing to attend to: p = 0 (PyTorch's safe softmax), lse = -inf
+                    inv = compute(s, 0.0)
+                    lse[b, i] = -np.inf
+                else:  # (a nan or +inf score gives nan, as PyTorch)
+                    inv = compute(s, 1.0 / total)
+                    lse[b, i] = compute(s, m + np.log(total))
+                for j in range(limit):
+                    row[j] = row[j] * inv
+                if has_keep:
+                    ks = compute(s, keep_scale)
+                    for j in range(limit):
+                        row[j] = row[j] * ks if keep[b, i, j] else compute(s, 0.0)
+                for j in range(limit, sb):
+                    row[j] = compute(s, 0.0)
+
+    @jit
+    def attention_probabilities(s, lse, l0, scale, causal, mask, mask_kind):
+        """s (scores) -> p = exp(s scale + mask - lse), 0 where masked, beyond the diagonal or on a dead row."""
+        nb_, lb, sb = s.shape
+        for b in range(nb_):
+            for i in range(lb):
+                row = s[b, i]
+                limit = row_limit(i, l0, sb, causal)
+                masked_scores(row, mask[min(b, mask.shape[0] - 1), min(i, mask.shape[1] - 1)], mask_kind, limit,
+                              compute(s, scale))
+                shift = lse[b, i]
+                if shift == -np.inf:
+                    limit = 0
+                for j in range(limit):
+                    row[j] = compute(s, exp64(np.float64(row[j] - shift)))
+                for j in range(limit, sb):
+                    row[j] = compute(s, 0.0)
+
+    @jit
+    def attention_dscores(p, dp, l0, causal, keep, has_keep, keep_scale):
+        """dp (gy v^T) -> ds = p (dp' - sum(dp' p)), dp' = dp * dropout's factor; in place."""
+        nb_, lb, sb = p.shape
+        for b in range(nb_):
+            for i in range(lb):
+                prow = p[b, i]
+                drow = dp[b, i]
+                limit = row_limit(i, l0, sb, causal)
+                if has_keep:
+                    ks = compute(p, keep_scale)
+                    for j in range(limit):
+                        drow[j] = drow[j] * ks if keep[b, i, j] else compute(p, 0.0)
+                r = 0.0
+                for j in range(limit):
+                    r += prow[j] * drow[j]
+                rc = compute(p, r)
+                for j in range(limit):
+                    drow[j] = prow[j] * (drow[j] - rc)
+                for j in range(limit, sb):
+                    drow[j] = compute(p, 0.0)
+
+    KERNELS.update(attention_softmax=attention_softmax, attention_probabilities=attention_probabilities,
+                   attention_dscores=attention_dscores)
     KERNELS.update(softmax=softmax, log_softmax=log_softmax, softmax_backward=softmax_backward,
                    log_softmax_backward=log_softmax_backward)
     KERNELS.update(erf=erf, gelu=gelu, gelu_tanh=gelu_tanh, gelu_backward=gelu_backward,
