@@ -101,3 +101,60 @@ def adam_reference(w: Any, g: Any, m: Any, v: Any, v_max: Any, step: Any, keep: 
     w[...], m[...], v[...] = w_new, m_new, v_new
     if low is not None:
         low[...] = w_new
+
+
+# ------------------------------------------------------------------ row kernels (cuda_rows, cuda_layer_norm)
+def block_sum_reference(values: np.ndarray, threads: int) -> np.ndarray:
+    """``tinyamp_block_sum`` over the last axis of float32 ``values``: thread ``t`` adds elements ``t, t + T, ...``
+    in order from 0, then the tree (``t`` takes ``t + s`` for ``s`` = T/2, T/4, ..., 1)."""
+    cols = values.shape[-1]
+    steps = -(-cols // threads)
+    padded = np.zeros(values.shape[:-1] + (steps * threads,), _f32)
+    padded[..., :cols] = values  # a +0.0 pad leaves a partial unchanged (a partial from 0.0f is never -0.0)
+    acc = np.zeros(values.shape[:-1] + (threads,), _f32)
+    for i in range(steps):
+        acc = acc + padded[..., i * threads:(i + 1) * threads]
+    s = threads // 2
+    while s:
+        acc[..., :s] = acc[..., :s] + acc[..., s:2 * s]
+        s //= 2
+    return acc[..., 0]
+
+
+def layer_norm_reference(x: np.ndarray, weight: Any, bias: Any, eps: float, threads: int, out_dtype: Any) -> tuple:
+    """``cuda_layer_norm``'s forward on (rows, cols) NumPy arrays: (y, mean, rstd)."""
+    xf = x.astype(_f32)
+    cols = x.shape[-1]
+    mean = block_sum_reference(xf, threads) / _f32(cols)
+    d = xf - mean[:, None]
+    var = block_sum_reference(d * d, threads) / _f32(cols)
+    rstd = _f32(1.0) / np.sqrt(var + _f32(eps))
+    y = (xf - mean[:, None]) * rstd[:, None]
+    if weight is not None:
+        y = y * weight.astype(_f32)
+    if bias is not None:
+        y = y + bias.astype(_f32)
+    return y.astype(out_dtype), mean, rstd
+
+
+def layer_norm_backward_reference(gy: np.ndarray, x: np.ndarray, weight: Any, mean: np.ndarray, rstd: np.ndarray,
+                                  threads: int, chunk_rows: int, w_dtype: Any) -> tuple:
+    """``cuda_layer_norm``'s backward on (rows, cols) NumPy arrays: (dx, dweight, dbias)."""
+    rows, cols = x.shape
+    g32 = gy.astype(_f32)
+    xhat = (x.astype(_f32) - mean[:, None]) * rstd[:, None]
+    g = g32 * weight.astype(_f32) if weight is not None else g32
+    inv_cols = _f32(1.0) / _f32(cols)
+    mean_g = block_sum_reference(g, threads) * inv_cols
+    mean_gx = block_sum_reference(g * xhat, threads) * inv_cols
+    dx = (rstd[:, None] * ((g - mean_g[:, None]) - xhat * mean_gx[:, None])).astype(x.dtype)
+    chunks = []
+    for r0 in range(0, rows, chunk_rows):
+        pw, pb = np.zeros(cols, _f32), np.zeros(cols, _f32)
+        for r in range(r0, min(r0 + chunk_rows, rows)):
+            pw, pb = pw + g32[r] * xhat[r], pb + g32[r]
+        chunks.append((pw, pb))
+    tw, tb = chunks[0]
+    for pw, pb in chunks[1:]:
+        tw, tb = tw + pw, tb + pb
+    return dx, tw.astype(w_dtype), tb.astype(w_dtype)
