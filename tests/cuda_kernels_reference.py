@@ -158,3 +158,25 @@ def layer_norm_backward_reference(gy: np.ndarray, x: np.ndarray, weight: Any, me
     for pw, pb in chunks[1:]:
         tw, tb = tw + pw, tb + pb
     return dx, tw.astype(w_dtype), tb.astype(w_dtype)
+
+
+def softmax_reference(x: np.ndarray, log: bool, threads: int, exp: Any, logf: Any) -> np.ndarray:
+    """``cuda_softmax``'s forward over the last axis of a 2-D array (``exp``/``logf``: the device's functions)."""
+    xf = x.astype(_f32)
+    m = xf.max(axis=-1)  # NaN wins, as the kernel's comparisons
+    m = np.where(m == -np.inf, _f32(0), m)
+    z = xf - m[:, None]
+    e = exp(z)
+    s = block_sum_reference(e, threads)
+    y = z - logf(s)[:, None] if log else e / s[:, None]
+    return y.astype(x.dtype)
+
+
+def softmax_backward_reference(gy: np.ndarray, y: np.ndarray, log: bool, threads: int, exp: Any) -> np.ndarray:
+    """``cuda_softmax``'s backward over the last axis of 2-D arrays."""
+    g, v = gy.astype(_f32), y.astype(_f32)
+    if log:
+        s = block_sum_reference(g, threads)
+        return (g - exp(v) * s[:, None]).astype(gy.dtype)
+    s = block_sum_reference(g * v, threads)
+    return (v * (g - s[:, None])).astype(gy.dtype)
