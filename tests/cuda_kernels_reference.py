@@ -180,3 +180,74 @@ def softmax_backward_reference(gy: np.ndarray, y: np.ndarray, log: bool, threads
         return (g - exp(v) * s[:, None]).astype(gy.dtype)
     s = block_sum_reference(g * v, threads)
     return (v * (g - s[:, None])).astype(gy.dtype)
+
+
+# ------------------------------------------------------------------ attention (cuda_attention)
+def _dot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """sum_d a[..., d] * b[..., d] added in order over d from 0.0f (broadcasting a against b)."""
+    acc = np.zeros(np.broadcast_shapes(a.shape[:-1], b.shape[:-1]), _f32)
+    for d in range(a.shape[-1]):
+        acc = acc + a[..., d] * b[..., d]
+    return acc
+
+
+def _allowed(rows: np.ndarray, keys: np.ndarray, causal: bool, mask: Any) -> np.ndarray:
+    ok = np.ones((rows.size, keys.size), bool) if mask is None else mask[np.ix_(rows, keys)]
+    return ok & (keys[None, :] <= rows[:, None]) if causal else ok
+
+
+def attention_reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: Any, causal: bool, scale: float,
+                        bn: int, exp: Any, log: Any) -> tuple:
+    """``cuda_attention``'s forward for one batch entry: q (L, E), k (S, E), v (S, Ev), mask None or bool (L, S);
+    (output in q's dtype, log-sum-exp float32). ``bn``: keys a tile; ``exp``/``log``: the device's."""
+    qf, kf, vf = q.astype(_f32), k.astype(_f32), v.astype(_f32)
+    length, source = q.shape[0], k.shape[0]
+    rows = np.arange(length)
+    m, l = np.full(length, -np.inf, _f32), np.zeros(length, _f32)
+    o = np.zeros((length, v.shape[1]), _f32)
+    scale = _f32(scale)
+    for j0 in range(0, source, bn):
+        keys = np.arange(j0, j0 + bn)
+        inside = keys < source
+        kt = np.where(inside[:, None], kf[np.minimum(keys, source - 1)], _f32(0))
+        vt = np.where(inside[:, None], vf[np.minimum(keys, source - 1)], _f32(0))
+        ok = _allowed(rows, np.minimum(keys, source - 1), causal, mask) & inside[None, :]
+        s = np.where(ok, _dot(qf[:, None, :], kt[None, :, :]) * scale, _f32(-np.inf))
+        top = s.max(axis=1)  # NaN wins
+        active = top != -np.inf
+        with np.errstate(invalid="ignore"):
+            m_new = np.where(m > top, m, top)
+            alpha = exp(m - m_new)
+            l2, o2 = l * alpha, o * alpha[:, None]
+            for jj in range(bn):
+                p = exp(s[:, jj] - m_new)
+                l2 = l2 + p
+                o2 = o2 + p[:, None] * vt[jj][None, :]
+        l, o, m = np.where(active, l2, l), np.where(active[:, None], o2, o), np.where(active, m_new, m)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = np.where(l[:, None] == 0, _f32(0), o / l[:, None])
+        lse = np.where(l == 0, _f32(np.inf), m + log(l))
+    return out.astype(q.dtype), lse
+
+
+def attention_backward_reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: Any, causal: bool,
+                                 scale: float, out: np.ndarray, gy: np.ndarray, lse: np.ndarray, exp: Any) -> tuple:
+    """``cuda_attention``'s dQ and dK/dV kernels for one batch entry: (dq, dk, dv) in q's dtype."""
+    qf, kf, vf, of, gf = (a.astype(_f32) for a in (q, k, v, out, gy))
+    length, source = q.shape[0], k.shape[0]
+    scale = _f32(scale)
+    dsum = _dot(gf, of)
+    ok = _allowed(np.arange(length), np.arange(source), causal, mask)
+    with np.errstate(invalid="ignore", over="ignore"):
+        dq = np.zeros(qf.shape, _f32)
+        for j in range(source):  # dQ: each row over the keys in order
+            p = exp(_dot(qf, kf[j][None, :]) * scale - lse)
+            ds = p * (_dot(gf, vf[j][None, :]) - dsum)
+            dq = np.where(ok[:, j:j + 1], dq + ds[:, None] * kf[j][None, :], dq)
+        dk, dv = np.zeros(kf.shape, _f32), np.zeros(vf.shape, _f32)
+        for i in range(length):  # dK/dV: each key over the rows in order
+            p = exp(_dot(qf[i][None, :], kf) * scale - lse[i])
+            dv = np.where(ok[i][:, None], dv + p[:, None] * gf[i][None, :], dv)
+            ds = p * (_dot(gf[i][None, :], vf) - dsum[i])
+            dk = np.where(ok[i][:, None], dk + ds[:, None] * qf[i][None, :], dk)
+    return (dq * scale).astype(q.dtype), (dk * scale).astype(k.dtype), dv.astype(v.dtype)
