@@ -36,7 +36,8 @@ import tinyamp as ta
 import tinyamp.nn.functional as F
 import cupy_standin as cuda_standin
 from tinyamp import backend
-from tinyamp.kernels.cuda import cuda_attention, cuda_gelu, cuda_launch, cuda_layer_norm, cuda_random, cuda_softmax
+from tinyamp.kernels.cuda import (cuda_attention, cuda_embedding, cuda_gelu, cuda_launch, cuda_layer_norm, cuda_random,
+                                  cuda_softmax)
 
 ARCHS = ("compute_80", "compute_90")
 PACKAGES = "cupy-cuda13x, nvidia-cuda-nvrtc and nvidia-cuda-runtime (`pip install -e .[test]`)"
@@ -288,7 +289,7 @@ def test_every_source_of_the_kernel_modules_compiles_with_nvrtc() -> None:
     nvrtc, *_, options = _cupy_codegen()
     failures = []
     for name, source in (cuda_random.sources() + cuda_gelu.sources() + cuda_layer_norm.sources()
-                         + cuda_softmax.sources() + cuda_attention.sources()):
+                         + cuda_softmax.sources() + cuda_attention.sources() + cuda_embedding.sources()):
         for arch in ARCHS:
             log = nvrtc_compile(nvrtc, source, name, tuple(options) + cuda_launch.NVRTC_OPTIONS, arch)
             if log is not None:
