@@ -2,9 +2,9 @@
 
 ``embedding(input, weight)`` returns ``weight[input]``; its weight gradient is a
 scatter-add of the output gradient into the rows that were read, so repeated
-indices accumulate (``numpy.add.at`` on the CPU, ``cupyx.scatter_add`` on a GPU,
-reached through tinyamp.backend). float16/bfloat16 gradients accumulate in
-float32 and are rounded once. ``padding_idx`` rows get a zero gradient.
+indices accumulate (one kernel each way: ``kernels/embedding.py``).
+float16/bfloat16 gradients accumulate in float32 and are rounded once.
+``padding_idx`` rows get a zero gradient.
 
 Both ops are NEUTRAL: a lookup does no arithmetic, so the output keeps the
 weight's dtype (PyTorch leaves embedding off its autocast lists too).
@@ -16,19 +16,11 @@ from typing import Any
 
 import numpy as np
 
-from .. import backend
 from .. import dtypes as dt
 from ..precision import NEUTRAL
 from ..autograd.function import Function
 from ..tensor import Tensor
-
-
-def _scatter_add(xp: Any, out: Any, index: Any, values: Any) -> None:
-    """out[index[i]] += values[i], accumulating repeated indices."""
-    if backend.is_cupy_array(out):
-        backend.cuda_lib("cupyx").scatter_add(out, index, values)
-    else:
-        xp.add.at(out, index, values)
+from ..kernels import embedding as embedding_kernels
 
 
 class Embedding(Function):
@@ -46,25 +38,13 @@ class Embedding(Function):
         if weight.ndim != 2:
             raise ValueError(f"embedding: weight must be 2-D (num_embeddings, embedding_dim), "
                              f"got shape {list(weight.shape)}")
-        rows = weight.shape[0]
-        self.poison = None
-        if self.check and idx.size:
-            bad = (idx < 0) | (idx >= rows)
-            if backend.is_cupy_array(bad):
-                # No host check on a GPU (a host sync every step): an out-of-range
-                # index reads row 0 and its output row is nan, as is the weight
-                # gradient it sends back (so GradScaler skips the step).
-                idx, self.poison = xp.where(bad, 0, idx), bad
-            elif bad.any():
-                value = int(idx[bad].reshape(-1)[0])
-                raise IndexError(f"embedding: index {value} is out of range for a weight of shape "
-                                 f"{list(weight.shape)} (valid indices 0..{rows - 1}); indices shape "
-                                 f"{list(idx.shape)}")
-        self.idx = idx  # an integer constant of the graph, kept for the scatter in backward
-        out = weight[idx]
-        if self.poison is not None and weight.dtype in dt.FLOATING:
-            out = xp.where(self.poison[..., None], weight.dtype.type(np.nan), out)  # a scalar: no upload
-        return out
+        try:
+            out, self.idx, self.poison = embedding_kernels.forward(idx, weight, self.check)
+        except embedding_kernels.IndexOutOfRange as bad:
+            raise IndexError(f"embedding: index {bad.value} is out of range for a weight of shape "
+                             f"{list(weight.shape)} (valid indices 0..{weight.shape[0] - 1}); indices shape "
+                             f"{list(idx.shape)}") from None
+        return out  # self.idx: the indices read, an integer constant of the graph for the backward's scatter
 
     def backward(self, gy: Tensor) -> tuple:
         if not self.needs_input_grad[1]:
@@ -83,16 +63,7 @@ class EmbeddingGrad(Function):
         self.idx, self.rows, self.padding_idx, self.poison = idx, rows, padding_idx, poison
 
     def forward(self, xp: Any, gy: Any) -> Any:
-        dim = gy.shape[-1]
-        acc = dt.opmath_dtype(gy.dtype)
-        out = xp.zeros((self.rows, dim), dtype=acc)
-        values = gy.reshape(-1, dim).astype(acc, copy=False)
-        if self.poison is not None:  # out-of-range indices on a GPU (see Embedding.forward)
-            values = xp.where(self.poison.reshape(-1, 1), np.dtype(acc).type(np.nan), values)
-        _scatter_add(xp, out, self.idx.reshape(-1), values)
-        if self.padding_idx is not None:
-            out[self.padding_idx] = 0
-        return out.astype(gy.dtype, copy=False)
+        return embedding_kernels.backward(gy, self.idx, self.rows, self.padding_idx, self.poison)
 
     def backward(self, ggw: Tensor) -> Tensor:
         # The adjoint of a scatter-add is a gather; positions that read the padding
