@@ -226,7 +226,7 @@ def attention_reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: Any, 
         l, o, m = np.where(active, l2, l), np.where(active[:, None], o2, o), np.where(active, m_new, m)
     with np.errstate(invalid="ignore", divide="ignore"):
         out = np.where(l[:, None] == 0, _f32(0), o / l[:, None])
-        lse = np.where(l == 0, _f32(np.inf), m + log(l))
+        lse = np.where(l == 0, _f32(-np.inf), m + log(l))
     return out.astype(q.dtype), lse
 
 
@@ -237,7 +237,7 @@ def attention_backward_reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, ma
     length, source = q.shape[0], k.shape[0]
     scale = _f32(scale)
     dsum = _dot(gf, of)
-    ok = _allowed(np.arange(length), np.arange(source), causal, mask)
+    ok = _allowed(np.arange(length), np.arange(source), causal, mask) & (lse != -np.inf)[:, None]
     with np.errstate(invalid="ignore", over="ignore"):
         dq = np.zeros(qf.shape, _f32)
         for j in range(source):  # dQ: each row over the keys in order

@@ -8,8 +8,10 @@
   repeated indices accumulated in float32 (float64 for float64) and rounded once to gy's dtype; the
   ``padding_idx`` row is zero.
 - CPU (NumPy arrays): one numba pass over the indices (``cpu/embedding_cpu.py``).
-- Other arrays (CuPy, until a CUDA kernel is added here): ``cupyx.scatter_add`` (through
-  tinyamp.backend) and the xp expressions below.
+- CuPy arrays of float16/bfloat16/float32 with int64/int32 indices: one CUDA launch each way
+  (``cuda/cuda_embedding.py``: the gather gives NaN rows for out-of-range indices without a poison
+  array; the scatter-add is deterministic, numpy.add.at's order); other arrays: ``cupyx.scatter_add``
+  (through tinyamp.backend) and the xp expressions below.
 """
 
 from __future__ import annotations
@@ -20,8 +22,13 @@ import numpy as np
 
 from .. import backend
 from .. import dtypes as dt
+from .cuda import cuda_embedding
 
 __all__ = ["IndexOutOfRange", "forward", "backward"]
+
+# The fused CUDA kernels for CuPy arrays (cuda/cuda_embedding.py); False sends every array to the xp expressions below (a
+# test shows what the launch budget loses without them).
+FUSED_ON_GPU = True
 
 
 class IndexOutOfRange(Exception):
@@ -34,6 +41,10 @@ class IndexOutOfRange(Exception):
 
 def forward(idx: Any, weight: Any, check: bool = True) -> tuple:
     """(weight[idx], the indices read, poison): poison marks out-of-range positions on a GPU, else None."""
+    if FUSED_ON_GPU and weight.ndim == 2 and cuda_embedding.takes(idx, weight):
+        # One launch; an out-of-range index gives a NaN row (check or not), and the backward's kernel,
+        # reading the same indices, sends NaN into row 0: no poison array is needed.
+        return cuda_embedding.gather(weight, idx), idx, None
     xp = backend.array_module(weight)
     rows = weight.shape[0]
     poison = None
@@ -51,8 +62,10 @@ def forward(idx: Any, weight: Any, check: bool = True) -> tuple:
 
 def backward(gy: Any, idx: Any, rows: int, padding_idx: "int | None", poison: Any = None) -> Any:
     """The (rows, dim) weight gradient of ``weight[idx]`` in gy's dtype."""
-    xp = backend.array_module(gy)
     dim = gy.shape[-1]
+    if FUSED_ON_GPU and poison is None and cuda_embedding.takes(idx, gy.reshape(-1, dim)):
+        return cuda_embedding.scatter_add(gy.reshape(-1, dim), idx, rows, padding_idx)  # deterministic, one launch
+    xp = backend.array_module(gy)
     acc = dt.opmath_dtype(gy.dtype)
     out = xp.zeros((rows, dim), dtype=acc)
     values = gy.reshape(-1, dim).astype(acc, copy=False)

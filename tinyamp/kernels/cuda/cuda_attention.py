@@ -16,7 +16,8 @@ is ever stored:
   output accumulator ``o``, rescaled by ``exp(m_old - m_new)`` when the
   maximum grows. It writes ``o / l`` rounded once and the row's log-sum-exp
   ``m + log(l)`` (float32). Causal blocks stop at their last row's key. A row
-  with no key to attend to gives zeros (PyTorch's) and a log-sum-exp of +inf.
+  with no key to attend to gives zeros (PyTorch's) and a log-sum-exp of -inf
+  (``kernels/attention.py``'s mark of a dead row), and no gradient.
 - backward (:func:`backward`), recomputing the probabilities
   ``p = exp(s - lse)`` from q, k and the saved log-sum-exp, with
   ``D_i = dO_i . O_i`` (the rounded output, as flash attention):
@@ -132,7 +133,7 @@ extern "C" __global__ void {fn}(const {s}* __restrict__ q, const {s}* __restrict
     if (!row) return;
     {s}* const ob = out + tinyamp_batch_offset(b, nb1, nb2, o0, o1, o2) + i * orr;
     for (int d = 0; d < EV; ++d) ob[d] = tinyamp_f32_to_{c}(l == 0.0f ? 0.0f : o[d] / l);
-    lse[b * L + i] = l == 0.0f ? TINYAMP_INF : m + logf(l);
+    lse[b * L + i] = l == 0.0f ? -TINYAMP_INF : m + logf(l);
 }}
 """
 
@@ -168,7 +169,8 @@ extern "C" __global__ void {fn}(const {s}* __restrict__ q, const {s}* __restrict
         gi[d] = row ? tinyamp_{cg}_to_f32(gb[i * gr + d]) : 0.0f;
         dsum = dsum + gi[d] * (row ? tinyamp_{c}_to_f32(ob[i * orr + d]) : 0.0f);
     }}
-    const float li = row ? lse[b * L + i] : TINYAMP_INF;
+    const float li = row ? lse[b * L + i] : -TINYAMP_INF;
+    const bool live = li != -TINYAMP_INF;  // a dead row (nothing attended) sends no gradient
     const long long last = (tile + 1) * BM < L ? (tile + 1) * BM : L;
     const long long keys = causal ? (last < S ? last : S) : S;
     for (long long j0 = 0; j0 < keys; j0 += BN) {{
@@ -183,7 +185,7 @@ extern "C" __global__ void {fn}(const {s}* __restrict__ q, const {s}* __restrict
         __syncthreads();
         for (int jj = 0; jj < BN; ++jj) {{
             const long long key = j0 + jj;
-            const bool ok = row && key < keys && (!causal || key <= i) && (!has_mask || mb[i * mr + key * mc]);
+            const bool ok = live && key < keys && (!causal || key <= i) && (!has_mask || mb[i * mr + key * mc]);
             if (!ok) continue;
             float sc = 0.0f, dp = 0.0f;
             for (int d = 0; d < E; ++d) sc = sc + qi[d] * ks[jj][d];
@@ -250,12 +252,13 @@ extern "C" __global__ void {fn}(const {s}* __restrict__ q, const {s}* __restrict
                 for (int d = 0; d < EV; ++d)
                     dsum = dsum + tinyamp_{cg}_to_f32(gb[r * gr + d]) * tinyamp_{c}_to_f32(ob[r * orr + d]);
             dsums[threadIdx.x] = dsum;
-            ls[threadIdx.x] = r < L ? lse[b * L + r] : TINYAMP_INF;
+            ls[threadIdx.x] = r < L ? lse[b * L + r] : -TINYAMP_INF;
         }}
         __syncthreads();
         for (int ii = 0; ii < BQ; ++ii) {{
             const long long i = i0 + ii;
-            const bool ok = key_row && i < L && (!causal || j <= i) && (!has_mask || mb[i * mr + j * mc]);
+            const bool ok = key_row && i < L && ls[ii] != -TINYAMP_INF && (!causal || j <= i)
+                            && (!has_mask || mb[i * mr + j * mc]);
             if (!ok) continue;
             float sc = 0.0f, dp = 0.0f;
             for (int d = 0; d < E; ++d) sc = sc + qs[ii][d] * kj[d];
