@@ -225,8 +225,8 @@ class _LtLibrary:
         k = op_a.shape[1]
         size = dtype.itemsize
         aux_moved = m * n * size if aux is not None else 0
-        moved = ((m * k + k * n + (m * n if beta != 0.0 else 0) + (m if epilogue in (EPILOGUE_BIAS, EPILOGUE_GELU_AUX_BIAS)
-                                                                 else 0)) * size
+        bias_read = m if epilogue in (EPILOGUE_BIAS, EPILOGUE_GELU_AUX_BIAS) else 0  # DGELU_BGRAD writes it
+        moved = ((m * k + k * n + (m * n if beta != 0.0 else 0) + bias_read) * size
                  + (aux_moved if epilogue == EPILOGUE_DGELU_BGRAD else 0),
                  m * n * size + (aux_moved if epilogue == EPILOGUE_GELU_AUX_BIAS else 0)
                  + (m * size if epilogue == EPILOGUE_DGELU_BGRAD else 0))

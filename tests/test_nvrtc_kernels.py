@@ -26,6 +26,7 @@ from __future__ import annotations
 import collections
 import importlib
 import os
+import sys
 import tomllib
 from typing import Any, Iterator
 
@@ -38,6 +39,9 @@ import cupy_standin as cuda_standin
 from tinyamp import backend
 from tinyamp.kernels.cuda import (cuda_attention, cuda_embedding, cuda_gelu, cuda_launch, cuda_layer_norm, cuda_random,
                                   cuda_softmax)
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+import common  # noqa: E402 - the benchmarks' GPT step
 
 ARCHS = ("compute_80", "compute_90")
 PACKAGES = "cupy-cuda13x, nvidia-cuda-nvrtc and nvidia-cuda-runtime (`pip install -e .[test]`)"
@@ -171,6 +175,14 @@ def _random_draws() -> None:
     g.replay()
 
 
+def _gpt_step(dtype: Any) -> None:
+    """Two AMP steps of a one-block GPT (benchmarks/common.gpt_training): GELU, LayerNorm, attention and
+    embedding kernels as training builds them."""
+    g = common.gpt_training(ta, blocks=1, channels=32, heads=2, seq=8, batch=2, vocab=16, device="cuda", dtype=dtype)
+    for _ in range(2):
+        g.step(g.idx, g.targets)
+
+
 def _workloads() -> Iterator[tuple]:
     """(name, function) of every training run the kernels are collected from."""
     for optimizer in OPTIMIZERS:
@@ -183,6 +195,8 @@ def _workloads() -> Iterator[tuple]:
                 lambda o=optimizer, lv=level: _train(o, ta.float16, lv, graphed=True)
     for dtype in (ta.float16, ta.bfloat16):
         yield f"one-output regression {dtype}", lambda d=dtype: _one_output_regression(d)
+    for dtype in (ta.float16, ta.bfloat16):
+        yield f"GPT step {dtype}", lambda d=dtype: _gpt_step(d)
     yield "cross-entropy variants", _cross_entropy_variants
     yield "random draws", _random_draws
 
@@ -263,7 +277,7 @@ def test_the_training_runs_build_every_kind_of_kernel(collected: Collected) -> N
     for expected in ("tinyamp_convert_f32_f16", "tinyamp_convert_f16_f32", "tinyamp_fill_pointers"):
         assert expected in names, sorted(names)
     for family in ("sgd", "adam", "unscale", "ce_forward", "ce_backward", "relu_backward", "philox_uniform",
-                   "philox_normal", "_graph"):
+                   "philox_normal", "_graph", "gelu_none", "layer_norm_backward", "attention_dkv", "embedding_backward"):
         assert any(family in n for n in names), (family, sorted(names))
 
 
