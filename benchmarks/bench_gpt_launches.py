@@ -226,12 +226,7 @@ def main(argv: "list[str] | None" = None) -> dict:
     print(bench_launches.table("gpt", counts))
     print(f"  launches {launches(counts)} (budget {LAUNCH_BUDGET}), per block {per_block:g} "
           f"(budget {BLOCK_LAUNCH_BUDGET})")
-    merged: dict[str, list[int]] = {}
-    for phase in PHASES:
-        for kernel, moved in counts[phase]["bytes"].items():
-            pair = merged.setdefault(f"{phase}/{kernel}", [0, 0])
-            pair[0] += moved["read"]
-            pair[1] += moved["written"]
+    merged = bench_launches.bytes_by_kernel(counts)
     print(f"  {'phase/kernel':56s} {'read':>12s} {'written':>12s}")
     for name, (read, written) in sorted(merged.items(), key=lambda item: -sum(item[1]))[:25]:
         print(f"  {name:56s} {read:12d} {written:12d}")

@@ -435,7 +435,7 @@ def test_gpu_benchmark_script_runs_on_the_standin_with_the_cuda_graph_row(tmp_pa
 def test_gpu_range_behaviour_of_losses_and_embedding_on_numpy(monkeypatch) -> None:
     """The GPU branch (no host check, nan instead), run on NumPy by making the ops see 'device' arrays."""
     import importlib  # noqa: PLC0415 - the modules, not the functions tinyamp.ops exports under their names
-    embedding_module = importlib.import_module("tinyamp.ops.embedding")
+    embedding_module = importlib.import_module("tinyamp.kernels.embedding")  # where the device branch lives
     loss_module = importlib.import_module("tinyamp.ops.loss")
 
     fake = types.SimpleNamespace(is_cupy_array=lambda a: True,

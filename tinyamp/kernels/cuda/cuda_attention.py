@@ -64,6 +64,16 @@ __device__ __forceinline__ long long tinyamp_batch_offset(long long b, long long
                                                           long long s1, long long s2) {
     return (b / (nb1 * nb2)) * s0 + ((b / nb2) % nb1) * s1 + (b % nb2) * s2;
 }
+// Rows first .. first + count - 1 of a matrix (row stride `stride`, `width` contiguous values a row) widened into a
+// shared tile of `width` floats a row; rows from `limit` on are zeros. Every thread of the block takes part.
+template <class T, class Widen>
+__device__ __forceinline__ void tinyamp_load_tile(float* tile, const T* base, long long first, long long limit,
+                                                  long long stride, int width, int count, Widen widen) {
+    for (long long t = threadIdx.x; t < (long long)count * width; t += blockDim.x) {
+        const long long r = first + t / width;
+        tile[t] = r < limit ? widen(base[r * stride + t % width]) : 0.0f;
+    }
+}
 """
 
 # Per tensor: three batch strides and a row stride (elements); the mask also has a column stride.
@@ -97,14 +107,8 @@ extern "C" __global__ void {fn}(const {s}* __restrict__ q, const {s}* __restrict
     const long long last = (tile + 1) * BM < L ? (tile + 1) * BM : L;  // one past the block's last row
     const long long keys = causal ? (last < S ? last : S) : S;  // the keys any row of the block may see
     for (long long j0 = 0; j0 < keys; j0 += BN) {{
-        for (long long t = threadIdx.x; t < BN * E; t += blockDim.x) {{
-            const long long key = j0 + t / E;
-            ks[t / E][t % E] = key < S ? tinyamp_{c}_to_f32(kb[key * kr + t % E]) : 0.0f;
-        }}
-        for (long long t = threadIdx.x; t < BN * EV; t += blockDim.x) {{
-            const long long key = j0 + t / EV;
-            vs[t / EV][t % EV] = key < S ? tinyamp_{c}_to_f32(vb[key * vr + t % EV]) : 0.0f;
-        }}
+        tinyamp_load_tile(&ks[0][0], kb, j0, S, kr, E, BN, tinyamp_{c}_to_f32);
+        tinyamp_load_tile(&vs[0][0], vb, j0, S, vr, EV, BN, tinyamp_{c}_to_f32);
         __syncthreads();
         float s[BN];
         float top = -TINYAMP_INF;  // the tile's maximum score (NaN, once seen, stays)
@@ -174,14 +178,8 @@ extern "C" __global__ void {fn}(const {s}* __restrict__ q, const {s}* __restrict
     const long long last = (tile + 1) * BM < L ? (tile + 1) * BM : L;
     const long long keys = causal ? (last < S ? last : S) : S;
     for (long long j0 = 0; j0 < keys; j0 += BN) {{
-        for (long long t = threadIdx.x; t < BN * E; t += blockDim.x) {{
-            const long long key = j0 + t / E;
-            ks[t / E][t % E] = key < S ? tinyamp_{c}_to_f32(kb[key * kr + t % E]) : 0.0f;
-        }}
-        for (long long t = threadIdx.x; t < BN * EV; t += blockDim.x) {{
-            const long long key = j0 + t / EV;
-            vs[t / EV][t % EV] = key < S ? tinyamp_{c}_to_f32(vb[key * vr + t % EV]) : 0.0f;
-        }}
+        tinyamp_load_tile(&ks[0][0], kb, j0, S, kr, E, BN, tinyamp_{c}_to_f32);
+        tinyamp_load_tile(&vs[0][0], vb, j0, S, vr, EV, BN, tinyamp_{c}_to_f32);
         __syncthreads();
         for (int jj = 0; jj < BN; ++jj) {{
             const long long key = j0 + jj;
@@ -237,14 +235,8 @@ extern "C" __global__ void {fn}(const {s}* __restrict__ q, const {s}* __restrict
     // Causal: rows before the block's first key see none of its keys.
     const long long first = causal ? (tile * BKV / BQ) * BQ : 0;
     for (long long i0 = first; i0 < L; i0 += BQ) {{
-        for (long long t = threadIdx.x; t < BQ * E; t += blockDim.x) {{
-            const long long r = i0 + t / E;
-            qs[t / E][t % E] = r < L ? tinyamp_{c}_to_f32(qb[r * qr + t % E]) : 0.0f;
-        }}
-        for (long long t = threadIdx.x; t < BQ * EV; t += blockDim.x) {{
-            const long long r = i0 + t / EV;
-            gs[t / EV][t % EV] = r < L ? tinyamp_{cg}_to_f32(gb[r * gr + t % EV]) : 0.0f;
-        }}
+        tinyamp_load_tile(&qs[0][0], qb, i0, L, qr, E, BQ, tinyamp_{c}_to_f32);
+        tinyamp_load_tile(&gs[0][0], gb, i0, L, gr, EV, BQ, tinyamp_{cg}_to_f32);
         if (threadIdx.x < BQ) {{  // D and the log-sum-exp of the tile's rows, as the dQ kernel computes them
             const long long r = i0 + threadIdx.x;
             float dsum = 0.0f;
