@@ -438,7 +438,7 @@ def test_gpu_range_behaviour_of_losses_and_embedding_on_numpy(monkeypatch) -> No
     embedding_module = importlib.import_module("tinyamp.kernels.embedding")  # where the device branch lives
     loss_module = importlib.import_module("tinyamp.ops.loss")
 
-    fake = types.SimpleNamespace(is_cupy_array=lambda a: True,
+    fake = types.SimpleNamespace(is_cupy_array=lambda a: True, array_module=lambda a: np,
                                  cuda_lib=lambda name: types.SimpleNamespace(scatter_add=np.add.at))
     rng = np.random.default_rng(0)
     logits = rng.standard_normal((4, 5))
