@@ -77,8 +77,12 @@ def launches(counts: dict) -> int:
 
 
 def block_launches(counts: dict, fewer: dict, blocks: int, fewer_blocks: int) -> float:
-    """What one block adds to the step: the launch difference of two block counts, per block."""
-    return (launches(counts) - launches(fewer)) / (blocks - fewer_blocks)
+    """What one block adds to the step: the difference of two block counts' kernel launches, per block.
+
+    Pointer-table writes are left out (``bench_launches.kernel_launches``): whether a step rewrites the
+    optimizer's tables (8 launches here) depends on where the pool put the gradients, not on the blocks.
+    """
+    return (bench_launches.kernel_launches(counts) - bench_launches.kernel_launches(fewer)) / (blocks - fewer_blocks)
 
 
 def floor_rows(*, blocks: int, channels: int, heads: int, seq: int, batch: int, vocab: int
