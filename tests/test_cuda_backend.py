@@ -240,3 +240,15 @@ def test_op_constants_are_kernel_arguments_not_uploads(on_standin) -> None:
     rows = ta.nn.functional.embedding(index, weight)
     assert counters.total("h2d") == 0
     assert y.dtype == z.dtype == ta.bfloat16 and np.isnan(rows.numpy()[1]).all()
+
+
+@pytest.mark.parametrize("start", ["cpu", "cuda"])
+def test_a_gradient_comes_back_through_a_device_move_to_the_leafs_device(on_standin, start: str) -> None:
+    # ToDevice's backward moves the gradient back (issue 30's audit: no test took a gradient through
+    # .to("cuda") or .cpu(); returning it unmoved left a CUDA gradient on a CPU leaf).
+    other = "cuda" if start == "cpu" else "cpu"
+    x = ta.tensor([1.0, 2.0, 3.0], device=start, requires_grad=True)
+    y = x.to(other) if start == "cpu" else x.cpu()
+    (y * ta.tensor([2.0, 3.0, 4.0], device=other)).sum().backward()
+    assert x.grad.device == ta.device(start) and y.device == ta.device(other)
+    np.testing.assert_array_equal(x.grad.cpu().numpy(), [2.0, 3.0, 4.0])

@@ -216,3 +216,16 @@ def test_find_unused_parameters_leaves_a_parameter_no_rank_used_without_a_gradie
     # (AdamW then skips it), a locally unused one gets the average.
     out = mpiexec(2, "ddp_unused.py")
     assert out.count("OK unused") == 2, out
+
+
+@pytest.mark.parametrize("value, words", [("abc", "Unsupported nproc_per_node value: abc (an integer >= 1, 'cpu' or "
+                                                  "'auto')"),
+                                          ("0", "must be >= 1, got 0"),
+                                          ("gpu", "'gpu' is not supported: give the number of GPUs explicitly")])
+def test_a_bad_process_count_is_a_usage_error_naming_the_flag(value: str, words: str) -> None:
+    # torchrun says "ValueError: Unsupported nproc_per_node value: abc" (a traceback); the launcher says it as a
+    # usage error, before starting anything.
+    done = run([sys.executable, "-m", "tinyamp.distributed.run", "--nproc-per-node", value, "script.py"], timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert f"error: --nproc-per-node: {words}" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
