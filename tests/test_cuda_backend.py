@@ -76,12 +76,12 @@ def test_the_environment_variable_selects_the_standin() -> None:
             "assert ta.cuda.is_available() and backend.standin_active()\n"
             "x = ta.randn(4, 3, device='cuda'); print(type(x.array).__module__, float((x * 0).sum().item()))\n")
     env = dict(os.environ, PYTHONPATH=REPO, TINYAMP_CUDA="standin")
-    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["cupy_standin._array", "0.0"]
     env["TINYAMP_CUDA"] = "gpu"
     result = subprocess.run([sys.executable, "-c", "import tinyamp as ta; ta.zeros(1, device='cuda')"],
-                            env=env, capture_output=True, text=True, timeout=120)
+                            env=env, capture_output=True, text=True, timeout=300)
     assert "TINYAMP_CUDA='gpu' is not one of 'cupy' (the default) or 'standin'" in result.stderr
 
 
