@@ -592,23 +592,17 @@ def test_saving_to_a_character_device_writes_into_it() -> None:
     import threading
     import tty
 
-    master, slave = os.openpty()
+    master, slave = os.openpty()  # the slave stays open here: a read of the master never sees a hang-up
     tty.setraw(slave)  # bytes pass unchanged (no newline translation)
     device = os.ttyname(slave)
-    os.close(slave)
-    chunks: list = []
+    received = bytearray()
 
-    def read_all() -> None:
-        while True:
-            try:
-                chunk = os.read(master, 1 << 16)
-            except OSError:  # EIO: the last writer closed the device
-                return
-            if not chunk:
-                return
-            chunks.append(chunk)
+    def read_archive() -> None:
+        # Until the archive's end record (the zip's last 22 bytes, no comment) has arrived.
+        while not (len(received) >= 22 and received[-22:-18] == b"PK\x05\x06"):
+            received.extend(os.read(master, 1 << 16))
 
-    reader = threading.Thread(target=read_all, daemon=True)
+    reader = threading.Thread(target=read_archive, daemon=True)
     reader.start()
     try:
         ta.save(_nested(), device)
@@ -616,8 +610,9 @@ def test_saving_to_a_character_device_writes_into_it() -> None:
         assert not reader.is_alive()
         assert stat.S_ISCHR(os.stat(device).st_mode)
     finally:
+        os.close(slave)
         os.close(master)
-    _assert_same(_nested(), ta.load(io.BytesIO(b"".join(chunks))))
+    _assert_same(_nested(), ta.load(io.BytesIO(bytes(received))))
 
 
 def _modes_while_writing(monkeypatch) -> list:
