@@ -125,7 +125,8 @@ def plot_exponent_histogram(hist: dict, path: "str | None" = None, title: str = 
     centers, width = (edges[:-1] + edges[1:]) / 2, np.diff(edges)
     total = max(sum(hist["counts"]), 1)
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    ax.bar(centers, np.asarray(hist["counts"]) / total, width=width, alpha=0.6, label="unscaled")
+    ax.bar(centers, np.asarray(hist["counts"]) / total, width=width, alpha=0.6,
+           label="unscaled" if hist["scale"] != 1.0 else "gradients")
     if hist["scale"] != 1.0:
         ax.bar(centers, np.asarray(hist["scaled_counts"]) / total, width=width, alpha=0.6,
                label=f"scaled by {hist['scale']:g} (2^{math.log2(hist['scale']):g})")
@@ -135,8 +136,10 @@ def plot_exponent_histogram(hist: dict, path: "str | None" = None, title: str = 
         ax.axvline(math.log2(value), color="k", linestyle=style, linewidth=1, label=label)
     below = hist["unscaled"]["below_subnormal"]
     below_scaled = hist["scaled"]["below_subnormal"]
-    ax.set_title(f"{title}\n{below:.1%} of non-zero values below 2^-24 unscaled, {below_scaled:.1%} scaled; "
-                 f"{hist['zeros']} exact zeros not shown", fontsize=10)
+    scaled_words = (f"{below_scaled:.1%} after scaling by {hist['scale']:g}" if hist["scale"] != 1.0
+                    else "no loss scaling")
+    ax.set_title(f"{title}\n{below:.1%} of non-zero values below 2^-24 (they would flush to zero in float16), "
+                 f"{scaled_words}; {hist['zeros']} exact zeros not shown", fontsize=9)
     # Show the occupied bins and float16's whole range, not the empty tails.
     occupied = np.flatnonzero(np.asarray(hist["counts"]) + np.asarray(hist["scaled_counts"]))
     if occupied.size:
