@@ -139,7 +139,7 @@ def plot_exponent_histogram(hist: dict, path: "str | None" = None, title: str = 
     scaled_words = (f"{below_scaled:.1%} after scaling by {hist['scale']:g}" if hist["scale"] != 1.0
                     else "no loss scaling")
     ax.set_title(f"{title}\n{below:.1%} of non-zero values below 2^-24 (they would flush to zero in float16), "
-                 f"{scaled_words}; {hist['zeros']} exact zeros not shown", fontsize=9)
+                 f"{scaled_words}\n{hist['zeros']} exact zeros not shown", fontsize=9)
     # Show the occupied bins and float16's whole range, not the empty tails.
     occupied = np.flatnonzero(np.asarray(hist["counts"]) + np.asarray(hist["scaled_counts"]))
     if occupied.size:
