@@ -48,7 +48,30 @@ class _Parser(argparse.ArgumentParser):
     """argparse that reports a bad flag in one line (no usage block) and exits with status 2."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+        if speaks():
+            sys.stderr.write(f"{self.prog}: error: {message} (see --help)\n")
+        stop(2)
+
+
+def speaks() -> bool:
+    """Whether this process reports: always, except the ranks other than 0 of a distributed job (``RANK``)."""
+    return os.environ.get("RANK", "0") == "0"
+
+
+def stop(status: int) -> NoReturn:
+    """Exit with ``status``. A rank of a distributed job leaves MPI first, then exits without Python's exit hooks.
+
+    Used for errors every rank finds alike (the same flags, the same files), so
+    every rank gets here: leaving MPI together avoids the launcher's abort, whose
+    MPICH notes (one per rank) would bury the one line that says what is wrong.
+    """
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        mpi.Finalize()
+        os._exit(status)
+    raise SystemExit(status)
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -192,9 +215,10 @@ def _file_problem(path: str) -> "str | None":
 
 
 def fail(args: argparse.Namespace, message: str) -> NoReturn:
-    """Stop with one line, as a bad flag does."""
-    print(f"{args.prog}: error: {message}", file=sys.stderr)
-    raise SystemExit(2)
+    """Stop with one line, as a bad flag does (in a distributed job every rank stops, rank 0 says why)."""
+    if speaks():
+        print(f"{args.prog}: error: {message}", file=sys.stderr, flush=True)
+    stop(2)
 
 
 # ------------------------------------------------------------------ data
