@@ -10,8 +10,9 @@ Multiplying the loss by S shifts the whole histogram right by log2 S.
   or arrays, any dtype; read in float64 on the host) and reports the fraction
   of non-zero values below 2^-24 (lost), below 2^-14 (subnormal: fewer bits)
   and above 65504 (overflow), with and without a scale.
-- :func:`plot_exponent_histogram` draws it with matplotlib (an optional
-  dependency: a clear ImportError says how to install it).
+- :func:`plot_exponent_histogram` draws it with matplotlib (a tinyamp
+  dependency, imported only when a plot is drawn; where it is missing a clear
+  ImportError says how to install it).
 """
 
 from __future__ import annotations
