@@ -528,8 +528,9 @@ def scale_finding(scales: list, growth_interval: int = 2000) -> str:
     if not halved and not grown:
         return (f"flat at {scales[-1]:g}: no gradient overflowed float16 in {len(scales)} steps, and the scale "
                 f"doubles only after {growth_interval} good steps in a row")
-    return (f"{scales[-1]:g} at the end: halved {halved} time(s) at skipped steps (inf/NaN gradients), "
-            f"doubled {grown} time(s) after {growth_interval} good steps in a row")
+    moves = [f"halved {halved} time(s) at skipped steps (inf/NaN gradients)" if halved else "no step skipped",
+             f"doubled {grown} time(s), each after {growth_interval} good steps in a row" if grown else "never grown"]
+    return f"{scales[-1]:g} at the end: " + "; ".join(moves)
 
 
 def write_plots(out: str, losses: list, scales: "list | None", skipped_at: list, hist: "dict | None", title: str,

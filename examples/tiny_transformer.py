@@ -40,6 +40,7 @@ import json
 import math
 import os
 import sys
+import textwrap
 from typing import Any, Callable
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # _common, also when imported by tests
@@ -414,23 +415,31 @@ def write_plot(out: str, fp32_losses: list, amp: dict, report: Any, say: Callabl
         say(f"no plot written: {exc}")
         return None
     steps = np.arange(1, len(fp32_losses) + 1)
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    fig, axes = plt.subplots(1, 3, figsize=(15, 5))
     axes[0].plot(steps, fp32_losses, label="float32", linewidth=1)
     axes[0].plot(steps, amp["losses"], label="AMP (float16)", linewidth=1, alpha=0.8)
-    axes[0].set(xlabel="step", ylabel="loss", yscale="log", title="copy task: AMP against float32")
+    axes[0].set(xlabel="step", ylabel="loss", yscale="log")
+    axes[0].set_title(f"copy task: AMP {final_loss(amp['losses']):.4f}, float32 {final_loss(fp32_losses):.4f}\n"
+                      f"(mean of the last {WINDOW} steps)", fontsize=9)
     axes[0].legend()
     axes[1].step(steps, amp["scales"], where="post")
     if amp["skipped"]:
         axes[1].plot(amp["skipped"], [amp["scales"][s - 1] for s in amp["skipped"]], "rx", label="skipped step")
         axes[1].legend()
-    axes[1].set(xlabel="step", ylabel="loss scale", yscale="log", title="GradScaler's scale")
+    axes[1].set(xlabel="step", ylabel="loss scale", yscale="log")
+    axes[1].set_title("GradScaler's scale: " + textwrap.fill(_common.scale_finding(amp["scales"], GROWTH_INTERVAL), 60),
+                      fontsize=9)
     rows = [r for r in report.rows if r.kept_fp32]
     positions = np.arange(len(rows))
     axes[2].barh(positions, [r.survived_fraction for r in rows], color="tab:blue", label="kept by float32 (master) weights")
     axes[2].barh(positions, [r.vanished_fraction for r in rows], color="tab:red", label="lost by float16 weights")
     axes[2].set_yticks(positions, [r.name for r in rows], fontsize=6)
     axes[2].invert_yaxis()
-    axes[2].set(xlabel="fraction of the parameter's elements", title="last update: swamping per parameter")
+    totals = report.totals()
+    axes[2].set(xlabel="fraction of the parameter's elements")
+    axes[2].set_title(f"last update: {totals['vanished_fp16']} of {totals['kept_fp32']} update elements "
+                      f"({totals['vanished_fp16'] / max(totals['kept_fp32'], 1):.0%})\nwould vanish on float16 "
+                      f"weights; float32 master weights keep them", fontsize=9)
     axes[2].legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
     fig.tight_layout()
     os.makedirs(out, exist_ok=True)

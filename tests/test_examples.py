@@ -574,9 +574,12 @@ def test_the_loss_scale_finding_says_why_a_curve_is_flat() -> None:
     assert common.scale_finding([65536.0] * 160) == ("flat at 65536: no gradient overflowed float16 in 160 steps, "
                                                      "and the scale doubles only after 2000 good steps in a row")
     moved = common.scale_finding([65536.0, 32768.0, 32768.0, 65536.0], growth_interval=2)
-    assert moved == ("65536 at the end: halved 1 time(s) at skipped steps (inf/NaN gradients), doubled 1 time(s) "
-                     "after 2 good steps in a row")
-    assert common.scale_finding([32768.0]).startswith("32768 at the end: halved 1 time(s)")
+    assert moved == ("65536 at the end: halved 1 time(s) at skipped steps (inf/NaN gradients); doubled 1 time(s), "
+                     "each after 2 good steps in a row")
+    assert common.scale_finding([32768.0]) == ("32768 at the end: halved 1 time(s) at skipped steps (inf/NaN "
+                                               "gradients); never grown")
+    assert common.scale_finding([65536.0] * 3 + [131072.0], 3) == ("131072 at the end: no step skipped; doubled 1 "
+                                                                   "time(s), each after 3 good steps in a row")
 
 
 def test_no_amp_plots_skip_the_loss_scale_and_say_why(tmp_path: Any) -> None:

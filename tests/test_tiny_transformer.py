@@ -222,3 +222,9 @@ def test_help_lists_the_flags() -> None:
     for flag in ("--amp", "--no-amp", "--steps", "--batch-size", "--lr", "--length", "--vocab", "--dim", "--heads",
                  "--written-out", "--seed", "--device", "--out", "--trace", "--json"):
         assert flag in result.stdout
+
+
+def test_amp_out_writes_the_study_plot(tmp_path: Any, capsys: pytest.CaptureFixture) -> None:
+    summary = _load().main(["--steps", "3", "--out", str(tmp_path)])
+    assert summary["plot"] == str(tmp_path / "amp_study.png") and (tmp_path / "amp_study.png").stat().st_size > 5000
+    assert f"plot: {tmp_path / 'amp_study.png'}" in capsys.readouterr().out
