@@ -4,13 +4,12 @@
 and integer indices of any shape (int64 or int32):
 
 - :func:`gather`: ``y[n] = weight[idx[n]]``; an index outside ``[0, rows)``
-  reads nothing and gives a NaN row (no host check: a GPU step never waits
-  for the host; the weight gradient it sends back is NaN too, so a GradScaler
-  skips the step).
+  reads nothing and gives a NaN row (no host check here: a GPU step never waits
+  for the host; ``kernels/embedding.py`` flags the index on the device).
 - :func:`scatter_add`: ``dweight[r] = sum of gy[n] over idx[n] == r`` in
   float32, rounded once to ``gy``'s dtype; the ``padding_idx`` row stays 0; an
-  out-of-range index adds NaN to row 0 (what the NumPy path does after
-  replacing it by 0). Deterministic, without atomics: thread (c, g) owns column
+  out-of-range index reaches no row (``kernels/embedding.py`` flags it for the
+  next host read). Deterministic, without atomics: thread (c, g) owns column
   c of the rows of group g (``ROW_GROUPS`` groups), zeroes them, then walks
   every index in order and adds the ones that land in its rows. Each row's
   sum is therefore taken in index order from 0.0, which is the order of
@@ -62,11 +61,9 @@ extern "C" __global__ void {fn}(const {si}* __restrict__ idx, const {sg}* __rest
     const long long r1 = r0 + group_rows < rows ? r0 + group_rows : rows;
     for (long long r = r0; r < r1; ++r) acc[r * dim + c] = 0.0f;
     for (long long k = 0; k < n; ++k) {{
-        long long r = (long long)idx[k];
-        const bool bad = r < 0 || r >= rows;
-        if (bad) r = 0;
+        const long long r = (long long)idx[k];  // an out-of-range index lies in no group: it reaches no row
         if (r < r0 || r >= r1 || r == padding) continue;
-        acc[r * dim + c] = acc[r * dim + c] + (bad ? TINYAMP_NAN : tinyamp_{cg}_to_f32(grad[k * dim + c]));
+        acc[r * dim + c] = acc[r * dim + c] + tinyamp_{cg}_to_f32(grad[k * dim + c]);
     }}
     if (round_out)
         for (long long r = r0; r < r1; ++r) out[r * dim + c] = tinyamp_f32_to_{cg}(acc[r * dim + c]);
