@@ -89,9 +89,11 @@ def forward(idx: Any, weight: Any, check: bool = True) -> tuple:
 def backward(gy: Any, idx: Any, rows: int, padding_idx: "int | None", poison: Any = None) -> Any:
     """The (rows, dim) weight gradient of ``weight[idx]`` in gy's dtype."""
     dim = gy.shape[-1]
-    if FUSED_ON_GPU and poison is None and cuda_embedding.takes(idx, gy.reshape(-1, dim)):
-        return cuda_embedding.scatter_add(gy.reshape(-1, dim), idx, rows, padding_idx)  # deterministic, one launch
     xp = backend.array_module(gy)
+    if FUSED_ON_GPU and poison is None and cuda_launch.on_gpu(gy):
+        dense = xp.ascontiguousarray(gy.reshape(-1, dim))  # a sum's gradient is a broadcast view: made dense
+        if cuda_embedding.takes(idx, dense):
+            return cuda_embedding.scatter_add(dense, idx, rows, padding_idx)  # deterministic, one launch
     acc = dt.opmath_dtype(gy.dtype)
     out = xp.zeros((rows, dim), dtype=acc)
     values = gy.reshape(-1, dim).astype(acc, copy=False)
