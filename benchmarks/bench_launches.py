@@ -1,6 +1,6 @@
 """Kernel launches, allocations, copies, syncs and bytes moved per phase of one training step, on the CUDA stand-in.
 
-Counts, not times: the stand-in (tinyamp/cuda_standin) runs every CuPy code path
+Counts, not times: the stand-in (cupy_standin) runs every CuPy code path
 of tinyamp on the CPU and counts what a GPU would be asked to do, per phase of
 the step, deterministically. Case: the MNIST MLP 784-H-10 with the batch already
 on the device, in steady state (the third step; the first two fill the caches):

@@ -52,7 +52,7 @@ def _import_tinyamp(root: str) -> Any:
     os.environ["TINYAMP_CUDA"] = "standin"
     sys.path.insert(0, root)
     import tinyamp  # noqa: PLC0415 - the checkout is chosen at run time
-    from tinyamp.cuda_standin import kernels  # noqa: PLC0415
+    from cupy_standin import kernels  # noqa: PLC0415
     kernels.RawKernel.execute = False
     kernels.ElementwiseKernel.execute = False
     return tinyamp
@@ -86,8 +86,8 @@ def time_steps(step: Callable[[], None], steps: int, rounds: int) -> dict:
 def _bucket(filename: str, caller: "str | None" = None) -> str:
     """Where a profiled function's time is counted: a file of tinyamp, the stand-in, NumPy or other."""
     name = filename.replace("\\", "/")
-    if "/tinyamp/cuda_standin/" in name:
-        return "stand-in (tinyamp/cuda_standin)"
+    if "/cupy_standin/" in name:
+        return "stand-in (cupy_standin)"
     if "/tinyamp/" in name:
         return "tinyamp/" + name.split("/tinyamp/", 1)[1]
     if "/numpy/" in name:

@@ -3,7 +3,7 @@
 Every device-parametrised test runs three times:
 
 - ``cpu``: NumPy;
-- ``standin``: the strict CUDA stand-in (``tinyamp/cuda_standin``) is made the
+- ``standin``: the strict CUDA stand-in (``cupy_standin``) is made the
   CUDA backend for the test and the test gets ``"cuda"``, so its CUDA branch
   runs on any machine (CuPy's strictness, cuBLAS's argument checks, the fused
   kernels compiled with g++, counted launches and syncs);
@@ -22,7 +22,8 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 import tinyamp as ta
-from tinyamp import backend, cuda_standin
+import cupy_standin as cuda_standin
+from tinyamp import backend
 
 settings.register_profile("ci", max_examples=100, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])

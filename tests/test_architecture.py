@@ -36,7 +36,7 @@ ALLOWED_IN_FUNCTIONS = {
     "tinyamp.amp.study.grad_stats": {"matplotlib": "optional plot extra, only for plotting"},
     "tinyamp.distributed.mpi_backend": {"mpi4py": "optional dist extra; importing it initialises MPI"},
     "tinyamp.distributed.launch_worker": {"mpi4py": "optional dist extra; initialises MPI for the rank"},
-    "tinyamp.cuda_standin.nccl": {"mpi4py": "optional dist extra; the NCCL stand-in's collectives travel over MPI"},
+    "cupy_standin.nccl": {"mpi4py": "optional dist extra; the NCCL stand-in's collectives travel over MPI"},
 }
 
 
@@ -262,3 +262,25 @@ def test_the_checks_see_what_they_check() -> None:
     assert "tinyamp.kernels.convert" in edges["tinyamp.kernels.cpu.elementwise_cpu"]
     assert any(name == "cupy" for _, name in inner["tinyamp.backend"])
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]
+
+
+def test_test_support_lives_outside_the_framework() -> None:
+    """The CUDA stand-in is its own top-level package: nothing of it inside ``tinyamp/``, it imports no
+    tinyamp module, and the framework loads it only by name in ``backend.py`` (the provider supplies its
+    libraries and counters as attributes, so no other module asks which provider is active)."""
+    assert not [p for p in PACKAGE.rglob("*") if "standin" in p.name], "test support inside tinyamp/"
+    standin = REPO / "cupy_standin"
+    bad = []
+    for path in sorted(standin.rglob("*.py")):
+        top, inner = _imports(ast.parse(path.read_text(), filename=str(path)))
+        bad += [f"{path.name}:{node.lineno}" for node in top + inner
+                if any((n or "").split(".")[0] == "tinyamp" for n in
+                       ([a.name for a in node.names] if isinstance(node, ast.Import) else [node.module]))]
+    assert not bad, f"the stand-in imports tinyamp: {bad}"
+    asking = [str(p.relative_to(REPO)) for p in PACKAGE.rglob("*.py")
+              if p.name != "backend.py" and "standin_active(" in p.read_text()]
+    assert not asking, f"production modules that branch on the provider: {asking}"
+    names = [str(p.relative_to(REPO)) for p in PACKAGE.rglob("*.py")
+             if any(isinstance(n, ast.Constant) and n.value == "cupy_standin"
+                    for n in ast.walk(ast.parse(p.read_text())))]
+    assert names == ["tinyamp/backend.py"], names

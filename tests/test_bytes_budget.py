@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from tinyamp import backend
-from tinyamp.cuda_standin import kernels as standin_kernels
+from cupy_standin import kernels as standin_kernels
 from tinyamp.kernels import gemm as gemm_module
 from tinyamp.kernels.cuda import cuda_launch
 

@@ -24,7 +24,7 @@ import ctypes
 import fused_drivers as fd
 import tinyamp as ta
 from tinyamp import backend
-from tinyamp.cuda_standin import kernels as standin_kernels
+from cupy_standin import kernels as standin_kernels
 from tinyamp.kernels import cross_entropy
 from tinyamp.kernels.cpu import cpu_path
 from tinyamp.kernels.cuda import cuda_launch, cuda_loss

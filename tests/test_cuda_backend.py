@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 import tinyamp as ta
-import tinyamp.cuda_standin as standin
+import cupy_standin as standin
 from tinyamp import backend, cuda_memory
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -78,7 +78,7 @@ def test_the_environment_variable_selects_the_standin() -> None:
     env = dict(os.environ, PYTHONPATH=REPO, TINYAMP_CUDA="standin")
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["tinyamp.cuda_standin._array", "0.0"]
+    assert result.stdout.split() == ["cupy_standin._array", "0.0"]
     env["TINYAMP_CUDA"] = "gpu"
     result = subprocess.run([sys.executable, "-c", "import tinyamp as ta; ta.zeros(1, device='cuda')"],
                             env=env, capture_output=True, text=True, timeout=120)

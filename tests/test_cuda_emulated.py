@@ -1,6 +1,6 @@
 """The fused CUDA kernel sources, run on the CUDA stand-in (g++), against the NumPy paths bit for bit.
 
-Each kernel's source is compiled with g++ by ``tinyamp/cuda_standin/kernels.py``
+Each kernel's source is compiled with g++ by ``cupy_standin/kernels.py``
 and driven through the same launch code tinyamp uses on a GPU (pointer and
 chunk tables, keep flags, kernel variants) on stand-in device arrays, then held
 against the scaler's and the optimizers' NumPy paths, down to whole training
@@ -22,7 +22,7 @@ from tinyamp import backend
 from tinyamp.kernels import cross_entropy, loss_scale
 from tinyamp.kernels.cuda import cuda_epilogue, cuda_launch, cuda_optim, cuda_scaler, cuda_vector
 from tinyamp.kernels.gemm import gemm, gemm_bias
-from tinyamp.cuda_standin import kernels as standin_kernels
+from cupy_standin import kernels as standin_kernels
 
 pytestmark = pytest.mark.skipif(standin_kernels.CXX is None, reason="the CUDA stand-in runs kernels through g++")
 

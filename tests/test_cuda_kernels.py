@@ -4,7 +4,7 @@
 - every kernel's parameter list is well formed for CuPy (names, types, no
   write to a ``raw`` input, which CuPy declares ``const``), and every launch
   passes exactly its parameters with the right dtypes (checked by the CuPy
-  stand-in's kernel classes, tinyamp/cuda_standin/kernels.py, without running
+  stand-in's kernel classes, cupy_standin/kernels.py, without running
   anything);
 - the NumPy references of the kernels agree with the scaler's and the
   optimizers' NumPy paths bit for bit;
@@ -30,7 +30,7 @@ import fused_drivers as fd
 import tinyamp as ta
 import cuda_kernels_reference
 from tinyamp import backend, cuda_memory
-from tinyamp.cuda_standin import kernels as standin_kernels
+from cupy_standin import kernels as standin_kernels
 from tinyamp.kernels import loss_scale
 from tinyamp.kernels.cuda import cuda_epilogue, cuda_launch, cuda_optim, cuda_scaler
 

@@ -14,7 +14,7 @@ import pytest
 
 import fused_drivers as fd
 from tinyamp import backend
-from tinyamp.cuda_standin import kernels as standin_kernels
+from cupy_standin import kernels as standin_kernels
 from tinyamp.kernels.cuda import cuda_epilogue, cuda_vector
 from tinyamp.kernels.cpu.elementwise_cpu import relu_lowp
 

@@ -1,6 +1,6 @@
 """End-to-end checks of the CUDA paths, on the CUDA stand-in and on a GPU (``cuda_backend``).
 
-Every test runs on the strict stand-in (tinyamp/cuda_standin) and, marked
+Every test runs on the strict stand-in (cupy_standin) and, marked
 ``gpu``, on a real GPU (``pytest -m gpu``); the two that only a GPU can show
 (a spinning kernel, torch's CUDA matmul) take ``gpu_cp`` or branch on
 ``backend.standin_active()``.

@@ -21,7 +21,7 @@ import pytest
 
 import tinyamp as ta
 from tinyamp import backend
-from tinyamp.cuda_standin import kernels as standin_kernels
+from cupy_standin import kernels as standin_kernels
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
 import bench_launches  # noqa: E402

@@ -34,7 +34,8 @@ import pytest
 
 import tinyamp as ta
 import tinyamp.nn.functional as F
-from tinyamp import backend, cuda_standin
+import cupy_standin as cuda_standin
+from tinyamp import backend
 from tinyamp.kernels.cuda import cuda_launch, cuda_random
 
 ARCHS = ("compute_80", "compute_90")

@@ -461,7 +461,7 @@ def test_pointer_tables_under_threads_hold_each_threads_own_pointers() -> None:
 def test_the_stand_in_memory_pool_under_threads() -> None:
     # Allocations, frees (from whichever thread drops the last reference) and the address lookups that
     # kernels and cuBLAS make interleave; CuPy's pool is thread-safe, so is the stand-in's.
-    from tinyamp.cuda_standin import _memory
+    from cupy_standin import _memory
 
     pool = _memory.MemoryPool(0)
 

@@ -14,7 +14,7 @@ and host-to-device copy tinyamp makes goes through
 during a capture, on a GPU and on the stand-in.
 
 The CUDA backend is CuPy, or the strict CUDA stand-in of
-``tinyamp/cuda_standin`` (CuPy's API over NumPy, for CI without a GPU) when
+``cupy_standin`` (CuPy's API over NumPy, for CI without a GPU) when
 ``TINYAMP_CUDA=standin`` is set or inside :func:`use_cuda_standin`. Modules
 that cache device arrays register with :func:`on_cuda_switch` so a switch
 drops them.
@@ -42,7 +42,7 @@ _INSTALL_HINT = (
 _cupy: ModuleType | None = None
 _cupy_checked = False
 _cupy_error: str | None = None
-_standin = False  # True while the strict CUDA stand-in (tinyamp.cuda_standin) plays CuPy's part
+_standin = False  # True while the strict CUDA stand-in (cupy_standin) plays CuPy's part
 _device_count: int | None = None  # cached: CUDA fixes the device count when it initialises
 _switch_hooks: list[Callable[[], None]] = []
 
@@ -84,8 +84,8 @@ def _load_cupy() -> ModuleType | None:
 
 
 def _standin_module() -> ModuleType:
-    """``tinyamp.cuda_standin``, imported when first asked for: ``import tinyamp`` does not load it."""
-    return importlib.import_module("tinyamp.cuda_standin")
+    """``cupy_standin``, imported when first asked for: ``import tinyamp`` does not load it."""
+    return importlib.import_module("cupy_standin")
 
 
 def _activate_standin() -> None:
@@ -109,7 +109,7 @@ def on_cuda_switch(hook: Callable[[], None]) -> Callable[[], None]:
 
 
 class use_cuda_standin:  # noqa: N801 - used like a function: use_cuda_standin() or `with use_cuda_standin():`
-    """Make the strict CUDA stand-in (``tinyamp.cuda_standin``) the CUDA backend, until ``restore()``.
+    """Make the strict CUDA stand-in (``cupy_standin``) the CUDA backend, until ``restore()``.
 
     Calling it switches at once; as a context manager it restores the previous
     backend (CuPy, no CUDA, or the stand-in) on exit. Caches of device arrays
@@ -150,6 +150,17 @@ def cuda_built() -> bool:
     if _load_cupy() is not None:
         return True
     return os.environ.get("TINYAMP_CUDA", "cupy") == "cupy" and importlib.util.find_spec("cupy") is not None
+
+
+def provided_library(name: str) -> Any:
+    """The C library ``name`` (``"libcublas.so"``) as the CUDA provider supplies it, or None when the
+    caller is to load the real one (CuPy supplies none; the stand-in its emulations)."""
+    return getattr(cupy(), "LIBRARIES", {}).get(name)
+
+
+def provider_counters() -> Any:
+    """The CUDA provider's launch/byte counters (the stand-in keeps them), or None (CuPy, or no CUDA)."""
+    return getattr(_cupy, "counters", None) if _standin else None
 
 
 def standin_active() -> bool:

@@ -96,11 +96,12 @@ class _Cuda:
 
     def standin_counters(self) -> Any:
         """The CUDA stand-in's counters (launches, allocations, copies, syncs per phase; see
-        ``tinyamp/cuda_standin/_counters.py``). RuntimeError unless the stand-in is active."""
-        if not backend.standin_active():
+        ``cupy_standin/_counters.py``). RuntimeError unless the stand-in is active."""
+        counters = backend.provider_counters()
+        if counters is None:
             raise RuntimeError("ta.cuda.standin_counters(): the CUDA stand-in is not active; run with "
                                "TINYAMP_CUDA=standin or inside tinyamp.backend.use_cuda_standin()")
-        return backend.cupy().counters  # type: ignore[union-attr]
+        return counters
 
     # GPU memory (see the class docstring).
     def _pool_on(self, device: Any) -> "tuple[Any, Any, int] | None":

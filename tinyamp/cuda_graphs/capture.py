@@ -5,7 +5,7 @@ A capture records the CUDA work issued on one stream (``Stream.begin_capture``
 / ``end_capture``, which give a ``cupy.cuda.graph.Graph``) instead of running
 it; ``replay()`` launches the whole recording with one call. The same code
 drives CuPy and the CUDA stand-in, which records what it runs and refuses
-what CUDA refuses during a capture (``tinyamp/cuda_standin/_capture.py``).
+what CUDA refuses during a capture (``cupy_standin/_capture.py``).
 
 **Memory.** Every capture allocates from a pool private to its graph (or
 shared on purpose, ``graph_pool_handle()``): a ``cupy.cuda.MemoryPool`` made

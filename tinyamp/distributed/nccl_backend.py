@@ -12,7 +12,7 @@ therefore complete from the host's side at once: the stream orders the rest.
 
 ``cupy.cuda.nccl`` is reached through ``tinyamp.backend.cuda_lib``, so under
 the CUDA stand-in (``TINYAMP_CUDA=standin``) the same code calls the strict NCCL
-stand-in (``tinyamp/cuda_standin/nccl.py``), whose collectives travel over MPI.
+stand-in (``cupy_standin/nccl.py``), whose collectives travel over MPI.
 cupyx.distributed is not used: it has no bfloat16 and a fixed TCP port.
 """
 

@@ -34,7 +34,7 @@ The interface, small on purpose (cuBLASLt epilogues can be added beside it):
   does, and ``cublaslt_direct.prepare`` for cuBLASLt's).
 
 On the CUDA stand-in the "library" is the stand-in's emulation of these C
-entry points (``cuda_standin.cublas.LIBRARY``), with cuBLAS's argument checks.
+entry points (``cupy_standin.LIBRARIES``), with cuBLAS's argument checks.
 """
 
 from __future__ import annotations
@@ -99,10 +99,8 @@ def backend_library(libraries: dict, find: Any) -> Any:
 
 def _find_library() -> Any:
     """The libcublas CuPy loaded (its wrapper module links it), as a ctypes library with typed functions."""
-    wrapper = backend.cuda_lib("cupy_backends.cuda.libs.cublas")  # imports (and so loads) libcublas
-    if backend.standin_active():
-        return wrapper.LIBRARY
-    return loaded_library("libcublas.so", _ARGTYPES, "cuBLAS")
+    backend.cuda_lib("cupy_backends.cuda.libs.cublas")  # imports (and so loads) libcublas
+    return backend.provided_library("libcublas.so") or loaded_library("libcublas.so", _ARGTYPES, "cuBLAS")
 
 
 def _check(status: int, function: str) -> None:

@@ -21,7 +21,7 @@ among the process's loaded libraries, as ``cublas_direct`` finds libcublas).
 :func:`matmul_bias` returns None when the heuristic offers no algorithm for a
 problem; ``gemm.gemm_bias`` then computes the same value with three kernels.
 On the CUDA stand-in the "library" is its emulation of these C entry points
-(``cuda_standin.cublaslt.LT_LIBRARY``), with cuBLASLt's argument checks.
+(``cupy_standin.LIBRARIES``), with cuBLASLt's argument checks.
 """
 
 from __future__ import annotations
@@ -75,9 +75,8 @@ _ONE_REF, _ZERO_REF = ctypes.byref(_ONE), ctypes.byref(_ZERO)
 def _find_library() -> Any:
     """The libcublasLt CuPy's libcublas loaded, as a ctypes library with typed functions."""
     backend.cuda_lib("cupy_backends.cuda.libs.cublas")  # loads libcublas, which loads libcublasLt
-    if backend.standin_active():
-        return backend.cupy().cublaslt.LT_LIBRARY
-    return cublas_direct.loaded_library("libcublasLt.so", _ARGTYPES, "cuBLASLt")
+    return (backend.provided_library("libcublasLt.so")
+            or cublas_direct.loaded_library("libcublasLt.so", _ARGTYPES, "cuBLASLt"))
 
 
 def _library() -> Any:

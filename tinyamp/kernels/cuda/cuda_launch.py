@@ -14,7 +14,7 @@ ends.
 CuPy is only reached through ``tinyamp.backend``, inside the functions:
 importing this module never imports CuPy. The seams to CuPy (``_cp``,
 ``on_gpu``, ``_pointer``, ``_device``) are module functions so that the tests
-can run every launch through the CUDA stand-in (tinyamp/cuda_standin, whose
+can run every launch through the CUDA stand-in (cupy_standin, whose
 kernels run the same sources compiled with g++).
 
 Same math, same bits as the NumPy paths: the kernel bodies are written in their
@@ -196,8 +196,10 @@ def count(name: str, moved: "Moved | None" = None) -> None:
     it is a function, called only on the stand-in.
     """
     launches[name] = launches.get(name, 0) + 1
-    if moved is not None and backend.standin_active():
-        _cp().counters.declare(name, *moved())
+    if moved is not None:
+        counters = backend.provider_counters()
+        if counters is not None:
+            counters.declare(name, *moved())
 
 
 def elementwise(spec: KernelSpec, *args: Any, size: "int | None" = None, moved: "Moved | None" = None) -> None:

@@ -29,7 +29,8 @@ import numpy as np
 import pytest
 
 import tinyamp as ta
-from tinyamp import backend, cuda_standin
+import cupy_standin as cuda_standin
+from tinyamp import backend
 from tinyamp.kernels import gemm as gemm_module
 from tinyamp.kernels.cuda import cublas_direct, cuda_launch
 

@@ -54,6 +54,9 @@ from .kernels import ElementwiseKernel, RawKernel
 
 __version__ = "0+tinyamp.standin"
 IS_STANDIN = True  # how tinyamp.backend (and a reader) tells it from CuPy
+# What a provider supplies beyond CuPy's API: the C libraries a caller would load through ctypes
+# (here their emulations, with the real ones' argument checks) and the per-launch counters.
+LIBRARIES = {"libcublas.so": cublas.LIBRARY, "libcublasLt.so": cublaslt.LT_LIBRARY}
 
 # The ufuncs (add, exp, maximum, isfinite, ...), as module attributes like CuPy's.
 globals().update({name: value for name, value in vars(_routines).items() if isinstance(value, ufunc)})
@@ -79,4 +82,4 @@ def get_array_module(*args: Any) -> Any:
 
 def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'cupy' (tinyamp's CUDA stand-in) has no attribute {name!r}: the stand-in "
-                         "covers only what tinyamp uses; add it to tinyamp/cuda_standin if CuPy has it")
+                         "covers only what tinyamp uses; add it to cupy_standin if CuPy has it")

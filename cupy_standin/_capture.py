@@ -84,7 +84,14 @@ from . import _device, _memory, runtime
 from ._counters import counters
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
-_TINYAMP_DIR = os.path.dirname(_PACKAGE_DIR)
+
+
+def _package_root(filename: str) -> str:
+    """The top folder of the package holding ``filename`` (the library that called the stand-in)."""
+    folder = os.path.dirname(os.path.abspath(filename))
+    while os.path.exists(os.path.join(os.path.dirname(folder), "__init__.py")):
+        folder = os.path.dirname(folder)
+    return folder if os.path.exists(os.path.join(folder, "__init__.py")) else os.path.abspath(filename)
 
 
 class _Capture:
@@ -137,14 +144,14 @@ def on_rollback(key: Any, restore: Callable[[], None]) -> None:
 # ------------------------------------------------------------------ refusing
 def _where() -> str:
     """The code that asked for the refused operation: the first frame outside the stand-in, and the
-    first outside tinyamp when that is a different one (the user's line)."""
+    first outside that frame's package (tinyamp) when that is a different one (the user's line)."""
     frames = [f for f in traceback.extract_stack()[:-1]
               if not os.path.abspath(f.filename).startswith(_PACKAGE_DIR + os.sep)]
     if not frames:
         return "an unknown place"
     caller = frames[-1]
-    user = next((f for f in reversed(frames) if not os.path.abspath(f.filename).startswith(_TINYAMP_DIR + os.sep)),
-                None)
+    library = _package_root(caller.filename) + os.sep
+    user = next((f for f in reversed(frames) if not os.path.abspath(f.filename).startswith(library)), None)
     text = f"{caller.filename}:{caller.lineno} ({caller.name})"
     if user is not None and user is not caller:
         text += f", called from {user.filename}:{user.lineno} ({user.name})"

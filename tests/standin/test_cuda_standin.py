@@ -14,9 +14,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-import tinyamp.cuda_standin as cp
+import cupy_standin as cp
 from threads import run_threads
-from tinyamp.cuda_standin import cublas, cublaslt, kernels, runtime
+from cupy_standin import cublas, cublaslt, kernels, runtime
 
 STANDIN_DIR = os.path.dirname(cp.__file__)
 
@@ -440,10 +440,10 @@ def test_import_tinyamp_does_not_load_the_stand_in() -> None:
     import subprocess
     import sys
     code = ("import sys, tinyamp\n"
-            "loaded = sorted(m for m in sys.modules if m.startswith('tinyamp.cuda_standin'))\n"
+            "loaded = sorted(m for m in sys.modules if m.startswith('cupy_standin'))\n"
             "assert not loaded, loaded\n"
             "tinyamp.backend.use_cuda_standin()\n"
-            "assert 'tinyamp.cuda_standin' in sys.modules\n")
+            "assert 'cupy_standin' in sys.modules\n")
     env = {k: v for k, v in os.environ.items() if k != "TINYAMP_CUDA"}
     env["PYTHONPATH"] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)

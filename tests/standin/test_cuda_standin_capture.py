@@ -6,7 +6,7 @@ replay and the launch arguments as they were at the capture. So each
 operation is checked the same way: capture it, change its inputs' device
 contents, replay, and compare with the operation run eagerly on the new
 contents. Nothing may run during the capture itself (CUDA records, it does
-not run). See tinyamp/cuda_standin/_capture.py.
+not run). See cupy_standin/_capture.py.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import re
 import numpy as np
 import pytest
 
-import tinyamp.cuda_standin as cp
-from tinyamp.cuda_standin import cublas, cupyx, runtime
+import cupy_standin as cp
+from cupy_standin import cublas, cupyx, runtime
 
 HALF = np.float16
 
