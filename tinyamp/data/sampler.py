@@ -160,7 +160,7 @@ class BatchSampler(Sampler[list]):
 
     def __iter__(self) -> Iterator[list]:
         batch: list = []
-        for index in list(self.sampler):  # one index at a time: an endless sampler yields its first batch
+        for index in self.sampler:  # one index at a time: an endless sampler yields its first batch
             batch.append(index)
             if len(batch) == self.batch_size:
                 yield batch
