@@ -1,4 +1,4 @@
-"""Normalization layers: BatchNorm1d, BatchNorm2d, LayerNorm and GroupNorm.
+"""Normalization layers: BatchNorm1d, BatchNorm2d, BatchNorm3d, LayerNorm and GroupNorm.
 
 These layers are where mixed precision needs care: their statistics (a mean and
 a variance over many values) lose accuracy and overflow easily in float16. So
@@ -27,19 +27,23 @@ from .parameter import Parameter
 
 
 class _BatchNorm(Module):
-    """Shared by BatchNorm1d and BatchNorm2d: normalize each channel (dim 1) over the other dims."""
+    """Shared by the BatchNorm layers: normalize each channel (dim 1) over the other dims."""
 
     _is_normalization = True
     _expected_dims: tuple[int, ...] = ()
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = True,
-                 track_running_stats: bool = True, device: Any = None, dtype: Any = None) -> None:
+                 track_running_stats: bool = True, device: Any = None, dtype: Any = None, *,
+                 bias: bool = True) -> None:
         super().__init__()
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
         self.affine, self.track_running_stats = affine, track_running_stats
         if affine:
             self.weight = Parameter(tinyamp.ones(num_features, dtype=dtype, device=device))
-            self.bias = Parameter(tinyamp.zeros(num_features, dtype=dtype, device=device))
+            if bias:
+                self.bias = Parameter(tinyamp.zeros(num_features, dtype=dtype, device=device))
+            else:
+                self.register_parameter("bias", None)
         else:
             self.register_parameter("weight", None)
             self.register_parameter("bias", None)
@@ -60,8 +64,9 @@ class _BatchNorm(Module):
 
     def _check_input(self, x: Tensor) -> None:
         if x.ndim not in self._expected_dims:
-            raise ValueError(f"{self!r}: expected {' or '.join(f'{d}D' for d in self._expected_dims)} input, "
-                             f"got {x.ndim}D input of shape {list(x.shape)}")
+            # PyTorch's words first ("expected 4D input (got 2D input)"), then the layer and the shape
+            raise ValueError(f"expected {' or '.join(f'{d}D' for d in self._expected_dims)} input (got {x.ndim}D "
+                             f"input): {self!r} got input of shape {list(x.shape)}")
         if x.shape[1] != self.num_features:
             raise ValueError(f"{self!r}: expected {self.num_features} channels in dimension 1, got input of "
                              f"shape {list(x.shape)}")
@@ -99,6 +104,12 @@ class BatchNorm2d(_BatchNorm):
     """Batch normalization over (N, C, H, W) inputs."""
 
     _expected_dims = (4,)
+
+
+class BatchNorm3d(_BatchNorm):
+    """Batch normalization over (N, C, D, H, W) inputs."""
+
+    _expected_dims = (5,)
 
 
 class LayerNorm(Module):
