@@ -313,3 +313,67 @@ def grad_scaler_bfloat16_resume(lib: Any) -> dict:
             "fresh": {k: fresh.state_dict()[k] for k in keys}, "fresh_scale": fresh.get_scale(),
             "enabled": [scaler.is_enabled(), fresh.is_enabled()],
             "weight": [round(v, 3) for v in layer.weight.detach().reshape(-1).tolist()]}
+
+
+# ------------------------------------------------------------------ LBFGS
+def _rosenbrock(lib: Any, line_search: "str | None", steps: int, **kw: Any) -> dict:
+    xy = lib.tensor([-1.5, 2.0], dtype=lib.float64, requires_grad=True)
+    opt = lib.optim.LBFGS([xy], lr=kw.pop("lr", 1), line_search_fn=line_search, **kw)
+
+    def closure() -> Any:
+        opt.zero_grad()
+        loss = (1 - xy[0]) ** 2 + 100 * (xy[1] - xy[0] ** 2) ** 2
+        loss.backward()
+        return loss
+
+    losses = [round(float(opt.step(closure).detach()), 10) for _ in range(steps)]
+    state = opt.state[xy]
+    return {"losses": losses, "xy": [round(v, 8) for v in xy.tolist()], "func_evals": state["func_evals"],
+            "n_iter": state["n_iter"]}
+
+
+@case
+def lbfgs_rosenbrock_strong_wolfe(lib: Any) -> dict:
+    return _rosenbrock(lib, "strong_wolfe", 4)
+
+
+@case
+def lbfgs_rosenbrock_fixed_step(lib: Any) -> dict:
+    return _rosenbrock(lib, None, 3, lr=0.05, max_iter=10, history_size=4)
+
+
+@case
+def lbfgs_sequence_model(lib: Any) -> dict:
+    """pytorch/examples' time-sequence prediction: an LSTMCell and a Linear trained by LBFGS with a closure."""
+    import numpy as np
+    lib.manual_seed(0)
+    cell, head = lib.nn.LSTMCell(1, 4).double(), lib.nn.Linear(4, 1).double()
+    rng = np.random.default_rng(0)
+    with lib.no_grad():
+        for p in list(cell.parameters()) + list(head.parameters()):
+            p.copy_(lib.tensor(rng.uniform(-0.5, 0.5, tuple(p.shape))))
+    wave = lib.tensor(np.sin(np.arange(12) / 2.0).reshape(2, 6))
+    opt = lib.optim.LBFGS(list(cell.parameters()) + list(head.parameters()), lr=0.8, max_iter=5)
+
+    def closure() -> Any:
+        opt.zero_grad()
+        h = c = lib.zeros(2, 4, dtype=lib.float64)
+        outs = []
+        for t in range(5):
+            h, c = cell(wave[:, t:t + 1], (h, c))
+            outs.append(head(h))
+        loss = lib.nn.functional.mse_loss(lib.cat(outs, 1), wave[:, 1:])
+        loss.backward()
+        return loss
+
+    return {"losses": [round(float(opt.step(closure).detach()), 9) for _ in range(3)]}
+
+
+@case
+def lbfgs_errors(lib: Any) -> dict:
+    p = lib.zeros(2, requires_grad=True)
+    return {"lr": error(lambda: lib.optim.LBFGS([p], lr=-1)),
+            "groups": error(lambda: lib.optim.LBFGS([{"params": [p]}, {"params": [lib.zeros(1, requires_grad=True)]}])),
+            "line_search": error(lambda: lib.optim.LBFGS([p], line_search_fn="armijo").step(
+                lambda: (p - 1).pow(2).sum().backward() or (p - 1).pow(2).sum())),
+            "max_eval_default": lib.optim.LBFGS([p], max_iter=8).param_groups[0]["max_eval"]}
