@@ -15,7 +15,8 @@ bfloat16, double, float16, float32, float64, half = (_public(d) for d in (
     dtypes.bfloat16, dtypes.double, dtypes.float16, dtypes.float32, dtypes.float64, dtypes.half))
 int8, int16, int32, int64, long, uint8 = (_public(d) for d in (
     dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64, dtypes.long, dtypes.uint8))
-bool, float = _public(dtypes.bool_), _public(dtypes.float)  # noqa: A001 - torch.bool, torch.float
+bool, float, int, short = (_public(d) for d in (  # noqa: A001 - torch.bool, torch.float, torch.int, ...
+    dtypes.bool_, dtypes.float, dtypes.int32, dtypes.int16))
 from .tensor import Tensor
 from .tensor_methods import _assert, is_tensor
 from . import autograd
