@@ -17,6 +17,7 @@ int8, int16, int32, int64, long, uint8 = (_public(d) for d in (
     dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64, dtypes.long, dtypes.uint8))
 bool, float, int, short = (_public(d) for d in (  # noqa: A001 - torch.bool, torch.float, torch.int, ...
     dtypes.bool_, dtypes.float, dtypes.int32, dtypes.int16))
+float8_e4m3fn, float8_e5m2, float8_e8m0fnu = (_public(d) for d in dtypes.FP8)
 from .tensor import Tensor
 from .tensor_methods import _assert, is_tensor
 from . import autograd
