@@ -26,6 +26,24 @@ from .module import Module
 from .parameter import Parameter
 
 
+def register_norm_state(module: Module, num_features: int, eps: float, momentum: "float | None", affine: bool,
+                        track_running_stats: bool, device: Any, dtype: Any, bias: bool = True) -> None:
+    """PyTorch's ``_NormBase`` state: options, affine weight (ones) and bias (zeros), running statistics."""
+    module.num_features, module.eps, module.momentum = num_features, eps, momentum
+    module.affine, module.track_running_stats = affine, track_running_stats
+    module.register_parameter("weight", Parameter(tinyamp.ones(num_features, dtype=dtype, device=device))
+                              if affine else None)
+    module.register_parameter("bias", Parameter(tinyamp.zeros(num_features, dtype=dtype, device=device))
+                              if affine and bias else None)
+    stats = {"running_mean": None, "running_var": None, "num_batches_tracked": None}
+    if track_running_stats:
+        stats = {"running_mean": tinyamp.zeros(num_features, dtype=dtype, device=device),
+                 "running_var": tinyamp.ones(num_features, dtype=dtype, device=device),
+                 "num_batches_tracked": tinyamp.zeros((), dtype=dt.int64, device=device)}
+    for name, value in stats.items():
+        module.register_buffer(name, value)
+
+
 class _BatchNorm(Module):
     """Shared by the BatchNorm layers: normalize each channel (dim 1) over the other dims."""
 
@@ -36,25 +54,7 @@ class _BatchNorm(Module):
                  track_running_stats: bool = True, device: Any = None, dtype: Any = None, *,
                  bias: bool = True) -> None:
         super().__init__()
-        self.num_features, self.eps, self.momentum = num_features, eps, momentum
-        self.affine, self.track_running_stats = affine, track_running_stats
-        if affine:
-            self.weight = Parameter(tinyamp.ones(num_features, dtype=dtype, device=device))
-            if bias:
-                self.bias = Parameter(tinyamp.zeros(num_features, dtype=dtype, device=device))
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
-        if track_running_stats:
-            self.register_buffer("running_mean", tinyamp.zeros(num_features, dtype=dtype, device=device))
-            self.register_buffer("running_var", tinyamp.ones(num_features, dtype=dtype, device=device))
-            self.register_buffer("num_batches_tracked", tinyamp.zeros((), dtype=dt.int64, device=device))
-        else:
-            self.register_buffer("running_mean", None)
-            self.register_buffer("running_var", None)
-            self.register_buffer("num_batches_tracked", None)
+        register_norm_state(self, num_features, eps, momentum, affine, track_running_stats, device, dtype, bias)
 
     def reset_running_stats(self) -> None:
         if self.track_running_stats:

@@ -182,21 +182,25 @@ class BatchNorm(_Normalization):
         self.stats_from_input = training
         self._setup(has_weight, has_bias, eps)
 
-    def forward(self, xp: Any, x: Any, *params: Any) -> Any:
-        if x.ndim < 2 or x.dtype not in dt.FLOATING:
-            raise ValueError(f"batch_norm: input must be floating of shape (N, C) or (N, C, H, W), "
-                             f"got {_describe(x)}")
+    def _checked(self, x: Any, params: tuple, least_dims: int, shape_words: str) -> tuple:
+        """(channels, weight, bias) after the checks of the input, the affine parameters and the running stats."""
+        if x.ndim < least_dims or x.dtype not in dt.FLOATING:
+            raise ValueError(f"{self.name}: input must be floating of shape {shape_words}, got {_describe(x)}")
         channels = x.shape[1]
         weight, bias = self._params(params)
         for name, p in (("weight", weight), ("bias", bias)):
             if p is not None:
-                _check_param("batch_norm", name, p, (channels,), x)
+                _check_param(self.name, name, p, (channels,), x)
         # Running statistics are buffers, not inputs (autocast never casts them): any
         # floating dtype is read in the statistics' dtype and written back in its own.
         for name, stat in (("running_mean", self.running_mean), ("running_var", self.running_var)):
             if stat is not None and (stat.shape != (channels,) or stat.dtype not in dt.FLOATING):
-                raise ValueError(f"batch_norm: {name} must be a floating tensor of shape [{channels}], "
+                raise ValueError(f"{self.name}: {name} must be a floating tensor of shape [{channels}], "
                                  f"got {_describe(stat)} for input {_describe(x)}")
+        return channels, weight, bias
+
+    def forward(self, xp: Any, x: Any, *params: Any) -> Any:
+        channels, weight, bias = self._checked(x, params, 2, "(N, C) or (N, C, H, W)")
         self.axes = (0,) + tuple(range(2, x.ndim))
         self.pshape = (1, channels) + (1,) * (x.ndim - 2)
         cdt = dt.opmath_dtype(x.dtype)
@@ -212,7 +216,7 @@ class BatchNorm(_Normalization):
             xf = x.astype(cdt, copy=False)
             self.mean = xf.mean(axis=self.axes, keepdims=True)
             var = xf.var(axis=self.axes, keepdims=True)  # biased: what normalises the batch
-            self._update_running(var.reshape(channels) * (count / (count - 1)))  # unbiased, as PyTorch
+            self._update_running(self.mean.reshape(-1), var.reshape(channels) * (count / (count - 1)))  # unbiased
         else:
             if self.running_mean is None or self.running_var is None:
                 raise ValueError("batch_norm: running_mean and running_var are required when "
@@ -222,16 +226,16 @@ class BatchNorm(_Normalization):
         self.rstd = 1 / xp.sqrt(var + self.eps)
         return _normalize(xp, x, self.mean, self.rstd, (weight, bias), self.pshape)
 
-    def _update_running(self, unbiased_var: Any) -> None:
+    def _update_running(self, batch_mean: Any, unbiased_var: Any) -> None:
         """running = (1 - momentum) * running + momentum * batch, in place (a buffer write, no grad)."""
         m = self.momentum
-        for stat, batch in ((self.running_mean, self.mean.reshape(-1)), (self.running_var, unbiased_var)):
+        for stat, batch in ((self.running_mean, batch_mean), (self.running_var, unbiased_var)):
             if stat is not None:
                 stat.array[...] = ((1 - m) * stat.array.astype(batch.dtype) + m * batch).astype(stat.dtype)
                 stat._version[0] += 1
 
 
-class InstanceNorm(_Normalization):
+class InstanceNorm(BatchNorm):
     """y = (x - mean_nc) rstd_nc w_c + b_c, statistics per sample and channel over the spatial dims; dx as layer_norm
 
     NEUTRAL: PyTorch's CUDA autocast leaves instance_norm off its lists, so the output
@@ -243,30 +247,12 @@ class InstanceNorm(_Normalization):
     precision = NEUTRAL
     name = "instance_norm"
 
-    def __init__(self, running_mean: "Tensor | None", running_var: "Tensor | None", has_weight: bool,
-                 has_bias: bool, use_input_stats: bool, momentum: float, eps: float) -> None:
-        self.running_mean, self.running_var = running_mean, running_var
-        self.use_input_stats, self.momentum = use_input_stats, momentum
-        self.stats_from_input = use_input_stats
-        self._setup(has_weight, has_bias, eps)
-
     def forward(self, xp: Any, x: Any, *params: Any) -> Any:
-        if x.ndim < 3 or x.dtype not in dt.FLOATING:
-            raise ValueError(f"instance_norm: input must be floating of shape (N, C, *) with at least one "
-                             f"spatial dimension, got {_describe(x)}")
-        channels = x.shape[1]
-        weight, bias = self._params(params)
-        for name, p in (("weight", weight), ("bias", bias)):
-            if p is not None:
-                _check_param("instance_norm", name, p, (channels,), x)
-        for name, stat in (("running_mean", self.running_mean), ("running_var", self.running_var)):
-            if stat is not None and (stat.shape != (channels,) or stat.dtype not in dt.FLOATING):
-                raise ValueError(f"instance_norm: {name} must be a floating tensor of shape [{channels}], "
-                                 f"got {_describe(stat)} for input {_describe(x)}")
+        channels, weight, bias = self._checked(x, params, 3, "(N, C, *) with at least one spatial dimension")
         self.axes = tuple(range(2, x.ndim))
         self.pshape = (1, channels) + (1,) * (x.ndim - 2)
         cdt = dt.opmath_dtype(x.dtype)
-        if self.use_input_stats:
+        if self.training:  # use_input_stats
             count = x.size // max(x.shape[0] * channels, 1)
             xf = x.astype(cdt, copy=False)
             self.mean = xf.mean(axis=self.axes, keepdims=True)
@@ -282,14 +268,6 @@ class InstanceNorm(_Normalization):
             var = self.running_var.array.astype(cdt).reshape(self.pshape)
         self.rstd = 1 / xp.sqrt(var + self.eps)
         return _normalize(xp, x, self.mean, self.rstd, (weight, bias), self.pshape)
-
-    def _update_running(self, batch_mean: Any, unbiased_var: Any) -> None:
-        """running = (1 - momentum) * running + momentum * batch, in place (a buffer write, no grad)."""
-        m = self.momentum
-        for stat, batch in ((self.running_mean, batch_mean), (self.running_var, unbiased_var)):
-            if stat is not None:
-                stat.array[...] = ((1 - m) * stat.array.astype(batch.dtype) + m * batch).astype(stat.dtype)
-                stat._version[0] += 1
 
 
 def layer_norm(input: Tensor, normalized_shape: "int | Sequence[int]",  # noqa: A002 - torch name

@@ -12,10 +12,8 @@ from __future__ import annotations
 import warnings
 from typing import Any, Sequence
 
-from .. import dtypes as dt
-from ..factories import ones, tensor, zeros
 from ..nn.module import Module
-from ..nn.parameter import Parameter
+from ..nn.normalization import register_norm_state
 from ..ops.normalization import instance_norm
 from ..ops.shape import pad, squeeze, unsqueeze
 from ..ops.upsample import interpolate
@@ -179,25 +177,7 @@ class _InstanceNorm(Module):
                  track_running_stats: bool = False, device: Any = None, dtype: Any = None, *,
                  bias: bool = True) -> None:
         super().__init__()
-        self.num_features, self.eps, self.momentum = num_features, eps, momentum
-        self.affine, self.track_running_stats = affine, track_running_stats
-        if affine:
-            self.weight = Parameter(ones(num_features, dtype=dtype, device=device))
-            if bias:
-                self.bias = Parameter(zeros(num_features, dtype=dtype, device=device))
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
-        if track_running_stats:
-            self.register_buffer("running_mean", zeros(num_features, dtype=dtype, device=device))
-            self.register_buffer("running_var", ones(num_features, dtype=dtype, device=device))
-            self.register_buffer("num_batches_tracked", tensor(0, dtype=dt.int64, device=device))
-        else:
-            self.register_buffer("running_mean", None)
-            self.register_buffer("running_var", None)
-            self.register_buffer("num_batches_tracked", None)
+        register_norm_state(self, num_features, eps, momentum, affine, track_running_stats, device, dtype, bias)
 
     def forward(self, input: Tensor) -> Tensor:  # noqa: A002
         if input.ndim not in self._dims:
