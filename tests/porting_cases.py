@@ -277,8 +277,10 @@ def legacy_types_and_layouts(lib: Any) -> dict:
 def repeat_is_a_copy(lib: Any) -> list:
     x = lib.tensor([[1.0, 2.0]])
     r = x.repeat(3, 2)
-    r.div_(2)  # a broadcast view would refuse the write (or write into x)
-    return [plain(r), plain(x), plain(lib.arange(3).repeat(2, 1, 2))]
+    r.div_(2)
+    rows = x.repeat(4, 1)  # only leading copies: a broadcast view (stride 0) refuses the in-place write
+    rows.div_(2)
+    return [plain(r), plain(rows), plain(x), plain(lib.arange(3).repeat(2, 1, 2))]
 
 
 @case
