@@ -101,13 +101,14 @@ class GradScaler(ScalerSettings):
     ``GradScaler("cuda")`` on a machine without CUDA warns and disables itself.
     Under bfloat16 (autocast or a bfloat16 graph) it warns once that scaling is not
     needed and keeps scaling, as PyTorch's does, so its state and ``state_dict``
-    are PyTorch's; ``auto_disable_bf16=True`` switches it off there instead.
+    are PyTorch's; ``auto_disable_bf16=True`` switches it off there instead, and
+    ``auto_disable_bf16=False`` keeps scaling without the warning.
     """
 
     def __init__(self, device: str | None = None, init_scale: float = 2.0 ** 16, growth_factor: float = 2.0,
                  backoff_factor: float = 0.5, growth_interval: int = 2000, enabled: bool = True,
                  hysteresis: int = 1, min_scale: float | None = None, max_scale: float | None = None, *,
-                 auto_disable_bf16: bool = False) -> None:
+                 auto_disable_bf16: "bool | None" = None) -> None:
         if device is not None and not isinstance(device, str):
             # torch.cuda.amp.GradScaler(65536.0) took init_scale first; torch.amp's takes the device.
             raise TypeError(f"GradScaler: the first argument is the device ('cuda' or 'cpu'), as in "
@@ -134,7 +135,7 @@ class GradScaler(ScalerSettings):
         if self._max_scale is not None and self._max_scale < self._init_scale:
             raise ValueError(f"GradScaler: max_scale ({max_scale}) must be >= init_scale ({init_scale})")
         self._auto_disable_bf16 = bool(auto_disable_bf16)
-        self._bf16_seen = False
+        self._bf16_seen = auto_disable_bf16 is False  # asked to keep scaling: nothing to look for or say
         self._init_growth_tracker = 0
         self._init_hysteresis_tracker = self._hysteresis
         self._scale: Any = None
@@ -232,7 +233,7 @@ class GradScaler(ScalerSettings):
         else:
             warnings.warn(f"GradScaler: {reason}. bfloat16 has float32's exponent range, so loss scaling "
                           f"is unnecessary and only costs time and skipped steps; the scaler keeps scaling, as "
-                          f"PyTorch's does (pass enabled=False, or auto_disable_bf16=True to switch it off here).",
+                          f"PyTorch's does (auto_disable_bf16=True switches it off here, False keeps it quietly).",
                           UserWarning, stacklevel=3)
 
     @staticmethod
