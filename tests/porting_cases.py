@@ -203,7 +203,7 @@ def functional_error_types(lib: Any) -> dict:
         "gather_rank": error_type(lambda: lib.gather(x, 1, lib.tensor([0, 1]))),
         "gather_out_of_range": error_type(lambda: lib.gather(x, 1, lib.tensor([[0, 4]]))),
         "gather_index_too_large": error_type(lambda: lib.gather(x, 1, lib.zeros(4, 1, dtype=lib.long))),
-        "scatter_dtype": error_type(lambda: x.scatter(1, i, lib.ones(2, 2, dtype=lib.float64))),
+        "scatter_dtype": error_type(lambda: x.scatter(1, i, lib.ones(2, 2, dtype=lib.long))),
         "scatter_out_of_range": error_type(lambda: x.scatter(0, i, 1.0)),
         "flip_repeated_dim": error_type(lambda: x.flip(0, 0)),
         "flip_dim_range": error_type(lambda: x.flip(2)),

@@ -30,9 +30,8 @@ def test_precision_tags() -> None:
     from tinyamp.ops.product import Prod
     assert Einsum.precision == LOWER                      # a contraction: on the CUDA float16 list
     assert Prod.precision == KLDiv.precision == FP32      # both on the CUDA float32 list
-    assert ScatterAdd.precision == PROMOTE                # on the CUDA promote list
-    assert {Flip.precision, Gather.precision, GatherGrad.precision, Scatter.precision, Median.precision,
-            MedianDim.precision} == {NEUTRAL}
+    assert ScatterAdd.precision == Scatter.precision == PROMOTE  # on the CUDA promote list (scatter: tinyamp's)
+    assert {Flip.precision, Gather.precision, GatherGrad.precision, Median.precision, MedianDim.precision} == {NEUTRAL}
     a = ta.randn(2, 3, requires_grad=True)
     with ta.autocast("cpu", dtype=ta.bfloat16):
         assert ta.einsum("ij,kj->ik", a, a).dtype == ta.bfloat16
@@ -52,7 +51,7 @@ def test_errors_name_op_shapes_and_dtypes() -> None:
                                            r"larger than self \[3, 4\]"):
         ta.gather(x, 1, ta.zeros(4, 1, dtype=ta.long))
     with pytest.raises(RuntimeError, match="Expected self.dtype to be equal to src.dtype"):
-        x.scatter(1, ta.tensor([[0]]), ta.ones(1, 1, dtype=ta.float64))
+        x.scatter(1, ta.tensor([[0]]), ta.ones(1, 1, dtype=ta.int64))
     with pytest.raises(RuntimeError, match=r"einsum\(\): the number of subscripts.*\(3\).*\(2\).*\[3, 4\]"):
         ta.einsum("ijk->i", x)
     with pytest.raises(RuntimeError, match="flip: dim 0 appears multiple times"):

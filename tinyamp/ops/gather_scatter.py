@@ -8,7 +8,9 @@ a scatter is ``gy`` with the written places zeroed, and a gather for ``src``.
 Out-of-range indices raise (a scatter reads the index's bounds on the host, a
 synchronisation on a GPU; a gather checks on the CPU only, as tinyamp's indexing).
 
-gather and scatter are NEUTRAL; scatter_add is PROMOTE, as on PyTorch's CUDA autocast list.
+gather is NEUTRAL; scatter_add is PROMOTE, as on PyTorch's CUDA autocast list, and so is scatter
+with a src tensor (it joins two tensors' values, as cat and where do; PyTorch refuses two float dtypes
+there). A float src into an integer tensor (or the reverse) is refused.
 """
 
 from __future__ import annotations
@@ -118,15 +120,12 @@ class GatherGrad(Function):
 class Scatter(Function):
     """y = x with src (or a value) written at index along dim; dx = gy zeroed there, dsrc = gather(gy, dim, index)"""
 
-    precision = NEUTRAL
+    precision = PROMOTE
 
     def __init__(self, dim: int, index: Any, value: Any = None) -> None:
         self.dim, self.index, self.value = dim, index, value
 
     def forward(self, xp: Any, x: Any, *src: Any) -> Any:
-        if src and src[0].dtype != x.dtype:
-            raise RuntimeError(f"scatter(): Expected self.dtype to be equal to src.dtype (self {x.dtype}, src "
-                               f"{src[0].dtype})")
         key = _full_index(xp, self.index, self.dim)
         out = x.copy()
         out[key] = src[0][tuple(slice(0, n) for n in self.index.shape)] if src else self.value
@@ -189,6 +188,9 @@ def scatter(input: Tensor, dim: int, index: Tensor, src: Any = None, *, value: A
     dim = _check("scatter", input, dim, index, source, bounds=True)
     if source is None:
         return Scatter(dim, index.array, value if src is None else src)(input)
+    if source.dtype != input.dtype and not (source.is_floating_point() and input.is_floating_point()):
+        raise RuntimeError(f"scatter(): Expected self.dtype to be equal to src.dtype (self {_describe(input)}, "
+                           f"src {_describe(source)}; two floating dtypes are promoted)")
     return Scatter(dim, index.array)(input, source)
 
 
