@@ -1,6 +1,6 @@
 """A nanoGPT-shaped training step, tinyamp against PyTorch: step time, tokens/s, peak memory (issue 28).
 
-The step (benchmarks/gpt_step.py, one source for both libraries): token + position embeddings,
+The step (``common.gpt_training``, one source for both libraries): token + position embeddings,
 pre-norm blocks (nn.LayerNorm, one QKV nn.Linear, F.scaled_dot_product_attention(is_causal=True), a
 projection, an nn.GELU() MLP of width 4C, residuals), a final LayerNorm, a head, F.cross_entropy,
 AdamW and a GradScaler; float32, float16 autocast (with loss scaling) and bfloat16 autocast (PyTorch's
@@ -18,7 +18,8 @@ Modes:
   Targets: tinyamp float32 <= 1.0x PyTorch float32, tinyamp bf16 AMP <= 1.0x PyTorch bf16 autocast,
   tinyamp AMP <= 1.2x tinyamp float32.
 - ``--standin``: tinyamp's float16 AMP step (C=128, T=64, B=4, 4 blocks, 4 heads, vocab 512) on the
-  CUDA stand-in: kernel launches and bytes moved per phase, per kernel (``ta.cuda.standin_counters()``).
+  CUDA stand-in: kernel launches and bytes moved per phase against the step's floor
+  (``bench_gpt_launches.py``, which this mode runs).
 - ``--gpu``: GPT-2 small (12 blocks, C=768, 12 heads, T=1024, vocab 50304, ``--batch``) on a GPU:
   tinyamp eager and graphed (``ta.cuda.make_graphed_step``), PyTorch eager, captured (one CUDA graph,
   a static loss scale, capturable AdamW) and ``torch.compile``; float32 and float16 AMP; wall time per
@@ -50,17 +51,15 @@ from typing import Any, Callable  # noqa: E402
 import numpy as np  # noqa: E402
 
 import tinyamp as ta  # noqa: E402
+import common  # noqa: E402
 from common import machine, table, write_json  # noqa: E402
-from gpt_step import training  # noqa: E402
 
-CPU = dict(batch=16, vocab=1024, block_size=128, channels=256, heads=8, blocks=4)
-STANDIN = dict(batch=4, vocab=512, block_size=64, channels=128, heads=4, blocks=4)
-GPU = dict(batch=8, vocab=50304, block_size=1024, channels=768, heads=12, blocks=12)
-GPU_SMALL = dict(batch=2, vocab=256, block_size=32, channels=64, heads=4, blocks=2)
+CPU = dict(batch=16, vocab=1024, seq=128, channels=256, heads=8, blocks=4)
+GPU = dict(batch=8, vocab=50304, seq=1024, channels=768, heads=12, blocks=12)
+GPU_SMALL = dict(batch=2, vocab=256, seq=32, channels=64, heads=4, blocks=2)
 DTYPES = ("float32", "float16", "bfloat16")
 TARGETS = {"tinyamp float32 / torch float32": 1.0, "tinyamp bfloat16 / torch bfloat16": 1.0,
            "tinyamp float16 / tinyamp float32": 1.2, "tinyamp bfloat16 / tinyamp float32": 1.2}
-PHASES = ("forward", "scale", "backward", "step", "update", "zero_grad")
 
 
 def load_torch() -> Any:
@@ -73,13 +72,16 @@ def load_torch() -> Any:
     return torch
 
 
-def _dtype(lib: Any, name: str) -> Any:
-    return None if name == "float32" else getattr(lib, name)
+def training(lib: Any, dtype: str, config: dict, device: str = "cpu") -> Any:
+    """``common.gpt_training`` for a dtype name: float32, or float16/bfloat16 autocast."""
+    amp = dtype != "float32"
+    return common.gpt_training(lib, device=device, amp=amp, dtype=getattr(lib, dtype) if amp else None, **config)
 
 
 # ------------------------------------------------------------------ CPU
 def cpu_case(lib: Any, dtype: str, config: dict) -> Callable[[], Any]:
-    return training(lib, dtype=_dtype(lib, dtype), **config).step
+    run = training(lib, dtype, config)
+    return lambda: run.step(run.idx, run.targets)
 
 
 def cpu_times(cases: dict, rounds: int, steps: int, warmup: int) -> dict:
@@ -138,7 +140,7 @@ def run_cpu(args: argparse.Namespace) -> dict:
     cases = {n: cpu_case(ta if n.startswith("tinyamp") else torch, n.split()[1], config) for n in names}
     times = cpu_times(cases, args.rounds, args.steps, args.warmup)
     memory = {n: cpu_memory(n, config) for n in names} if args.memory else {}
-    tokens = config["batch"] * config["block_size"]
+    tokens = config["batch"] * config["seq"]
     rows, results = [], {}
     for name in names:
         med = statistics.median(times[name])
@@ -166,65 +168,27 @@ def run_cpu(args: argparse.Namespace) -> dict:
 
 
 # ------------------------------------------------------------------ stand-in counts
-def standin_counts(config: dict) -> dict:
-    """Launches and bytes per phase of the float16 AMP step on the stand-in (the third step)."""
-    from bench_launches import count_phases  # noqa: PLC0415 - the stand-in's counting, shared
-
-    def make() -> Callable:
-        run = training(ta, device="cuda", dtype=ta.float16, **config)
-        model, opt, scaler = run.model, run.opt, run.scaler
-
-        def step(phase: Callable[[str], Any]) -> None:
-            with phase("forward"):
-                with ta.autocast("cuda", dtype=ta.float16):
-                    loss = model(run.idx, run.targets)
-            with phase("scale"):
-                scaled = scaler.scale(loss)
-            with phase("backward"):
-                scaled.backward()
-            with phase("step"):
-                scaler.step(opt)
-            with phase("update"):
-                scaler.update()
-            with phase("zero_grad"):
-                opt.zero_grad(set_to_none=True)
-
-        return step
-
-    counts = count_phases(make)
-    return {name: counts[name] for name in PHASES if name in counts}
-
-
 def run_standin(args: argparse.Namespace) -> dict:
-    counts = standin_counts(STANDIN)
-    rows = []
-    for name, c in counts.items():
-        top = sorted(c.get("kernels", {}).items(), key=lambda kv: -kv[1])[:6]
-        moved = c.get("bytes_read", 0) + c.get("bytes_written", 0)
-        rows.append([name, c.get("launches", 0), f"{moved / 1e6:.2f}", ", ".join(f"{k} {n}" for k, n in top)])
-    total = sum(c.get("launches", 0) for c in counts.values())
-    moved = sum(c.get("bytes_read", 0) + c.get("bytes_written", 0) for c in counts.values())
-    print(f"GPT float16 AMP step on the CUDA stand-in, {STANDIN}: launches and bytes per phase")
-    print(table(rows, ["phase", "launches", "MB moved", "top kernels"]))
-    print(f"  total: {total} launches, {moved / 1e6:.2f} MB moved")
-    return {"mode": "standin", "machine": machine(), "config": STANDIN, "phases": counts,
-            "launches": total, "bytes": moved}
+    import bench_gpt_launches  # noqa: PLC0415 - the stand-in's counts and floors of this step, written once
+
+    return bench_gpt_launches.main([])
 
 
 # ------------------------------------------------------------------ GPU
 def torch_gpu_step(torch: Any, mode: str, dtype: str, config: dict) -> Callable[[], Any]:
     """PyTorch's step on cuda: "eager", "compile" (torch.compile of the model) or "captured" (one CUDA graph)."""
-    run = training(torch, device="cuda", dtype=_dtype(torch, dtype), **config)
+    run = training(torch, dtype, config, "cuda")
+    amp, autocast_dtype = dtype != "float32", getattr(torch, dtype) if dtype != "float32" else torch.float16
+    vocab = config["vocab"]
     if mode == "eager":
-        return run.step
+        return lambda: run.step(run.idx, run.targets)
     if mode == "compile":
         compiled = torch.compile(run.model)
-        amp = dtype != "float32"
 
         def step() -> Any:
             run.opt.zero_grad(set_to_none=True)
-            with torch.autocast("cuda", dtype=_dtype(torch, dtype) or torch.float16, enabled=amp):
-                loss = compiled(run.idx, run.targets)
+            with torch.autocast("cuda", dtype=autocast_dtype, enabled=amp):
+                loss = torch.nn.functional.cross_entropy(compiled(run.idx).reshape(-1, vocab), run.targets.reshape(-1))
             run.scaler.scale(loss).backward()
             run.scaler.step(run.opt)
             run.scaler.update()
@@ -238,8 +202,8 @@ def torch_gpu_step(torch: Any, mode: str, dtype: str, config: dict) -> Callable[
     params = list(model.parameters())
 
     def body() -> None:
-        with torch.autocast("cuda", dtype=_dtype(torch, dtype) or torch.float16, enabled=dtype != "float32"):
-            loss = model(run.idx, run.targets)
+        with torch.autocast("cuda", dtype=autocast_dtype, enabled=amp):
+            loss = torch.nn.functional.cross_entropy(model(run.idx).reshape(-1, vocab), run.targets.reshape(-1))
         (loss * scale).backward()
         if scale != 1.0:
             torch._foreach_mul_([p.grad for p in params], 1.0 / scale)
@@ -261,21 +225,10 @@ def torch_gpu_step(torch: Any, mode: str, dtype: str, config: dict) -> Callable[
 
 def tinyamp_gpu_step(mode: str, dtype: str, config: dict) -> Callable[[], Any]:
     """tinyamp's step on cuda: "eager", or "graphed" (the whole step replayed as one CUDA graph)."""
-    run = training(ta, device="cuda", dtype=_dtype(ta, dtype), **config)
+    run = training(ta, dtype, config, "cuda")
     if mode == "eager":
-        return run.step
-    amp = dtype != "float32"
-
-    def train_step(idx: Any, targets: Any) -> Any:
-        run.opt.zero_grad()
-        with ta.autocast("cuda", dtype=_dtype(ta, dtype) or ta.float16, enabled=amp):
-            loss = run.model(idx, targets)
-        run.scaler.scale(loss).backward()
-        run.scaler.step(run.opt)
-        run.scaler.update()
-        return loss
-
-    graphed = ta.cuda.make_graphed_step(train_step, (run.idx, run.targets))
+        return lambda: run.step(run.idx, run.targets)
+    graphed = ta.cuda.make_graphed_step(run.step, (run.idx, run.targets))
     return lambda: graphed(run.idx, run.targets)
 
 
@@ -287,7 +240,7 @@ def run_gpu(args: argparse.Namespace) -> dict:
         config["batch"] = args.batch
     torch = load_torch()
     torch = torch if torch is not None and torch.cuda.is_available() else None
-    tokens = config["batch"] * config["block_size"]
+    tokens = config["batch"] * config["seq"]
     rows, results = [], {}
     cases = [("tinyamp", m, d) for d in ("float32", "float16") for m in ("eager", "graphed")]
     cases += [("torch", m, d) for d in ("float32", "float16") for m in ("eager", "captured", "compile")]
@@ -339,7 +292,9 @@ def main(argv: "list[str] | None" = None) -> dict:
     if args.memory_case:  # the subprocess of cpu_memory
         print(memory_of(args.memory_case, json.loads(args.config)))
         return {}
-    result = run_standin(args) if args.standin else run_gpu(args) if args.gpu else run_cpu(args)
+    if args.standin:
+        return run_standin(args)
+    result = run_gpu(args) if args.gpu else run_cpu(args)
     if args.json:
         path = Path(args.json)
         if path.name == "bench_gpt.json" and result["mode"] != "cpu":

@@ -18,7 +18,9 @@ For q (..., L, E), k (..., S, E), v (..., S, Ev), batch dims broadcasting, in th
   ``keep``: None or the dropout draw, bool of the scores' shape.
 - CPU (NumPy arrays): blocks of heads over float32 BLAS with one numba pass for the softmax each way
   (``cpu/attention_cpu.py``); the scores of a block stay in cache.
-- Other arrays (CuPy, until a CUDA kernel is added here): the xp expressions below.
+- CuPy arrays: the flash-attention kernels (``cuda/cuda_attention.py``: one launch forward, two
+  backward, nothing L x S stored) when there is no dropout, no float mask and one batch shape (head
+  dims up to 128); otherwise, and on other arrays, the xp expressions below.
 """
 
 from __future__ import annotations
@@ -29,12 +31,23 @@ import numpy as np
 
 from .. import backend
 from .. import dtypes as dt
+from .cuda import cuda_attention
 from .convert import convert
 from .cpu import attention_cpu, cpu_path
 from .gemm import gemm
 from .softmax import shifted
 
 __all__ = ["forward", "backward"]
+
+# The fused CUDA kernels for CuPy arrays (cuda/cuda_attention.py); False sends every array to the xp expressions below (a
+# test shows what the launch budget loses without them).
+FUSED_ON_GPU = True
+
+
+def _fused(q: Any, k: Any, v: Any, mask: Any, keep: Any) -> bool:
+    """Whether the flash kernels take these: no dropout draw, no float mask, and what ``cuda_attention.takes``
+    covers (one fused dtype, one batch shape, head dims up to 128); everything else is the composed path."""
+    return FUSED_ON_GPU and keep is None and cuda_attention.takes(q, k, v, mask)
 
 
 def _allowed(xp: Any, length: int, source: int, mask: Any, causal: bool) -> Any:
@@ -73,6 +86,8 @@ def _rounded(a: Any, dtype: Any) -> Any:
 def forward(q: Any, k: Any, v: Any, mask: Any, *, causal: bool, scale: float, keep: Any = None,
             dropout_scale: float = 1.0) -> tuple:
     """(y, lse) of attention; see the module docstring."""
+    if _fused(q, k, v, mask, keep):
+        return cuda_attention.forward(q, k, v, mask, causal, scale)  # one launch, nothing L x S stored
     compute = dt.opmath_dtype(q.dtype)
     if cpu_path.numba_takes(q, k, v, mask, keep):
         y, lse = attention_cpu.forward(q, k, v, mask, causal, scale, keep, dropout_scale, gemm, _widener(compute))
@@ -94,6 +109,10 @@ def forward(q: Any, k: Any, v: Any, mask: Any, *, causal: bool, scale: float, ke
 def backward(q: Any, k: Any, v: Any, y: Any, gy: Any, lse: Any, mask: Any, *, causal: bool, scale: float,
              keep: Any = None, dropout_scale: float = 1.0, needs: tuple = (True, True, True, True)) -> tuple:
     """(dq, dk, dv, dmask) of attention from the forward's lse; see the module docstring."""
+    if _fused(q, k, v, mask, keep) and lse.dtype == dt.float32 and lse.flags.c_contiguous:
+        dq, dk, dv = cuda_attention.backward(q, k, v, mask, causal, scale, y, gy, lse, need_dq=needs[0],
+                                             need_dkv=needs[1] or needs[2])
+        return dq, dk if needs[1] else None, dv if needs[2] else None, None
     compute = dt.opmath_dtype(q.dtype)
     if cpu_path.numba_takes(q, k, v, gy, lse, mask, keep):
         grads = attention_cpu.backward(q, k, v, gy, lse, mask, causal, scale, keep, dropout_scale, needs, gemm,

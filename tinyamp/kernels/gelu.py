@@ -5,9 +5,10 @@
   their dtype; integer inputs give float32 (PyTorch's rule); floating outputs keep the dtype.
 - CPU (NumPy arrays): one numba pass each (``cpu/gelu_cpu.py``), in float64 with tinyamp's one erf
   (``cpu/nn_numba.py``: absolute error below 2e-15).
-- Other arrays (CuPy, until a CUDA kernel is added here): the same formulas as xp expressions
-  (:func:`_erf_xp` evaluates the same polynomials in the array's compute dtype), so every device
-  computes the same function; the bits may differ from the CPU's in the last place.
+- CuPy arrays: GELU and its backward in one CUDA launch each (``cuda/cuda_gelu.py``: float32 math with
+  the device's ``erff``/``tanhf``, PyTorch's CUDA formulas); erf and other arrays: the same formulas
+  as xp expressions (:func:`_erf_xp` evaluates the same polynomials in the array's compute dtype), so
+  every device computes the same function; the bits may differ from the CPU's in the last place.
 
 The formulas, with ``Phi(x) = (1 + erf(x / sqrt 2)) / 2`` and ``phi`` its density::
 
@@ -23,9 +24,14 @@ from typing import Any
 from .. import backend
 from .. import dtypes as dt
 from .cpu import cpu_path, gelu_cpu
+from .cuda import cuda_gelu
 from .cpu.nn_numba import ERF_LARGE, ERF_ONE, ERF_SMALL, ERF_SPLIT
 
 __all__ = ["erf", "gelu", "gelu_backward"]
+
+# The fused CUDA kernels for CuPy arrays (cuda/cuda_gelu.py); False sends every array to the xp expressions below (a
+# test shows what the launch budget loses without them).
+FUSED_ON_GPU = True
 
 _INV_SQRT_2 = 1 / math.sqrt(2)
 _INV_SQRT_2PI = 1 / math.sqrt(2 * math.pi)
@@ -52,6 +58,8 @@ def gelu(x: Any, approximate: str = "none") -> Any:
     x = _floating(x)
     if cpu_path.numba_takes(x):
         return gelu_cpu.gelu(x, approximate)
+    if FUSED_ON_GPU and cuda_gelu.takes(x):
+        return cuda_gelu.gelu(x, approximate)  # one launch, float32 math (the device's erff/tanhf)
     xp = backend.array_module(x)
     z = dt.opmath(x)
     if approximate == "tanh":
@@ -66,6 +74,8 @@ def gelu_backward(gy: Any, x: Any, approximate: str = "none") -> Any:
     x = _floating(x)
     if cpu_path.numba_takes(gy, x) and gy.shape == x.shape:
         return gelu_cpu.gelu_backward(gy, x, approximate)
+    if FUSED_ON_GPU and cuda_gelu.takes(gy, x):
+        return cuda_gelu.gelu_backward(gy, x, approximate)
     xp = backend.array_module(x)
     z = dt.opmath(x)
     if approximate == "tanh":

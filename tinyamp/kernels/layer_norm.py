@@ -14,7 +14,8 @@ as O2 keeps them) are applied in the compute dtype; the output is rounded once t
 - :func:`backward` ``(gy, x, mean, rstd, weight, ndim, bias_dtype) -> (dx, dw, db)``: dx in x's
   dtype, dw in weight's and db in ``bias_dtype`` (None without weight / bias), reduced over the rows.
 - CPU (NumPy arrays): one numba pass over the rows each way (``cpu/layer_norm_cpu.py``).
-- Other arrays (CuPy, until a CUDA kernel is added here): the xp expressions below.
+- CuPy arrays of float16/bfloat16/float32: one CUDA launch each way (``cuda/cuda_layer_norm.py``;
+  dw and db reduced in the backward's launch); other arrays: the xp expressions below.
 """
 
 from __future__ import annotations
@@ -23,9 +24,14 @@ from typing import Any
 
 from .. import backend
 from .. import dtypes as dt
+from .cuda import cuda_layer_norm
 from .cpu import cpu_path, layer_norm_cpu
 
 __all__ = ["forward", "backward", "normalize"]
+
+# The fused CUDA kernels for CuPy arrays (cuda/cuda_layer_norm.py); False sends every array to the xp expressions below (a
+# test shows what the launch budget loses without them).
+FUSED_ON_GPU = True
 
 
 def _axes(x: Any, ndim: int) -> tuple:
@@ -44,6 +50,12 @@ def normalize(x: Any, mean: Any, rstd: Any, weight: Any, bias: Any, pshape: tupl
 
 def forward(x: Any, ndim: int, weight: Any, bias: Any, eps: float) -> tuple:
     """(y, mean, rstd) of layer norm over the last ``ndim`` dims of x."""
+    if (FUSED_ON_GPU and x.size and cuda_layer_norm.takes(x, weight, bias)
+            and (weight is None or bias is None or weight.dtype == bias.dtype)):
+        # One launch: float32 statistics (block trees, not NumPy's pairwise sums), one rounding.
+        y, mean, rstd = cuda_layer_norm.forward(x, weight, bias, eps, ndim, x.dtype)
+        kept = tuple(x.shape[:x.ndim - ndim]) + (1,) * ndim
+        return y, mean.reshape(kept), rstd.reshape(kept)
     if cpu_path.numba_takes(x, weight, bias):
         return layer_norm_cpu.forward(x, ndim, weight, bias, eps)
     xp = backend.array_module(x)
@@ -57,6 +69,13 @@ def forward(x: Any, ndim: int, weight: Any, bias: Any, eps: float) -> tuple:
 
 def backward(gy: Any, x: Any, mean: Any, rstd: Any, weight: Any, ndim: int, bias_dtype: Any) -> tuple:
     """(dx, dw, db) of layer norm from the forward's saved mean and rstd."""
+    if (FUSED_ON_GPU and x.size and gy.shape == x.shape and mean.dtype == dt.float32
+            and cuda_layer_norm.takes(x, gy, weight, mean, rstd)
+            and (weight is None or bias_dtype is None or weight.dtype == bias_dtype)):
+        # One launch: dx per row, dw and db from per-chunk partial sums added in chunk order.
+        w_dtype = weight.dtype if weight is not None else bias_dtype if bias_dtype is not None else x.dtype
+        return cuda_layer_norm.backward(gy, x, weight, mean.reshape(-1), rstd.reshape(-1), ndim, w_dtype,
+                                        need_dw=weight is not None, need_db=bias_dtype is not None)
     if cpu_path.numba_takes(gy, x, mean, rstd, weight) and gy.shape == x.shape:
         return layer_norm_cpu.backward(gy, x, mean, rstd, weight, ndim, bias_dtype)
     axes = _axes(x, ndim)

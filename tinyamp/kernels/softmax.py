@@ -12,7 +12,8 @@ holding +inf gives nan.
 - :func:`softmax`, :func:`log_softmax` ``(x, axis)``; :func:`softmax_backward`,
   :func:`log_softmax_backward` ``(gy, y, axis)`` (in gy's dtype).
 - CPU (NumPy arrays): one numba pass per row (``cpu/softmax_cpu.py``).
-- Other arrays (CuPy, until a CUDA kernel is added here): the xp expressions below.
+- CuPy arrays along their last axis: one CUDA launch each way (``cuda/cuda_softmax.py``); other
+  arrays and axes: the xp expressions below.
 - :func:`shifted` is the max-subtraction the softmax family, the losses and attention share.
 """
 
@@ -24,9 +25,21 @@ import numpy as np
 
 from .. import backend
 from .. import dtypes as dt
+from .cuda import cuda_softmax
 from .cpu import cpu_path, softmax_cpu
 
 __all__ = ["softmax", "log_softmax", "softmax_backward", "log_softmax_backward", "shifted"]
+
+# The fused CUDA kernels for CuPy arrays (cuda/cuda_softmax.py); False sends every array to the xp expressions below (a
+# test shows what the launch budget loses without them).
+FUSED_ON_GPU = True
+
+
+def _fused(axis: Any, *arrays: Any) -> bool:
+    """Whether the CUDA kernels take these arrays along ``axis``: the last one (a row a block)."""
+    first = arrays[0]
+    return (FUSED_ON_GPU and isinstance(axis, (int, np.integer)) and first.ndim >= 1
+            and axis in (-1, first.ndim - 1) and cuda_softmax.takes(*arrays))
 
 
 def shifted(xp: Any, x: Any, axes: Any, inf_max_to_zero: bool = False) -> tuple[Any, Any]:
@@ -60,6 +73,8 @@ def _on_rows(run: Any, axis: Any, *arrays: Any) -> Any:
 
 def softmax(x: Any, axis: Any) -> Any:
     """exp(x - max) / sum(exp(x - max)) along ``axis``, in x's dtype."""
+    if _fused(axis, x):
+        return cuda_softmax.forward(x, log=False)
     y = _on_rows(softmax_cpu.softmax, axis, x)
     if y is not None:
         return y
@@ -71,6 +86,8 @@ def softmax(x: Any, axis: Any) -> Any:
 
 def log_softmax(x: Any, axis: Any) -> Any:
     """x - max - log(sum(exp(x - max))) along ``axis``, in x's dtype."""
+    if _fused(axis, x):
+        return cuda_softmax.forward(x, log=True)
     y = _on_rows(softmax_cpu.log_softmax, axis, x)
     if y is not None:
         return y
@@ -83,6 +100,8 @@ def log_softmax(x: Any, axis: Any) -> Any:
 
 def softmax_backward(gy: Any, y: Any, axis: Any) -> Any:
     """y * (gy - sum(gy * y)) along ``axis``, in gy's dtype."""
+    if _fused(axis, gy, y):
+        return cuda_softmax.backward(gy, y, log=False)
     dx = _on_rows(softmax_cpu.softmax_backward, axis, gy, y)
     if dx is not None:
         return dx
@@ -92,6 +111,8 @@ def softmax_backward(gy: Any, y: Any, axis: Any) -> Any:
 
 def log_softmax_backward(gy: Any, y: Any, axis: Any) -> Any:
     """gy - exp(y) * sum(gy) along ``axis``, in gy's dtype."""
+    if _fused(axis, gy, y):
+        return cuda_softmax.backward(gy, y, log=True)
     dx = _on_rows(softmax_cpu.log_softmax_backward, axis, gy, y)
     if dx is not None:
         return dx

@@ -4,7 +4,9 @@
 scatter-add of the output gradient into the rows that were read, so repeated
 indices accumulate (one kernel each way: ``kernels/embedding.py``).
 float16/bfloat16 gradients accumulate in float32 and are rounded once.
-``padding_idx`` rows get a zero gradient.
+``padding_idx`` rows get a zero gradient. An out-of-range index is refused (on
+a GPU at the next host read; its output row is NaN and its gradient reaches no
+row: ``kernels/embedding.py``).
 
 Both ops are NEUTRAL: a lookup does no arithmetic, so the output keeps the
 weight's dtype (PyTorch leaves embedding off its autocast lists too).
@@ -38,12 +40,8 @@ class Embedding(Function):
         if weight.ndim != 2:
             raise ValueError(f"embedding: weight must be 2-D (num_embeddings, embedding_dim), "
                              f"got shape {list(weight.shape)}")
-        try:
-            out, self.idx, self.poison = embedding_kernels.forward(idx, weight, self.check)
-        except embedding_kernels.IndexOutOfRange as bad:
-            raise IndexError(f"embedding: index {bad.value} is out of range for a weight of shape "
-                             f"{list(weight.shape)} (valid indices 0..{weight.shape[0] - 1}); indices shape "
-                             f"{list(idx.shape)}") from None
+        # The CPU refuses a bad index; a GPU flags it for the next host read (kernels/embedding.py).
+        out, self.idx, self.poison = embedding_kernels.forward(idx, weight, self.check)
         return out  # self.idx: the indices read, an integer constant of the graph for the backward's scatter
 
     def backward(self, gy: Tensor) -> tuple:
