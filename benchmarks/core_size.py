@@ -5,7 +5,7 @@ the GEMM: the Tensor, the tape (``Function.__call__``, the engine, grad mode), t
 precision rule, autocast and its casts, the Cast op, the loss scaler, the reference
 GEMM and the float conversions. ``CORE`` names its files; everything else (ops,
 layers, optimizers, the CUDA and fast CPU kernels, the instruments of
-``amp/study/``) is read on demand.
+``study/``) is read on demand.
 
 Prints a table (file, total lines as ``wc -l`` counts them, code lines: neither
 blank nor a comment nor part of a docstring) and the lines of ``Function.__call__``

@@ -1,4 +1,4 @@
-"""Information lost at every cast (tinyamp/amp/study/rounding.py through the precision report).
+"""Information lost at every cast (tinyamp.study/rounding.py through the precision report).
 
 Exact counts on constructed values around float16's limits, forward (explicit
 and autocast casts) and backward (the gradient casts of Cast nodes), for the
@@ -14,7 +14,7 @@ import pytest
 
 import tinyamp as ta
 from tinyamp import precision
-from tinyamp.amp.study.rounding import rounding_stats
+from tinyamp.study.rounding import rounding_stats
 from tinyamp.autograd.function import Function
 
 # Constructed float32 values and what float16 does to each (ties round to even).

@@ -1,4 +1,4 @@
-"""Update swamping (tinyamp/amp/study/swamping.py through ``optimizer.track_swamping()``).
+"""Update swamping (tinyamp.study/swamping.py through ``optimizer.track_swamping()``).
 
 Exact counts on constructed updates around float16's half ulp at 1.0, with and
 without float32 master weights; the same plumbing for every optimizer; nothing
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import tinyamp as ta
-from tinyamp.amp.study import swamping
+from tinyamp.study import swamping
 
 # SGD with lr 1 from weights 1.0 applies u = -g. Float16's spacing is 2^-10 just above 1.0
 # and 2^-11 just below it; float32's is 2^-23 above.

@@ -580,7 +580,7 @@ def test_graph_device_keys_only_for_groups_wholly_on_the_fused_kernels() -> None
 
 
 def test_the_shadow_run_counts_a_nan_in_both_runs_at_one_element_as_agreement() -> None:
-    from tinyamp.amp.study import shadow
+    from tinyamp.study import shadow
 
     same = shadow.relative_error(np.array([1.0, np.nan, 2.0]), np.array([1.0, np.nan, 2.0]))
     assert (same.max, same.rms) == (0.0, 0.0)

@@ -30,7 +30,7 @@ from . import factories
 ops.TENSOR_METHODS.update(factories.METHODS)  # x.new_zeros(...), x.new_tensor(...)
 from . import data
 from . import utils  # torch.utils.data spellings
-from .amp.study import memory  # ta.memory: bytes a step keeps alive
+from .study import memory  # ta.memory: bytes a step keeps alive
 from . import optim
 from . import backends  # ta.backends.cuda.matmul.allow_tf32, ta.backends.cudnn.benchmark, ...
 from .precision import get_float32_matmul_precision, set_float32_matmul_precision

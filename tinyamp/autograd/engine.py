@@ -108,7 +108,7 @@ def run_backward(roots: Sequence[Tensor], root_grads: Sequence[Tensor], retain_g
 
     token_grad = _grad_enabled.set(bool(create_graph))
     token_amp = set_autocast(None)
-    tracer = current_trace()  # an open precision report (amp.study.report), else None
+    tracer = current_trace()  # an open precision report (study.report), else None
     if tracer is not None:
         tracer.begin_backward()
     try:

@@ -41,7 +41,7 @@ autocast weight-cast cache keys on, so it sees every optimizer update).
 
 ``track_swamping()`` (opt-in) makes each step also measure which update
 elements float16 weights would have lost (``swamping()``): the instrument and
-the optimizer's opt-in live in amp/study/swamping.py (``Tracking``, a base).
+the optimizer's opt-in live in study/swamping.py (``Tracking``, a base).
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ from ..amp.casting import low_copy_to_refresh, restamp_low_copy
 from ..kernels.cuda import cuda_launch
 from ..kernels.loss_scale import inverse_scale
 from ..tensor import Tensor
-from ..amp.study import swamping
+from ..study import swamping
 
 
 class _RequiredParameter:

@@ -26,10 +26,10 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from ... import backend
-from ... import dtypes as dt
-from ...autograd.graph import reachable_nodes
-from ...tensor import Tensor
+from .. import backend
+from .. import dtypes as dt
+from ..autograd.graph import reachable_nodes
+from ..tensor import Tensor
 
 __all__ = ["saved_tensor_bytes", "memory_split", "gpu_pool_bytes", "format_bytes", "format_split"]
 

@@ -69,15 +69,15 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ... import backend
-from ... import dtypes as dt
-from ... import random as ta_random
-from ...autograd.engine import backward as run_backward
-from ...autograd.grad_mode import enable_grad
-from ...nn.module import Module
-from ...ops.cast import Cast
-from ...tensor import Tensor
-from ..autocast import regions_disabled
+from .. import backend
+from .. import dtypes as dt
+from .. import random as ta_random
+from ..autograd.engine import backward as run_backward
+from ..autograd.grad_mode import enable_grad
+from ..nn.module import Module
+from ..ops.cast import Cast
+from ..tensor import Tensor
+from ..amp.autocast import regions_disabled
 from .report import Trace
 
 # Default tolerances on the normwise error, by the lowest precision the AMP run

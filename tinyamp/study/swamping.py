@@ -32,8 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from ... import backend
-from ... import dtypes as dt
+from .. import backend
+from .. import dtypes as dt
 
 
 @dataclass

@@ -9,7 +9,7 @@ While a trace is open it records, for forward and backward:
   ("LOWER: float32 -> float16 for matmul"), weight-cache hits included (a Cast
   node over an array converted earlier: no conversion runs), and in
   backward the cast that returns a gradient to its source dtype;
-- what every conversion lost (:mod:`tinyamp.amp.study.rounding`): values that became
+- what every conversion lost (:mod:`tinyamp.study.rounding`): values that became
   zero, became subnormal or overflowed to inf, NaNs, and the smallest and
   largest magnitude, for Cast nodes and for the roundings an op makes inside
   itself (a *fused* cast, reported through :meth:`Trace.record_cast`);
@@ -36,10 +36,10 @@ import weakref
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ... import dtypes as dt
-from ... import precision
-from ...autograd.custom_function import CustomFunction
-from ...ops.cast import Cast
+from .. import dtypes as dt
+from .. import precision
+from ..autograd.custom_function import CustomFunction
+from ..ops.cast import Cast
 from .rounding import RoundingStats, empty_stats, rounding_stats
 
 
@@ -169,7 +169,7 @@ class Trace:
     def record_gradients(self, node: Any, grads: tuple) -> None:
         """The engine ran ``node``'s backward, which returned ``grads`` (one per input, or None).
 
-        The report keeps nothing of it; the shadow run (amp/study/shadow.py) compares them.
+        The report keeps nothing of it; the shadow run (study/shadow.py) compares them.
         """
         if self._parent is not None:
             self._parent.record_gradients(node, grads)

@@ -15,7 +15,7 @@ counts, element by element:
 
 and the smallest non-zero and the largest finite magnitude of the source, which
 say how far the values sat from the target's limits. The precision report
-(:mod:`tinyamp.amp.study.report`) calls it for every cast it sees, forward and
+(:mod:`tinyamp.study.report`) calls it for every cast it sees, forward and
 backward, and for roundings that ops make inside themselves (``record_cast``).
 It runs only while a trace is open.
 """
@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from ... import backend
-from ... import dtypes as dt
+from .. import backend
+from .. import dtypes as dt
 
 
 @dataclass

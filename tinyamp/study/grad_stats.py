@@ -21,7 +21,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from ... import backend
+from .. import backend
 
 __all__ = ["exponent_histogram", "plot_exponent_histogram", "FP16_SUBNORMAL_MIN", "FP16_NORMAL_MIN",
            "FP16_MAX", "require_matplotlib"]
