@@ -34,8 +34,8 @@ ALLOWED_IN_FUNCTIONS = {
     "tinyamp.kernels.cpu.cpu_numba": {"numba": "optional jit extra; about a second to import",
                                   "llvmlite": "numba's IR builder, with numba"},
     "tinyamp.study.grad_stats": {"matplotlib": "optional plot extra, only for plotting"},
-    "tinyamp.distributed.mpi_backend": {"mpi4py": "optional dist extra; importing it initialises MPI"},
-    "tinyamp.distributed.launch_worker": {"mpi4py": "optional dist extra; initialises MPI for the rank"},
+    "tinyamp.porting.distributed.mpi_backend": {"mpi4py": "optional dist extra; importing it initialises MPI"},
+    "tinyamp.porting.distributed.launch_worker": {"mpi4py": "optional dist extra; initialises MPI for the rank"},
     "cupy_standin.nccl": {"mpi4py": "optional dist extra; the NCCL stand-in's collectives travel over MPI"},
 }
 

@@ -19,7 +19,7 @@ from . import autograd
 from .autograd import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
 from . import ops
 from .ops import *  # noqa: F401,F403 - ta.add, ta.matmul, ... are the op functions
-from . import distributed
+from .porting import distributed
 from . import amp
 from .amp import autocast, get_autocast_dtype, is_autocast_enabled  # torch.autocast, ...
 from .random import Generator, get_rng_state, initial_seed, manual_seed, seed, set_rng_state
@@ -29,14 +29,15 @@ from .factories import (arange, as_tensor, empty, empty_like, eye, from_numpy, f
 from . import factories
 ops.TENSOR_METHODS.update(factories.METHODS)  # x.new_zeros(...), x.new_tensor(...)
 from . import data
-from . import utils  # torch.utils.data spellings
+from .porting import utils  # torch.utils.data spellings
 from .study import memory  # ta.memory: bytes a step keeps alive
 from . import optim
-from . import backends  # ta.backends.cuda.matmul.allow_tf32, ta.backends.cudnn.benchmark, ...
+from .porting import backends  # ta.backends.cuda.matmul.allow_tf32, ta.backends.cudnn.benchmark, ...
 from .precision import get_float32_matmul_precision, set_float32_matmul_precision
-from .foreach import *  # noqa: F401,F403 - ta._foreach_mul_, ... (torch._foreach_*)
+from .porting.foreach import *  # noqa: F401,F403 - ta._foreach_mul_, ... (torch._foreach_*)
 from . import nn
 from . import cuda_graphs  # ta.cuda.CUDAGraph, ta.cuda.graph, ta.cuda.make_graphed_step, ...
 from .serialization import load, save
+from .porting import paths  # PyTorch's module paths: import tinyamp.distributed, tinyamp.nn.parallel, ...
 
 __version__ = "0.1.0"

@@ -47,8 +47,8 @@ class _Cuda:
             return getattr(tinyamp.cuda_graphs, name)
         if name in _Cuda.RNG_NAMES:
             return getattr(tinyamp.random, "cuda_" + name)
-        if name == "amp":  # torch.cuda.amp's deprecated spellings (tinyamp/amp/cuda_amp.py, one layer up)
-            return tinyamp.amp.cuda_amp
+        if name == "amp":  # torch.cuda.amp's deprecated spellings (tinyamp/porting/cuda_amp.py, one layer up)
+            return tinyamp.porting.cuda_amp
         raise AttributeError(f"tinyamp.cuda has no attribute {name!r}")
 
     is_available = staticmethod(backend.cuda_available)

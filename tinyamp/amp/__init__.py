@@ -15,7 +15,7 @@ from .casting import autocast_cache_info, clear_autocast_cache
 from .custom_fwd import custom_bwd, custom_fwd
 from .op_table import OpInfo, OpTable, get_op_precision, op_table, reset_op_precision, set_op_precision
 from .grad_scaler import AmpScaler, GradScaler
-from . import cuda_amp
+from ..porting import cuda_amp
 from ..study import ShadowReport, Trace, exponent_histogram, grad_stats, plot_exponent_histogram, shadow_run, trace
 
 __all__ = ["autocast", "is_autocast_enabled", "get_autocast_dtype", "Precision", "LOWER", "FP32",

@@ -13,7 +13,7 @@
 """
 
 from .idx import IDXError, read_idx, write_idx
-from .distributed_sampler import DistributedSampler
+from ..porting.distributed_sampler import DistributedSampler
 from .loader import DataLoader, Subset, TensorDataset, random_split
 from .mnist import load_mnist
 from .copy_task import copy_task

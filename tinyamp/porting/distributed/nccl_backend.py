@@ -23,7 +23,7 @@ from typing import Any, Callable
 import ml_dtypes
 import numpy as np
 
-from .. import backend
+from ... import backend
 
 _BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
 

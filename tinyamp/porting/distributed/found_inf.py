@@ -9,6 +9,7 @@ rank, a clipping norm), so the replicas never step apart.
 
 from __future__ import annotations
 
+from ...amp.grad_scaler import FOUND_INF_REDUCERS
 from .process_group import ReduceOp, _state
 
 
@@ -19,3 +20,6 @@ def all_reduce_found_inf(found_per_device: dict) -> None:
         return
     for flag in found_per_device.values():
         group.all_reduce(flag, ReduceOp.MAX)()
+
+
+FOUND_INF_REDUCERS.append(all_reduce_found_inf)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from typing import Any, Iterator
 
-from ..distributed import process_group
+from .distributed import process_group
 from ..factories import randperm
 from ..random import Generator
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import backend, precision
+from ... import backend, precision
 
 
 class _MatmulFlags:

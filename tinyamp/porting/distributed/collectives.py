@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from .. import backend as device_backend
-from ..tensor import Tensor
+from ... import backend as device_backend
+from ...tensor import Tensor
 from .process_group import SUPPORTED_OPS, ReduceOp, Work, default_backend
 
 

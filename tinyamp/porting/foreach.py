@@ -21,10 +21,10 @@ import numpy as np
 
 import tinyamp
 
-from . import backend
-from . import dtypes as dt
-from .kernels.convert import convert
-from .tensor import Tensor
+from .. import backend
+from .. import dtypes as dt
+from ..kernels.convert import convert
+from ..tensor import Tensor
 
 TensorList = Sequence[Tensor]
 

@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 _WORKER = Path(__file__).resolve().with_name("launch_worker.py")
-_PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])  # the directory holding the tinyamp package
+_PACKAGE_PARENT = str(Path(__file__).resolve().parents[3])  # the directory holding the tinyamp package
 
 
 def parse_args(argv: "list[str] | None" = None) -> argparse.Namespace:

@@ -10,6 +10,7 @@ collectives), ``mpi_backend.py`` and ``nccl_backend.py`` (the engines).
 
 from __future__ import annotations
 
+from . import found_inf  # GradScaler's found_inf all-reduce, installed on import
 from .collectives import all_gather_into_tensor, all_reduce, barrier, broadcast, reduce_scatter_tensor
 from .process_group import (ReduceOp, Work, destroy_process_group, get_backend, get_rank, get_world_size,
                             init_process_group, is_available, is_gloo_available, is_initialized,

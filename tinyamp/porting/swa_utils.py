@@ -23,12 +23,12 @@ import tinyamp
 
 from .. import dtypes as dt
 from ..autograd.grad_mode import no_grad
-from ..foreach import _foreach_add_, _foreach_lerp_, _foreach_sub
+from .foreach import _foreach_add_, _foreach_lerp_, _foreach_sub
 from ..nn.module import Module
 from ..nn.normalization import _BatchNorm
 from ..tensor import Tensor
-from .lr_scheduler import LRScheduler
-from .optimizer import Optimizer
+from ..optim.lr_scheduler import LRScheduler
+from ..optim.optimizer import Optimizer
 
 AvgFn = Callable[[Tensor, Tensor, Any], Tensor]
 MultiAvgFn = Callable[[list, list, Any], None]

@@ -17,13 +17,13 @@ from typing import Any, Callable
 import tinyamp
 
 from ..tensor import Tensor
-from . import init
+from ..nn import init
 from .attention import MultiheadAttention
-from .container import ModuleList
-from .dropout import Dropout
-from .linear import Linear
-from .module import Module
-from .normalization import LayerNorm
+from ..nn.container import ModuleList
+from ..nn.dropout import Dropout
+from ..nn.linear import Linear
+from ..nn.module import Module
+from ..nn.normalization import LayerNorm
 
 
 def _activation(activation: "str | Callable") -> Callable:

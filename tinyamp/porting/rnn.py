@@ -28,9 +28,9 @@ import tinyamp
 
 from .. import dtypes as dt
 from ..tensor import Tensor
-from . import init
-from .module import Module
-from .parameter import Parameter
+from ..nn import init
+from ..nn.module import Module
+from ..nn.parameter import Parameter
 
 _GATES = {"LSTM": 4, "GRU": 3, "RNN_TANH": 1, "RNN_RELU": 1}
 

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from ..normalization import BatchNorm1d, BatchNorm2d, _BatchNorm
+from ...nn.normalization import BatchNorm1d, BatchNorm2d, _BatchNorm
 
 __all__ = ["_BatchNorm", "BatchNorm1d", "BatchNorm2d"]

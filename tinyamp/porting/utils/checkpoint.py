@@ -24,14 +24,14 @@ from __future__ import annotations
 import warnings
 from typing import Any, Callable, Iterable
 
-from .. import backend
-from .. import random as ta_random
-from ..autograd.function import FREED_MESSAGE, Function
-from ..autograd.engine import grad as autograd_grad
-from ..autograd.grad_mode import enable_grad, is_grad_enabled, no_grad
-from ..autograd.graph import region_inputs, sequence_mark
-from ..precision import NEUTRAL, current_autocast, current_scope, reset_autocast, reset_scope, set_autocast, set_scope
-from ..tensor import Tensor
+from ... import backend
+from ... import random as ta_random
+from ...autograd.function import FREED_MESSAGE, Function
+from ...autograd.engine import grad as autograd_grad
+from ...autograd.grad_mode import enable_grad, is_grad_enabled, no_grad
+from ...autograd.graph import region_inputs, sequence_mark
+from ...precision import NEUTRAL, current_autocast, current_scope, reset_autocast, reset_scope, set_autocast, set_scope
+from ...tensor import Tensor
 
 _REENTRANT_WARNING = ("torch.utils.checkpoint: the use_reentrant parameter should be passed explicitly. Starting in "
                       "PyTorch 2.9, calling checkpoint without use_reentrant will raise an exception. "

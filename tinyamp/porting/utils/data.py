@@ -6,8 +6,8 @@
 
 from __future__ import annotations
 
-from ..data.distributed_sampler import DistributedSampler
-from ..data.loader import DataLoader, Dataset, Subset, TensorDataset, default_collate, random_split
+from ..distributed_sampler import DistributedSampler
+from ...data.loader import DataLoader, Dataset, Subset, TensorDataset, default_collate, random_split
 
 __all__ = ["DataLoader", "Dataset", "TensorDataset", "Subset", "random_split", "DistributedSampler",
            "default_collate"]

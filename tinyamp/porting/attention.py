@@ -23,10 +23,10 @@ import tinyamp
 
 from .. import dtypes as dt
 from ..tensor import Tensor
-from . import init
-from .linear import Linear
-from .module import Module
-from .parameter import Parameter
+from ..nn import init
+from ..nn.linear import Linear
+from ..nn.module import Module
+from ..nn.parameter import Parameter
 
 
 def _float_mask(name: str, mask: "Tensor | None", dtype: Any) -> "Tensor | None":

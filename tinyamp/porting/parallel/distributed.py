@@ -40,10 +40,10 @@ import numpy as np
 from ... import backend as device_backend
 from ...autograd.graph import reachable_nodes
 from ...autograd.grad_mode import is_grad_enabled
-from ...distributed import process_group
-from ...distributed.process_group import ReduceOp
+from ..distributed import process_group
+from ..distributed.process_group import ReduceOp
 from ...tensor import Tensor
-from ..module import Module
+from ...nn.module import Module
 
 _FIRST_BUCKET_BYTES = 1024 * 1024  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
 _UNFINISHED = (

@@ -9,9 +9,9 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from .autocast import autocast as _autocast
-from .custom_fwd import custom_bwd, custom_fwd
-from .grad_scaler import GradScaler as _GradScaler
+from ..amp.autocast import autocast as _autocast
+from ..amp.custom_fwd import custom_bwd, custom_fwd
+from ..amp.grad_scaler import GradScaler as _GradScaler
 from ..dtypes import float16
 
 __all__ = ["GradScaler", "autocast", "custom_fwd", "custom_bwd"]
