@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from . import backend, dtypes, random
 from .backend import Device, device, get_default_device, set_default_device
-from .cuda_api import accelerator, cuda
 from .dtypes import (bfloat16, bool_ as bool, double, float16, float32, float64, half, int8,  # noqa: A004
                      int16, int32, int64, long, uint8)
 from .dtypes import float as float  # noqa: A001,PLC0414 - torch.float
@@ -36,7 +35,8 @@ from .porting import backends  # ta.backends.cuda.matmul.allow_tf32, ta.backends
 from .precision import get_float32_matmul_precision, set_float32_matmul_precision
 from .porting.foreach import *  # noqa: F401,F403 - ta._foreach_mul_, ... (torch._foreach_*)
 from . import nn
-from . import cuda_graphs  # ta.cuda.CUDAGraph, ta.cuda.graph, ta.cuda.make_graphed_step, ...
+from . import cuda  # ta.cuda: devices, memory, CUDA graphs, make_graphed_step, ...
+from .cuda.accelerator import accelerator
 from .serialization import load, save
 from .porting import paths  # PyTorch's module paths: import tinyamp.distributed, tinyamp.nn.parallel, ...
 

@@ -402,7 +402,7 @@ class GradScaler(ScalerSettings):
                 scales = record
         self.last_step = ScalerStep(combined, scales)
         self._per_optimizer_states.clear()  # nothing else holds the mapping: emptied, not rebuilt
-        backend.observe(self)  # a graphed step counts this update's skipped step (tinyamp/cuda_graphs)
+        backend.observe(self)  # a graphed step counts this update's skipped step (tinyamp/cuda/graphed_step.py)
 
 
 AmpScaler = GradScaler  # the name the original proposal used

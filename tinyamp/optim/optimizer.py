@@ -306,7 +306,7 @@ class Optimizer(swamping.Tracking):
         if closure is not None:
             with tinyamp.enable_grad():
                 loss = closure()
-        backend.observe(self)  # a graphed step learns which optimizers it replays (tinyamp/cuda_graphs)
+        backend.observe(self)  # a graphed step learns which optimizers it replays (tinyamp/cuda/graphed_step.py)
         keeps: dict = {}  # device -> keep flag (_keep_flag), found once per device
         quiet: Any = contextlib.nullcontext()
         if found_inf is not None:
@@ -391,7 +391,7 @@ class Optimizer(swamping.Tracking):
             mirror = self._device_hyper[id(group)] = cuda_launch.DeviceValues()
         return mirror.get(cuda_launch._device(like), values)
 
-    # ------------------------------------------------- CUDA graphs (tinyamp/cuda_graphs/step.py)
+    # ------------------------------------------------- CUDA graphs (tinyamp/cuda/graphed_step.py)
     # The group keys a fused kernel reads from the group's DeviceValues, and the tuple it mirrors there.
     _device_hyper_keys: tuple[str, ...] = ()
 

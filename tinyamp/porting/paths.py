@@ -18,6 +18,7 @@ PATHS = {
     "tinyamp.optim.swa_utils": "tinyamp.porting.swa_utils",
     "tinyamp.utils": "tinyamp.porting.utils",
     "tinyamp.backends": "tinyamp.porting.backends",
+    "tinyamp.cuda.amp": "tinyamp.porting.cuda_amp",
 }
 
 

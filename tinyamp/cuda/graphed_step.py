@@ -82,7 +82,7 @@ from .. import backend, precision
 from ..amp.grad_scaler import GradScaler
 from ..optim.optimizer import Optimizer
 from ..tensor import Tensor
-from .capture import CUDAGraph, GraphPool, graph, side_stream
+from ..kernels.cuda.capture import CUDAGraph, GraphPool, graph, side_stream
 
 
 def make_graphed_step(train_step: Callable[..., Any], sample_inputs: Sequence[Tensor], *,

@@ -54,8 +54,8 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from .. import backend, cuda_memory
-from ..kernels.cuda import cublas_direct, cublaslt_direct, cuda_launch
+from ... import backend, cuda_memory
+from . import cublas_direct, cublaslt_direct, cuda_launch
 
 CAPTURE_ERROR_MODES = ("global", "thread_local", "relaxed")
 _MODE_CONSTANTS = {"global": "streamCaptureModeGlobal", "thread_local": "streamCaptureModeThreadLocal",
@@ -103,7 +103,7 @@ class CUDAGraph:
     ``reset``, ``pool``.
 
     Usually captured through :class:`graph` (``with ta.cuda.graph(g): ...``)
-    or :func:`tinyamp.cuda_graphs.make_graphed_step`.
+    or :func:`tinyamp.cuda.make_graphed_step`.
     """
 
     def __init__(self) -> None:
