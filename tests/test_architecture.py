@@ -12,8 +12,10 @@ with :mod:`ast` (nothing is imported), its imports resolved to module names
 - an import inside a function is one the document allows (optional packages
   imported on first use); a function never imports a tinyamp module.
 
-A bare ``import tinyamp`` is not an edge: it binds the package for use at call
-time (``tinyamp.ops.add(...)`` in a Tensor operator), the documented way up.
+Below the package face no module has a bare ``import tinyamp`` (it would reach
+names through the face at call time, which the layer checks cannot see). What
+builds on a lower layer installs itself there from above (``ops/methods.py`` on
+Tensor), and a package's ``__init__`` named in the face row may re-export wings.
 """
 
 from __future__ import annotations
@@ -218,7 +220,7 @@ def test_module_level_imports_point_down() -> None:
             if here is not None and there is not None and there[0] > here[0]:
                 upward.append(f"{module} (layer {here[0]}, {here[1]}) imports {target} "
                               f"(layer {there[0]}, {there[1]})")
-    assert not upward, "upward imports (use `import tinyamp` and call through the package at call time):\n  " \
+    assert not upward, "upward imports (import from a lower layer, or install from above as ops/methods.py does):\n  " \
         + "\n  ".join(upward)
 
 
@@ -294,3 +296,16 @@ def test_test_support_lives_outside_the_framework() -> None:
              if any(isinstance(n, ast.Constant) and n.value == "cupy_standin"
                     for n in ast.walk(ast.parse(p.read_text())))]
     assert names == ["tinyamp/backend.py"], names
+
+
+def test_no_module_below_the_face_imports_the_package() -> None:
+    """Below ``tinyamp/__init__.py`` every module imports what it uses from where it lives: no bare
+    ``import tinyamp`` (which hid upward reaches at call time from the layer checks above)."""
+    bare = []
+    for module, path in module_names(PACKAGE).items():
+        if module == "tinyamp":
+            continue
+        top, inner = _imports(ast.parse(path.read_text(), filename=str(path)))
+        bare += [f"{module}:{node.lineno}" for node in top + inner if isinstance(node, ast.Import)
+                 and any(alias.name == "tinyamp" or alias.name.startswith("tinyamp.") for alias in node.names)]
+    assert not bare, "modules that import the package face: " + ", ".join(bare)

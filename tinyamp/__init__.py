@@ -13,8 +13,8 @@ from .dtypes import (bfloat16, bool_ as bool, double, float16, float32, float64,
 from .dtypes import float as float  # noqa: A001,PLC0414 - torch.float
 from .dtypes import finfo, get_default_dtype, iinfo
 from .tensor import Tensor
-from .tensor_methods import _assert, is_tensor
-from . import autograd
+from . import autograd  # before ops: ta.autograd.Function (custom_function.py) builds on the op library
+from .ops.methods import _assert, is_tensor
 from .autograd import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
 from . import ops
 from .ops import *  # noqa: F401,F403 - ta.add, ta.matmul, ... are the op functions
@@ -26,7 +26,6 @@ from .factories import (arange, as_tensor, empty, empty_like, eye, from_numpy, f
                         ones, ones_like, rand, rand_like, randint, randn, randn_like, randperm, tensor,
                         zeros, zeros_like)
 from . import factories
-ops.TENSOR_METHODS.update(factories.METHODS)  # x.new_zeros(...), x.new_tensor(...)
 from . import data
 from .porting import utils  # torch.utils.data spellings
 from .study import memory  # ta.memory: bytes a step keeps alive
@@ -40,4 +39,4 @@ from .cuda.accelerator import accelerator
 from .serialization import load, save
 from .porting import paths  # PyTorch's module paths: import tinyamp.distributed, tinyamp.nn.parallel, ...
 
-__version__ = "0.1.0"
+from .version import __version__

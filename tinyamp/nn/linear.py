@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import tinyamp
-
 from .. import dtypes as dt
 from ..tensor import Tensor
 from . import init
 from .module import Module
 from .parameter import Parameter
+from ..factories import empty
+from ..ops.linalg import linear
 
 
 class Identity(Module):
@@ -27,9 +27,9 @@ class WeightAndBias(Module):
     """A layer with a ``weight`` and an optional ``bias`` (Linear, Conv2d), PyTorch's default init."""
 
     def _make_parameters(self, weight_shape: tuple, bias: bool, device: Any, dtype: Any) -> None:
-        self.weight = Parameter(tinyamp.empty(*weight_shape, dtype=dtype, device=device))
+        self.weight = Parameter(empty(*weight_shape, dtype=dtype, device=device))
         if bias:
-            self.bias = Parameter(tinyamp.empty(weight_shape[0], dtype=dtype, device=device))
+            self.bias = Parameter(empty(weight_shape[0], dtype=dtype, device=device))
         else:
             self.register_parameter("bias", None)
         self.reset_parameters()
@@ -52,7 +52,7 @@ class Linear(WeightAndBias):
             raise ValueError(f"{self!r}: input of shape {list(x.shape)} ({dt.dtype_name(x.dtype)}) has "
                              f"{x.shape[-1] if x.ndim else 'no'} features in its last dimension, "
                              f"expected in_features={self.in_features}")
-        return tinyamp.ops.linear(x, self.weight, self.bias)
+        return linear(x, self.weight, self.bias)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"

@@ -18,12 +18,13 @@ from __future__ import annotations
 import numbers
 from typing import Any, Sequence
 
-import tinyamp
-
 from .. import dtypes as dt
 from ..tensor import Tensor
 from .module import Module
 from .parameter import Parameter
+from ..grad_mode import no_grad
+from ..factories import ones, zeros
+from ..ops.normalization import batch_norm, group_norm, layer_norm
 
 
 class _BatchNorm(Module):
@@ -38,15 +39,15 @@ class _BatchNorm(Module):
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
         self.affine, self.track_running_stats = affine, track_running_stats
         if affine:
-            self.weight = Parameter(tinyamp.ones(num_features, dtype=dtype, device=device))
-            self.bias = Parameter(tinyamp.zeros(num_features, dtype=dtype, device=device))
+            self.weight = Parameter(ones(num_features, dtype=dtype, device=device))
+            self.bias = Parameter(zeros(num_features, dtype=dtype, device=device))
         else:
             self.register_parameter("weight", None)
             self.register_parameter("bias", None)
         if track_running_stats:
-            self.register_buffer("running_mean", tinyamp.zeros(num_features, dtype=dtype, device=device))
-            self.register_buffer("running_var", tinyamp.ones(num_features, dtype=dtype, device=device))
-            self.register_buffer("num_batches_tracked", tinyamp.zeros((), dtype=dt.int64, device=device))
+            self.register_buffer("running_mean", zeros(num_features, dtype=dtype, device=device))
+            self.register_buffer("running_var", ones(num_features, dtype=dtype, device=device))
+            self.register_buffer("num_batches_tracked", zeros((), dtype=dt.int64, device=device))
         else:
             self.register_buffer("running_mean", None)
             self.register_buffer("running_var", None)
@@ -81,7 +82,7 @@ class _BatchNorm(Module):
         track = not self.training or self.track_running_stats
         running_mean = self.running_mean if track else None
         running_var = self.running_var if track else None
-        return tinyamp.ops.batch_norm(x, running_mean, running_var, self.weight, self.bias,
+        return batch_norm(x, running_mean, running_var, self.weight, self.bias,
                                       use_batch_stats, factor, self.eps)
 
     def extra_repr(self) -> str:
@@ -113,9 +114,9 @@ class LayerNorm(Module):
         shape = (int(normalized_shape),) if integral else tuple(normalized_shape)
         self.normalized_shape, self.eps, self.elementwise_affine = shape, eps, elementwise_affine
         if elementwise_affine:
-            self.weight = Parameter(tinyamp.ones(shape, dtype=dtype, device=device))
+            self.weight = Parameter(ones(shape, dtype=dtype, device=device))
             if bias:
-                self.bias = Parameter(tinyamp.zeros(shape, dtype=dtype, device=device))
+                self.bias = Parameter(zeros(shape, dtype=dtype, device=device))
             else:
                 self.register_parameter("bias", None)
         else:
@@ -124,7 +125,7 @@ class LayerNorm(Module):
 
     def reset_parameters(self) -> None:
         """Weight back to ones and bias to zeros (PyTorch's initialisation)."""
-        with tinyamp.no_grad():
+        with no_grad():
             if self.weight is not None:
                 self.weight.fill_(1)
             if self.bias is not None:
@@ -135,7 +136,7 @@ class LayerNorm(Module):
         if x.ndim < n or tuple(x.shape[x.ndim - n:]) != self.normalized_shape:
             raise ValueError(f"{self!r}: expected input with trailing shape {list(self.normalized_shape)}, "
                              f"got {list(x.shape)}")
-        return tinyamp.ops.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+        return layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
 
     def extra_repr(self) -> str:
         return (f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}, "
@@ -154,15 +155,15 @@ class GroupNorm(Module):
             raise ValueError("num_channels must be divisible by num_groups")
         self.num_groups, self.num_channels, self.eps, self.affine = num_groups, num_channels, eps, affine
         if affine:
-            self.weight = Parameter(tinyamp.ones(num_channels, dtype=dtype, device=device))
-            self.bias = Parameter(tinyamp.zeros(num_channels, dtype=dtype, device=device))
+            self.weight = Parameter(ones(num_channels, dtype=dtype, device=device))
+            self.bias = Parameter(zeros(num_channels, dtype=dtype, device=device))
         else:
             self.register_parameter("weight", None)
             self.register_parameter("bias", None)
 
     def reset_parameters(self) -> None:
         """Weight back to ones and bias to zeros (PyTorch's initialisation)."""
-        with tinyamp.no_grad():
+        with no_grad():
             if self.affine:
                 self.weight.fill_(1)
                 self.bias.fill_(0)
@@ -171,7 +172,7 @@ class GroupNorm(Module):
         if x.ndim < 2 or x.shape[1] != self.num_channels:
             raise ValueError(f"{self!r}: expected input of shape (N, {self.num_channels}, *), got "
                              f"{list(x.shape)} ({dt.dtype_name(x.dtype)})")
-        return tinyamp.ops.group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
+        return group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
 
     def extra_repr(self) -> str:
         return f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}"

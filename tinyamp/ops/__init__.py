@@ -2,7 +2,8 @@
 
 ``TENSOR_METHODS`` maps Tensor method names (``x.exp()``, ``x.sum(1)``) to these
 functions; ``Tensor.__getattr__`` looks them up, so method and function forms
-are one implementation.
+are one implementation. ``methods.py`` holds the rest of the Tensor API and is
+installed on ``Tensor`` here, once every family is loaded.
 """
 
 from __future__ import annotations
@@ -40,7 +41,6 @@ from .loss_binary import binary_cross_entropy, binary_cross_entropy_with_logits
 from .normalization import batch_norm, group_norm, layer_norm
 from .softmax import log_softmax, logsumexp, softmax
 
-# Added for porting (issue 12): triangles, lerp, multinomial, attention.
 from . import attention, sampling, triangular
 from . import lerp as _lerp_family
 from .attention import scaled_dot_product_attention
@@ -55,6 +55,12 @@ _FAMILIES += [_softmax_family, loss, loss_binary, normalization, _dropout_family
 _FAMILIES += [floor_division, logical, vector_norms, sorting, statistics]
 _FAMILIES += [attention, _lerp_family, sampling, triangular]
 
-TENSOR_METHODS: dict = {}
+from .. import factories
+from ..tensor import Tensor
+from . import methods
+from .methods import TENSOR_METHODS
+
 for _family in _FAMILIES:
     TENSOR_METHODS.update(_family.METHODS)
+TENSOR_METHODS.update(factories.METHODS)  # x.new_zeros(...), x.new_tensor(...)
+methods.install(Tensor)

@@ -53,8 +53,6 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-import tinyamp
-
 from .. import backend
 from .. import dtypes as dt
 from ..amp.casting import low_copy_to_refresh, restamp_low_copy
@@ -62,6 +60,7 @@ from ..kernels.cuda import cuda_launch
 from ..kernels.loss_scale import inverse_scale
 from ..tensor import Tensor
 from ..study import swamping
+from ..grad_mode import enable_grad, no_grad
 
 
 class _RequiredParameter:
@@ -304,7 +303,7 @@ class Optimizer(swamping.Tracking):
         """
         loss = None
         if closure is not None:
-            with tinyamp.enable_grad():
+            with enable_grad():
                 loss = closure()
         backend.observe(self)  # a graphed step learns which optimizers it replays (tinyamp/cuda/graphed_step.py)
         keeps: dict = {}  # device -> keep flag (_keep_flag), found once per device
@@ -319,7 +318,7 @@ class Optimizer(swamping.Tracking):
                 # overflow/invalid warnings would be noise there.
                 quiet = np.errstate(over="ignore", invalid="ignore")
         rows: list = []  # swamping rows, only while track_swamping() is on
-        with tinyamp.no_grad(), quiet:
+        with no_grad(), quiet:
             for group_index, group in enumerate(self.param_groups):
                 entries = []
                 for p in group["params"]:

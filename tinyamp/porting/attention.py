@@ -19,14 +19,19 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import tinyamp
-
 from .. import dtypes as dt
 from ..tensor import Tensor
 from ..nn import init
 from ..nn.linear import Linear
 from ..nn.module import Module
 from ..nn.parameter import Parameter
+from ..factories import empty, zeros
+from ..ops.attention import scaled_dot_product_attention
+from ..ops.clamp_where import masked_fill
+from ..ops.dropout import dropout as dropout_op
+from ..ops.linalg import linear as linear_op, matmul
+from ..ops.shape import chunk as chunk_op
+from ..ops.softmax import softmax
 
 
 def _float_mask(name: str, mask: "Tensor | None", dtype: Any) -> "Tensor | None":
@@ -34,7 +39,7 @@ def _float_mask(name: str, mask: "Tensor | None", dtype: Any) -> "Tensor | None"
     if mask is None:
         return None
     if mask.dtype == dt.bool_:
-        return tinyamp.ops.masked_fill(tinyamp.zeros(mask.shape, dtype=dtype, device=mask.device), mask,
+        return masked_fill(zeros(mask.shape, dtype=dtype, device=mask.device), mask,
                                        float("-inf"))
     if mask.dtype not in dt.FLOATING:
         raise AssertionError(f"MultiheadAttention: only bool and floating types of {name} are supported, got "
@@ -62,7 +67,7 @@ class MultiheadAttention(Module):
         self.vdim = vdim if vdim is not None else embed_dim
         self._qkv_same_embed_dim = self.kdim == embed_dim and self.vdim == embed_dim
         self.head_dim = embed_dim // num_heads
-        make = lambda *shape: Parameter(tinyamp.empty(*shape, dtype=dtype, device=device))  # noqa: E731
+        make = lambda *shape: Parameter(empty(*shape, dtype=dtype, device=device))  # noqa: E731
         if self._qkv_same_embed_dim:
             self.in_proj_weight = make(3 * embed_dim, embed_dim)
             for name in ("q_proj_weight", "k_proj_weight", "v_proj_weight"):
@@ -94,7 +99,7 @@ class MultiheadAttention(Module):
 
     def _project(self, query: Tensor, key: Tensor, value: Tensor) -> tuple:
         """q, k, v projections; one product when query, key and value are one tensor (self-attention)."""
-        linear, chunk, e = tinyamp.ops.linear, tinyamp.ops.chunk, self.embed_dim
+        linear, chunk, e = linear_, chunk_, self.embed_dim
         biases = [None] * 3 if self.in_proj_bias is None else list(chunk(self.in_proj_bias, 3))
         if self._qkv_same_embed_dim:
             if query is key and key is value:
@@ -151,15 +156,15 @@ class MultiheadAttention(Module):
         dropout = self.dropout if self.training else 0.0
         weights = None
         if need_weights:
-            scores = tinyamp.ops.matmul(q * (1.0 / math.sqrt(hd)), k.transpose(-2, -1))
+            scores = matmul(q * (1.0 / math.sqrt(hd)), k.transpose(-2, -1))
             if mask is not None:
                 scores = scores + mask
-            weights = tinyamp.ops.softmax(scores, -1)
+            weights = softmax(scores, -1)
             if dropout > 0:  # PyTorch returns the weights after dropout
-                weights = tinyamp.ops.dropout(weights, dropout, True)
-            out = tinyamp.ops.matmul(weights, v)
+                weights = dropout_op(weights, dropout, True)
+            out = matmul(weights, v)
         else:
-            out = tinyamp.ops.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
+            out = scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
         out = out.permute(2, 0, 1, 3).reshape(length, batch, self.embed_dim)
         out = self.out_proj(out)
         if weights is not None and average_attn_weights:

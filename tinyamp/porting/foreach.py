@@ -19,12 +19,13 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-import tinyamp
-
 from .. import backend
 from .. import dtypes as dt
 from ..kernels.convert import convert
 from ..tensor import Tensor
+from ..ops.elementwise import add, div, mul, sqrt, sub
+from ..ops.lerp import lerp
+from ..ops.vector_norms import vector_norm
 
 TensorList = Sequence[Tensor]
 
@@ -113,7 +114,7 @@ def _scaled(other: Any, alpha: Any) -> Any:
 # ------------------------------------------------------------------ add, mul, div
 def _foreach_add(self: TensorList, other: Any, *, alpha: float = 1) -> list:
     """[x + alpha * y for each x]"""
-    return _outplace("_foreach_add", self, lambda x, y: tinyamp.add(x, y, alpha=alpha), other)
+    return _outplace("_foreach_add", self, lambda x, y: add(x, y, alpha=alpha), other)
 
 
 def _foreach_add_(self: TensorList, other: Any, *, alpha: float = 1) -> None:
@@ -123,7 +124,7 @@ def _foreach_add_(self: TensorList, other: Any, *, alpha: float = 1) -> None:
 
 def _foreach_sub(self: TensorList, other: Any, *, alpha: float = 1) -> list:
     """[x - alpha * y for each x]"""
-    return _outplace("_foreach_sub", self, lambda x, y: tinyamp.sub(x, y, alpha=alpha), other)
+    return _outplace("_foreach_sub", self, lambda x, y: sub(x, y, alpha=alpha), other)
 
 
 def _foreach_sub_(self: TensorList, other: Any, *, alpha: float = 1) -> None:
@@ -133,7 +134,7 @@ def _foreach_sub_(self: TensorList, other: Any, *, alpha: float = 1) -> None:
 
 def _foreach_mul(self: TensorList, other: Any) -> list:
     """[x * y for each x]"""
-    return _outplace("_foreach_mul", self, tinyamp.mul, other)
+    return _outplace("_foreach_mul", self, mul, other)
 
 
 def _foreach_mul_(self: TensorList, other: Any) -> None:
@@ -143,7 +144,7 @@ def _foreach_mul_(self: TensorList, other: Any) -> None:
 
 def _foreach_div(self: TensorList, other: Any) -> list:
     """[x / y for each x]"""
-    return _outplace("_foreach_div", self, tinyamp.div, other)
+    return _outplace("_foreach_div", self, div, other)
 
 
 def _foreach_div_(self: TensorList, other: Any) -> None:
@@ -155,7 +156,7 @@ def _foreach_div_(self: TensorList, other: Any) -> None:
 def _foreach_lerp(self: TensorList, tensors1: TensorList, weight: Any) -> list:
     """[x + w (e - x) for each x, e]"""
     ends = _per_tensor("_foreach_lerp", _check_list("_foreach_lerp", self), tensors1)
-    return _outplace("_foreach_lerp", self, lambda x, e, w: tinyamp.lerp(x, e, w), ends, weight)
+    return _outplace("_foreach_lerp", self, lambda x, e, w: lerp(x, e, w), ends, weight)
 
 
 def _foreach_lerp_(self: TensorList, tensors1: TensorList, weight: Any) -> None:
@@ -182,12 +183,12 @@ def _foreach_addcdiv_(self: TensorList, tensor1: TensorList, tensor2: TensorList
 
 
 def _sqrt(x: Any) -> Any:
-    return tinyamp.sqrt(x) if isinstance(x, Tensor) else backend.array_module(x).sqrt(x)
+    return sqrt(x) if isinstance(x, Tensor) else backend.array_module(x).sqrt(x)
 
 
 def _foreach_sqrt(self: TensorList) -> list:
     """[sqrt(x) for each x]"""
-    return _outplace("_foreach_sqrt", self, tinyamp.sqrt)
+    return _outplace("_foreach_sqrt", self, sqrt)
 
 
 def _foreach_sqrt_(self: TensorList) -> None:
@@ -198,7 +199,7 @@ def _foreach_sqrt_(self: TensorList) -> None:
 # ------------------------------------------------------------- norm, zero, copy
 def _foreach_norm(self: TensorList, ord: float = 2, dtype: Any = None) -> list:  # noqa: A002 - torch name
     """[||x||_ord for each x], 0-d tensors (``torch.linalg.vector_norm`` of each)"""
-    return [tinyamp.ops.vector_norm(t, ord, dtype=dtype) for t in _check_list("_foreach_norm", self)]
+    return [vector_norm(t, ord, dtype=dtype) for t in _check_list("_foreach_norm", self)]
 
 
 def _foreach_zero_(self: TensorList) -> None:

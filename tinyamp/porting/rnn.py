@@ -24,46 +24,51 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import tinyamp
-
 from .. import dtypes as dt
 from ..tensor import Tensor
 from ..nn import init
 from ..nn.module import Module
 from ..nn.parameter import Parameter
+from ..amp.autocast import is_autocast_enabled
+from ..factories import empty, zeros
+from ..ops.activation import relu, sigmoid, tanh
+from ..ops.cast import cast
+from ..ops.dropout import dropout as dropout_op
+from ..ops.linalg import linear
+from ..ops.shape import cat, chunk, stack, unbind
 
 _GATES = {"LSTM": 4, "GRU": 3, "RNN_TANH": 1, "RNN_RELU": 1}
 
 
 def _lstm_step(gates: Tensor, state: tuple, w_hr: "Tensor | None") -> tuple:
     """(h', c') from gates = W_ih x + b_ih + W_hh h + b_hh and state (h, c)."""
-    i, f, g, o = tinyamp.ops.chunk(gates, 4, -1)
-    c = tinyamp.ops.sigmoid(f) * state[1] + tinyamp.ops.sigmoid(i) * tinyamp.ops.tanh(g)
-    h = tinyamp.ops.sigmoid(o) * tinyamp.ops.tanh(c)
+    i, f, g, o = chunk(gates, 4, -1)
+    c = sigmoid(f) * state[1] + sigmoid(i) * tanh(g)
+    h = sigmoid(o) * tanh(c)
     if w_hr is not None:
-        h = tinyamp.ops.linear(h, w_hr)
+        h = linear(h, w_hr)
     return h, c
 
 
 def _gru_step(x_gates: Tensor, h_gates: Tensor, h: Tensor) -> Tensor:
     """h' from x_gates = W_ih x + b_ih and h_gates = W_hh h + b_hh (r, z, n each)."""
-    x_r, x_z, x_n = tinyamp.ops.chunk(x_gates, 3, -1)
-    h_r, h_z, h_n = tinyamp.ops.chunk(h_gates, 3, -1)
-    r = tinyamp.ops.sigmoid(x_r + h_r)
-    z = tinyamp.ops.sigmoid(x_z + h_z)
-    n = tinyamp.ops.tanh(x_n + r * h_n)
+    x_r, x_z, x_n = chunk(x_gates, 3, -1)
+    h_r, h_z, h_n = chunk(h_gates, 3, -1)
+    r = sigmoid(x_r + h_r)
+    z = sigmoid(x_z + h_z)
+    n = tanh(x_n + r * h_n)
     return (1 - z) * n + z * h
 
 
 def _activation(mode: str) -> Any:
-    return tinyamp.ops.relu if mode == "RNN_RELU" else tinyamp.ops.tanh
+    return relu if mode == "RNN_RELU" else tanh
 
 
 def _as_state(name: str, t: Tensor, like: Tensor) -> Tensor:
     """A state in the dtype of the gates it meets (a recorded cast under autocast, else itself)."""
     if t.device != like.device:
         raise RuntimeError(f"{name}: hidden state is on {t.device} but the input is on {like.device}")
-    return t if t.dtype == like.dtype else tinyamp.ops.cast(t, like.dtype)
+    return t if t.dtype == like.dtype else cast(t, like.dtype)
 
 
 class RNNBase(Module):
@@ -102,7 +107,7 @@ class RNNBase(Module):
                 if proj_size:
                     shapes.append(("weight_hr", (proj_size, hidden_size)))
                 for stem, shape in shapes:
-                    setattr(self, stem + suffix, Parameter(tinyamp.empty(*shape, dtype=dtype, device=device)))
+                    setattr(self, stem + suffix, Parameter(empty(*shape, dtype=dtype, device=device)))
                     self._flat_weights_names.append(stem + suffix)
         self.reset_parameters()
 
@@ -129,7 +134,7 @@ class RNNBase(Module):
             raise RuntimeError(f"{name}: input.size(-1) must be equal to input_size. Expected {self.input_size}, "
                                f"got {x.shape[-1]} (input {list(x.shape)})")
         weight_dtype = self.weight_ih_l0.dtype
-        if x.dtype != weight_dtype and not tinyamp.is_autocast_enabled():
+        if x.dtype != weight_dtype and not is_autocast_enabled():
             raise ValueError(f"{name}: input must have the type {dt.dtype_name(weight_dtype)}, got type "
                              f"{dt.dtype_name(x.dtype)}")
 
@@ -139,7 +144,7 @@ class RNNBase(Module):
         directions = 2 if self.bidirectional else 1
         sizes = [self.proj_size or self.hidden_size] + ([self.hidden_size] if self.mode == "LSTM" else [])
         if hx is None:
-            return [tinyamp.zeros(self.num_layers * directions, batch, s, dtype=x.dtype, device=x.device)
+            return [zeros(self.num_layers * directions, batch, s, dtype=x.dtype, device=x.device)
                     for s in sizes]
         states = list(hx) if self.mode == "LSTM" else [hx]
         if self.mode == "LSTM" and (not isinstance(hx, (tuple, list)) or len(states) != 2):
@@ -163,13 +168,13 @@ class RNNBase(Module):
     def _run_direction(self, x: Tensor, layer: int, direction: int, state: list) -> tuple:
         """One layer in one direction over (L, N, H_in): the outputs (L, N, H) and the final state."""
         w_ih, w_hh, b_ih, b_hh, w_hr = self._weights(layer, direction)
-        x_gates = tinyamp.ops.linear(x, w_ih, b_ih)  # every step's input projection in one product
+        x_gates = linear(x, w_ih, b_ih)  # every step's input projection in one product
         state = [_as_state(type(self).__name__, s, x_gates) for s in state]
-        steps = tinyamp.ops.unbind(x_gates, 0)
+        steps = unbind(x_gates, 0)
         order = range(len(steps) - 1, -1, -1) if direction else range(len(steps))
         outputs: list = [None] * len(steps)
         for t in order:
-            h_gates = tinyamp.ops.linear(state[0], w_hh, b_hh)
+            h_gates = linear(state[0], w_hh, b_hh)
             if self.mode == "LSTM":
                 state = list(_lstm_step(steps[t] + h_gates, state, w_hr))
             elif self.mode == "GRU":
@@ -177,7 +182,7 @@ class RNNBase(Module):
             else:
                 state = [_activation(self.mode)(steps[t] + h_gates)]
             outputs[t] = state[0]
-        return tinyamp.ops.stack(outputs, 0), state
+        return stack(outputs, 0), state
 
     def forward(self, input: Tensor, hx: Any = None) -> tuple:  # noqa: A002 - PyTorch's name
         self._check(input)
@@ -191,7 +196,7 @@ class RNNBase(Module):
         finals: list = [[] for _ in states]
         for layer in range(self.num_layers):
             if layer and self.dropout and self.training:
-                x = tinyamp.ops.dropout(x, self.dropout, True)
+                x = dropout_op(x, self.dropout, True)
             outs = []
             for direction in range(directions):
                 k = layer * directions + direction
@@ -199,9 +204,9 @@ class RNNBase(Module):
                 outs.append(out)
                 for kept, s in zip(finals, last):
                     kept.append(s)
-            x = outs[0] if directions == 1 else tinyamp.ops.cat(outs, -1)
+            x = outs[0] if directions == 1 else cat(outs, -1)
         output = x.squeeze(1) if unbatched else (x.transpose(0, 1) if self.batch_first else x)
-        final = [tinyamp.ops.stack(kept, 0) for kept in finals]
+        final = [stack(kept, 0) for kept in finals]
         if unbatched:
             final = [f.squeeze(1) for f in final]
         return (output, tuple(final)) if self.mode == "LSTM" else (output, final[0])
@@ -266,11 +271,11 @@ class RNNCellBase(Module):
         super().__init__()
         self.input_size, self.hidden_size, self.bias = input_size, hidden_size, bias
         gates = _GATES[self._mode] * hidden_size
-        self.weight_ih = Parameter(tinyamp.empty(gates, input_size, dtype=dtype, device=device))
-        self.weight_hh = Parameter(tinyamp.empty(gates, hidden_size, dtype=dtype, device=device))
+        self.weight_ih = Parameter(empty(gates, input_size, dtype=dtype, device=device))
+        self.weight_hh = Parameter(empty(gates, hidden_size, dtype=dtype, device=device))
         if bias:
-            self.bias_ih = Parameter(tinyamp.empty(gates, dtype=dtype, device=device))
-            self.bias_hh = Parameter(tinyamp.empty(gates, dtype=dtype, device=device))
+            self.bias_ih = Parameter(empty(gates, dtype=dtype, device=device))
+            self.bias_hh = Parameter(empty(gates, dtype=dtype, device=device))
         else:
             self.register_parameter("bias_ih", None)
             self.register_parameter("bias_hh", None)
@@ -290,11 +295,11 @@ class RNNCellBase(Module):
                              f"got {list(x.shape)} ({dt.dtype_name(x.dtype)})")
         unbatched = x.ndim == 1
         xb = x.unsqueeze(0) if unbatched else x
-        x_gates = tinyamp.ops.linear(xb, self.weight_ih, self.bias_ih)
+        x_gates = linear(xb, self.weight_ih, self.bias_ih)
         prepared = []
         for state in states:
             if state is None:
-                state = tinyamp.zeros(xb.shape[0], self.hidden_size, dtype=x_gates.dtype, device=x.device)
+                state = zeros(xb.shape[0], self.hidden_size, dtype=x_gates.dtype, device=x.device)
             elif unbatched:
                 state = state.unsqueeze(0)
             if tuple(state.shape) != (xb.shape[0], self.hidden_size):
@@ -324,8 +329,8 @@ class RNNCell(RNNCellBase):
 
     def forward(self, input: Tensor, hx: "Tensor | None" = None) -> Tensor:  # noqa: A002
         unbatched, x_gates, (h,) = self._prepare(input, [hx])
-        act = tinyamp.ops.relu if self.nonlinearity == "relu" else tinyamp.ops.tanh
-        h = act(x_gates + tinyamp.ops.linear(h, self.weight_hh, self.bias_hh))
+        act = relu if self.nonlinearity == "relu" else tanh
+        h = act(x_gates + linear(h, self.weight_hh, self.bias_hh))
         return h.squeeze(0) if unbatched else h
 
 
@@ -337,7 +342,7 @@ class LSTMCell(RNNCellBase):
     def forward(self, input: Tensor, hx: "tuple | None" = None) -> tuple:  # noqa: A002
         states = [None, None] if hx is None else list(hx)
         unbatched, x_gates, state = self._prepare(input, states)
-        h, c = _lstm_step(x_gates + tinyamp.ops.linear(state[0], self.weight_hh, self.bias_hh), state, None)
+        h, c = _lstm_step(x_gates + linear(state[0], self.weight_hh, self.bias_hh), state, None)
         return (h.squeeze(0), c.squeeze(0)) if unbatched else (h, c)
 
 
@@ -348,5 +353,5 @@ class GRUCell(RNNCellBase):
 
     def forward(self, input: Tensor, hx: "Tensor | None" = None) -> Tensor:  # noqa: A002
         unbatched, x_gates, (h,) = self._prepare(input, [hx])
-        h = _gru_step(x_gates, tinyamp.ops.linear(h, self.weight_hh, self.bias_hh), h)
+        h = _gru_step(x_gates, linear(h, self.weight_hh, self.bias_hh), h)
         return h.squeeze(0) if unbatched else h

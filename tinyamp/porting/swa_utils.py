@@ -19,16 +19,15 @@ import itertools
 import math
 from typing import Any, Callable, Iterable
 
-import tinyamp
-
 from .. import dtypes as dt
-from ..autograd.grad_mode import no_grad
+from ..grad_mode import no_grad
 from .foreach import _foreach_add_, _foreach_lerp_, _foreach_sub
 from ..nn.module import Module
 from ..nn.normalization import _BatchNorm
 from ..tensor import Tensor
 from ..optim.lr_scheduler import LRScheduler
 from ..optim.optimizer import Optimizer
+from ..factories import tensor
 
 AvgFn = Callable[[Tensor, Tensor, Any], Tensor]
 MultiAvgFn = Callable[[list, list, Any], None]
@@ -91,7 +90,7 @@ class AveragedModel(Module):
         self.module = copy.deepcopy(model)
         if device is not None:
             self.module = self.module.to(device)
-        self.register_buffer("n_averaged", tinyamp.tensor(0, dtype=dt.int64,
+        self.register_buffer("n_averaged", tensor(0, dtype=dt.int64,
                                                           device=device if device is not None else "cpu"))
         self.avg_fn = avg_fn
         self.multi_avg_fn = multi_avg_fn

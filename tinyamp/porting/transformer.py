@@ -14,8 +14,6 @@ from __future__ import annotations
 import copy
 from typing import Any, Callable
 
-import tinyamp
-
 from ..tensor import Tensor
 from ..nn import init
 from .attention import MultiheadAttention
@@ -24,13 +22,16 @@ from ..nn.dropout import Dropout
 from ..nn.linear import Linear
 from ..nn.module import Module
 from ..nn.normalization import LayerNorm
+from ..factories import full
+from ..ops.activation import gelu, relu
+from ..ops.triangular import triu
 
 
 def _activation(activation: "str | Callable") -> Callable:
     if activation == "relu":
-        return tinyamp.ops.relu
+        return relu
     if activation == "gelu":
-        return tinyamp.ops.gelu
+        return gelu
     if callable(activation):
         return activation
     raise RuntimeError(f"activation should be relu/gelu, not {activation}")
@@ -217,4 +218,4 @@ class Transformer(Module):
     @staticmethod
     def generate_square_subsequent_mask(sz: int, device: Any = None, dtype: Any = None) -> Tensor:
         """(sz, sz) additive causal mask: 0 on and below the diagonal, -inf above."""
-        return tinyamp.triu(tinyamp.full((sz, sz), float("-inf"), dtype=dtype, device=device), diagonal=1)
+        return triu(full((sz, sz), float("-inf"), dtype=dtype, device=device), diagonal=1)

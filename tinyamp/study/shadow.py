@@ -73,7 +73,7 @@ from .. import backend
 from .. import dtypes as dt
 from .. import random as ta_random
 from ..autograd.engine import backward as run_backward
-from ..autograd.grad_mode import enable_grad
+from ..grad_mode import enable_grad
 from ..nn.module import Module
 from ..ops.cast import Cast
 from ..tensor import Tensor

@@ -39,7 +39,7 @@ import numpy as np
 
 from ... import backend as device_backend
 from ...autograd.graph import reachable_nodes
-from ...autograd.grad_mode import is_grad_enabled
+from ...grad_mode import is_grad_enabled
 from ..distributed import process_group
 from ..distributed.process_group import ReduceOp
 from ...tensor import Tensor

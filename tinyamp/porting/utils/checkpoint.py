@@ -28,7 +28,7 @@ from ... import backend
 from ... import random as ta_random
 from ...autograd.function import FREED_MESSAGE, Function
 from ...autograd.engine import grad as autograd_grad
-from ...autograd.grad_mode import enable_grad, is_grad_enabled, no_grad
+from ...grad_mode import enable_grad, is_grad_enabled, no_grad
 from ...autograd.graph import region_inputs, sequence_mark
 from ...precision import NEUTRAL, current_autocast, current_scope, reset_autocast, reset_scope, set_autocast, set_scope
 from ...tensor import Tensor

@@ -1,12 +1,14 @@
 """Tensor's PyTorch conveniences: Python operators, conversions, in-place method forms, protocols.
 
-:class:`TensorMethods` is a base of :class:`~tinyamp.tensor.Tensor`. What makes a
-Tensor work with autograd and AMP (its array, ``grad``, ``requires_grad``, the
-version and storage counters, the rules of an in-place write) is in ``tensor.py``;
-this module holds what lets PyTorch code run unchanged on top of it. Every method
-here that computes calls an op through the package at call time
-(``tinyamp.ops.add``), so it is recorded on the tape and follows the precision
-rules like any op; in-place forms go through ``Tensor._write`` / ``_rebind``.
+What makes a Tensor work with autograd and AMP (its array, ``grad``,
+``requires_grad``, the version and storage counters, the rules of an in-place
+write) is in ``tensor.py``; this module holds what lets PyTorch code run
+unchanged on top of it, and :func:`install` puts it on the class (DeZero's
+``setup_variable``: the op library extends the Tensor it builds on). Every method
+here that computes calls an op, so it is recorded on the tape and follows the
+precision rules like any op; in-place forms go through ``Tensor._write`` /
+``_rebind``. ``x.exp()``, ``x.sum(1)``: the ops' method forms, looked up in
+``TENSOR_METHODS`` (filled by ``ops/__init__.py``).
 Comparisons and ``& | ~`` give bool tensors and are never recorded. Tensors hash
 by identity, as in PyTorch (they key optimizer state).
 """
@@ -18,15 +20,28 @@ from typing import Any, Callable
 
 import numpy as np
 
-import tinyamp
+from .. import backend
+from .. import dtypes as dt
+from ..kernels.convert import convert
+from ..random import draw_like, write_draw
+from ..grad_mode import is_grad_enabled, no_grad
+from ..factories import tensor as make_tensor
+from .cast import cast, clone as clone_op, to_device
+from .clamp_where import clamp, masked_fill
+from .elementwise import abs, add, div, mul, neg, pow, sub
+from .floor_division import floor_divide, remainder
+from .indexing import getitem
+from .lerp import lerp
+from .linalg import matmul
+from .shape import permute, transpose
+from ..tensor import Tensor
 
-from . import backend
-from . import dtypes as dt
-from .kernels.convert import convert
+
+TENSOR_METHODS: dict = {}  # method name -> op function (x.exp() is exp(x)), filled by ops/__init__.py
 
 
 class TensorMethods:
-    """The PyTorch Tensor API beyond autograd's needs; only ``Tensor`` derives from it."""
+    """The PyTorch Tensor API beyond autograd's needs, installed on ``Tensor`` by :func:`install`."""
 
     __slots__ = ()
 
@@ -61,11 +76,11 @@ class TensorMethods:
 
     @property
     def T(self) -> "Tensor":
-        return tinyamp.ops.permute(self, tuple(reversed(range(self.ndim))))
+        return permute(self, tuple(reversed(range(self.ndim))))
 
     @property
     def mT(self) -> "Tensor":
-        return tinyamp.ops.transpose(self, -2, -1)
+        return transpose(self, -2, -1)
 
     # ------------------------------------------------------------ conversion
     def numpy(self) -> np.ndarray:
@@ -94,16 +109,16 @@ class TensorMethods:
         return self
 
     def clone(self) -> "Tensor":
-        return tinyamp.ops.clone(self)
+        return clone_op(self)
 
     def to(self, *args: Any, **kwargs: Any) -> "Tensor":
         """``to(dtype)``, ``to(device)``, ``to(device, dtype)`` or ``to(other_tensor)``."""
         device, dtype = parse_to_args("Tensor.to", args, kwargs)
         result = self
         if device is not None and device != self.device:
-            result = tinyamp.ops.to_device(result, device)
+            result = to_device(result, device)
         if dtype is not None and dtype != result.dtype:
-            result = tinyamp.ops.cast(result, dtype)
+            result = cast(result, dtype)
         return result
 
     def pin_memory(self) -> "Tensor":
@@ -145,7 +160,7 @@ class TensorMethods:
 
     def type_as(self, other: "Tensor") -> "Tensor":
         """This tensor in ``other``'s dtype (``self`` itself when it already has it)."""
-        if not isinstance(other, tinyamp.Tensor):
+        if not isinstance(other, Tensor):
             raise TypeError(f"type_as(): argument 'other' (position 1) must be Tensor, not {type(other).__name__}")
         return self.to(other.dtype)
 
@@ -156,7 +171,7 @@ class TensorMethods:
     def _inplace_binary(self, name: str, op: Callable, other: Any) -> "Tensor":
         if self._check_inplace(name, other):
             return self._rebind(name, op(self._old_value(), other))
-        with tinyamp.no_grad():
+        with no_grad():
             result = op(self, other)
         return self._write(name, result)
 
@@ -164,33 +179,33 @@ class TensorMethods:
         other, alpha = _alpha_first("add_", other, alpha)
         if alpha != 1:
             other = other * alpha
-        return self._inplace_binary("add_", tinyamp.ops.add, other)
+        return self._inplace_binary("add_", add, other)
 
     def sub_(self, other: Any, alpha: Any = 1) -> "Tensor":
         other, alpha = _alpha_first("sub_", other, alpha)
         if alpha != 1:
             other = other * alpha
-        return self._inplace_binary("sub_", tinyamp.ops.sub, other)
+        return self._inplace_binary("sub_", sub, other)
 
     def mul_(self, other: Any) -> "Tensor":
-        return self._inplace_binary("mul_", tinyamp.ops.mul, other)
+        return self._inplace_binary("mul_", mul, other)
 
     def div_(self, other: Any) -> "Tensor":
-        return self._inplace_binary("div_", tinyamp.ops.div, other)
+        return self._inplace_binary("div_", div, other)
 
     def lerp_(self, end: Any, weight: Any) -> "Tensor":
         """self += weight * (end - self) (``ta.lerp``), in place; recorded when end or weight needs grad."""
-        weight_grad = isinstance(weight, tinyamp.Tensor) and weight._requires_grad
-        return self._inplace_binary("lerp_", lambda x, _: tinyamp.ops.lerp(x, end, weight),
+        weight_grad = isinstance(weight, Tensor) and weight._requires_grad
+        return self._inplace_binary("lerp_", lambda x, _: lerp(x, end, weight),
                                     weight if weight_grad else end)
 
     def clamp_(self, min: Any = None, max: Any = None) -> "Tensor":  # noqa: A002 - torch names
-        return self._inplace_binary("clamp_", lambda x, _: tinyamp.ops.clamp(x, min, max), None)
+        return self._inplace_binary("clamp_", lambda x, _: clamp(x, min, max), None)
 
     clip_ = clamp_
 
     def masked_fill_(self, mask: Any, value: Any) -> "Tensor":
-        return self._inplace_binary("masked_fill_", lambda x, _: tinyamp.ops.masked_fill(x, mask, value), None)
+        return self._inplace_binary("masked_fill_", lambda x, _: masked_fill(x, mask, value), None)
 
     def zero_(self) -> "Tensor":
         return self.fill_(0)
@@ -214,7 +229,7 @@ class TensorMethods:
         """Fill with samples from N(mean, std^2) (drawn in float32/float64, rounded once)."""
         if std < 0:
             raise RuntimeError(f"normal expects std >= 0.0, but found std {std}")
-        return self._fill_random("normal_", lambda t: tinyamp.nn.init.normal_(t, mean, std, generator))
+        return self._fill_random("normal_", lambda t: write_draw(t, draw_like("normal_", t, generator) * std + mean))
 
     def uniform_(self, from_: float = 0, to: float = 1, *, generator: Any = None, **kwargs: Any) -> "Tensor":
         """Fill with samples from U(from, to) (``from`` is PyTorch's keyword, also accepted)."""
@@ -223,27 +238,27 @@ class TensorMethods:
             raise TypeError(f"uniform_() got an unexpected keyword argument {next(iter(kwargs))!r}")
         if from_ > to:
             raise RuntimeError(f"uniform_ expects to return a [from, to) range, but found from={from_} > to={to}")
-        return self._fill_random("uniform_", lambda t: tinyamp.nn.init.uniform_(t, from_, to, generator))
+        return self._fill_random("uniform_", lambda t: write_draw(t, draw_like("uniform_", t, generator) * (to - from_) + from_))
 
     def copy_(self, src: "Tensor") -> "Tensor":
         """Copy ``src`` (same shape; dtype and device may differ: this *is* the explicit cast)."""
-        if not isinstance(src, tinyamp.Tensor):
-            src = tinyamp.tensor(src)
+        if not isinstance(src, Tensor):
+            src = make_tensor(src)
         if src.shape != self.shape:
             raise RuntimeError(f"copy_: source shape {list(src.shape)} does not match "
                                f"destination shape {list(self.shape)}")
         if self._check_inplace("copy_", src):
             converted = src.to(self.device).to(self.dtype)
-            return self._rebind("copy_", tinyamp.ops.clone(converted))
+            return self._rebind("copy_", clone_op(converted))
         self._store("copy_", ..., _converted(backend.to_device(src.array, self.device), self.dtype))
         return self
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        if tinyamp.is_grad_enabled() and (self._requires_grad or (isinstance(value, tinyamp.Tensor) and value._requires_grad)):
+        if is_grad_enabled() and (self._requires_grad or (isinstance(value, Tensor) and value._requires_grad)):
             raise RuntimeError(f"index assignment into a tensor that requires grad (shape {list(self.shape)}) "
                                f"is not recorded by autograd; build the result with ta.where or ta.cat, "
                                f"or assign under ta.no_grad()")
-        if isinstance(value, tinyamp.Tensor):
+        if isinstance(value, Tensor):
             # Stored in self's dtype, as PyTorch's index_put_/copy_ do (a float16
             # tensor takes a float32 value rounded; this is the explicit write).
             value = _converted(value.array, self.dtype)
@@ -254,61 +269,61 @@ class TensorMethods:
 
     # ------------------------------------------------------ Python operators
     def __add__(self, other: Any) -> "Tensor":
-        return tinyamp.ops.add(self, other)
+        return add(self, other)
 
     def __radd__(self, other: Any) -> "Tensor":
-        return tinyamp.ops.add(other, self)
+        return add(other, self)
 
     def __sub__(self, other: Any) -> "Tensor":
-        return tinyamp.ops.sub(self, other)
+        return sub(self, other)
 
     def __rsub__(self, other: Any) -> "Tensor":
-        return tinyamp.ops.sub(other, self)
+        return sub(other, self)
 
     def __mul__(self, other: Any) -> "Tensor":
-        return tinyamp.ops.mul(self, other)
+        return mul(self, other)
 
     def __rmul__(self, other: Any) -> "Tensor":
-        return tinyamp.ops.mul(other, self)
+        return mul(other, self)
 
     def __truediv__(self, other: Any) -> "Tensor":
-        return tinyamp.ops.div(self, other)
+        return div(self, other)
 
     def __rtruediv__(self, other: Any) -> "Tensor":
-        return tinyamp.ops.div(other, self)
+        return div(other, self)
 
     def __pow__(self, other: Any) -> "Tensor":
-        return tinyamp.ops.pow(self, other)
+        return pow(self, other)
 
     def __rpow__(self, other: Any) -> "Tensor":
-        return tinyamp.ops.pow(other, self)
+        return pow(other, self)
 
     def __floordiv__(self, other: Any) -> "Tensor":
-        return tinyamp.ops.floor_divide(self, other)
+        return floor_divide(self, other)
 
     def __rfloordiv__(self, other: Any) -> "Tensor":
-        return tinyamp.ops.floor_divide(other, self)
+        return floor_divide(other, self)
 
     def __mod__(self, other: Any) -> "Tensor":
-        return tinyamp.ops.remainder(self, other)
+        return remainder(self, other)
 
     def __rmod__(self, other: Any) -> "Tensor":
-        return tinyamp.ops.remainder(other, self)
+        return remainder(other, self)
 
     def __matmul__(self, other: Any) -> "Tensor":
-        return tinyamp.ops.matmul(self, other)
+        return matmul(self, other)
 
     def __rmatmul__(self, other: Any) -> "Tensor":
-        return tinyamp.ops.matmul(other, self)
+        return matmul(other, self)
 
     def __neg__(self) -> "Tensor":
-        return tinyamp.ops.neg(self)
+        return neg(self)
 
     def __pos__(self) -> "Tensor":
         return self
 
     def __abs__(self) -> "Tensor":
-        return tinyamp.ops.abs(self)
+        return abs(self)
 
     def __iadd__(self, other: Any) -> "Tensor":
         return self.add_(other)
@@ -323,7 +338,7 @@ class TensorMethods:
         return self.div_(other)
 
     def __getitem__(self, key: Any) -> "Tensor":
-        out = tinyamp.ops.getitem(self, key)
+        out = getitem(self, key)
         if out.grad_fn is None:
             # An unrecorded view (``with no_grad(): p[0].zero_()``) shares its base's version and
             # storage counters, as PyTorch's views do, so a write into it is seen where one into
@@ -335,8 +350,8 @@ class TensorMethods:
 
     # Comparisons give bool tensors and never record (no gradient).
     def _compare(self, other: Any, ufunc: Callable) -> "Tensor":
-        other_data = other.array if isinstance(other, tinyamp.Tensor) else other
-        return tinyamp.Tensor._wrap(ufunc(self.array, other_data))
+        other_data = other.array if isinstance(other, Tensor) else other
+        return Tensor._wrap(ufunc(self.array, other_data))
 
     def __eq__(self, other: Any) -> "Tensor":  # type: ignore[override]
         return self._compare(other, backend.array_module(self.array).equal)
@@ -359,7 +374,7 @@ class TensorMethods:
     def __invert__(self) -> "Tensor":
         if self.dtype != dt.bool_:
             raise TypeError(f"~ is defined for bool tensors only, got {dt.dtype_name(self.dtype)}")
-        return tinyamp.Tensor._wrap(~self.array)
+        return Tensor._wrap(~self.array)
 
     def __and__(self, other: Any) -> "Tensor":
         return self._compare(other, backend.array_module(self.array).logical_and)
@@ -417,11 +432,28 @@ class TensorMethods:
             extras.append("requires_grad=True")
         return "tensor(" + body + "".join(", " + e for e in extras) + ")"
 
+    # ------------------------------------------------------ in-place, recorded
+    def _rebind(self, name: str, result: "Tensor") -> "Tensor":
+        """A recorded in-place op: self becomes the op's output.
+
+        The old array is left untouched (the node may have saved it) and self is
+        rebound to the result; the version bump makes any other node that saved
+        self fail loudly at backward instead of reading the new values.
+        """
+        self._check_result(name, result)
+        if result.dtype != self.dtype:  # h.mul_(f): computed in float32, rounded into float16 (recorded)
+            result = cast(result, self.dtype)
+        self.array = result.array
+        self.grad_fn, self._out_index, self._requires_grad = result.grad_fn, result._out_index, True
+        self._version[0] += 1
+        self._storage = None  # a new array: earlier aliases keep the old one
+        return self
+
     # ------------------------------------------------------ method forms of ops
     def __getattr__(self, name: str) -> Any:
         # Tensor methods that are just ops (x.exp(), x.sum(dim=1), x.reshape(...)):
         # resolved through the op package at call time, one table, no copies.
-        method = tinyamp.ops.TENSOR_METHODS.get(name)
+        method = TENSOR_METHODS.get(name)
         if method is None:
             raise AttributeError(f"'Tensor' object has no attribute '{name}'")
         return method.__get__(self, type(self))
@@ -429,7 +461,7 @@ class TensorMethods:
 
 def _alpha_first(name: str, other: Any, alpha: Any) -> tuple[Any, Any]:
     """PyTorch's deprecated ``add_(alpha, other)`` (``p.data.add_(-lr, p.grad)``), still accepted, with its warning."""
-    if isinstance(alpha, tinyamp.Tensor) and not isinstance(other, tinyamp.Tensor):
+    if isinstance(alpha, Tensor) and not isinstance(other, Tensor):
         warnings.warn(f"This overload of {name} is deprecated:\n\t{name}(Number alpha, Tensor other)\n"
                       f"Consider using one of the following signatures instead:\n\t"
                       f"{name}(Tensor other, *, Number alpha = 1)", UserWarning, stacklevel=3)
@@ -451,10 +483,10 @@ def _converted(array: Any, dtype: np.dtype) -> Any:
 
 def _index_key(key: Any) -> Any:
     """Replace Tensors inside an index by their arrays."""
-    if isinstance(key, tinyamp.Tensor):
+    if isinstance(key, Tensor):
         return key.array
     if isinstance(key, tuple):
-        return tuple(k.array if isinstance(k, tinyamp.Tensor) else k for k in key)
+        return tuple(k.array if isinstance(k, Tensor) else k for k in key)
     return key
 
 
@@ -494,7 +526,7 @@ def parse_to_args(caller: str, args: tuple, kwargs: dict) -> tuple["backend.Devi
     if kwargs:
         raise TypeError(f"{caller}: unexpected arguments {sorted(kwargs)}")
     for arg in args:
-        if isinstance(arg, tinyamp.Tensor):
+        if isinstance(arg, Tensor):
             device, dtype = arg.device, arg.dtype
         elif isinstance(arg, backend.Device) or (isinstance(arg, str) and arg.split(":")[0] in ("cpu", "cuda")):
             device = arg
@@ -506,10 +538,18 @@ def parse_to_args(caller: str, args: tuple, kwargs: dict) -> tuple["backend.Devi
 
 def is_tensor(obj: Any) -> bool:
     """True when ``obj`` is a Tensor (an ``nn.Parameter`` included), as ``torch.is_tensor``."""
-    return isinstance(obj, tinyamp.Tensor)
+    return isinstance(obj, Tensor)
 
 
 def _assert(condition: Any, message: str) -> None:
     """``torch._assert``: raise AssertionError(message) unless ``condition`` holds (a Tensor is read on the host)."""
     if not condition:
         raise AssertionError(message)
+
+
+def install(tensor: type) -> None:
+    """Put :class:`TensorMethods`' methods on ``tensor`` (those it does not define itself)."""
+    own = set(vars(tensor))
+    for name, value in vars(TensorMethods).items():
+        if name not in own and name not in ("__module__", "__qualname__", "__doc__", "__slots__"):
+            setattr(tensor, name, value)
