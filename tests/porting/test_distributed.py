@@ -1,0 +1,190 @@
+"""ta.distributed, DistributedDataParallel, DistributedSampler and the launcher, run on real MPI ranks.
+
+Each test starts ``mpiexec -n N`` (MPICH's, from the mpich wheel) on a script in
+``tests/support/distributed_scripts/`` as a subprocess with a timeout and mpi4py's CI
+settings (fork launcher, MPIEXEC_TIMEOUT, MPICH's polling throttled so ranks
+yield the 2-core CI machine, one OpenMP thread). A script checks many things per
+launch and prints "OK ..." lines; a failed check raises, which aborts the job.
+Needs mpi4py and mpich (the ``test`` extra): without them these tests fail.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tinyamp.utils.data import DistributedSampler
+from tests.support import REPO, SUPPORT
+
+REPO = REPO
+SCRIPTS = SUPPORT / "distributed_scripts"
+MPIEXEC = str(Path(sys.executable).with_name("mpiexec"))
+
+
+def mpi_env(**extra: str) -> dict:
+    env = dict(os.environ)
+    env.update({"MPIEXEC_TIMEOUT": "150", "HYDRA_LAUNCHER": "fork", "OMP_NUM_THREADS": "1",
+                "MPIR_CVAR_CH4_PROGRESS_THROTTLE": "1", "PYTHONPATH": str(REPO)})
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "TINYAMP_CUDA"):
+        env.pop(name, None)
+    env.update(extra)
+    return env
+
+
+def run(command: list, timeout: float = 170, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(command, cwd=REPO, env=mpi_env(**env), capture_output=True, text=True, timeout=timeout)
+
+
+def mpiexec(n: int, script: str, *args: str, **env: str) -> str:
+    done = run([MPIEXEC, "-n", str(n), sys.executable, str(SCRIPTS / script), *args], **env)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    return done.stdout
+
+
+def test_the_mpi_packages_are_installed() -> None:
+    import mpi4py  # noqa: F401,PLC0415 - the test extra's; a missing one must fail, not skip
+
+    assert Path(MPIEXEC).exists(), "mpiexec from the mpich wheel is missing: pip install mpich"
+
+
+CONFIGS = [f"{d} {l} {o} " for d in ("float16", "bfloat16") for l in ("O1", "O2") for o in ("sgd", "adam")]
+# On NCCL, one configuration per bucket dtype (O1: float32 and found_inf's MAX; O2: float16, bfloat16):
+# the optimizer and level do not change the NCCL calls, which MPI's runs above already cover in all 8.
+NCCL_CONFIGS = ["float16 O1 sgd ", "float16 O2 adam ", "bfloat16 O2 sgd ", "bfloat16 O1 adam "]
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_collectives_and_ddp_following_one_process_with_bitwise_equal_replicas(ranks: int) -> None:
+    """One launch per world size: collectives.py's checks, then every AMP configuration over 50 steps
+    (and, on 2 ranks, the overflow injected on rank 1 only)."""
+    extra = ["--inject"] if ranks == 2 else []
+    out = mpiexec(ranks, "ddp_training.py", "--backend", "gloo", "--collectives", *extra)
+    assert out.count(f"OK collectives {ranks}") == ranks, out
+    for config in CONFIGS:
+        assert out.count(f"OK {ranks} ranks {config}") == ranks, out
+    if ranks == 2:
+        assert out.count("OK inject eager 2 ranks skipped=[5, 17]") == 2, out
+
+
+@pytest.mark.parametrize("graphed", [False, True], ids=["eager", "graphed"])
+def test_nccl_backend_on_the_nccl_standin(graphed: bool) -> None:
+    """The NCCL backend's code on 2 CPU ranks under the CUDA stand-in (one device per local rank, through the
+    launcher): its collectives and the stand-in's refusals, then every AMP configuration and the injected
+    overflow, eager or as a graphed step whose replays repeat the NCCL calls (counted per step)."""
+    args = ["--graphed"] if graphed else ["--collectives"]
+    configs = ",".join(c.strip().replace(" ", "-") for c in NCCL_CONFIGS)
+    done = run([sys.executable, "-m", "tinyamp.distributed.run", "--nproc-per-node", "2",
+                str(SCRIPTS / "ddp_training.py"), "--backend", "nccl", "--inject", "--configs", configs, *args],
+               TINYAMP_CUDA="standin")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    out = done.stdout
+    if not graphed:
+        assert out.count("OK strict nccl 2") == 2, out
+    for config in NCCL_CONFIGS:
+        assert out.count(f"OK 2 ranks {config}") == 2, out
+    mode = "graphed" if graphed else "eager"
+    assert out.count(f"OK inject {mode} 2 ranks skipped=[5, 17]") == 2, out
+
+
+def test_two_nccl_ranks_on_one_device_are_refused() -> None:
+    out = mpiexec(2, "nccl_checks.py", "duplicate", TINYAMP_CUDA="standin")  # no launcher: both on cuda:0
+    assert out.count("OK duplicate") == 2
+
+
+def _launch(*args: str) -> tuple:
+    start = time.monotonic()
+    done = run([sys.executable, "-m", "tinyamp.distributed.run", "--nproc-per-node", "2",
+                str(SCRIPTS / "launched.py"), *args], timeout=60)
+    return done, time.monotonic() - start
+
+
+def test_the_launcher_sets_torchruns_variables_and_passes_arguments() -> None:
+    done, _ = _launch("--flag", "value")
+    assert done.returncode == 0, done.stderr[-3000:]
+    for rank in (0, 1):
+        assert f"rank {rank} local_rank {rank} world_size 2 local_world_size 2 master 127.0.0.1:29500 " \
+               f"args ['--flag', 'value'] sum 3.0" in done.stdout, done.stdout
+
+
+@pytest.mark.parametrize("how", ["raise", "kill"])
+def test_a_failing_rank_ends_the_job_with_an_error_within_15_s(how: str) -> None:
+    done, seconds = _launch(how)  # rank 1 fails; rank 0 would otherwise wait in all_reduce forever
+    assert done.returncode != 0
+    assert seconds < 15, seconds
+    if how == "raise":
+        assert "ValueError: rank 1 fails on purpose" in done.stderr
+
+
+# ------------------------------------------------------------ in one process: the sampler's partition rules
+# Values from torch 2.13.0: [list(DistributedSampler(range(L), num_replicas=n, rank=r, shuffle=False,
+# drop_last=d)) for r in range(n)].
+TORCH_PARTITIONS = {(5, 2, False): [[0], [1], [0], [1], [0]],
+                    (4, 7, False): [[0, 4], [1, 5], [2, 6], [3, 0]],
+                    (4, 7, True): [[0], [1], [2], [3]],
+                    (3, 11, True): [[0, 3, 6], [1, 4, 7], [2, 5, 8]],
+                    (3, 11, False): [[0, 3, 6, 9], [1, 4, 7, 10], [2, 5, 8, 0]],
+                    (3, 10, False): [[0, 3, 6, 9], [1, 4, 7, 0], [2, 5, 8, 1]]}
+
+
+@pytest.mark.parametrize("case", sorted(TORCH_PARTITIONS))
+def test_distributed_sampler_partitions_as_pytorch(case: tuple) -> None:
+    replicas, length, drop_last = case
+    got = [list(DistributedSampler(range(length), num_replicas=replicas, rank=r, shuffle=False,
+                                   drop_last=drop_last)) for r in range(replicas)]
+    assert got == TORCH_PARTITIONS[case]
+
+
+def test_distributed_sampler_shuffles_by_seed_and_epoch_into_a_padded_permutation() -> None:
+    def epoch_order(seed: int, epoch: int) -> list:
+        samplers = [DistributedSampler(range(10), num_replicas=3, rank=r, seed=seed) for r in range(3)]
+        for s in samplers:
+            s.set_epoch(epoch)
+        shares = [list(s) for s in samplers]
+        return [shares[p % 3][p // 3] for p in range(12)]
+
+    order = epoch_order(0, 0)
+    assert sorted(order[:10]) == list(range(10)) and order[10:] == order[:2]
+    assert epoch_order(0, 0) == order and epoch_order(0, 1) != order and epoch_order(1, 0) != order
+
+
+def _losses(stdout: str) -> list:
+    return [float(line.split()[2]) for line in stdout.splitlines() if line.startswith("loss ")]
+
+
+def test_a_nanogpt_style_script_on_two_nccl_ranks_follows_one_process() -> None:
+    """gpt_style.py has nanoGPT train.py's structure (RANK detection, init_process_group before set_device,
+    DDP(device_ids=[local_rank]), require_backward_grad_sync toggled for accumulation, GradScaler with
+    unscale_ and clipping). One process with 2 micro-batches and 2 NCCL ranks (stand-in) with one each see
+    the same examples per micro-batch; only the order of float32 sums differs, so the losses agree to 2e-4
+    (observed 1e-5 over 6 iterations)."""
+    script = str(SCRIPTS / "gpt_style.py")
+    one = run([sys.executable, script, "--backend=nccl", "--accum=2"], TINYAMP_CUDA="standin")
+    two = run([sys.executable, "-m", "tinyamp.distributed.run", "--nproc-per-node", "2", script, "--backend=nccl",
+               "--accum=2"], TINYAMP_CUDA="standin")
+    assert one.returncode == 0 and two.returncode == 0, one.stderr[-3000:] + two.stderr[-3000:]
+    alone, ranks = _losses(one.stdout), _losses(two.stdout)
+    assert len(alone) == len(ranks) == 6 and alone[-1] < alone[0] - 0.3, (alone, ranks)
+    assert max(abs(a - b) for a, b in zip(alone, ranks)) < 2e-4, (alone, ranks)
+
+
+def test_the_mnist_ddp_example_trains_and_resumes_from_rank_0s_checkpoint(tmp_path: Path) -> None:
+    example = str(REPO / "examples" / "mnist_ddp.py")
+    checkpoint = str(tmp_path / "mnist_ddp.ckpt")
+
+    def launch(epochs: int) -> str:
+        done = run([sys.executable, "-m", "tinyamp.distributed.run", "--nproc-per-node", "2", example,
+                    "--epochs", str(epochs), "--hidden", "64", "--checkpoint", checkpoint])
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+        return done.stdout
+
+    first = launch(1)
+    assert first.count("epoch 0:") == 1 and "world size 2" in first  # rank 0 alone reports and saves
+    second = launch(2)
+    assert "resumed from" in second and "at epoch 1" in second and "epoch 0:" not in second
+    accuracy = float(second.split("test accuracy ")[1].split()[0])
+    assert accuracy > 0.8, second
