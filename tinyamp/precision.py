@@ -271,7 +271,7 @@ def record_cast(op: Any, source: Any, result: Any, direction: str, *, fused: boo
     For ops that convert inside themselves (no Cast node): one context-variable
     read when no trace is open. ``direction``: "forward" or "backward";
     ``context``: the ``rule``/``cache``/``position`` of a cast autocast asked
-    for. See ``Trace.record_cast`` (tinyamp.study/report.py) and docs/ARCHITECTURE.md.
+    for. See ``Trace.record_cast`` (tinyamp/study/report.py) and docs/ARCHITECTURE.md.
     """
     tracer = _trace.get()
     if tracer is not None:
