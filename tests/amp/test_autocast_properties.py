@@ -27,7 +27,6 @@ import tinyamp as ta
 from tests.support.op_specs import OpSpec, all_specs, make_inputs
 from tinyamp.autograd.function import REGISTRY
 from tinyamp.autograd.custom_function import CustomFunction
-from tinyamp.autograd.function import Function
 
 F16, BF16, F32, F64 = "float16", "bfloat16", "float32", "float64"
 FLOATS = {F16, BF16, F32, F64}

@@ -10,8 +10,6 @@ the budget: one float32 round trip of the hidden activation in the backward.
 
 from __future__ import annotations
 
-import os
-import sys
 
 import numpy as np
 import pytest
@@ -22,7 +20,6 @@ from tinyamp.kernels import gemm as gemm_module
 from tinyamp.kernels.cuda import cuda_launch
 
 import bench_launches  # noqa: E402
-from tests.support import REPO
 
 pytestmark = pytest.mark.skipif(standin_kernels.CXX is None, reason="the CUDA stand-in runs kernels through g++")
 

@@ -13,8 +13,6 @@ host-to-device copy, inside the step.
 
 from __future__ import annotations
 
-import os
-import sys
 
 import numpy as np
 import pytest
@@ -24,7 +22,6 @@ from tinyamp import backend
 from cupy_standin import kernels as standin_kernels
 
 import bench_launches  # noqa: E402
-from tests.support import REPO
 
 pytestmark = pytest.mark.skipif(standin_kernels.CXX is None, reason="the CUDA stand-in runs kernels through g++")
 

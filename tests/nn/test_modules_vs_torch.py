@@ -11,7 +11,6 @@ against PyTorch's CUDA autocast lists (``Case.amp``).
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 import pytest

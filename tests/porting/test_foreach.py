@@ -9,7 +9,6 @@ bit for bit and float32 ones to float32 rounding.
 from __future__ import annotations
 
 import json
-import pathlib
 
 import numpy as np
 import pytest

@@ -9,7 +9,6 @@ updates of a model perturbed the same way, and update_bn's statistics.
 from __future__ import annotations
 
 import json
-import pathlib
 
 import numpy as np
 import pytest

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any
 
-from .. import dtypes as dt
 from ..random import Generator, draw_like as _draw, write_draw as _write
 from ..tensor import Tensor
 

@@ -9,7 +9,7 @@ reductions see float32 inputs under autocast anyway.
 from __future__ import annotations
 
 import builtins
-from typing import Any, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 

@@ -99,7 +99,7 @@ class MultiheadAttention(Module):
 
     def _project(self, query: Tensor, key: Tensor, value: Tensor) -> tuple:
         """q, k, v projections; one product when query, key and value are one tensor (self-attention)."""
-        linear, chunk, e = linear_, chunk_, self.embed_dim
+        linear, chunk, e = linear_op, chunk_op, self.embed_dim
         biases = [None] * 3 if self.in_proj_bias is None else list(chunk(self.in_proj_bias, 3))
         if self._qkv_same_embed_dim:
             if query is key and key is value:
