@@ -387,6 +387,8 @@ def device_of(array: Any) -> Device:
     if _cupy is not None and isinstance(array, _cupy.ndarray):
         index = array.device.id
         return _DEVICES.get(("cuda", index)) or Device("cuda", index)  # Device's own cache, looked up directly
+    if type(array) is not np.ndarray and hasattr(array, "fp8_codes"):  # quantised fp8: where its codes are
+        return device_of(array.fp8_codes)
     return CPU
 
 
@@ -397,7 +399,10 @@ def to_device(array: Any, dev: Device) -> Any:
         return array
     if dev.type == "cpu":
         note_sync(f"a copy from {src} to the CPU")  # device -> host copy waits for the GPU
-        return _cupy.asnumpy(array)  # type: ignore[union-attr]
+        host = _cupy.asnumpy(array)  # type: ignore[union-attr]
+        if _device_checks:  # a host read, as to_host's: the errors kernels flagged surface here too
+            raise_device_errors()
+        return host
     if _captures:
         refuse_in_capture(f"a copy of a CPU array to {dev}",
                           "CUDA cannot copy host memory inside a captured graph (CuPy refuses every "

@@ -36,7 +36,9 @@ import tinyamp as ta
 import tinyamp.nn.functional as F
 import cupy_standin as cuda_standin
 from tinyamp import backend
-from tinyamp.kernels.cuda import cuda_launch, cuda_random
+from tinyamp.amp import recipe as fp8_recipes
+from tinyamp.kernels import fp8
+from tinyamp.kernels.cuda import cuda_fp8, cuda_launch, cuda_random
 from tests.support import REPO
 
 ARCHS = ("compute_80", "compute_90")
@@ -171,6 +173,23 @@ def _random_draws() -> None:
     g.replay()
 
 
+def _fp8_training(recipe: Any) -> None:
+    """Two steps of an MLP whose Linear GEMMs run in fp8 (bfloat16 autocast around): the cast kernels."""
+    ta.manual_seed(0)
+    model = ta.nn.Sequential(ta.nn.Linear(64, 32), ta.nn.ReLU(), ta.nn.Linear(32, 10)).to("cuda")
+    opt = ta.optim.SGD(model.parameters(), lr=0.05)
+    x = ta.randn(16, 64, device="cuda")
+    y = ta.tensor(np.arange(16, dtype=np.int64) % 10, device="cuda")
+    for _ in range(2):
+        opt.zero_grad()
+        with ta.autocast("cuda", dtype=ta.bfloat16):
+            with ta.amp.fp8_autocast(fp8_recipe=recipe):
+                out = model(x)
+            loss = F.cross_entropy(out, y)
+        loss.backward()
+        opt.step()
+
+
 def _workloads() -> Iterator[tuple]:
     """(name, function) of every training run the kernels are collected from."""
     for optimizer in OPTIMIZERS:
@@ -185,6 +204,8 @@ def _workloads() -> Iterator[tuple]:
         yield f"one-output regression {dtype}", lambda d=dtype: _one_output_regression(d)
     yield "cross-entropy variants", _cross_entropy_variants
     yield "random draws", _random_draws
+    yield "fp8 delayed scaling", lambda: _fp8_training(fp8_recipes.DelayedScaling(amax_history_len=4))
+    yield "fp8 MXFP8", lambda: _fp8_training(fp8_recipes.MXFP8BlockScaling())
 
 
 Collected = collections.namedtuple("Collected", "built errors")
@@ -263,7 +284,7 @@ def test_the_training_runs_build_every_kind_of_kernel(collected: Collected) -> N
     for expected in ("tinyamp_convert_f32_f16", "tinyamp_convert_f16_f32", "tinyamp_fill_pointers"):
         assert expected in names, sorted(names)
     for family in ("sgd", "adam", "unscale", "ce_forward", "ce_backward", "relu_backward", "philox_uniform",
-                   "philox_normal", "_graph"):
+                   "philox_normal", "_graph", "fp8_encode_e4m3", "fp8_encode_e5m2", "fp8_decode_e4m3"):
         assert any(family in n for n in names), (family, sorted(names))
 
 
@@ -288,7 +309,7 @@ def test_every_source_of_the_kernel_modules_compiles_with_nvrtc() -> None:
     """Each kernel module's sources, every variant (the runs above may not build them all)."""
     nvrtc, *_, options = _cupy_codegen()
     failures = []
-    for name, source in cuda_random.sources():
+    for name, source in cuda_random.sources() + cuda_fp8.sources([fp8.E4M3, fp8.E5M2]):
         for arch in ARCHS:
             log = nvrtc_compile(nvrtc, source, name, tuple(options) + cuda_launch.NVRTC_OPTIONS, arch)
             if log is not None:

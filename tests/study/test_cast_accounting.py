@@ -1,4 +1,4 @@
-"""Information lost at every cast (tinyamp.study/rounding.py through the precision report).
+"""Information lost at every cast (tinyamp/study/rounding.py through the precision report).
 
 Exact counts on constructed values around float16's limits, forward (explicit
 and autocast casts) and backward (the gradient casts of Cast nodes), for the

@@ -1,4 +1,4 @@
-"""Memory accounting (tinyamp.study/memory.py): saved-for-backward bytes on hand-built graphs
+"""Memory accounting (tinyamp/study/memory.py): saved-for-backward bytes on hand-built graphs
 (leaf parameters excluded, shared arrays and views counted once, per dtype, user
 Functions, freed graphs) and the model / gradient / optimizer-state split.
 """

@@ -1,4 +1,4 @@
-"""The precision report (tinyamp.study/report.py): ops, casts and their rules, cache
+"""The precision report (tinyamp/study/report.py): ops, casts and their rules, cache
 hits, bytes saved for backward, the printed table and ``to_dict``.
 """
 

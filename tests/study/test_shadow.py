@@ -1,4 +1,4 @@
-"""The float32 shadow run (tinyamp.study/shadow.py): where float16 goes wrong, op by op.
+"""The float32 shadow run (tinyamp/study/shadow.py): where float16 goes wrong, op by op.
 
 Known answers: an exp overridden to LOWER on inputs near 12 overflows float16
 (exp(12) = 162755 > 65504) and is flagged at exp, not before; models that are

@@ -1,4 +1,4 @@
-"""Update swamping (tinyamp.study/swamping.py through ``optimizer.track_swamping()``).
+"""Update swamping (tinyamp/study/swamping.py through ``optimizer.track_swamping()``).
 
 Exact counts on constructed updates around float16's half ulp at 1.0, with and
 without float32 master weights; the same plumbing for every optimizer; nothing

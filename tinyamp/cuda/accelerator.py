@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .. import backend
-from . import device as cuda
+from . import devices as cuda
 
 
 class _Accelerator:

@@ -376,6 +376,11 @@ def relu(input: Tensor, inplace: bool = False) -> Tensor:  # noqa: A002 - torch 
     return Relu()(input)
 
 
+def relu_(input: Tensor) -> Tensor:  # noqa: A002 - torch names
+    """``F.relu_`` / ``Tensor.relu_``: relu written into ``input`` (recorded when it needs grad, as PyTorch)."""
+    return input._inplace_binary("relu_", lambda x, _: relu(x), None)
+
+
 def leaky_relu(input: Tensor, negative_slope: float = 0.01, inplace: bool = False) -> Tensor:  # noqa: A002
     return LeakyRelu(negative_slope)(input)
 
@@ -408,4 +413,4 @@ def elu(input: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:  # 
     return Elu(float(alpha))(input)
 
 
-METHODS = {"relu": relu, "tanh": tanh, "sigmoid": sigmoid, "erf": erf}
+METHODS = {"relu": relu, "relu_": relu_, "tanh": tanh, "sigmoid": sigmoid, "erf": erf}

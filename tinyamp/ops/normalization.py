@@ -1,7 +1,8 @@
-"""Normalisation: layer_norm, group_norm and batch_norm (statistics in float32, backward differentiable).
+"""Normalisation: layer_norm, group_norm, batch_norm and instance_norm (statistics in float32, backward differentiable).
 
-All are FP32-tagged (layer_norm, group_norm and batch-norm statistics run in float32 under
-autocast; the tags: tinyamp/precision.py). Outside autocast, a float16/bfloat16 input is
+layer_norm, group_norm and batch_norm are FP32-tagged (their statistics run in float32 under
+autocast; the tags: tinyamp/precision.py); instance_norm is NEUTRAL, as PyTorch's CUDA autocast
+leaves it off its lists (it returns the input's dtype). Outside autocast, a float16/bfloat16 input is
 normalised with float32 statistics and the output rounded once to the input's
 dtype; its affine ``weight``/``bias`` (and batch_norm's running statistics) may
 then be float32, as O2 training keeps them.
@@ -26,7 +27,7 @@ import numbers
 from typing import Any, Sequence
 
 from .. import dtypes as dt
-from ..precision import FP32
+from ..precision import FP32, NEUTRAL
 from ..autograd.function import Function
 from ..grad_mode import is_grad_enabled
 from ..tensor import Tensor
@@ -181,21 +182,25 @@ class BatchNorm(_Normalization):
         self.stats_from_input = training
         self._setup(has_weight, has_bias, eps)
 
-    def forward(self, xp: Any, x: Any, *params: Any) -> Any:
-        if x.ndim < 2 or x.dtype not in dt.FLOATING:
-            raise ValueError(f"batch_norm: input must be floating of shape (N, C) or (N, C, H, W), "
-                             f"got {_describe(x)}")
+    def _checked(self, x: Any, params: tuple, least_dims: int, shape_words: str) -> tuple:
+        """(channels, weight, bias) after the checks of the input, the affine parameters and the running stats."""
+        if x.ndim < least_dims or x.dtype not in dt.FLOATING:
+            raise ValueError(f"{self.name}: input must be floating of shape {shape_words}, got {_describe(x)}")
         channels = x.shape[1]
         weight, bias = self._params(params)
         for name, p in (("weight", weight), ("bias", bias)):
             if p is not None:
-                _check_param("batch_norm", name, p, (channels,), x)
+                _check_param(self.name, name, p, (channels,), x)
         # Running statistics are buffers, not inputs (autocast never casts them): any
         # floating dtype is read in the statistics' dtype and written back in its own.
         for name, stat in (("running_mean", self.running_mean), ("running_var", self.running_var)):
             if stat is not None and (stat.shape != (channels,) or stat.dtype not in dt.FLOATING):
-                raise ValueError(f"batch_norm: {name} must be a floating tensor of shape [{channels}], "
+                raise ValueError(f"{self.name}: {name} must be a floating tensor of shape [{channels}], "
                                  f"got {_describe(stat)} for input {_describe(x)}")
+        return channels, weight, bias
+
+    def forward(self, xp: Any, x: Any, *params: Any) -> Any:
+        channels, weight, bias = self._checked(x, params, 2, "(N, C) or (N, C, H, W)")
         self.axes = (0,) + tuple(range(2, x.ndim))
         self.pshape = (1, channels) + (1,) * (x.ndim - 2)
         cdt = dt.opmath_dtype(x.dtype)
@@ -211,7 +216,7 @@ class BatchNorm(_Normalization):
             xf = x.astype(cdt, copy=False)
             self.mean = xf.mean(axis=self.axes, keepdims=True)
             var = xf.var(axis=self.axes, keepdims=True)  # biased: what normalises the batch
-            self._update_running(var.reshape(channels) * (count / (count - 1)))  # unbiased, as PyTorch
+            self._update_running(self.mean.reshape(-1), var.reshape(channels) * (count / (count - 1)))  # unbiased
         else:
             if self.running_mean is None or self.running_var is None:
                 raise ValueError("batch_norm: running_mean and running_var are required when "
@@ -221,13 +226,48 @@ class BatchNorm(_Normalization):
         self.rstd = 1 / xp.sqrt(var + self.eps)
         return _normalize(xp, x, self.mean, self.rstd, (weight, bias), self.pshape)
 
-    def _update_running(self, unbiased_var: Any) -> None:
+    def _update_running(self, batch_mean: Any, unbiased_var: Any) -> None:
         """running = (1 - momentum) * running + momentum * batch, in place (a buffer write, no grad)."""
         m = self.momentum
-        for stat, batch in ((self.running_mean, self.mean.reshape(-1)), (self.running_var, unbiased_var)):
+        for stat, batch in ((self.running_mean, batch_mean), (self.running_var, unbiased_var)):
             if stat is not None:
                 stat.array[...] = ((1 - m) * stat.array.astype(batch.dtype) + m * batch).astype(stat.dtype)
                 stat._version[0] += 1
+
+
+class InstanceNorm(BatchNorm):
+    """y = (x - mean_nc) rstd_nc w_c + b_c, statistics per sample and channel over the spatial dims; dx as layer_norm
+
+    NEUTRAL: PyTorch's CUDA autocast leaves instance_norm off its lists, so the output
+    has the input's dtype (statistics in float32 all the same). With running
+    statistics, training updates them with the batch's mean over samples of each
+    instance's mean and unbiased variance (PyTorch's reshape-to-batch_norm rule).
+    """
+
+    precision = NEUTRAL
+    name = "instance_norm"
+
+    def forward(self, xp: Any, x: Any, *params: Any) -> Any:
+        channels, weight, bias = self._checked(x, params, 3, "(N, C, *) with at least one spatial dimension")
+        self.axes = tuple(range(2, x.ndim))
+        self.pshape = (1, channels) + (1,) * (x.ndim - 2)
+        cdt = dt.opmath_dtype(x.dtype)
+        if self.training:  # use_input_stats
+            count = x.size // max(x.shape[0] * channels, 1)
+            xf = x.astype(cdt, copy=False)
+            self.mean = xf.mean(axis=self.axes, keepdims=True)
+            var = xf.var(axis=self.axes, keepdims=True)
+            if count > 1:
+                unbiased = var.reshape(x.shape[0], channels).mean(axis=0) * (count / (count - 1))
+                self._update_running(self.mean.reshape(x.shape[0], channels).mean(axis=0), unbiased)
+        else:
+            if self.running_mean is None or self.running_var is None:
+                raise ValueError("instance_norm: Expected running_mean and running_var to be defined when "
+                                 "use_input_stats is false")
+            self.mean = self.running_mean.array.astype(cdt).reshape(self.pshape)
+            var = self.running_var.array.astype(cdt).reshape(self.pshape)
+        self.rstd = 1 / xp.sqrt(var + self.eps)
+        return _normalize(xp, x, self.mean, self.rstd, (weight, bias), self.pshape)
 
 
 def layer_norm(input: Tensor, normalized_shape: "int | Sequence[int]",  # noqa: A002 - torch name
@@ -269,6 +309,24 @@ def batch_norm(input: Tensor, running_mean: "Tensor | None", running_var: "Tenso
     params = [p for p in (weight, bias) if p is not None]
     op = BatchNorm(running_mean, running_var, weight is not None, bias is not None, bool(training),
                    float(momentum), float(eps))
+    return op(input, *params)
+
+
+def instance_norm(input: Tensor, running_mean: "Tensor | None" = None,  # noqa: A002 - torch name
+                  running_var: "Tensor | None" = None, weight: "Tensor | None" = None,
+                  bias: "Tensor | None" = None, use_input_stats: bool = True, momentum: float = 0.1,
+                  eps: float = 1e-5) -> Tensor:
+    """Normalise each sample's channels over their spatial dims (``torch.nn.functional.instance_norm``)."""
+    if use_input_stats:
+        spatial = 1
+        for size in input.shape[2:]:
+            spatial *= size
+        if input.ndim >= 3 and spatial == 1:
+            raise ValueError(f"Expected more than 1 spatial element when training, got input size "
+                             f"{list(input.shape)}")
+    params = [p for p in (weight, bias) if p is not None]
+    op = InstanceNorm(running_mean, running_var, weight is not None, bias is not None, bool(use_input_stats),
+                      float(momentum), float(eps))
     return op(input, *params)
 
 

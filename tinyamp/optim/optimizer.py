@@ -421,6 +421,15 @@ class Optimizer(swamping.Tracking):
             if mirror is not None and group["params"]:
                 mirror.get(cuda_launch._device(group["params"][0].array), self._device_hyper_values(group))
 
+    def _refresh_masters(self) -> None:
+        """Refresh the masters of parameters written since the last step (``_master``), before a graph replay:
+        the captured update reads the master, which an eager step would first bring up to date."""
+        for group in self.param_groups:
+            if group.get("master_weights"):
+                for p in group["params"]:
+                    if p in self._master_versions:
+                        self._master(p, group)
+
     def _low_output(self, p: Tensor, master: "Tensor | None") -> Any:
         """Where a fused kernel writes ``p``'s rounded new value: the O2 parameter, the
         weight-cast cache's current copy of a float32 parameter, or nowhere (None)."""

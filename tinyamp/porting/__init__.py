@@ -11,7 +11,10 @@ real training scripts touch:
   (``torch.backends`` flags), ``cuda_amp.py`` (the deprecated ``torch.cuda.amp`` spellings);
 - ``distributed/`` (``torch.distributed``: the process group over MPI or NCCL, the
   launcher) and ``parallel/`` (``DistributedDataParallel``), ``distributed_sampler.py``;
-- ``modules/`` (``torch.nn.modules`` paths).
+- ``modules/`` (``torch.nn.modules`` paths);
+- ``vision.py``, ``vision_functional.py`` (padding, pixel shuffle, upsampling, instance and local response
+  norms), ``sync_batchnorm.py``, ``lbfgs.py`` (``optim.LBFGS``), ``jit.py`` (``torch.jit.is_scripting``),
+  ``legacy_types.py`` (``torch.LongTensor`` and friends).
 
 The namespaces above re-export these under PyTorch's names (``ta.nn.LSTM``,
 ``ta.distributed``); ``paths.py`` serves PyTorch's module paths

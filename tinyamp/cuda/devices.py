@@ -28,6 +28,25 @@ def set_device(device: Any) -> None:
     cupy.cuda.runtime.setDevice(index)
 
 
+
+class device:  # noqa: N801 - torch.cuda.device, used as a context manager
+    """``with ta.cuda.device(i):``: ``i`` (an index, ``"cuda:N"``, a Device; -1 or None: no change) is the
+    current GPU inside the block, the previous one after it (``torch.cuda.device``)."""
+
+    def __init__(self, device: Any) -> None:
+        self.previous = -1
+        self.idx = -1 if device is None else device if isinstance(device, int) else backend.Device(device).index
+
+    def __enter__(self) -> "device":
+        if self.idx != -1:
+            self.previous = current_device()
+            set_device(self.idx)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.previous != -1:
+            set_device(self.previous)
+
 def current_device() -> int:
     """The index of this thread's current GPU (``torch.cuda.current_device``)."""
     cupy = backend.cupy_or_none()
