@@ -1,4 +1,4 @@
-"""optim.LBFGS against PyTorch 2.13's recorded trajectories (tests/porting_cases.py): the Rosenbrock function
+"""optim.LBFGS against PyTorch 2.13's recorded trajectories (tests/support/porting_cases.py): the Rosenbrock function
 with and without the strong-Wolfe line search, and pytorch/examples' LSTMCell sequence model."""
 
 from __future__ import annotations

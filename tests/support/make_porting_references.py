@@ -2,7 +2,7 @@
 
 Not run by the suite (CI has no torch). Run from the repository root with torch 2.13 (CPU)::
 
-    /work/venv/bin/python tests/make_porting_references.py
+    /work/venv/bin/python tests/support/make_porting_references.py
 
 Each section is what PyTorch returns (orders, batches, attributes, state dicts,
 optimizer trajectories) or the message it raises, for code the tests run

@@ -1,4 +1,4 @@
-"""Porting cases: one function per case, run with ``lib = torch`` (tests/make_porting_references.py
+"""Porting cases: one function per case, run with ``lib = torch`` (tests/support/make_porting_references.py
 records the answers in porting_references.json) and with ``lib = tinyamp`` (the tests compare).
 
 A case returns plain JSON values: tensors become nested lists (``plain``), an

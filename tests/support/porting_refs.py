@@ -1,4 +1,4 @@
-"""The stored PyTorch 2.13 answers of tests/porting_cases.py, and the check that tinyamp gives them."""
+"""The stored PyTorch 2.13 answers of tests/support/porting_cases.py, and the check that tinyamp gives them."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Run on 2 ranks by tests/test_distributed.py: DDP(find_unused_parameters=True) against PyTorch 2.13's gradients.
+"""Run on 2 ranks by tests/porting/test_distributed.py: DDP(find_unused_parameters=True) against PyTorch 2.13's gradients.
 
 A model of three Linear(2, 1) layers: ``a`` used on every rank, ``b`` on rank 0 only, ``c`` on none. The
 expected values are PyTorch 2.13.0's (gloo, 2 ranks, the same model and inputs): after the first backward

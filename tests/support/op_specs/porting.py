@@ -1,6 +1,6 @@
 """Op-spec rows for the ops of the porting round (issue 31): flip, median, einsum, gather, scatter, scatter_add,
 prod, kl_div, instance_norm, interpolate, each against a NumPy reference (the PyTorch comparison of the same
-ops, forward and backward, is tests/module_cases.py)."""
+ops, forward and backward, is tests/support/module_cases.py)."""
 
 from __future__ import annotations
 
