@@ -100,13 +100,19 @@ def count_step(amp: bool, optimizer: str, *, hidden: int = 64, batch: int = 32, 
     ``extra(phase)`` runs at the end of each phase of the counted step (the
     budget test adds a launch or a copy there to see the budget fail).
     """
+    return count_phases(lambda: make_step(amp, optimizer, hidden, batch, inputs=inputs), warmup=warmup, extra=extra)
+
+
+def count_phases(make: Callable[[], Callable], *, warmup: int = 2,
+                 extra: "Callable[[str], None] | None" = None) -> dict:
+    """:func:`count_step`'s counts for any ``step(phase)`` that ``make()`` builds on ``cuda`` (the stand-in)."""
     with backend.use_cuda_standin():  # a fresh activation: device caches and tables start empty
         # Start from an empty pool too, so that which addresses come back (and so which pointer
         # tables are new) depends on this step's allocations alone, not on what ran before.
         backend.cupy().get_default_memory_pool().free_all_blocks()
         ta.amp.clear_autocast_cache()
         counters = ta.cuda.standin_counters()
-        step = make_step(amp, optimizer, hidden, batch, inputs=inputs)
+        step = make()
         # Python's cycle collector frees arrays at moments of its own choosing, which moves where
         # the pool puts the next ones: it runs between steps here, never inside one.
         enabled = gc.isenabled()

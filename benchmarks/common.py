@@ -1,5 +1,5 @@
 """Shared benchmark helpers: timing with warm-ups, medians and spread, JSON output, a GPU spin kernel, the MLP
-training step the GPU benchmarks time.
+training step the GPU benchmarks time, the GPT training step of issue 28.
 
 Timing is measured here and never asserted in tests. Set
 ``MALLOC_MMAP_THRESHOLD_=4294967296 MALLOC_TRIM_THRESHOLD_=4294967296`` for stable
@@ -121,3 +121,74 @@ def mlp_training(ta: Any, batch: int, hidden: int, device: str, *, inputs: int =
         return loss
 
     return SimpleNamespace(model=model, opt=opt, scaler=scaler, x=x, y=y, step=step)
+
+
+def gpt_training(ta: Any, *, blocks: int = 4, channels: int = 128, heads: int = 4, seq: int = 64, batch: int = 4,
+                 vocab: int = 512, device: str = "cpu", amp: bool = True, dtype: Any = None,
+                 approximate: str = "none", seed: int = 0) -> SimpleNamespace:
+    """The nanoGPT-shaped step of issue 28 (``ta`` is the tinyamp or torch module, imported by the caller).
+
+    Token and position embeddings, ``blocks`` pre-norm blocks (LayerNorm, one QKV ``Linear``,
+    ``scaled_dot_product_attention(is_causal=True)``, projection, a ``GELU(approximate)`` MLP of width
+    4C, residuals), a final LayerNorm, the head, ``cross_entropy``, AdamW and a GradScaler (enabled
+    with ``amp`` and float16). ``step(idx, targets)`` is one training step under autocast to ``dtype``
+    (default float16) when ``amp``; the namespace holds model, opt, scaler, idx, targets, step and
+    ``forward(idx, targets)`` (the loss under autocast: the step's forward phase).
+    """
+    nn, functional = ta.nn, ta.nn.functional
+    dtype = ta.float16 if dtype is None else dtype
+    head_dim = channels // heads
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ln1, self.ln2 = nn.LayerNorm(channels), nn.LayerNorm(channels)
+            self.qkv, self.proj = nn.Linear(channels, 3 * channels), nn.Linear(channels, channels)
+            self.fc, self.gelu = nn.Linear(channels, 4 * channels), nn.GELU(approximate=approximate)
+            self.out = nn.Linear(4 * channels, channels)
+
+        def forward(self, x: Any) -> Any:
+            b, t, c = x.shape
+            q, k, v = self.qkv(self.ln1(x)).split(c, dim=2)
+            q, k, v = (z.reshape(b, t, heads, head_dim).transpose(1, 2) for z in (q, k, v))
+            y = functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + self.proj(y.transpose(1, 2).reshape(b, t, c))
+            return x + self.out(self.gelu(self.fc(self.ln2(x))))
+
+    class GPT(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.tokens, self.positions = nn.Embedding(vocab, channels), nn.Embedding(seq, channels)
+            self.blocks = nn.ModuleList([Block() for _ in range(blocks)])
+            self.ln, self.head = nn.LayerNorm(channels), nn.Linear(channels, vocab)
+
+        def forward(self, idx: Any) -> Any:
+            x = self.tokens(idx) + self.positions(ta.arange(idx.shape[1], device=idx.device))
+            for block in self.blocks:
+                x = block(x)
+            return self.head(self.ln(x))
+
+    ta.manual_seed(seed)
+    model = GPT().to(device)
+    opt = ta.optim.AdamW(model.parameters(), lr=3e-4)
+    scaler = ta.amp.GradScaler(enabled=amp and dtype == ta.float16)
+    rng = np.random.default_rng(seed)
+    idx = ta.tensor(rng.integers(0, vocab, (batch, seq)), device=device)
+    targets = ta.tensor(rng.integers(0, vocab, (batch, seq)), device=device)
+
+    def forward(idx: Any, targets: Any) -> Any:
+        """The loss: the model and cross-entropy under autocast (the step's forward phase)."""
+        with ta.amp.autocast(device_type=device, dtype=dtype, enabled=amp):
+            logits = model(idx)
+            return functional.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1))
+
+    def step(idx: Any, targets: Any) -> Any:
+        opt.zero_grad()
+        loss = forward(idx, targets)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        return loss
+
+    return SimpleNamespace(model=model, opt=opt, scaler=scaler, idx=idx, targets=targets, forward=forward,
+                           step=step)
