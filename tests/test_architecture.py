@@ -284,3 +284,26 @@ def test_test_support_lives_outside_the_framework() -> None:
              if any(isinstance(n, ast.Constant) and n.value == "cupy_standin"
                     for n in ast.walk(ast.parse(p.read_text())))]
     assert names == ["tinyamp/backend.py"], names
+
+
+def test_ops_and_optimizers_reach_kernels_only_through_the_dispatch_at_the_top() -> None:
+    """Every device and dtype choice is made in ``kernels/<kernel>.py``: no op or optimizer module imports
+    ``kernels/cpu/`` or ``kernels/cuda/`` (it calls one dispatching function at the top of ``kernels/``)."""
+    edges, _ = import_graph(PACKAGE)
+    users = [m for m in edges if m.startswith(("tinyamp.ops.", "tinyamp.optim."))]
+    assert "tinyamp.ops.linalg" in users and "tinyamp.optim.sgd" in users
+    assert "tinyamp.kernels.gemm" in edges["tinyamp.ops.linalg"]
+    below = ("tinyamp.kernels.cpu", "tinyamp.kernels.cuda")
+    bad = [f"{m} imports {t}" for m in sorted(users) for t in sorted(edges[m])
+           if t in below or t.startswith(tuple(b + "." for b in below))]
+    assert not bad, "op or optimizer modules that choose a device themselves:\n  " + "\n  ".join(bad)
+
+
+def test_the_optimizers_do_not_import_the_study_instruments() -> None:
+    """``optim/`` sits below the study instruments: swamping attaches itself through the step hooks."""
+    edges, _ = import_graph(PACKAGE)
+    optim = [m for m in edges if m == "tinyamp.optim" or m.startswith("tinyamp.optim.")]
+    assert "tinyamp.optim.optimizer" in optim
+    bad = [f"{m} imports {t}" for m in sorted(optim) for t in sorted(edges[m])
+           if t.startswith(("tinyamp.amp.study", "tinyamp.study"))]
+    assert not bad, "optimizers import the study instruments:\n  " + "\n  ".join(bad)
