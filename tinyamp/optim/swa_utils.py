@@ -19,9 +19,8 @@ import itertools
 import math
 from typing import Any, Callable, Iterable
 
-import tinyamp
-
 from .. import dtypes as dt
+from .. import factories
 from ..autograd.grad_mode import no_grad
 from ..foreach import _foreach_add_, _foreach_lerp_, _foreach_sub
 from ..nn.module import Module
@@ -91,8 +90,8 @@ class AveragedModel(Module):
         self.module = copy.deepcopy(model)
         if device is not None:
             self.module = self.module.to(device)
-        self.register_buffer("n_averaged", tinyamp.tensor(0, dtype=dt.int64,
-                                                          device=device if device is not None else "cpu"))
+        self.register_buffer("n_averaged", factories.tensor(0, dtype=dt.int64,
+                                                            device=device if device is not None else "cpu"))
         self.avg_fn = avg_fn
         self.multi_avg_fn = multi_avg_fn
         self.use_buffers = use_buffers
