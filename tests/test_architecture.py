@@ -259,7 +259,7 @@ def test_the_checks_see_what_they_check() -> None:
     assert "tinyamp.precision" in edges["tinyamp.autograd.function"]
     assert "tinyamp.ops.broadcast" in edges["tinyamp.ops"]               # from . import broadcast
     assert "tinyamp.dtypes" in edges["tinyamp.precision"]                 # from . import dtypes as dt
-    assert "tinyamp.kernels.convert" in edges["tinyamp.kernels.cpu.elementwise_cpu"]
+    assert "tinyamp.kernels.cpu.cpu_numba" in edges["tinyamp.kernels.gemm"]          # from .cpu import cpu_numba
     assert any(name == "cupy" for _, name in inner["tinyamp.backend"])
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]
 

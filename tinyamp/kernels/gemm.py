@@ -203,16 +203,16 @@ def gemm_bias(a: Array, b: Array, bias: Array, *, trans_b: bool = False) -> Arra
         return cublas_gemm.gemm_bias_gpu(a, b, bias, out, trans_b, m, k, n)
     acc = _gemm_cpu(a, b, dt.float32, False, trans_b)
     bias32 = convert(bias, dt.float32)
-    if cpu_path.numba_default():
+    if cpu_path.LOADED and cpu_path.BACKEND == "numba":
         y = np.empty(acc.shape, out)
-        cpu_numba.KERNELS[_BIAS_ROUND[out]](acc, bias32, y.view(np.uint16), False, True)
+        cpu_numba.KERNELS[_BIAS_ROUND[out]](acc, bias32, y.view(np.uint16))
         return y
     with np.errstate(over="ignore", invalid="ignore"):  # inf - inf in the sum: as the numba pass, silently
         acc += bias32
     return convert(acc, out)
 
 
-_BIAS_ROUND = {dt.float16: "bias_act_f16", dt.bfloat16: "bias_act_bf16"}  # the numba epilogue by output dtype
+_BIAS_ROUND = {dt.float16: "bias_round_f16", dt.bfloat16: "bias_round_bf16"}  # the numba epilogue by output dtype
 
 
 def _gemm_cpu(a: np.ndarray, b: np.ndarray, out: np.dtype, trans_a: bool, trans_b: bool) -> np.ndarray:
