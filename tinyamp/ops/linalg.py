@@ -22,7 +22,7 @@ from ..kernels.gemm import gemm, gemm_bias
 from ..precision import LOWER
 from ..tensor import Tensor
 from .broadcast import sum_to
-from .reduce import sum as _sum
+from .reduce import Sum
 from .vector_norms import linalg_norm as norm, vector_norm  # noqa: F401 - ta.linalg.norm / ta.linalg.vector_norm
 
 
@@ -169,7 +169,7 @@ class Linear(Function):
         if len(self.needs_input_grad) == 2:
             return dx, dw
         # Sum accumulates float16/bfloat16 in float32 and rounds once.
-        db = _sum(g_rows, 0) if self.needs_input_grad[2] else None
+        db = Sum(0)(g_rows) if self.needs_input_grad[2] else None
         return dx, dw, db
 
 
