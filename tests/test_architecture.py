@@ -33,6 +33,8 @@ ALLOWED_IN_FUNCTIONS = {
     "tinyamp.backend": {"cupy": "the one place CuPy is imported, on first use of a GPU"},
     "tinyamp.kernels.cpu.cpu_numba": {"numba": "optional jit extra; about a second to import",
                                   "llvmlite": "numba's IR builder, with numba"},
+    "tinyamp.kernels.cpu.fp8_cpu": {"numba": "the fp8 kernels, with the other numba kernels",
+                                    "llvmlite": "numba's IR builder, with numba"},
     "tinyamp.amp.study.grad_stats": {"matplotlib": "optional plot extra, only for plotting"},
     "tinyamp.distributed.mpi_backend": {"mpi4py": "optional dist extra; importing it initialises MPI"},
     "tinyamp.distributed.launch_worker": {"mpi4py": "optional dist extra; initialises MPI for the rank"},

@@ -227,7 +227,7 @@ def test_numpy_scalars_defer_to_tensor() -> None:
 
 # ------------------------------------------------------------ values a tensor cannot hold
 SUPPORTED_NAMES = ("float64, float32, float16, bfloat16, int64, int32, int16, int8, uint64, uint32, uint16, "
-                   "uint8, and bool")
+                   "uint8, bool, float8_e4m3fn, float8_e5m2, and float8_e8m0fnu")
 
 
 @pytest.mark.parametrize("data, error, message", [

@@ -10,7 +10,7 @@ from . import backend, dtypes, random
 from .backend import Device, device, get_default_device, set_default_device
 from .cuda_api import accelerator, cuda
 from .dtypes import (bfloat16, bool_ as bool, double, float16, float32, float64, half, int8,  # noqa: A004
-                     int16, int32, int64, long, uint8)
+                     float8_e4m3fn, float8_e5m2, float8_e8m0fnu, int16, int32, int64, long, uint8)
 from .dtypes import float as float  # noqa: A001,PLC0414 - torch.float
 from .dtypes import finfo, get_default_dtype, iinfo
 from .tensor import Tensor

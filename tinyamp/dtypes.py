@@ -1,8 +1,16 @@
 """tinyamp's dtypes and the small rules about them.
 
-A tinyamp dtype *is* a ``numpy.dtype`` (bfloat16 comes from ``ml_dtypes``), so
-arrays, tensors and the precision rules all speak the same language and
-``tensor.dtype == ta.float16`` just works. CuPy accepts the same objects.
+A tinyamp dtype *is* a ``numpy.dtype`` (bfloat16 and the fp8 formats come from
+``ml_dtypes``), so arrays, tensors and the precision rules all speak the same
+language and ``tensor.dtype == ta.float16`` just works. CuPy accepts the same
+objects except the fp8 ones (CuPy 14 has no fp8 dtype): on a GPU fp8 values are
+uint8 codes (``kernels/fp8.py``).
+
+The fp8 formats (PyTorch's names): ``float8_e4m3fn`` (E4M3, max 448, no inf,
+one NaN code per sign), ``float8_e5m2`` (E5M2, max 57344, IEEE-like inf/NaN)
+and ``float8_e8m0fnu`` (an unsigned power of two 2^-127..2^127, the MX block
+scale). They are storage formats: no op computes in them, so they are not in
+``FLOATING``; tensors may hold them on the CPU.
 """
 
 from __future__ import annotations
@@ -23,6 +31,9 @@ int16 = np.dtype(np.int16)
 int32 = np.dtype(np.int32)
 int64 = np.dtype(np.int64)
 bool_ = np.dtype(np.bool_)
+float8_e4m3fn = np.dtype(ml_dtypes.float8_e4m3fn)
+float8_e5m2 = np.dtype(ml_dtypes.float8_e5m2)
+float8_e8m0fnu = np.dtype(ml_dtypes.float8_e8m0fnu)
 
 # PyTorch-style aliases.
 half = float16
@@ -32,18 +43,20 @@ long = int64
 
 FLOATING = (float16, bfloat16, float32, float64)
 LOW_PRECISION = (float16, bfloat16)
+FP8 = (float8_e4m3fn, float8_e5m2, float8_e8m0fnu)
 
 # Every dtype a tensor may hold: PyTorch's real dtypes that NumPy and CuPy share,
 # plus bfloat16. Complex, extended precision (np.longdouble), strings, objects,
 # dates and records are refused where a tensor or a dtype is made.
 SUPPORTED = (float64, float32, float16, bfloat16, int64, int32, int16, int8,
-             np.dtype(np.uint64), np.dtype(np.uint32), np.dtype(np.uint16), uint8, bool_)
+             np.dtype(np.uint64), np.dtype(np.uint32), np.dtype(np.uint16), uint8, bool_, *FP8)
 
 _BY_NAME = {
     "float16": float16, "half": float16, "bfloat16": bfloat16,
     "float32": float32, "float": float32, "float64": float64, "double": float64,
     "int8": int8, "uint8": uint8, "int16": int16, "int32": int32,
     "int64": int64, "long": int64, "bool": bool_,
+    "float8_e4m3fn": float8_e4m3fn, "float8_e5m2": float8_e5m2, "float8_e8m0fnu": float8_e8m0fnu,
 }
 
 
@@ -79,6 +92,11 @@ def _supported(dtype: np.dtype) -> np.dtype:
 def is_floating(dtype: np.dtype) -> bool:
     """True for float16, bfloat16, float32 and float64."""
     return dtype in FLOATING
+
+
+def is_fp8(dtype: np.dtype) -> bool:
+    """True for the fp8 storage formats (float8_e4m3fn, float8_e5m2, float8_e8m0fnu)."""
+    return dtype in FP8
 
 
 def is_low_precision(dtype: np.dtype) -> bool:
@@ -137,7 +155,7 @@ def finfo(dtype: Any = None) -> Any:
     default is float32, tinyamp's (fixed) default dtype.
     """
     resolved = float32 if dtype is None else as_dtype(dtype)
-    if resolved not in FLOATING:
+    if resolved not in FLOATING and resolved not in FP8:
         raise TypeError(f"finfo: {dtype_name(resolved)} is not a floating point dtype; use iinfo")
     return ml_dtypes.finfo(resolved)
 

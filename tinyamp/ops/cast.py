@@ -14,6 +14,7 @@ import numpy as np
 from .. import backend
 from .. import dtypes as dt
 from ..autograd.function import Function
+from ..kernels import fp8
 from ..kernels.convert import convert
 from ..precision import NEUTRAL
 from ..tensor import Tensor
@@ -29,6 +30,8 @@ class Cast(Function):
 
     def forward(self, xp: Any, x: Any) -> Any:
         self.source = x.dtype
+        if self.dtype in dt.FP8 or x.dtype in dt.FP8:
+            return fp8.cast(x, self.dtype)  # into fp8: round to nearest even, saturating (TE's rule)
         return convert(x, self.dtype)  # astype, bit for bit, faster on the CPU
 
     def backward(self, gy: Tensor) -> Tensor:
