@@ -51,7 +51,7 @@ def unscale_group(xp: Any, grads: list, outs: list, scale: Any, found_inf: Any) 
         if len(in_place) == len(grads):
             return
         grads, outs = zip(*[(grad, out) for grad, out in zip(grads, outs) if out is not grad])
-        if cpu_path.resolve(None) == "numba":
+        if (cpu_path.LOADED and cpu_path.BACKEND == "numba") or cpu_path.resolve(None) == "numba":
             # float32 pairs: multiply and check in one numba pass each (the NumPy ufuncs take four).
             inv, rest, kernel = np.float32(1.0 / float(scale)), [], cpu_numba.KERNELS["unscale_f32"]
             for grad, out in zip(grads, outs):
@@ -76,7 +76,7 @@ def unscale_in_place_on_host(grads: list, scale: Any, found_inf: Any) -> None:
     through the NumPy ufuncs.
     """
     rest = grads
-    if cpu_path.resolve(None) == "numba":
+    if (cpu_path.LOADED and cpu_path.BACKEND == "numba") or cpu_path.resolve(None) == "numba":
         inv, rest, kernel = np.float32(1.0 / float(scale)), [], cpu_numba.KERNELS["unscale_f32_inplace"]
         for grad in grads:
             if grad.dtype != dt.float32 or not grad.flags.c_contiguous:
