@@ -14,7 +14,7 @@ own rule (``rule``: ``optim.sgd._sgd_param``, ``optim.adam._adam_param``, on
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, Iterator, NamedTuple
 
 from .. import dtypes as dt
 from ..backend import array_module
@@ -84,6 +84,18 @@ def _pick(values: "list | None", indices: list) -> "list | None":
     return None if values is None else [values[i] for i in indices]
 
 
+def _launches(group: Group, fused: dict) -> Iterator[tuple]:
+    """Per GPU: (indices, weights, their 16-bit copies' targets, found_inf or None) of one fused launch.
+
+    A skipped step on a device whose flag the host read (keep False) launches nothing.
+    """
+    for indices in fused.values():
+        lows = [group.low_copy(i) for i in indices]
+        keep = group.keeps[indices[0]]
+        if keep is not False:
+            yield indices, _pick(group.weights, indices), lows, None if keep is True else keep
+
+
 def sgd(group: Group, bufs: "list | None", steps: "list | None", *, rule: Callable, lr: float, momentum: float,
         dampening: float, weight_decay: float, nesterov: bool, maximize: bool) -> None:
     """SGD on one group, in place; ``bufs``/``steps`` (momentum buffers, step counters) None without momentum."""
@@ -96,14 +108,9 @@ def sgd(group: Group, bufs: "list | None", steps: "list | None", *, rule: Callab
         if keep is True and cpu_optim.sgd_update(w, g, buf, step, **hyper):
             continue  # one numba pass on the CPU, the same bits
         rule(array_module(w), w, g, buf, step, keep_mask(keep), **hyper)
-    for indices in fused.values():  # one launch for the update, one for the step counters
-        lows = [group.low_copy(i) for i in indices]
-        keep = group.keeps[indices[0]]
-        if keep is False:  # a skipped step on a device whose flag the host read: nothing to write
-            continue
-        weights = _pick(group.weights, indices)
+    for indices, weights, lows, found_inf in _launches(group, fused):  # the update, then the step counters
         cuda_optim.sgd_group(weights, _pick(group.grads, indices), _pick(bufs, indices), _pick(steps, indices),
-                             lows, None if keep is True else keep, group.hyper(weights[0]), nesterov=bool(nesterov),
+                             lows, found_inf, group.hyper(weights[0]), nesterov=bool(nesterov),
                              maximize=bool(maximize))
 
 
@@ -118,12 +125,7 @@ def adam(group: Group, ms: list, vs: list, v_maxs: "list | None", steps: list, *
         if keep is True and cpu_optim.adam_update(w, g, ms[i], vs[i], v_max, steps[i], **hyper):
             continue  # one numba pass on the CPU, the same bits
         rule(array_module(w), w, g, ms[i], vs[i], v_max, steps[i], keep_mask(keep), **hyper)
-    for indices in fused.values():  # one launch for the step counters and bias corrections, one for the update
-        lows = [group.low_copy(i) for i in indices]
-        keep = group.keeps[indices[0]]
-        if keep is False:  # a skipped step on a device whose flag the host read: nothing to write
-            continue
-        weights = _pick(group.weights, indices)
+    for indices, weights, lows, found_inf in _launches(group, fused):  # step counters and corrections, the update
         cuda_optim.adam_group(weights, _pick(group.grads, indices), _pick(ms, indices), _pick(vs, indices),
-                              _pick(v_maxs, indices), _pick(steps, indices), lows, None if keep is True else keep,
+                              _pick(v_maxs, indices), _pick(steps, indices), lows, found_inf,
                               group.hyper(weights[0]), decoupled=decoupled)
