@@ -30,6 +30,7 @@ import math
 import os
 import statistics
 import sys
+import textwrap
 import time
 from typing import Any, Callable, Iterator, NoReturn, TextIO
 
@@ -47,7 +48,30 @@ class _Parser(argparse.ArgumentParser):
     """argparse that reports a bad flag in one line (no usage block) and exits with status 2."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+        if speaks():
+            sys.stderr.write(f"{self.prog}: error: {message} (see --help)\n")
+        stop(2)
+
+
+def speaks() -> bool:
+    """Whether this process reports: always, except the ranks other than 0 of a distributed job (``RANK``)."""
+    return os.environ.get("RANK", "0") == "0"
+
+
+def stop(status: int) -> NoReturn:
+    """Exit with ``status``. A rank of a distributed job leaves MPI first, then exits without Python's exit hooks.
+
+    Used for errors every rank finds alike (the same flags, the same files), so
+    every rank gets here: leaving MPI together avoids the launcher's abort, whose
+    MPICH notes (one per rank) would bury the one line that says what is wrong.
+    """
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        mpi.Finalize()
+        os._exit(status)
+    raise SystemExit(status)
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -121,9 +145,10 @@ def build_parser(prog: str, description: str, *, epochs: int, lr: float,
     p.add_argument("--out", metavar="DIR", default=None,
                    help="write plots there: loss curve, loss scale, gradient exponent histogram")
     p.add_argument("--trace", action="store_true", help="print the precision report of the first step")
-    p.add_argument("--json", metavar="PATH", default=None, help="also write the JSON summary to this file")
+    p.add_argument("--json", metavar="PATH", default=None, help="write the JSON summary to this file (progress as plain lines)")
     p.add_argument("--log-every", type=positive_int, default=None, metavar="N",
-                   help="print a line every N steps when not on a terminal (default: about 20 lines)")
+                   help="a progress line every N steps (default: about 20 a run, and at least every "
+                        f"{PROGRESS_INTERVAL_S:g} s); on a terminal a bar instead, unless --json")
     p.set_defaults(default_lr=lr)
     return p
 
@@ -190,9 +215,10 @@ def _file_problem(path: str) -> "str | None":
 
 
 def fail(args: argparse.Namespace, message: str) -> NoReturn:
-    """Stop with one line, as a bad flag does."""
-    print(f"{args.prog}: error: {message}", file=sys.stderr)
-    raise SystemExit(2)
+    """Stop with one line, as a bad flag does (in a distributed job every rank stops, rank 0 says why)."""
+    if speaks():
+        print(f"{args.prog}: error: {message}", file=sys.stderr, flush=True)
+    stop(2)
 
 
 # ------------------------------------------------------------------ data
@@ -254,27 +280,67 @@ def evaluate(model: Any, forward: Callable[[ta.Tensor, ta.Tensor], tuple], x: np
 
 
 # ------------------------------------------------------------------ watching the loop
+STANDIN_NOTE = "CUDA stand-in on the CPU: slow; for checking code paths, not speed"
+PROGRESS_INTERVAL_S = 5.0  # a progress line at least this often (the CI machine's slowest steps are ~4 s)
+
+
+def device_note(device: Any) -> "str | None":
+    """What a reader must know about ``device`` before a long run: the CUDA stand-in is NumPy, not a GPU."""
+    if device.type == "cuda" and ta.backend.standin_active():
+        return STANDIN_NOTE
+    return None
+
+
 class Progress:
-    """A one-line bar on a terminal; plain lines every ``every`` steps otherwise."""
+    """Training progress: loss, loss scale, skipped steps and elapsed time.
 
-    def __init__(self, total: int, stream: TextIO, every: "int | None") -> None:
-        self.total, self.stream = total, stream
-        self.tty = bool(getattr(stream, "isatty", lambda: False)())
+    Plain lines (the ecosystem's other convention besides a bar, and what a log
+    file wants): at step 1, every ``every`` steps (default about 20 lines a
+    run), at each epoch's end, at the last step, and whenever
+    ``PROGRESS_INTERVAL_S`` seconds passed since the last line, so a slow run
+    (the CUDA stand-in, a big model) is never silent for long. On a terminal,
+    and not under ``--json``, one line redrawn in place instead.
+    """
+
+    def __init__(self, total: int, stream: TextIO, every: "int | None" = None, *, per_epoch: "int | None" = None,
+                 bar: bool = True, label: str = "", interval: float = PROGRESS_INTERVAL_S) -> None:
+        self.total, self.stream, self.per_epoch, self.label, self.interval = total, stream, per_epoch, label, interval
+        self.tty = bar and bool(getattr(stream, "isatty", lambda: False)())
         self.every = every or max(1, total // 20)
+        self.started = self.last_line = time.perf_counter()
 
-    def update(self, step: int, epoch: str, loss: float, ms: float, scale: "float | None", skipped: int) -> None:
-        tail = f"loss {loss:.4f}  {ms:7.1f} ms/step" + (f"  scale {scale:g}  skipped {skipped}" if scale else "")
+    def line(self, step: int, loss: float, scale: "float | None", skipped: int, epoch: "str | None" = None,
+             ms: "float | None" = None) -> str:
+        """``step 40/160  epoch 2/5  loss 0.3121  scale 65536  skipped 0  12.3 s  95.1 ms/step``."""
+        parts = [f"{self.label}  " if self.label else "", f"step {step:>5}/{self.total}"]
+        if epoch is not None:
+            parts.append(f"  epoch {epoch}")
+        parts.append(f"  loss {loss:.4f}")
+        if scale is not None:
+            parts.append(f"  scale {scale:g}  skipped {skipped}")
+        parts.append(f"  {time.perf_counter() - self.started:6.1f} s")
+        if ms is not None:
+            parts.append(f"  {ms:7.1f} ms/step")
+        return "".join(parts)
+
+    def update(self, step: int, loss: float, scale: "float | None", skipped: int, epoch: "str | None" = None,
+               ms: "float | None" = None) -> None:
+        text = self.line(step, loss, scale, skipped, epoch, ms)
+        now = time.perf_counter()
         if self.tty:
             filled = int(30 * step / self.total)
-            bar = "#" * filled + "." * (30 - filled)
-            self.stream.write(f"\r[{bar}] {step}/{self.total}  epoch {epoch}  {tail}  ")
+            self.stream.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] {text}  ")
             self.stream.flush()
-        elif step == 1 or step % self.every == 0 or step == self.total:
-            print(f"step {step:>5}/{self.total}  epoch {epoch}  {tail}", file=self.stream, flush=True)
+            return
+        epoch_end = self.per_epoch is not None and step % self.per_epoch == 0
+        if step == 1 or step % self.every == 0 or step == self.total or epoch_end or now - self.last_line >= self.interval:
+            print(text, file=self.stream, flush=True)
+            self.last_line = now
 
     def close(self) -> None:
         if self.tty:
             self.stream.write("\n")
+            self.stream.flush()
 
 
 def sample_batch(loader: Any) -> tuple:
@@ -323,9 +389,12 @@ class RunLog:
         self.trace_text: "str | None" = None
         source = args.data or os.environ.get(ta.data.mnist.ENV_VAR) or "the bundled MNIST subset"
         self.say(f"tinyamp {title} | device {device} | {prec.describe()}")
+        if device_note(device):
+            self.say(device_note(device))
         self.say(f"data: {len(data[0])} train / {self.n_test} test images from {source}; batch {args.batch_size}, "
                  f"{args.optimizer} lr {args.lr:g}, {plan(self.total, args.epochs, self.steps_per_epoch)}")
-        self.progress = Progress(self.total, self.stream, args.log_every)
+        self.progress = Progress(self.total, self.stream, args.log_every, per_epoch=self.steps_per_epoch,
+                                 bar=args.json is None)
 
     def say(self, *parts: Any) -> None:
         print(*parts, file=self.stream, flush=True)
@@ -336,7 +405,7 @@ class RunLog:
 
     def batches(self, loader: Any) -> Iterator[tuple]:
         """``(x, y)`` batches epoch after epoch, ``--steps`` of them at most; times each step."""
-        self.started = time.perf_counter()
+        self.started = self.progress.started = self.progress.last_line = time.perf_counter()
         try:
             for self.epoch in range(self.args.epochs):
                 for xb, yb in loader:
@@ -393,8 +462,8 @@ class RunLog:
             if self.trace_text is not None:
                 self.say(self.trace_text)
             self.say("memory after the first step:\n" + memory.format_split(self.split))
-        self.progress.update(self.step, f"{self.epoch + 1}/{self.args.epochs}", loss_value, self.times[-1] * 1e3,
-                             scale, len(self.skipped_at))
+        self.progress.update(self.step, loss_value, scale, len(self.skipped_at),
+                             epoch=f"{self.epoch + 1}/{self.args.epochs}", ms=self.times[-1] * 1e3)
 
     def finish(self, accuracy: float, scaler: Any) -> dict:
         """Print the run's summary, write ``--out`` plots and the ``--json`` file; return the summary."""
@@ -416,7 +485,7 @@ class RunLog:
         }
         skipped_at = self.skipped_at
         if prec.scaled:
-            self.say(f"loss scale: {summary['final_scale']:g} at the end; skipped steps: {len(skipped_at)} of "
+            self.say(f"loss scale: {scale_finding(self.scales)}; skipped steps: {len(skipped_at)} of "
                      f"{self.step}" + (f" (at {', '.join(map(str, skipped_at[:10]))}"
                                        f"{' ...' if len(skipped_at) > 10 else ''})" if skipped_at else ""))
         if hist is not None:
@@ -432,11 +501,12 @@ class RunLog:
         self.say(f"time per step: median {summary['time_per_step_ms']:.1f} ms (first step "
                  f"{summary['first_step_ms']:.1f} ms); training took {train_time:.1f} s")
         if args.out:
-            summary["plots"] = write_plots(args.out, losses, self.scales, skipped_at, hist, self.title, self.say)
+            summary["plots"] = write_plots(args.out, losses, self.scales if prec.scaled else None, skipped_at, hist,
+                                           self.title, self.say)
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(summary, f, indent=2)
-        self.say(json.dumps(summary))
+            self.say(f"summary: {args.json}")
         return summary
 
 
@@ -449,9 +519,26 @@ def plan(total: int, epochs: int, per_epoch: int) -> str:
 
 
 # ------------------------------------------------------------------ plots
-def write_plots(out: str, losses: list, scales: list, skipped_at: list, hist: "dict | None", title: str,
+def scale_finding(scales: list, growth_interval: int = 2000) -> str:
+    """What the loss-scale curve shows, in words: why it is flat, or how often it moved."""
+    if not scales:
+        return "no steps"
+    halved = sum(1 for a, b in zip(scales, scales[1:]) if b < a) + (scales[0] < LOSS_SCALE_INIT)
+    grown = sum(1 for a, b in zip(scales, scales[1:]) if b > a) + (scales[0] > LOSS_SCALE_INIT)
+    if not halved and not grown:
+        return (f"flat at {scales[-1]:g}: no gradient overflowed float16 in {len(scales)} steps, and the scale "
+                f"doubles only after {growth_interval} good steps in a row")
+    moves = [f"halved {halved} time(s) at skipped steps (inf/NaN gradients)" if halved else "no step skipped",
+             f"doubled {grown} time(s), each after {growth_interval} good steps in a row" if grown else "never grown"]
+    return f"{scales[-1]:g} at the end: " + "; ".join(moves)
+
+
+def write_plots(out: str, losses: list, scales: "list | None", skipped_at: list, hist: "dict | None", title: str,
                 say: Callable[..., None]) -> list[str]:
-    """loss.png, loss_scale.png and grad_exponents.png in ``out``; a message instead without matplotlib."""
+    """loss.png, loss_scale.png (``scales`` None: no loss scaling, none drawn) and grad_exponents.png in ``out``.
+
+    Each title states its finding (a flat scale says why it is flat); a message instead without matplotlib.
+    """
     try:
         plt = grad_stats.require_matplotlib()
     except ImportError as exc:
@@ -463,22 +550,28 @@ def write_plots(out: str, losses: list, scales: list, skipped_at: list, hist: "d
 
     fig, ax = plt.subplots(figsize=(7, 4))
     ax.plot(steps, losses, linewidth=1)
-    ax.set(xlabel="step", ylabel="training loss", title=f"{title}: loss", yscale="log")
+    finding = f"{losses[0]:.3g} -> {losses[-1]:.3g} in {len(losses)} steps" if losses else "no steps"
+    ax.set(xlabel="step", ylabel="training loss", title=f"{title}: loss {finding}", yscale="log")
     paths.append(os.path.join(out, "loss.png"))
     fig.tight_layout()
     fig.savefig(paths[-1], dpi=100)
     plt.close(fig)
 
-    fig, ax = plt.subplots(figsize=(7, 4))
-    ax.step(steps, scales, where="post", label="loss scale")
-    if skipped_at:
-        ax.plot(skipped_at, [scales[s - 1] for s in skipped_at], "rx", label="skipped step (inf/nan)")
-    ax.set(xlabel="step", ylabel="loss scale", title=f"{title}: loss scale", yscale="log")
-    ax.legend()
-    paths.append(os.path.join(out, "loss_scale.png"))
-    fig.tight_layout()
-    fig.savefig(paths[-1], dpi=100)
-    plt.close(fig)
+    if scales is not None:
+        fig, ax = plt.subplots(figsize=(7, 4))
+        ax.step(steps, scales, where="post", label="loss scale")
+        if skipped_at:
+            ax.plot(skipped_at, [scales[s - 1] for s in skipped_at], "rx", label="skipped step (inf/nan)")
+        ax.set(xlabel="step (grad_exponents.png: how far the gradients are from float16's limits)",
+               ylabel="loss scale", yscale="log")
+        ax.set_title(f"{title}: loss scale\n" + textwrap.fill(scale_finding(scales), 90), fontsize=9)
+        ax.legend()
+        paths.append(os.path.join(out, "loss_scale.png"))
+        fig.tight_layout()
+        fig.savefig(paths[-1], dpi=100)
+        plt.close(fig)
+    else:
+        say("no loss_scale.png: this run uses no loss scaling (--no-amp, or bfloat16)")
 
     if hist is not None:
         paths.append(os.path.join(out, "grad_exponents.png"))

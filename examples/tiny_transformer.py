@@ -3,11 +3,13 @@
 The model (token and position embeddings, two pre-norm blocks of causal
 self-attention and a GELU MLP, a final layer norm and a linear head) learns a
 synthetic copy task generated from a seed (``ta.data.copy_task``: ``a SEP a``;
-the copy is predictable, the prefix is not). Attention and layer norm are
-written out in tinyamp ops (``q @ k^T``, ``masked_fill``, ``softmax``; mean,
-``(x - mean) ** 2``, ``rsqrt``) so each step runs under its own autocast tag;
-``--sdpa`` uses ``F.scaled_dot_product_attention`` and ``nn.LayerNorm``
-instead. With ``--amp`` (the default) the example:
+the copy is predictable, the prefix is not). It is built as PyTorch users build
+one: ``nn.LayerNorm``, ``nn.GELU`` and ``F.scaled_dot_product_attention``.
+``--written-out`` trains it with attention and layer norm written out in
+tinyamp ops instead (``q @ k^T``, ``masked_fill``, ``softmax``; mean,
+``(x - mean) ** 2``, ``rsqrt``), so each step runs under its own autocast tag:
+the variants the overflow study below uses to show where float16 overflows.
+With ``--amp`` (the default) the example:
 
 1. trains the same model from the same seed in float32 and with AMP (autocast
    to float16, ``GradScaler``) and checks that the final losses agree within
@@ -15,13 +17,14 @@ instead. With ``--amp`` (the default) the example:
 2. prints the loss-scale trajectory (scale, skipped steps) and, at the last
    step, the update swamping of every parameter (``track_swamping``);
 3. finds where float16 overflows, with ``ta.amp.shadow_run`` on the trained
-   model: a residual stream made large (as trained transformers' outlier
-   features are) is safe under the default tags and overflows in the layer-norm
-   variance once the FP32-tagged ops are overridden to LOWER; attention logits
-   made large overflow float16 in the ``q @ k^T`` product itself, which the
-   fused attention op keeps in float32.
+   model with its layer norm and attention written out (the same weights): a
+   residual stream made large (as trained transformers' outlier features are)
+   is safe under the default tags and overflows in the layer-norm variance once
+   the FP32-tagged ops are overridden to LOWER; attention logits made large
+   overflow float16 in the ``q @ k^T`` product itself. The fused ops the model
+   trains with keep both in float32 inside: the same stress, nothing overflows.
 
-    python examples/tiny_transformer.py                  # AMP and float32: seconds on a CPU
+    python examples/tiny_transformer.py                  # AMP and float32: about 20 s of CPU time
     python examples/tiny_transformer.py --out plots/ --trace
     python examples/tiny_transformer.py --no-amp --steps 500
 
@@ -37,6 +40,7 @@ import json
 import math
 import os
 import sys
+import textwrap
 from typing import Any, Callable
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # _common, also when imported by tests
@@ -62,6 +66,7 @@ WINDOW = 25  # the final loss is the mean over the last WINDOW steps (one batch 
 # an AMP step that loses information (float16 weights without masters swamp most
 # late updates: see the swamping table, and the loss stalls well above float32's).
 LOSS_RTOL = 0.01
+GROWTH_INTERVAL = 100     # GradScaler's growth interval here: PyTorch's 2000 would never grow in a short run
 RESIDUAL_STRESS = 300.0   # embeddings scaled: |x - mean| ~ 300, and 300^2 > 65504
 LOGIT_STRESS = 20000.0    # q . k times 20000: past 65504 in the trained model and in a fresh one
 
@@ -85,9 +90,9 @@ class LayerNorm(nn.Module):
 class CausalSelfAttention(nn.Module):
     """Multi-head attention where position i sees positions 0..i."""
 
-    def __init__(self, dim: int, heads: int, sdpa: bool) -> None:
+    def __init__(self, dim: int, heads: int, fused: bool = True) -> None:
         super().__init__()
-        self.heads, self.sdpa = heads, sdpa
+        self.heads, self.fused = heads, fused
         self.qkv = nn.Linear(dim, 3 * dim)
         self.proj = nn.Linear(dim, dim)
         self.logit_scale = 1.0  # a stress knob for the overflow demonstration: q . k times this (1: off)
@@ -98,7 +103,7 @@ class CausalSelfAttention(nn.Module):
                    for t in self.qkv(x).chunk(3, dim=-1))
         if self.logit_scale != 1.0:  # through q and k alike, so neither overflows on its own
             q, k = q * math.sqrt(self.logit_scale), k * math.sqrt(self.logit_scale)
-        if self.sdpa:   # one LOWER op that keeps the scores and the softmax in float32 inside
+        if self.fused:   # one LOWER op that keeps the scores and the softmax in float32 inside
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:
             scores = q @ k.transpose(-2, -1) * (1.0 / math.sqrt(dim // self.heads))  # LOWER: float16
@@ -109,10 +114,10 @@ class CausalSelfAttention(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, dim: int, heads: int, sdpa: bool) -> None:
+    def __init__(self, dim: int, heads: int, fused: bool = True) -> None:
         super().__init__()
-        norm = nn.LayerNorm if sdpa else LayerNorm
-        self.ln1, self.attn = norm(dim), CausalSelfAttention(dim, heads, sdpa)
+        norm = nn.LayerNorm if fused else LayerNorm
+        self.ln1, self.attn = norm(dim), CausalSelfAttention(dim, heads, fused)
         self.ln2 = norm(dim)
         self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
 
@@ -124,11 +129,11 @@ class Block(nn.Module):
 class TinyTransformer(nn.Module):
     """Embeddings, two pre-norm blocks, a final layer norm and a linear head over the vocabulary."""
 
-    def __init__(self, vocab: int, length: int, dim: int, heads: int, layers: int = 2, sdpa: bool = False) -> None:
+    def __init__(self, vocab: int, length: int, dim: int, heads: int, layers: int = 2, fused: bool = True) -> None:
         super().__init__()
         self.tokens, self.positions = nn.Embedding(vocab, dim), nn.Embedding(length, dim)
-        self.blocks = nn.ModuleList([Block(dim, heads, sdpa) for _ in range(layers)])
-        self.ln_f = (nn.LayerNorm if sdpa else LayerNorm)(dim)
+        self.blocks = nn.ModuleList([Block(dim, heads, fused) for _ in range(layers)])
+        self.ln_f = (nn.LayerNorm if fused else LayerNorm)(dim)
         self.head = nn.Linear(dim, vocab)
         self.residual_scale = 1.0  # a stress knob for the overflow demonstration (1: off)
 
@@ -163,10 +168,19 @@ def train(model: nn.Module, optimizer: ta.optim.Optimizer, scaler: ta.amp.GradSc
         watch(step, loss.item(), scaler)
 
 
-def build(args: argparse.Namespace) -> nn.Module:
+def build(args: argparse.Namespace, fused: "bool | None" = None) -> nn.Module:
+    """The model from ``--seed`` (``fused`` None: as ``--written-out`` says; else fused or written-out ops)."""
     ta.manual_seed(args.seed)
-    model = TinyTransformer(args.vocab, 2 * args.length, args.dim, args.heads, sdpa=args.sdpa)
+    fused = not args.written_out if fused is None else fused
+    model = TinyTransformer(args.vocab, 2 * args.length, args.dim, args.heads, fused=fused)
     return model.to(ta.device(args.device))
+
+
+def twin(model: nn.Module, args: argparse.Namespace, fused: bool) -> nn.Module:
+    """``model``'s weights in a model built with fused (or written-out) layer norm and attention."""
+    other = build(args, fused=fused)
+    other.load_state_dict(model.state_dict())
+    return other
 
 
 def run(args: argparse.Namespace, batches: list, amp: bool) -> dict:
@@ -174,14 +188,17 @@ def run(args: argparse.Namespace, batches: list, amp: bool) -> dict:
     model = build(args)
     optimizer = ta.optim.Adam(model.parameters(), lr=args.lr)
     # A short run: growth every 100 good steps (PyTorch's 2000 would never grow here).
-    scaler = ta.amp.GradScaler(init_scale=_common.LOSS_SCALE_INIT, growth_interval=100, enabled=amp)
+    scaler = ta.amp.GradScaler(init_scale=_common.LOSS_SCALE_INIT, growth_interval=GROWTH_INTERVAL, enabled=amp)
     record: dict = {"losses": [], "scales": [], "skipped": []}
+    progress = _common.Progress(len(batches), sys.stdout, max(1, len(batches) // 10), bar=args.json is None,
+                                label="AMP    " if amp else "float32")
 
     def watch(step: int, loss: float, scaler: ta.amp.GradScaler) -> None:
         record["losses"].append(loss)
         record["scales"].append(scaler.get_scale() if amp else 1.0)
         if amp and scaler.last_step.skipped:
             record["skipped"].append(step)
+        progress.update(step, loss, record["scales"][-1] if amp else None, len(record["skipped"]))
 
     tracer = ta.amp.trace() if amp and args.trace else None
     if tracer is not None:  # the first step's precision trace, with what every cast lost
@@ -190,6 +207,7 @@ def run(args: argparse.Namespace, batches: list, amp: bool) -> dict:
         train(model, optimizer, scaler, batches[1:], amp, lambda s, l, sc: watch(s + 1, l, sc))
     else:
         train(model, optimizer, scaler, batches, amp, watch)
+    progress.close()
     record.update(model=model, optimizer=optimizer, scaler=scaler, trace=tracer)
     return record
 
@@ -199,13 +217,18 @@ def final_loss(losses: list) -> float:
 
 
 # ------------------------------------------------------------------ where float16 bites
-def overflow_study(model: nn.Module, x: ta.Tensor, y: ta.Tensor, say: Callable[..., None],
-                   scaler: "ta.amp.GradScaler | None" = None) -> dict:
+def overflow_study(model: nn.Module, args: argparse.Namespace, x: ta.Tensor, y: ta.Tensor,
+                   say: Callable[..., None], scaler: "ta.amp.GradScaler | None" = None) -> dict:
     """Shadow runs of the model made to stress float16: where does it overflow, and which tag prevents it.
 
-    ``scaler``: its scale seeds the AMP runs' backward (default a fresh GradScaler's 2^16).
+    The four main runs use ``model``'s weights with layer norm and attention
+    written out (one op per step, each under its own tag); two more put the
+    same stress on the fused ops (``nn.LayerNorm``, SDPA). ``scaler``: its
+    scale seeds the AMP runs' backward (default a fresh GradScaler's 2^16).
     """
     scaler = ta.amp.GradScaler() if scaler is None else scaler
+    written, fused = twin(model, args, fused=False), twin(model, args, fused=True)
+
     def step(lower_ops: "set[str] | None" = None, fp32_ops: "set[str] | None" = None) -> Callable:
         def forward_and_loss(m: nn.Module, x: ta.Tensor, y: ta.Tensor) -> ta.Tensor:
             with ta.amp.autocast(dtype=ta.float16, lower_ops=lower_ops, fp32_ops=fp32_ops):
@@ -223,38 +246,48 @@ def overflow_study(model: nn.Module, x: ta.Tensor, y: ta.Tensor, say: Callable[.
         with np.errstate(over="ignore", invalid="ignore"):  # the overflows are the point
             return ta.amp.shadow_run(forward_and_loss, m, x, y, scaler=scaler)
 
+    def stressed(m: nn.Module, residual: float = 1.0, logits: float = 1.0) -> nn.Module:
+        m = copy.deepcopy(m)
+        m.residual_scale = residual
+        for block in m.blocks:
+            block.attn.logit_scale = logits
+        return m
+
+    def fp32_tagged(report: ta.amp.ShadowReport) -> list:
+        return sorted({r.name for r in report.ops if r.tag == "FP32"})
+
     results = {}
-    big_residual = copy.deepcopy(model)
-    big_residual.residual_scale = RESIDUAL_STRESS
+    big_residual = stressed(written, residual=RESIDUAL_STRESS)
     default = shadow(step(), big_residual)
-    fp32_tagged = sorted({r.name for r in default.ops if r.tag == "FP32"})
-    lowered = shadow(step(lower_ops=set(fp32_tagged)), big_residual)
-    say(f"\nwhere float16 overflows (ta.amp.shadow_run against a float32 twin, tolerance {default.tolerance:g}):")
+    lowered = shadow(step(lower_ops=set(fp32_tagged(default))), big_residual)
+    say(f"\nwhere float16 overflows (ta.amp.shadow_run against a float32 twin, tolerance {default.tolerance:g}), on "
+        f"the trained weights with layer norm and attention written out in tinyamp ops:")
     say(f"  residual stream x{RESIDUAL_STRESS:g} (|x - mean| ~ {RESIDUAL_STRESS:g}; float16 squares overflow "
         f"past 256):")
     say(f"    default tags: first bad op {first_bad(default)}")
-    say(f"    FP32-tagged ops ({', '.join(fp32_tagged)}) overridden to LOWER: first bad op {first_bad(lowered)}")
-    fused = model.blocks[0].attn.sdpa
-    if fused:
-        say("    (nn.LayerNorm's op computes mean and variance in float32 inside, whatever its tag: lowering it "
-            "costs only the rounding of its input and output)")
+    say(f"    FP32-tagged ops ({', '.join(fp32_tagged(default))}) overridden to LOWER: first bad op {first_bad(lowered)}")
     results["residual_default"], results["residual_lowered"] = _summary(default), _summary(lowered)
 
-    big_logits = copy.deepcopy(model)
-    for block in big_logits.blocks:
-        block.attn.logit_scale = LOGIT_STRESS
+    big_logits = stressed(written, logits=LOGIT_STRESS)
     scores = shadow(step(), big_logits)
     fixed = shadow(step(fp32_ops={"matmul"}), big_logits)
     say(f"  attention logits x{LOGIT_STRESS:g} (as sharp attention grows them; q @ k^T passes 65504 before the "
         f"1/sqrt(d) scaling):")
     say(f"    default tags: first bad op {first_bad(scores)}")
     say(f"    matmul overridden to FP32 (PyTorch users' fix): first bad op {first_bad(fixed)}")
-    if fused:
-        say("    (F.scaled_dot_product_attention is LOWER but keeps the scores and the softmax in float32 inside: "
-            "q @ k^T never exists in float16)")
-    else:
-        say("    (--sdpa: F.scaled_dot_product_attention is LOWER but computes the scores in float32 inside)")
     results["logits_default"], results["logits_matmul_fp32"] = _summary(scores), _summary(fixed)
+
+    fused_residual = stressed(fused, residual=RESIDUAL_STRESS)
+    fused_tags = fp32_tagged(shadow(step(), fused_residual))
+    fused_lowered = shadow(step(lower_ops=set(fused_tags)), fused_residual)
+    fused_scores = shadow(step(), stressed(fused, logits=LOGIT_STRESS))
+    say("  the same weights with the fused ops the model trains with (nn.LayerNorm, F.scaled_dot_product_attention):")
+    say(f"    residual stream x{RESIDUAL_STRESS:g}, FP32-tagged ops ({', '.join(fused_tags)}) overridden to LOWER: "
+        f"first bad op {first_bad(fused_lowered)} (layer_norm computes mean and variance in float32 inside, "
+        f"whatever its tag)")
+    say(f"    attention logits x{LOGIT_STRESS:g}, default tags: first bad op {first_bad(fused_scores)} "
+        f"(SDPA is LOWER but keeps the scores and the softmax in float32 inside: q @ k^T never exists in float16)")
+    results["fused_residual_lowered"], results["fused_logits_default"] = _summary(fused_lowered), _summary(fused_scores)
     say("  softmax itself does not overflow: it subtracts the row maximum first, so exp sees values <= 0; "
         "what float16 costs there is resolution (probabilities below 2^-24 flush to zero)")
     return results
@@ -278,13 +311,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--vocab", type=_common.positive_int, default=16, help="vocabulary, separator included (>= 3)")
     p.add_argument("--dim", type=_common.positive_int, default=32, help="model width")
     p.add_argument("--heads", type=_common.positive_int, default=2, help="attention heads (must divide --dim)")
-    p.add_argument("--sdpa", action="store_true",
-                   help="F.scaled_dot_product_attention and nn.LayerNorm instead of the written-out versions")
+    p.add_argument("--written-out", action="store_true",
+                   help="train with attention and layer norm written out in tinyamp ops (q @ k^T, softmax; mean, "
+                        "pow, rsqrt) instead of F.scaled_dot_product_attention and nn.LayerNorm")
     p.add_argument("--seed", type=_common.non_negative_int, default=0)
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    p.add_argument("--out", metavar="DIR", default=None, help="write amp_study.png there")
+    p.add_argument("--out", metavar="DIR", default=None, help="write amp_study.png there (with --no-amp: loss.png, float32's loss)")
     p.add_argument("--trace", action="store_true", help="print the precision trace of the first AMP step")
-    p.add_argument("--json", metavar="PATH", default=None, help="also write the JSON summary to this file")
+    p.add_argument("--json", metavar="PATH", default=None, help="write the JSON summary to this file (progress as plain lines)")
     return p
 
 
@@ -311,8 +345,11 @@ def main(argv: "list[str] | None" = None) -> dict:
                 ta.tensor(targets[i:i + args.batch_size], device=device))
                for i in range(0, len(inputs), args.batch_size)]
     say(f"tinyamp tiny transformer | copy task: {args.length} tokens of {args.vocab - 1}, a separator, the copy | "
-        f"2 layers, width {args.dim}, {args.heads} heads, {'fused' if args.sdpa else 'written-out'} attention | "
-        f"Adam lr {args.lr:g}, batch {args.batch_size}, {args.steps} steps")
+        f"2 layers, width {args.dim}, {args.heads} heads, "
+        f"{'written-out attention and layer norm' if args.written_out else 'SDPA, nn.LayerNorm, nn.GELU'} | "
+        f"Adam lr {args.lr:g}, batch {args.batch_size}, {args.steps} steps | device {device}")
+    if _common.device_note(device):
+        say(_common.device_note(device))
     fp32 = run(args, batches, amp=False)
     summary: dict = {"steps": args.steps, "float32_loss": final_loss(fp32["losses"]),
                      "first_loss": fp32["losses"][0], "config": vars(args)}
@@ -332,18 +369,42 @@ def main(argv: "list[str] | None" = None) -> dict:
             f"{'AMP matches float32' if within else 'AMP does NOT match float32'} (float16 rounds each matmul by "
             f"2^-11; Adam's normalised updates keep the two runs' weights close)")
         say(f"loss scale: {amp['scales'][0]:g} after step 1 -> {amp['scales'][-1]:g}; skipped steps: "
-            f"{len(amp['skipped'])}" + (f" (at {', '.join(map(str, amp['skipped'][:10]))})" if amp["skipped"] else ""))
+            f"{len(amp['skipped'])}" + (f" (at {', '.join(map(str, amp['skipped'][:10]))})" if amp["skipped"] else "")
+            + f" ({_common.scale_finding(amp['scales'], GROWTH_INTERVAL)})")
         report = amp["optimizer"].swamping()
         say(report)
         summary["swamping"] = report.to_dict()
         x, y = batches[-1]
-        summary["overflow"] = overflow_study(amp["model"], x, y, say, amp["scaler"])
+        summary["overflow"] = overflow_study(amp["model"], args, x, y, say, amp["scaler"])
         if args.out:
             summary["plot"] = write_plot(args.out, fp32["losses"], amp, report, say)
+    elif args.out:
+        summary["plot"] = write_loss_plot(args.out, fp32["losses"], say)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(summary, f, indent=2, default=str)
+        say(f"summary: {args.json}")
     return summary
+
+
+def write_loss_plot(out: str, losses: list, say: Callable[..., None]) -> "str | None":
+    """loss.png: float32's loss alone (--no-amp: no AMP run to compare, no scale, no swamping)."""
+    try:
+        plt = ta.amp.grad_stats.require_matplotlib()
+    except ImportError as exc:
+        say(f"no plot written: {exc}")
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(np.arange(1, len(losses) + 1), losses, linewidth=1)
+    ax.set(xlabel="step", ylabel="loss", yscale="log",
+           title=f"copy task, float32: loss {losses[0]:.3g} -> {final_loss(losses):.3g} (mean of the last {WINDOW})")
+    fig.tight_layout()
+    os.makedirs(out, exist_ok=True)
+    path = os.path.join(out, "loss.png")
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    say(f"plot: {path} (float32's loss only: amp_study.png compares AMP with float32, which --no-amp skips)")
+    return path
 
 
 def write_plot(out: str, fp32_losses: list, amp: dict, report: Any, say: Callable[..., None]) -> "str | None":
@@ -354,23 +415,31 @@ def write_plot(out: str, fp32_losses: list, amp: dict, report: Any, say: Callabl
         say(f"no plot written: {exc}")
         return None
     steps = np.arange(1, len(fp32_losses) + 1)
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    fig, axes = plt.subplots(1, 3, figsize=(15, 5))
     axes[0].plot(steps, fp32_losses, label="float32", linewidth=1)
     axes[0].plot(steps, amp["losses"], label="AMP (float16)", linewidth=1, alpha=0.8)
-    axes[0].set(xlabel="step", ylabel="loss", yscale="log", title="copy task: AMP against float32")
+    axes[0].set(xlabel="step", ylabel="loss", yscale="log")
+    axes[0].set_title(f"copy task: AMP {final_loss(amp['losses']):.4f}, float32 {final_loss(fp32_losses):.4f}\n"
+                      f"(mean of the last {WINDOW} steps)", fontsize=9)
     axes[0].legend()
     axes[1].step(steps, amp["scales"], where="post")
     if amp["skipped"]:
         axes[1].plot(amp["skipped"], [amp["scales"][s - 1] for s in amp["skipped"]], "rx", label="skipped step")
         axes[1].legend()
-    axes[1].set(xlabel="step", ylabel="loss scale", yscale="log", title="GradScaler's scale")
+    axes[1].set(xlabel="step", ylabel="loss scale", yscale="log")
+    axes[1].set_title("GradScaler's scale: " + textwrap.fill(_common.scale_finding(amp["scales"], GROWTH_INTERVAL), 60),
+                      fontsize=9)
     rows = [r for r in report.rows if r.kept_fp32]
     positions = np.arange(len(rows))
     axes[2].barh(positions, [r.survived_fraction for r in rows], color="tab:blue", label="kept by float32 (master) weights")
     axes[2].barh(positions, [r.vanished_fraction for r in rows], color="tab:red", label="lost by float16 weights")
     axes[2].set_yticks(positions, [r.name for r in rows], fontsize=6)
     axes[2].invert_yaxis()
-    axes[2].set(xlabel="fraction of the parameter's elements", title="last update: swamping per parameter")
+    totals = report.totals()
+    axes[2].set(xlabel="fraction of the parameter's elements")
+    axes[2].set_title(f"last update: {totals['vanished_fp16']} of {totals['kept_fp32']} update elements "
+                      f"({totals['vanished_fp16'] / max(totals['kept_fp32'], 1):.0%})\nwould vanish on float16 "
+                      f"weights; float32 master weights keep them", fontsize=9)
     axes[2].legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
     fig.tight_layout()
     os.makedirs(out, exist_ok=True)

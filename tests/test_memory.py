@@ -197,3 +197,16 @@ def test_format_helpers() -> None:
     model = ta.nn.Linear(2, 2)
     text = memory.format_split(memory.memory_split(model))
     assert "activations saved for backward" in text and "total" in text
+
+
+def test_the_optimizer_state_line_names_master_weights_only_when_there_are_some() -> None:
+    x, y = _input(4, 6), ta.tensor(np.array([0, 1, 2, 0]))
+    model = ta.nn.Linear(6, 3)
+    plain = _step(model, ta.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), x, y, half=False)
+    assert plain["master_weights"] == 0
+    assert "master" not in memory.format_split(plain)          # O1 / float32: no master weights to name
+    model16 = ta.nn.Linear(6, 3).half()
+    opt = ta.optim.SGD(model16.parameters(), lr=0.1, momentum=0.9, master_weights=True)
+    o2 = _step(model16, opt, x, y, half=True)
+    assert o2["master_weights"] == (6 * 3 + 3) * F32
+    assert "optimizer state (float32 master weights 84 B)" in memory.format_split(o2)

@@ -43,7 +43,7 @@ def test_forward_and_backward_ops_with_dtypes_and_rules() -> None:
     ]
     rules = [c.rule for c in t.casts if c.phase == "forward"]
     assert rules == ["LOWER: float32 -> float16 for linear",
-                     "LOWER: float32 -> float16 for linear; cached",
+                     "LOWER: float32 -> float16 for linear; cache miss",
                      "FP32: float16 -> float32 for exp"]
     backward_casts = [c for c in t.casts if c.phase == "backward"]
     # exp's input cast returns its gradient to float16; w's cast returns it to float32.
@@ -88,7 +88,7 @@ def test_promote_and_overrides_name_their_rule() -> None:
             ta.exp(a)
     assert [c.rule for c in t.casts] == [
         "PROMOTE: float16 -> float32 for mul (widest input)",
-        "LOWER: float32 -> float16 for exp (region override of FP32); cached"]
+        "LOWER: float32 -> float16 for exp (region override of FP32); cache miss"]
 
 
 def test_saved_bytes_per_dtype_count_each_array_once() -> None:

@@ -42,7 +42,7 @@ def default_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str, fl
                PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     started = time.perf_counter()
     result = subprocess.run([sys.executable, EXAMPLE, "--json", str(path)], capture_output=True, text=True,
-                            env=env, timeout=120)
+                            env=env, timeout=900)  # a hang guard: 120 s was too short at load 15 on 2 cores
     seconds = time.perf_counter() - started
     assert result.returncode == 0, result.stderr[-2000:]
     with open(path) as f:
@@ -91,6 +91,9 @@ def _check_overflow_study(study: dict) -> None:
     assert study["logits_default"]["first_bad_forward"]["name"] == "matmul"   # q @ k^T overflows
     assert study["logits_matmul_fp32"]["first_bad_forward"] is None
     assert study["residual_lowered"]["worst_rms"] == np.inf
+    # The fused ops (the model's default) under the same stress: float32 inside, nothing overflows.
+    assert study["fused_residual_lowered"]["first_bad_forward"] is None
+    assert study["fused_logits_default"]["first_bad_forward"] is None
 
 
 def test_the_overflow_study_is_reproducible_with_a_fixed_seed() -> None:
@@ -98,20 +101,54 @@ def test_the_overflow_study_is_reproducible_with_a_fixed_seed() -> None:
     args = module.parse_args(["--steps", "1"])
     inputs, targets = ta.data.copy_task(16, args.length, args.vocab, seed=0)
     x, y = ta.tensor(inputs), ta.tensor(targets)
-    first = module.overflow_study(module.build(args), x, y, lambda *parts: None)
-    second = module.overflow_study(module.build(args), x, y, lambda *parts: None)
+    first = module.overflow_study(module.build(args), args, x, y, lambda *parts: None)
+    second = module.overflow_study(module.build(args), args, x, y, lambda *parts: None)
     assert first == second
     _check_overflow_study(first)
 
 
-def test_fused_attention_keeps_the_scores_in_float32() -> None:
+@pytest.mark.parametrize("flags", [[], ["--written-out"]], ids=["fused", "written-out"])
+def test_the_study_is_the_same_whichever_variant_trained(flags: list) -> None:
     module = _load()
-    args = module.parse_args(["--steps", "1", "--sdpa"])
+    args = module.parse_args(["--steps", "1", *flags])
     inputs, targets = ta.data.copy_task(16, args.length, args.vocab, seed=0)
-    lines: list = []
-    study = module.overflow_study(module.build(args), ta.tensor(inputs), ta.tensor(targets), lines.append)
-    assert study["logits_default"]["first_bad_forward"] is None
-    assert study["residual_default"]["first_bad_forward"] is None
+    model = module.build(args)
+    assert isinstance(model.ln_f, ta.nn.LayerNorm) == (not flags)
+    assert model.blocks[0].attn.fused == (not flags)
+    _check_overflow_study(module.overflow_study(model, args, ta.tensor(inputs), ta.tensor(targets), lambda *p: None))
+
+
+def test_the_default_model_uses_the_library_layers() -> None:
+    module = _load()
+    model = module.build(module.parse_args(["--steps", "1"]))
+    kinds = {type(m).__name__ for m in model.modules()}
+    assert {"LayerNorm", "GELU"} <= kinds and model.blocks[0].attn.fused
+    assert all(type(m) is not module.LayerNorm for m in model.modules())  # not the written-out one
+    with ta.amp.trace() as t:
+        with ta.amp.autocast():
+            module.loss_of(model, *(ta.tensor(a) for a in ta.data.copy_task(2, 8, 16, seed=0)))
+    names = {r.name for r in t.ops}
+    assert {"layer_norm", "gelu", "scaled_dot_product_attention"} <= names and "softmax" not in names
+
+
+def test_progress_lines_for_both_runs(capsys: pytest.CaptureFixture) -> None:
+    _load().main(["--steps", "20", "--json", os.devnull])
+    lines = capsys.readouterr().out.splitlines()
+    fp32 = [line for line in lines if line.startswith("float32  step ")]
+    amp = [line for line in lines if line.startswith("AMP      step ")]
+    # Every 2 steps (a tenth of the run) and step 1; a slow machine may add lines (one at least every 5 s).
+    assert {f"{n}/20" for n in (1, *range(2, 21, 2))} <= {line.split()[2] for line in fp32}
+    assert fp32[0].split()[2] == "1/20" and fp32[-1].split()[2] == "20/20" and "scale" not in fp32[0]
+    assert amp[-1].split()[2] == "20/20" and "scale 65536  skipped 0" in amp[-1] and amp[-1].endswith(" s")
+    assert not any("\r" in line for line in lines)
+
+
+def test_no_amp_out_writes_the_float32_loss_and_says_why_only_that(tmp_path: Any,
+                                                                   capsys: pytest.CaptureFixture) -> None:
+    summary = _load().main(["--steps", "3", "--no-amp", "--out", str(tmp_path)])
+    text = capsys.readouterr().out
+    assert summary["plot"] == str(tmp_path / "loss.png") and (tmp_path / "loss.png").stat().st_size > 5000
+    assert "float32's loss only: amp_study.png compares AMP with float32, which --no-amp skips" in text
 
 
 def test_a_few_steps_with_the_trace(capsys: pytest.CaptureFixture) -> None:
@@ -183,5 +220,11 @@ def test_help_lists_the_flags() -> None:
                             env=dict(os.environ, PYTHONPATH=ROOT))
     assert result.returncode == 0, result.stderr
     for flag in ("--amp", "--no-amp", "--steps", "--batch-size", "--lr", "--length", "--vocab", "--dim", "--heads",
-                 "--sdpa", "--seed", "--device", "--out", "--trace", "--json"):
+                 "--written-out", "--seed", "--device", "--out", "--trace", "--json"):
         assert flag in result.stdout
+
+
+def test_amp_out_writes_the_study_plot(tmp_path: Any, capsys: pytest.CaptureFixture) -> None:
+    summary = _load().main(["--steps", "3", "--out", str(tmp_path)])
+    assert summary["plot"] == str(tmp_path / "amp_study.png") and (tmp_path / "amp_study.png").stat().st_size > 5000
+    assert f"plot: {tmp_path / 'amp_study.png'}" in capsys.readouterr().out

@@ -196,7 +196,7 @@ def cast_input(op: Any, tensor: Any, target: np.dtype, state: "AutocastState | N
             return _shares_version(_traced_cast(node, tensor, tracer, op, _cause(op, tag, tensor.dtype, target,
                                                                                  state) + "; cache hit", "hit"),
                                    tensor)
-        cause = None if tracer is None else _cause(op, tag, tensor.dtype, target, state) + "; cached"
+        cause = None if tracer is None else _cause(op, tag, tensor.dtype, target, state) + "; cache miss"
         out = _make_cast(tensor, target, tracer, op, cause, "miss")
         cache.put(tensor, target, out.array)
         return _shares_version(out, tensor)

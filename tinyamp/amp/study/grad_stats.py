@@ -10,8 +10,9 @@ Multiplying the loss by S shifts the whole histogram right by log2 S.
   or arrays, any dtype; read in float64 on the host) and reports the fraction
   of non-zero values below 2^-24 (lost), below 2^-14 (subnormal: fewer bits)
   and above 65504 (overflow), with and without a scale.
-- :func:`plot_exponent_histogram` draws it with matplotlib (an optional
-  dependency: a clear ImportError says how to install it).
+- :func:`plot_exponent_histogram` draws it with matplotlib (a tinyamp
+  dependency, imported only when a plot is drawn; where it is missing a clear
+  ImportError says how to install it).
 """
 
 from __future__ import annotations
@@ -125,7 +126,8 @@ def plot_exponent_histogram(hist: dict, path: "str | None" = None, title: str = 
     centers, width = (edges[:-1] + edges[1:]) / 2, np.diff(edges)
     total = max(sum(hist["counts"]), 1)
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    ax.bar(centers, np.asarray(hist["counts"]) / total, width=width, alpha=0.6, label="unscaled")
+    ax.bar(centers, np.asarray(hist["counts"]) / total, width=width, alpha=0.6,
+           label="unscaled" if hist["scale"] != 1.0 else "gradients")
     if hist["scale"] != 1.0:
         ax.bar(centers, np.asarray(hist["scaled_counts"]) / total, width=width, alpha=0.6,
                label=f"scaled by {hist['scale']:g} (2^{math.log2(hist['scale']):g})")
@@ -135,8 +137,10 @@ def plot_exponent_histogram(hist: dict, path: "str | None" = None, title: str = 
         ax.axvline(math.log2(value), color="k", linestyle=style, linewidth=1, label=label)
     below = hist["unscaled"]["below_subnormal"]
     below_scaled = hist["scaled"]["below_subnormal"]
-    ax.set_title(f"{title}\n{below:.1%} of non-zero values below 2^-24 unscaled, {below_scaled:.1%} scaled; "
-                 f"{hist['zeros']} exact zeros not shown", fontsize=10)
+    scaled_words = (f"{below_scaled:.1%} after scaling by {hist['scale']:g}" if hist["scale"] != 1.0
+                    else "no loss scaling")
+    ax.set_title(f"{title}\n{below:.1%} of non-zero values below 2^-24 (they would flush to zero in float16), "
+                 f"{scaled_words}\n{hist['zeros']} exact zeros not shown", fontsize=9)
     # Show the occupied bins and float16's whole range, not the empty tails.
     occupied = np.flatnonzero(np.asarray(hist["counts"]) + np.asarray(hist["scaled_counts"]))
     if occupied.size:

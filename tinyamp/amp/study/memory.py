@@ -136,6 +136,11 @@ def _optimizer_state_tensors(optimizer: Any) -> list[Any]:
     return found
 
 
+def _master_bytes(optimizer: Any) -> int:
+    states = getattr(optimizer, "state", {}).values() if optimizer is not None else ()
+    return _Counter().add([s["master_param"] for s in states if isinstance(s.get("master_param"), Tensor)])
+
+
 def _gradients(model: Any, optimizer: Any) -> list[Any]:
     grads = [p.grad for p in model.parameters()] if model is not None else []
     if optimizer is not None:
@@ -184,6 +189,8 @@ def memory_split(model: Any = None, optimizer: Any = None, loss: "Tensor | None"
         "activations": int(activations["total"]),
     }
     split["total"] = sum(split.values())
+    # The float32 master weights' share of the optimizer state (0 without master weights: O1, float32).
+    split["master_weights"] = _master_bytes(optimizer)
     split["activations_by_dtype"] = dict(activations.get("by_dtype", {}))
     split["mb"] = {key: round(split[key] / MB, 3) for key in
                    ("model", "gradients", "optimizer_state", "activations", "total")}
@@ -208,7 +215,8 @@ def format_split(split: dict) -> str:
     by_dtype = ", ".join(f"{name} {format_bytes(n)}" for name, n in sorted(split["activations_by_dtype"].items()))
     rows = [("model (parameters + buffers)", split["model"]),
             ("gradients", split["gradients"]),
-            ("optimizer state (incl. master weights)", split["optimizer_state"]),
+            ("optimizer state" + (f" (float32 master weights {format_bytes(split['master_weights'])})"
+                                  if split.get("master_weights") else ""), split["optimizer_state"]),
             ("activations saved for backward", split["activations"]),
             ("total", split["total"])]
     width = max(len(label) for label, _ in rows)
