@@ -16,8 +16,8 @@ import. What is here only prepares and watches:
   needs no loss scaling).
 - :class:`RunLog`: the loop's observer: step count and timing, the precision
   trace and memory split of the first step, the gradient exponent histogram of
-  the last, progress lines, and at the end the summary (printed, and written as
-  JSON and plots).
+  the last, progress lines (:class:`Progress`), and at the end the summary
+  (printed; written as JSON under ``--json`` and as plots under ``--out``).
 - :func:`evaluate`: test accuracy at the training precision.
 """
 

@@ -220,3 +220,25 @@ def test_no_grad_runs_the_function_once_and_records_nothing() -> None:
     with ta.no_grad():
         y = checkpoint(block, ta.randn(2, 16), use_reentrant=False)
     assert block.calls == 1 and not y.requires_grad
+
+
+@pytest.mark.parametrize("use_reentrant", [True, False])
+@pytest.mark.parametrize("leaf", [True, False])
+def test_an_argument_written_in_place_before_backward_is_refused(use_reentrant: bool, leaf: bool) -> None:
+    # PyTorch 2.13 raises "one of the variables needed for gradient computation has been modified by an
+    # inplace operation: [torch.FloatTensor [3]] ... is at version 1; expected version 0 instead" for both
+    # variants, for a leaf argument and for one made by an op (without checkpoint tinyamp raises it too).
+    x = ta.ones(3, requires_grad=True)
+    arg = x if leaf else x * 2
+    out = checkpoint(lambda t: (t * t).sum(), arg, use_reentrant=use_reentrant)
+    with ta.no_grad():
+        arg.mul_(5)
+    with pytest.raises(RuntimeError, match=r"modified by an inplace operation: \[float32 \[3\]\] saved by "
+                                           r"Checkpoint is at version 1; expected version 0 instead"):
+        out.backward()
+
+
+def test_an_argument_left_unchanged_still_gets_the_uncheckpointed_gradient() -> None:
+    x = ta.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    checkpoint(lambda t: (t * t).sum(), x * 2, use_reentrant=False).backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [8.0, 16.0, 24.0])

@@ -511,3 +511,26 @@ def test_numba_adam_matches_the_numpy_path(case, dtypes):
         fd.assert_same_bits(a, b, f"adam step {step}")
     # float32 weights with float32 gradients took the numba pass (the others are not its case).
     assert cpu_optim._applies(np.zeros(2, np.float32)) == (cpu_path.BACKEND == "numba")
+
+
+# ------------------------------------------------- gaps a mutation audit found (issue 30)
+@pytest.mark.parametrize("make", [lambda ps: __import__("tinyamp").optim.SGD(ps, lr=0.1, momentum=0.9),
+                                  lambda ps: __import__("tinyamp").optim.Adam(ps, lr=0.1)], ids=["sgd", "adam"])
+def test_a_non_contiguous_parameter_is_updated_where_it_lives(make) -> None:
+    # The numba update indexes a flat view; a transposed parameter's reshape would be a copy, and the update
+    # would land there and be lost. cpu_optim refuses such an array (the NumPy path runs): same values.
+    import tinyamp as ta
+
+    values = np.arange(24, dtype=np.float32).reshape(4, 6) / 7
+    runs = []
+    for transposed in (False, True):
+        p = ta.nn.Parameter(ta.tensor(values).T if transposed else ta.tensor(values.T.copy()))
+        assert p.array.flags.c_contiguous != transposed
+        opt = make([p])
+        for _ in range(2):
+            opt.zero_grad()
+            (p * p).sum().backward()
+            opt.step()
+        runs.append(p.detach().numpy().copy())
+    np.testing.assert_array_equal(runs[1], runs[0])
+    assert not np.array_equal(runs[0], values.T)  # it moved

@@ -76,12 +76,12 @@ def test_the_environment_variable_selects_the_standin() -> None:
             "assert ta.cuda.is_available() and backend.standin_active()\n"
             "x = ta.randn(4, 3, device='cuda'); print(type(x.array).__module__, float((x * 0).sum().item()))\n")
     env = dict(os.environ, PYTHONPATH=REPO, TINYAMP_CUDA="standin")
-    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["cupy_standin._array", "0.0"]
     env["TINYAMP_CUDA"] = "gpu"
     result = subprocess.run([sys.executable, "-c", "import tinyamp as ta; ta.zeros(1, device='cuda')"],
-                            env=env, capture_output=True, text=True, timeout=120)
+                            env=env, capture_output=True, text=True, timeout=300)
     assert "TINYAMP_CUDA='gpu' is not one of 'cupy' (the default) or 'standin'" in result.stderr
 
 
@@ -239,4 +239,18 @@ def test_op_constants_are_kernel_arguments_not_uploads(on_standin) -> None:
     z = x.clamp(-0.5, 0.5)
     rows = ta.nn.functional.embedding(index, weight)
     assert counters.total("h2d") == 0
+    with pytest.raises(IndexError, match="embedding: index 7 is out of range"):  # flagged on the device
+        rows.numpy()
     assert y.dtype == z.dtype == ta.bfloat16 and np.isnan(rows.numpy()[1]).all()
+
+
+@pytest.mark.parametrize("start", ["cpu", "cuda"])
+def test_a_gradient_comes_back_through_a_device_move_to_the_leafs_device(on_standin, start: str) -> None:
+    # ToDevice's backward moves the gradient back (issue 30's audit: no test took a gradient through
+    # .to("cuda") or .cpu(); returning it unmoved left a CUDA gradient on a CPU leaf).
+    other = "cuda" if start == "cpu" else "cpu"
+    x = ta.tensor([1.0, 2.0, 3.0], device=start, requires_grad=True)
+    y = x.to(other) if start == "cpu" else x.cpu()
+    (y * ta.tensor([2.0, 3.0, 4.0], device=other)).sum().backward()
+    assert x.grad.device == ta.device(start) and y.device == ta.device(other)
+    np.testing.assert_array_equal(x.grad.cpu().numpy(), [2.0, 3.0, 4.0])

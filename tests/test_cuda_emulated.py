@@ -396,3 +396,25 @@ def test_group_kernels_give_the_same_bits_on_misaligned_views(cp) -> None:
         return snapshots + [x.get() for x in (*a.values(), low)]
 
     fd.assert_same_bits(run(1), run(0), "misaligned views")
+
+
+@pytest.mark.parametrize("lane", [0, 1, 2, 3])
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize("pair", [(np.float32, np.float32), (np.float16, np.float32), ("bfloat16", "bfloat16")])
+def test_the_unscale_kernels_four_wide_loop_finds_a_bad_value_in_every_lane(cp, lane: int, bad: float,
+                                                                           pair: tuple) -> None:
+    # The existing tests put the bad value in the scalar tail (issue 30's audit): here it sits in the four-wide
+    # loop of an aligned 300-element gradient, in each of the four lanes, and nowhere else.
+    g_dt, o_dt = (ta.bfloat16 if d == "bfloat16" else np.dtype(d) for d in pair)
+    grad = np.ones(300, np.float32)
+    grad[40 + lane] = bad
+    grad = grad.astype(g_dt)
+    d_grad = cp.asarray(grad)
+    d_out = d_grad if g_dt == o_dt else cp.empty(300, o_dt)
+    assert cuda_vector.aligned(d_grad) and 40 + lane < 4 * (300 // 4)
+    found = cp.zeros((), np.float32)
+    assert cuda_scaler.unscale_group([d_grad], [d_out], cp.asarray(np.float32(2.0)), found) == []
+    assert float(found.get()) == 1.0
+    out = d_out.get().astype(np.float32)
+    assert np.isnan(out[40 + lane]) if np.isnan(bad) else out[40 + lane] == bad
+    assert (np.delete(out, 40 + lane) == 0.5).all()

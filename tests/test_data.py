@@ -669,3 +669,32 @@ def test_loader_over_tensors_without_tensor_dataset():
     xb, yb = next(iter(DataLoader(Rows(), batch_size=5)))
     assert isinstance(xb, ta.Tensor) and xb.shape == (5, 3)
     np.testing.assert_array_equal(xb.numpy()[:, 0], yb)
+
+
+# ------------------------------------------------------------- issue 30: Python numbers as torch.tensor makes them
+@pytest.mark.parametrize("batch, dtype, values", [
+    # PyTorch 2.13.0's default_collate: torch.tensor(batch), or float64 when the first value is a float.
+    ([2**63 - 1, 1], "int64", [2**63 - 1, 1]),
+    ([-(2**63), 1], "int64", [-(2**63), 1]),
+    ([1, True], "int64", [1, 1]),
+    ([True, 2], "int64", [1, 2]),
+    ([True, False], "bool", [True, False]),
+    ([1, 2.5], "float32", [1.0, 2.5]),
+    ([True, 1.5], "float32", [1.0, 1.5]),
+    ([1.5, True], "float64", [1.5, 1.0]),
+    ([1.5, 2**70], "float64", [1.5, 2.0**70]),
+])
+def test_default_collate_of_python_numbers_is_pytorchs(batch: list, dtype: str, values: list) -> None:
+    from tinyamp.utils.data import default_collate
+
+    out = default_collate(batch)
+    assert str(out.dtype) == dtype and out.tolist() == values
+
+
+@pytest.mark.parametrize("batch", [[2**63, 1], [-(2**63) - 1, 1], [1, 2**64]])
+def test_default_collate_refuses_an_int_outside_int64(batch: list) -> None:
+    # PyTorch 2.13.0: ValueError "Overflow when unpacking long long" (tinyamp made a float64 batch of it).
+    from tinyamp.utils.data import default_collate
+
+    with pytest.raises(ValueError, match=r"default_collate: the int -?\d+ does not fit in the int64 tensor"):
+        default_collate(batch)

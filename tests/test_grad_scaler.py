@@ -509,3 +509,23 @@ def test_unscale_bumps_the_version_of_every_gradient_it_writes(device: str) -> N
     before = [p.grad._version[0] for p in model.parameters()]
     scaler.unscale_(opt)
     assert [p.grad._version[0] for p in model.parameters()] == [v + 1 for v in before]
+
+
+@pytest.mark.parametrize("cuda_first", [False, True])
+def test_an_inf_on_either_device_of_one_optimizer_skips_the_whole_step(standin_backend: str, cuda_first: bool) -> None:
+    # One optimizer over a CPU and a CUDA parameter: found_inf is per device, and the step must see them all
+    # (issue 30's audit: the first device's flag alone stepped the CPU parameter and made the CUDA one -inf).
+    cpu = ta.nn.Parameter(ta.ones(3))
+    gpu = ta.nn.Parameter(ta.ones(3, device="cuda"))
+    params = [gpu, cpu] if cuda_first else [cpu, gpu]
+    opt = ta.optim.SGD(params, lr=0.1)
+    scaler = ta.amp.GradScaler("cuda", init_scale=4.0)
+    loss = cpu.sum().to("cuda") + gpu.sum()
+    scaler.scale(loss).backward()
+    with ta.no_grad():
+        gpu.grad[0] = float("inf")
+    scaler.step(opt)
+    scaler.update()
+    assert scaler.last_step.skipped and scaler.get_scale() == 2.0
+    np.testing.assert_array_equal(cpu.detach().numpy(), np.ones(3, np.float32))
+    np.testing.assert_array_equal(gpu.detach().cpu().numpy(), np.ones(3, np.float32))

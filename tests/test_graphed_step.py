@@ -430,3 +430,203 @@ def test_without_the_refresh_a_graph_would_keep_the_captured_learning_rate(cuda_
             opt.param_groups[0]["lr"] = 0.05 / (k + 2)
         results.append([p.detach().numpy() for p in model.parameters()])
     assert not all(np.array_equal(a, b) for a, b in zip(*results))
+
+
+# ------------------------------------------------- issue 30: every change after a capture, followed or refused
+def _clean_batches(count: int) -> list:
+    """Batches after the first injected overflow (step 5): every step of these is kept."""
+    return _batches(6 + count)[6:]
+
+
+def _table_training(level: str):
+    """(model, optimizer, scaler, train_step): an MLP with dropout, SGD with momentum, a growing scale."""
+    ta.manual_seed(0)
+    model = ta.nn.Sequential(ta.nn.Linear(784, HIDDEN), ta.nn.ReLU(), ta.nn.Dropout(0.25),
+                             ta.nn.Linear(HIDDEN, 10)).to("cuda")
+    o2 = level == "O2"
+    if o2:
+        model.half()
+    opt = ta.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, master_weights=o2)
+    scaler = ta.amp.GradScaler(init_scale=2.0 ** 8, growth_interval=2)  # grows, never overflows in 6 steps
+
+    def train_step(x, y):
+        opt.zero_grad()
+        if o2:
+            loss = F.cross_entropy(model(x.half()).float(), y)
+        else:
+            with ta.autocast("cuda", dtype=ta.float16):
+                loss = F.cross_entropy(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        return loss
+
+    return model, opt, scaler, train_step
+
+
+def _under_no_grad(write):
+    def change(model, opt, scaler):
+        with ta.no_grad():
+            write(model, opt, scaler)
+    return change
+
+
+class _During:
+    """A change that is the state the later calls run in (an autocast region, no_grad)."""
+
+    def __init__(self, make) -> None:
+        self.make = make
+
+    def __call__(self, model, opt, scaler) -> "_During":
+        return self
+
+
+def _context(make) -> _During:
+    return _During(make)
+
+
+def _set_global_precision(model, opt, scaler):
+    ta.amp.set_op_precision("relu", "fp32")
+
+
+def _set_matmul_precision(model, opt, scaler):
+    ta.set_float32_matmul_precision("high")
+
+
+# Weights written in every public way: the replay's forward reads the new values (equal to eager).
+_WEIGHT_WRITES = {
+    "model.load_state_dict": lambda m, o, s: m.load_state_dict({k: v * 0.5 for k, v in m.state_dict().items()}),
+    "p.copy_ under no_grad": _under_no_grad(lambda m, o, s: m[0].weight.copy_(m[0].weight * -1.0)),
+    "p.zero_ under no_grad": _under_no_grad(lambda m, o, s: m[3].weight.zero_()),
+    "p.mul_ under no_grad": _under_no_grad(lambda m, o, s: m[0].weight.mul_(0.25)),
+    "p[k] = v under no_grad": _under_no_grad(lambda m, o, s: m[0].weight.__setitem__(slice(0, 4), 0.5)),
+    "p.data.zero_()": lambda m, o, s: m[3].weight.data.zero_(),
+    "p.data[:] = v": lambda m, o, s: m[0].weight.data.__setitem__(slice(None, 5), 0.125),
+    "p.data.copy_": lambda m, o, s: m[0].weight.data.copy_(m[0].weight.data * 3.0),
+    "p.data.mul_ (bias)": lambda m, o, s: m[0].bias.data.mul_(-2.0),
+}
+
+# Other changes a replay follows (equal to eager).
+_FOLLOWED = {
+    "learning rate": lambda m, o, s: o.param_groups[0].__setitem__("lr", 0.01),
+    "momentum": lambda m, o, s: o.param_groups[0].__setitem__("momentum", 0.5),
+    "weight_decay": lambda m, o, s: o.param_groups[0].__setitem__("weight_decay", 0.01),
+    "momentum buffer zeroed": lambda m, o, s: [o.state[p]["momentum_buffer"].zero_() for p in m.parameters()],
+    "zero_grad(set_to_none=False)": lambda m, o, s: o.zero_grad(set_to_none=False),
+    "scaler.update(new_scale)": lambda m, o, s: s.update(256.0),
+    "scaler.load_state_dict": lambda m, o, s: s.load_state_dict({**s.state_dict(), "scale": 512.0}),
+    "model.eval() then model.train()": lambda m, o, s: m.eval().train(),
+    "manual_seed": lambda m, o, s: ta.manual_seed(7),
+    "autocast(enabled=False) around the step": _context(lambda: ta.autocast("cuda", enabled=False)),
+}
+
+# Changes the graph cannot follow: a clear error naming them.
+_REFUSED = {
+    "p.data = another tensor": (lambda m, o, s: setattr(m[0].weight, "data", m[0].weight.data.clone()),
+                                r"the data of .*\(shape \[16, 784\]\) is another array since the capture"),
+    "model.half()": (lambda m, o, s: m.half(), r"is another array since the capture"),
+    "requires_grad_(False) on a layer": (lambda m, o, s: m[3].requires_grad_(False),
+                                         r"graphed step: Sequential\.3\.weight \(shape \[10, 16\]\)\.requires_grad is "
+                                         r"False since the capture \(True then\)"),
+    "model.eval()": (lambda m, o, s: m.eval(), r"graphed step: Sequential\.training is False since the capture "
+                                               r"\(True then\).*make_graphed_callables"),
+    "dropout layer's eval()": (lambda m, o, s: m[2].eval(), r"Sequential\.2\.training is False"),
+    "scaler.set_growth_factor": (lambda m, o, s: s.set_growth_factor(4.0),
+                                 r"GradScaler\.growth_factor changed from 2\.0 to 4\.0 \(GradScaler\.set_growth_factor\)"),
+    "scaler.set_backoff_factor": (lambda m, o, s: s.set_backoff_factor(0.25),
+                                  r"GradScaler\.backoff_factor changed from 0\.5 to 0\.25"),
+    "scaler.set_growth_interval": (lambda m, o, s: s.set_growth_interval(7),
+                                   r"GradScaler\.growth_interval changed from 2 to 7"),
+    "nesterov": (lambda m, o, s: o.param_groups[0].__setitem__("nesterov", True), r"\['nesterov'\] changed"),
+    "add_param_group": (lambda m, o, s: o.add_param_group({"params": [ta.nn.Parameter(ta.zeros(3, device="cuda"))]}),
+                        r"SGD has 2 parameter groups"),
+    "optimizer.load_state_dict": (lambda m, o, s: o.load_state_dict(o.state_dict()),
+                                  r"\['momentum_buffer'\] is another array since the capture"),
+    "optimizer.zero_grad()": (lambda m, o, s: o.zero_grad(), r"\.grad is None since the capture"),
+    "autocast(bfloat16) around the step": (_context(lambda: ta.autocast("cuda", dtype=ta.bfloat16)),
+                                           r"called under autocast\(bfloat16 on cuda\), but it was captured under "
+                                           r"autocast off"),
+    "set_op_precision": (_set_global_precision, r"with overrides \{'relu': Precision\.FP32\}"),
+    "no_grad around the step": (_context(ta.no_grad), r"called with grad mode disabled \(no_grad\), but it was "
+                                                      r"captured with grad mode enabled"),
+    "set_float32_matmul_precision": (_set_matmul_precision, r"float32 matmul precision high, but it was captured "
+                                                            r"with float32 matmul precision highest"),
+}
+
+
+def _run_with_change(level: str, change, graphed: bool, batches: list) -> dict:
+    """Calls 0-2 (a warm-up, the capture, a replay when graphed), ``change``, then calls 3-5."""
+    model, opt, scaler, train_step = _table_training(level)
+    step = ta.cuda.make_graphed_step(train_step, batches[0], num_warmup_iters=1) if graphed else train_step
+    losses = [step(*batches[k]).item() for k in range(3)]
+    if graphed:
+        assert step.captured
+    context = change(model, opt, scaler)
+    for k in range(3, 6):
+        with (context.make() if isinstance(context, _During) else _nothing()):
+            losses.append(step(*batches[k]).item())
+    return {"losses": losses, "scale": scaler.get_scale(),
+            "weights": [p.detach().float().numpy() for p in model.parameters()]}
+
+
+class _nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+
+@pytest.mark.parametrize("what", [*_WEIGHT_WRITES, *_FOLLOWED])
+def test_a_change_after_the_capture_is_followed_as_eager_training_follows_it(standin_backend, what) -> None:
+    change = _WEIGHT_WRITES.get(what) or _FOLLOWED[what]
+    batches = _clean_batches(6)
+    eager = _run_with_change("O1", change, False, batches)
+    graphed = _run_with_change("O1", change, True, batches)
+    assert np.isfinite(eager["losses"]).all()  # every step is kept: the change has to show in the weights
+    assert graphed["losses"] == eager["losses"] and graphed["scale"] == eager["scale"]
+    for got, want in zip(graphed["weights"], eager["weights"]):
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("what", list(_WEIGHT_WRITES))
+def test_a_weight_written_after_the_capture_reaches_o2_masters_as_in_eager_training(standin_backend, what) -> None:
+    batches = _clean_batches(6)
+    eager = _run_with_change("O2", _WEIGHT_WRITES[what], False, batches)
+    graphed = _run_with_change("O2", _WEIGHT_WRITES[what], True, batches)
+    assert np.isfinite(eager["losses"]).all()  # every step is kept: the change has to show in the weights
+    assert graphed["losses"] == eager["losses"] and graphed["scale"] == eager["scale"]
+    for got, want in zip(graphed["weights"], eager["weights"]):
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("what", list(_REFUSED))
+def test_a_change_after_the_capture_the_graph_cannot_follow_is_refused_naming_it(standin_backend, what) -> None:
+    change, message = _REFUSED[what]
+    batches = _clean_batches(4)
+    model, opt, scaler, train_step = _table_training("O1")
+    step = ta.cuda.make_graphed_step(train_step, batches[0], num_warmup_iters=1)
+    for k in range(3):
+        step(*batches[k])
+    context = change(model, opt, scaler)
+    try:
+        with pytest.raises(RuntimeError, match=message):
+            with (context.make() if isinstance(context, _During) else _nothing()):
+                step(*batches[3])
+    finally:
+        ta.amp.reset_op_precision("relu")
+        ta.set_float32_matmul_precision("highest")
+
+
+def test_the_weight_changes_reach_the_replay_only_through_the_refresh(standin_backend) -> None:
+    """The followed-writes check can fail: without refreshing the 16-bit copies, the replay reads the old weights."""
+    batches = _clean_batches(6)
+    write = _WEIGHT_WRITES["p.zero_ under no_grad"]
+    eager = _run_with_change("O1", write, False, batches)
+    real = ta.cuda_graphs.step.refresh_cached_copy
+    ta.cuda_graphs.step.refresh_cached_copy = lambda copy: None
+    try:
+        stale = _run_with_change("O1", write, True, batches)
+    finally:
+        ta.cuda_graphs.step.refresh_cached_copy = real
+    assert stale["losses"][3] != eager["losses"][3]

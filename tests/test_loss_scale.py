@@ -130,3 +130,20 @@ def test_the_host_multiplies_by_inverse_scale(cpu_path, scale) -> None:
         loss_scale.unscale_group(np, [np.ones(5, np.float32), ones16], masters, s, found)
     for got in (ones32, masters[0], masters[1]):
         np.testing.assert_array_equal(got, np.full(got.shape, inv, np.float32))
+
+
+@pytest.mark.parametrize("bad", [None, np.inf, np.nan])
+def test_float32_gradients_unscaled_into_other_float32_arrays(cpu_path, bad) -> None:
+    # The out-of-place float32 pass (numba's unscale_f32): every element written, the last one too, and an
+    # inf/nan in the last element found (issue 30's audit: no test reached this path).
+    rng = np.random.default_rng(2)
+    grads = [rng.standard_normal(n).astype(np.float32) for n in (1, 7, 64, 301)]
+    if bad is not None:
+        grads[-1][-1] = bad
+    outs = [np.full(g.shape, -7.0, np.float32) for g in grads]
+    want = [g * np.float32(1 / 8.0) for g in grads]
+    found = np.zeros((), np.float32)
+    with np.errstate(all="ignore"):
+        loss_scale.unscale_group(np, grads, outs, np.full((), 8.0, np.float32), found)
+    fd.assert_same_bits(outs, want, "unscale out of place")
+    assert float(found) == (0.0 if bad is None else 1.0)

@@ -307,3 +307,18 @@ def test_o2_step_with_clipping_has_no_host_sync(name: str) -> None:
         scaler.update()
     assert ta.cuda.sync_count() == 0
     assert scaler.get_scale() == 2.0 ** 13  # 4 clean (one growth), 1 skip (back off), 3 clean (one growth)
+
+
+def test_a_write_through_a_data_alias_taken_before_the_step_reaches_the_master() -> None:
+    # The alias shares the parameter's storage counter from before the step, so neither the version nor the
+    # counter's identity moves: only the counter's count tells the master it is stale (issue 30's audit).
+    p = ta.nn.Parameter(ta.full((4,), 1.0, dtype=ta.float16))
+    opt = SGD([p], lr=0.5, master_weights=True)
+    alias = p.data  # taken before the first step
+    for _ in range(2):
+        opt.zero_grad()
+        (p.float() * 2).sum().backward()
+        opt.step()
+        if _ == 0:
+            alias.fill_(10.0)  # the user's write between the steps
+    np.testing.assert_array_equal(p.detach().float().numpy(), np.full(4, 10.0 - 0.5 * 2))

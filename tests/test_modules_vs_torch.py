@@ -302,3 +302,37 @@ def test_amp_training_steps_port_unchanged(kind: str, device: str) -> None:
         losses.append(loss.item())
     assert logits.dtype == torch.float16 and all(p.dtype == torch.float32 for p in model.parameters())
     assert losses[-1] < 0.8 * losses[0], losses
+
+
+@pytest.mark.parametrize("kind", ["RNN", "GRU", "LSTM"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_truncated_bptt_under_autocast_feeds_the_returned_state_back(device: str, kind: str, dtype: str) -> None:
+    # The word-language-model loop: each chunk under autocast starts from the detached state the last chunk
+    # returned (16-bit). PyTorch's autocast casts input, h0 and c0 together; the state's dtype does not matter.
+    ta.manual_seed(0)
+    low = getattr(ta, dtype)
+    model = getattr(ta.nn, kind)(3, 4, num_layers=2).to(device)
+    chunks = [ta.randn(5, 2, 3, device=device) for _ in range(3)]
+    hidden = None
+    for x in chunks:
+        with ta.autocast(device.split(":")[0], dtype=low):
+            out, hidden = model(x, hidden)
+            loss = out.float().sum()
+        loss.backward()
+        assert out.dtype == low
+        hidden = tuple(h.detach() for h in hidden) if kind == "LSTM" else hidden.detach()
+        states = hidden if kind == "LSTM" else (hidden,)
+        assert all(h.dtype == low for h in states)
+    with ta.autocast(device.split(":")[0], dtype=low):  # a float32 state of the same values: the same result
+        widened = tuple(h.float() for h in hidden) if kind == "LSTM" else hidden.float()
+        again, _ = model(chunks[0], widened)
+        once, _ = model(chunks[0], hidden)
+    np.testing.assert_array_equal(_host(again.float()), _host(once.float()))
+    with pytest.raises(RuntimeError, match=rf"{kind}: input and hidden state must have the same dtype, got input "
+                                           rf"float32 and hidden state {dtype}$"):
+        model(chunks[0], hidden)  # outside autocast the dtypes must match, as in PyTorch
+    state64 = tuple(h.double() for h in hidden) if kind == "LSTM" else hidden.double()
+    with pytest.raises(RuntimeError, match=r"hidden state float64 \(autocast casts float16, bfloat16 and float32 "
+                                           r"states, never float64\)"):
+        with ta.autocast(device.split(":")[0], dtype=low):
+            model(chunks[0], state64)

@@ -518,3 +518,85 @@ def test_autocast_weight_cache_sees_optimizer_updates() -> None:
     expected = ta.linear(x.half(), w.detach().half())
     np.testing.assert_array_equal(y2.array, expected.array)
     assert not np.array_equal(y1.array, y2.array)
+
+
+# --------------------------------------------- issue 30: a group added after the scheduler was made
+# PyTorch 2.13.0's learning rates (SGD lr=0.1, momentum=0.9; after the second scheduler step a group with
+# lr=0.3 is added; one row per step, the row after construction first), or the step at which it raised.
+# Made with torch.optim.lr_scheduler and the arguments of _scheduler below.
+_ADDED_GROUP_TORCH_2_13 = {
+    "StepLR": [[0.1], [0.1], [0.05], [0.05, 0.3], [0.025, 0.15], [0.025, 0.15], [0.0125, 0.075], [0.0125, 0.075],
+               [0.00625, 0.0375]],
+    "MultiStepLR": [[0.1], [0.1], [0.05], [0.05, 0.3], [0.05, 0.3], [0.0125, 0.075], [0.0125, 0.075],
+                    [0.0125, 0.075], [0.0125, 0.075]],
+    "ExponentialLR": [[0.1], [0.05], [0.025], [0.0125, 0.15], [0.00625, 0.075], [0.003125, 0.0375],
+                      [0.0015625, 0.01875], [0.00078125, 0.009375], [0.000390625, 0.0046875]],
+    "LinearLR": [[0.025], [0.037500000000000006], [0.05], [0.0625, 0.375], [0.075, 0.44999999999999996],
+                 [0.08750000000000001, 0.525], [0.1, 0.6], [0.1, 0.6], [0.1, 0.6]],
+    "ReduceLROnPlateau": [[0.1], [0.1], [0.05], [0.025, 0.15], [0.0125, 0.075], [0.00625, 0.0375],
+                          [0.003125, 0.01875], [0.0015625, 0.009375], [0.00078125, 0.0046875]],
+    "ChainedScheduler": [[0.1], [0.09000000000000001], [0.04050000000000001], [0.03645000000000001, 0.27],
+                         [0.016402500000000004, 0.12150000000000001], [0.014762250000000005, 0.10935000000000002],
+                         [0.0066430125000000026, 0.04920750000000001], [0.005978711250000003, 0.04428675000000001],
+                         [0.0026904200625000015, 0.019929037500000003]],
+}
+# PyTorch 2.13 raises at the first step after the group is added (CosineAnnealingLR one step later:
+# "zip() argument 2 is longer than argument 1"; OneCycleLR: KeyError 'max_lr'); tinyamp raises at the first.
+_ADDED_GROUP_REFUSED = ("CosineAnnealingLR", "LambdaLR", "OneCycleLR", "SequentialLR")
+
+
+def _scheduler(name: str, opt: SGD):
+    from tinyamp.optim import lr_scheduler as L
+
+    return {
+        "StepLR": lambda: L.StepLR(opt, step_size=2, gamma=0.5),
+        "MultiStepLR": lambda: L.MultiStepLR(opt, milestones=[2, 5, 5], gamma=0.5),
+        "ExponentialLR": lambda: L.ExponentialLR(opt, gamma=0.5),
+        "LinearLR": lambda: L.LinearLR(opt, start_factor=0.25, total_iters=6),
+        "CosineAnnealingLR": lambda: L.CosineAnnealingLR(opt, T_max=4, eta_min=0.01),
+        "LambdaLR": lambda: L.LambdaLR(opt, lambda e: 0.9 ** e),
+        "OneCycleLR": lambda: L.OneCycleLR(opt, max_lr=1.0, total_steps=12),
+        "ReduceLROnPlateau": lambda: L.ReduceLROnPlateau(opt, factor=0.5, patience=0),
+        "SequentialLR": lambda: L.SequentialLR(opt, [L.ExponentialLR(opt, gamma=0.5),
+                                                     L.StepLR(opt, step_size=2, gamma=0.5)], milestones=[3]),
+        "ChainedScheduler": lambda: L.ChainedScheduler([L.ExponentialLR(opt, gamma=0.9),
+                                                        L.StepLR(opt, step_size=2, gamma=0.5)]),
+    }[name]()
+
+
+@pytest.mark.parametrize("name", [*_ADDED_GROUP_TORCH_2_13, *_ADDED_GROUP_REFUSED])
+def test_a_group_added_after_the_scheduler_follows_it_or_is_refused_as_in_pytorch(name: str) -> None:
+    opt = SGD([ta.zeros(1, requires_grad=True)], lr=0.1, momentum=0.9)
+    scheduler = _scheduler(name, opt)
+    rows = [[g["lr"] for g in opt.param_groups]]
+    for k in range(8):
+        if k == 2:
+            opt.add_param_group({"params": [ta.zeros(1, requires_grad=True)], "lr": 0.3})
+        if name in _ADDED_GROUP_REFUSED and k == 2:
+            with pytest.raises(RuntimeError, match=rf"{name}: the optimizer has 2 parameter groups, but had 1 when "
+                                                   rf"this scheduler was made"):
+                scheduler.step()
+            return
+        scheduler.step(1.0) if name == "ReduceLROnPlateau" else scheduler.step()
+        rows.append([g["lr"] for g in opt.param_groups])
+    want = _ADDED_GROUP_TORCH_2_13[name]
+    assert [len(r) for r in rows] == [len(r) for r in want]
+    # tinyamp's schedules are closed forms, PyTorch's repeated products: the same values up to their rounding.
+    np.testing.assert_allclose(np.concatenate(rows), np.concatenate(want), rtol=1e-14, atol=0)
+
+
+def test_a_group_added_after_the_scheduler_is_saved_with_it() -> None:
+    opt = SGD([ta.zeros(1, requires_grad=True)], lr=0.1)
+    scheduler = _scheduler("StepLR", opt)
+    scheduler.step()
+    opt.add_param_group({"params": [ta.zeros(1, requires_grad=True)], "lr": 0.3})
+    scheduler.step()
+    state = scheduler.state_dict()
+    scheduler.step()
+    scheduler.step()
+    again = _scheduler("StepLR", SGD([ta.zeros(1, requires_grad=True)], lr=0.1))
+    again.optimizer.add_param_group({"params": [ta.zeros(1, requires_grad=True)], "lr": 0.3})
+    again.load_state_dict(state)
+    again.step()
+    again.step()
+    assert again.get_last_lr() == scheduler.get_last_lr() == [0.025, 0.075]

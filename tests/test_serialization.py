@@ -293,7 +293,7 @@ def test_save_that_fails_half_way_leaves_the_previous_checkpoint(tmp_path, mode)
     before = path.read_bytes()
     # The new checkpoint is 256 KiB of float32; the limit stops its write half-way.
     result = subprocess.run([sys.executable, "-c", _SAVE_UNDER_A_SIZE_LIMIT, str(path), str(128 * 1024), mode],
-                            capture_output=True, text=True, timeout=120)
+                            capture_output=True, text=True, timeout=300)
     if mode == "error":
         assert result.returncode == 3, result.stderr
         assert "ta.save: writing" in result.stdout and "ckpt.ta' failed (File too large)" in result.stdout
@@ -559,3 +559,262 @@ def test_missing_file_and_bad_map_location_are_not_checkpoint_errors(tmp_path) -
     ta.save({"w": ta.ones(2)}, tmp_path / "ok.ta")
     with pytest.raises(ValueError, match="unknown device type 'tpu'"):
         ta.load(tmp_path / "ok.ta", map_location="tpu")
+
+
+# ------------------------------------------------------------- issue 30: never destroy or expose a file
+@pytest.mark.skipif(sys.platform == "win32", reason="named pipes are POSIX")
+@pytest.mark.parametrize("through_link", [False, True])
+def test_saving_to_a_named_pipe_writes_into_it(tmp_path, through_link) -> None:
+    # A rename would replace the pipe (or /dev/null, as root) with a regular file; torch.save writes into it.
+    import threading
+
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    target = pipe
+    if through_link:
+        target = tmp_path / "link"
+        target.symlink_to(pipe)
+    received: list = []
+    reader = threading.Thread(target=lambda: received.append(pipe.read_bytes()), daemon=True)
+    reader.start()
+    ta.save(_nested(), target)
+    reader.join(timeout=300)  # a hang guard only
+    assert not reader.is_alive()
+    assert stat.S_ISFIFO(os.stat(pipe).st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["pipe"] + (["link"] if through_link else []))
+    _assert_same(_nested(), ta.load(io.BytesIO(received[0])))
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="pseudo-terminals are POSIX")
+def test_saving_to_a_character_device_writes_into_it() -> None:
+    # A pseudo-terminal is a character device anyone may open (as /dev/null is, which a rename as root would
+    # replace). Its folder, /dev/pts, takes no new files, so the old rename fails here instead of doing harm.
+    import threading
+    import tty
+
+    master, slave = os.openpty()  # the slave stays open here: a read of the master never sees a hang-up
+    tty.setraw(slave)  # bytes pass unchanged (no newline translation)
+    device = os.ttyname(slave)
+    received = bytearray()
+
+    def read_archive() -> None:
+        # Until the archive's end record (the zip's last 22 bytes, no comment) has arrived.
+        while not (len(received) >= 22 and received[-22:-18] == b"PK\x05\x06"):
+            received.extend(os.read(master, 1 << 16))
+
+    reader = threading.Thread(target=read_archive, daemon=True)
+    reader.start()
+    try:
+        ta.save(_nested(), device)
+        reader.join(timeout=300)  # a hang guard only
+        assert not reader.is_alive()
+        assert stat.S_ISCHR(os.stat(device).st_mode)
+    finally:
+        os.close(slave)
+        os.close(master)
+    _assert_same(_nested(), ta.load(io.BytesIO(bytes(received))))
+
+
+def _modes_while_writing(monkeypatch) -> list:
+    """The permission bits of the file ta.save writes, seen at each of its writes (the first byte on)."""
+    from tinyamp import serialization
+
+    seen: list = []
+    real_fdopen = serialization.os.fdopen
+
+    class Recording(io.RawIOBase):
+        def __init__(self, handle) -> None:
+            super().__init__()
+            self.handle = handle
+
+        def writable(self) -> bool:
+            return True
+
+        def write(self, data) -> int:
+            seen.append(stat.S_IMODE(os.fstat(self.handle.fileno()).st_mode))
+            return self.handle.write(data)
+
+        def seekable(self) -> bool:
+            return True
+
+        def seek(self, *args) -> int:
+            return self.handle.seek(*args)
+
+        def tell(self) -> int:
+            return self.handle.tell()
+
+        def fileno(self) -> int:
+            return self.handle.fileno()
+
+        def flush(self) -> None:
+            if not self.handle.closed:
+                self.handle.flush()
+
+        def close(self) -> None:
+            super().close()
+            self.handle.close()
+
+    monkeypatch.setattr(serialization.os, "fdopen", lambda fd, mode: Recording(real_fdopen(fd, mode)))
+    return seen
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX permissions")
+def test_resaving_a_private_checkpoint_never_makes_a_file_others_can_read(tmp_path, monkeypatch) -> None:
+    path = tmp_path / "private.ta"
+    ta.save({"step": 1}, path)
+    os.chmod(path, 0o600)
+    old_umask = os.umask(0o022)
+    try:
+        seen = _modes_while_writing(monkeypatch)
+        ta.save({"w": ta.ones(64)}, path)
+    finally:
+        os.umask(old_umask)
+    assert seen and set(seen) == {0o600}  # from the first byte, not only after a chmod before the rename
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX permissions")
+def test_a_new_checkpoint_is_private_while_written_then_gets_the_umask_mode(tmp_path, monkeypatch) -> None:
+    old_umask = os.umask(0o022)
+    try:
+        seen = _modes_while_writing(monkeypatch)
+        ta.save({"w": ta.ones(64)}, tmp_path / "new.ta")
+    finally:
+        os.umask(old_umask)
+    assert seen and set(seen) == {0o600}
+    assert stat.S_IMODE(os.stat(tmp_path / "new.ta").st_mode) == 0o644  # what open() gives under umask 022
+
+
+_KILLED_PRIVATE_SAVE = """
+import os, signal, sys
+import numpy as np
+import tinyamp as ta
+np.lib.format.write_array = lambda *args, **kwargs: os.kill(os.getpid(), signal.SIGKILL)
+os.umask(0o022)
+ta.save({"w": ta.ones(4)}, sys.argv[1])
+"""
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL is POSIX")
+def test_the_leftover_of_a_killed_save_keeps_the_checkpoints_permissions(tmp_path) -> None:
+    path = tmp_path / "private.ta"
+    ta.save({"step": 1}, path)
+    os.chmod(path, 0o600)
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(ta.__file__))}
+    result = subprocess.run([sys.executable, "-c", _KILLED_PRIVATE_SAVE, str(path)], capture_output=True,
+                            text=True, timeout=300, env=env)
+    assert result.returncode == -signal.SIGKILL, result.stderr
+    (left,) = [p for p in tmp_path.iterdir() if p.name != "private.ta"]
+    assert stat.S_IMODE(os.stat(left).st_mode) == 0o600 and left.stat().st_size > 0  # the manifest is in it
+    assert ta.load(path) == {"step": 1}
+
+
+def test_checkpoints_saved_back_to_back_in_one_stream_load_in_order(tmp_path) -> None:
+    # torch.load reads the archive at the stream's position (PyTorch 2.13: the first of two from 0,
+    # the second from the first's end).
+    stream = io.BytesIO()
+    stream.write(b"a header of the user's own")
+    starts = []
+    for step in range(3):
+        starts.append(stream.tell())
+        ta.save({"step": step, "w": ta.full((3,), float(step))}, stream)
+    end = stream.tell()
+    stream.seek(starts[0])
+    for step in range(3):
+        loaded = ta.load(stream)
+        assert loaded["step"] == step and loaded["w"].tolist() == [float(step)] * 3
+        assert stream.tell() == (starts[step + 1] if step < 2 else end)  # at the archive's end
+    stream.seek(starts[1])
+    assert ta.load(stream)["step"] == 1
+    with open(tmp_path / "two.ta", "wb") as handle:
+        ta.save({"step": 10}, handle)
+        ta.save({"step": 11}, handle)
+    with open(tmp_path / "two.ta", "rb") as handle:
+        assert [ta.load(handle)["step"], ta.load(handle)["step"]] == [10, 11]
+    assert ta.load(tmp_path / "two.ta")["step"] == 10
+
+
+def test_a_stream_position_where_no_archive_starts_is_a_checkpoint_error() -> None:
+    stream = io.BytesIO()
+    ta.save({"step": 1}, stream)
+    stream.seek(5)
+    with pytest.raises(CheckpointError, match="not a tinyamp checkpoint"):
+        ta.load(stream)
+
+
+@pytest.mark.parametrize("edit, message", [
+    (dict(shape=[0, 10**30]), r"shape \[0, 10{30}\] is larger than any array can be"),
+    (dict(shape=[0] * 70), "a shape of 70 dimensions"),
+    (dict(shape=[0, 2**40, 2**40]), "larger than any array can be"),
+    (dict(dtype="int64", requires_grad=True), "int64 tensor marked requires_grad"),
+    (dict(requires_grad="yes"), "requires_grad is 'yes'"),
+    (dict(parameter=1), "parameter is 1"),
+])
+def test_crafted_shapes_and_flags_are_checkpoint_errors(edit, message) -> None:
+    entry = {"t": "tensor", "file": "arrays/0.npy", "dtype": "float32", "shape": [0], "device": "cpu",
+             "requires_grad": False, "parameter": False}
+    entry.update(edit)
+    shape = tuple(entry["shape"])  # the .npy header agrees with the manifest
+    npy = {"descr": np.dtype(entry["dtype"]).str, "fortran_order": False, "shape": shape}
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("tinyamp.json", json.dumps(_manifest(entry)))
+        archive.writestr("arrays/0.npy", _npy_bytes(npy, b""))
+    buffer.seek(0)
+    with pytest.raises(CheckpointError, match=message):
+        ta.load(buffer)
+
+
+_HOSTILE_VALUES = [None, True, False, 0, -1, 1.5, 10**30, -(10**30), "", "x", "arrays/0.npy", "arrays/9.npy",
+                   "../arrays/0.npy", "cuda:99", "cuda", "tpu", "float16", "int64", "bfloat16", "object", "tensor",
+                   "list", "dict", [], [0], [-1], [2], [0, 10**30], [2**63], [1] * 70, [[1, 2]], ["a"], {},
+                   {"t": "none"}, {"t": "int", "v": 1}, [{"t": "none"}], [[{"t": "none"}, {"t": "none"}]]]
+
+
+def _manifest_nodes(node, out: list) -> list:
+    """Every dict in a manifest (entries, the top level), depth first."""
+    if isinstance(node, dict):
+        out.append(node)
+        for value in node.values():
+            _manifest_nodes(value, out)
+    elif isinstance(node, list):
+        for value in node:
+            _manifest_nodes(value, out)
+    return out
+
+
+def test_every_malformed_manifest_field_is_a_checkpoint_error() -> None:
+    # Each field of each manifest entry (and of the manifest itself) replaced by each hostile value, or
+    # removed: the load gives a value or raises CheckpointError, never another exception.
+    obj = {"p": ta.nn.Parameter(ta.ones(2, 3)), "t": ta.tensor([1, 2]), "a": np.zeros((2, 0), np.float16),
+           "b": ta.tensor([1.0], dtype=ta.bfloat16, requires_grad=True), "o": OrderedDict(k=(1, 2.5, "s")),
+           "d": ta.float16, "dev": ta.device("cpu"), "n": None, "f": True, "same": None}
+    obj["same"] = obj["p"]
+    buffer = io.BytesIO()
+    ta.save(obj, buffer)
+    with zipfile.ZipFile(io.BytesIO(buffer.getvalue())) as archive:
+        members = {name: archive.read(name) for name in archive.namelist()}
+    manifest = json.loads(members["tinyamp.json"])
+    count = 0
+    for index, node in enumerate(_manifest_nodes(manifest, [])):
+        for key in list(node):
+            for value in [*_HOSTILE_VALUES, "<removed>"]:
+                edited = json.loads(json.dumps(manifest))
+                target = _manifest_nodes(edited, [])[index]
+                if value == "<removed>":
+                    del target[key]
+                else:
+                    target[key] = value
+                data = io.BytesIO()
+                with zipfile.ZipFile(data, "w") as archive:
+                    for name, content in members.items():
+                        archive.writestr(name, json.dumps(edited) if name == "tinyamp.json" else content)
+                data.seek(0)
+                try:
+                    ta.load(data, map_location="cpu")
+                except CheckpointError:
+                    pass
+                except Exception as exc:  # noqa: BLE001 - this is the failure being tested for
+                    raise AssertionError(f"{key}={value!r} in {node}: {type(exc).__name__}: {exc}") from exc
+                count += 1
+    assert count > 2000

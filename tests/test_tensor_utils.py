@@ -117,3 +117,41 @@ def test_cuda_rng_state_round_trips(cuda_backend: str) -> None:
     np.testing.assert_array_equal(ta.rand(3, device="cuda").cpu().numpy(), c)
     with pytest.raises(RuntimeError, match="input RNG state size"):
         ta.cuda.set_rng_state(ta.zeros(3, dtype=ta.uint8))
+
+
+def test_a_state_get_rng_state_cannot_make_is_refused_and_the_generator_kept() -> None:
+    # zeros(40): a PCG64 increment of 0 (always odd in a real state) made rand() return only zeros. PyTorch
+    # 2.13 refuses a state its generator cannot have: RuntimeError "Invalid mt19937 state".
+    ta.manual_seed(3)
+    expected = ta.rand(4).numpy()
+    ta.manual_seed(3)
+    with pytest.raises(RuntimeError, match="Invalid PCG64 state: its increment must be odd"):
+        ta.set_rng_state(ta.zeros(40, dtype=ta.uint8))
+    np.testing.assert_array_equal(ta.rand(4).numpy(), expected)  # the generator is as it was
+    state = ta.get_rng_state().numpy().copy()
+    state[32] = 2  # has_uint32 is a flag
+    with pytest.raises(RuntimeError, match="has_uint32 0 or 1"):
+        ta.set_rng_state(ta.tensor(state))
+
+
+@pytest.mark.parametrize("seed, initial", [(-1, 2**64 - 1), (-(2**63), 2**63), (2**64 - 1, 2**64 - 1), (7, 7),
+                                           (1.5, 1)])
+def test_manual_seed_takes_pytorchs_range(seed, initial: int) -> None:
+    # PyTorch 2.13: manual_seed accepts -2**63 .. 2**64 - 1 (negative seeds modulo 2**64, as its initial_seed
+    # shows) and truncates a float; outside the range it raises "Overflow when unpacking long long".
+    ta.manual_seed(seed)
+    assert ta.initial_seed() == initial
+    first = ta.rand(3).numpy()
+    ta.manual_seed(initial)
+    np.testing.assert_array_equal(ta.rand(3).numpy(), first)  # the same generator as its modulo-2**64 seed
+    ta.manual_seed(0)
+
+
+def test_a_seed_outside_pytorchs_range_is_refused_and_changes_nothing() -> None:
+    ta.manual_seed(11)
+    for seed in (2**64, -(2**63) - 1):
+        with pytest.raises(ValueError, match=r"manual_seed: seed .* is outside \[-2\*\*63, 2\*\*64 - 1\]"):
+            ta.manual_seed(seed)
+    assert ta.initial_seed() == 11
+    ta.rand(2, device="cpu")  # the default generators still work
+    ta.manual_seed(0)

@@ -216,7 +216,7 @@ def test_the_amp_loop_is_in_the_example_file() -> None:
 
 
 def test_help_lists_the_flags() -> None:
-    result = subprocess.run([sys.executable, EXAMPLE, "--help"], capture_output=True, text=True, timeout=60,
+    result = subprocess.run([sys.executable, EXAMPLE, "--help"], capture_output=True, text=True, timeout=300,
                             env=dict(os.environ, PYTHONPATH=ROOT))
     assert result.returncode == 0, result.stderr
     for flag in ("--amp", "--no-amp", "--steps", "--batch-size", "--lr", "--length", "--vocab", "--dim", "--heads",

@@ -499,7 +499,7 @@ def test_the_next_save_removes_the_temporary_a_killed_save_left(tmp_path) -> Non
     path = tmp_path / "ckpt.ta"
     ta.save({"step": 1}, path)
     result = subprocess.run([sys.executable, "-c", _KILLED_SAVE, str(path)], capture_output=True, text=True,
-                            timeout=120, env={**__import__("os").environ, "PYTHONPATH": str(
+                            timeout=300, env={**__import__("os").environ, "PYTHONPATH": str(
                                 __import__("pathlib").Path(ta.__file__).parent.parent)})
     assert result.returncode == -9, result.stderr
     left = [p.name for p in tmp_path.iterdir() if p.name != "ckpt.ta"]

@@ -213,3 +213,31 @@ def test_cache_enabled_none_inherits_and_clear_empties() -> None:
             assert ta.amp.autocast_cache_info()["entries"] == 0
             ta.linear(x, w)
         assert ta.amp.autocast_cache_info()["misses"] == 1  # counted since the clear
+
+
+# ------------------------------------------------- gaps a mutation audit found (issue 30)
+def test_a_weight_given_another_array_inside_one_region_is_converted_anew() -> None:
+    # p.data = new moves neither the version nor (before the next region) ALIASED_WRITES' check: only the
+    # entry's array identity tells the cached copy is of the old array.
+    w = ta.nn.Parameter(ta.ones(2, 3))
+    x = ta.ones(1, 3)
+    with ta.autocast("cpu", dtype=ta.float16):
+        first = ta.nn.functional.linear(x, w)
+        w.data = ta.full((2, 3), 2.0)
+        second = ta.nn.functional.linear(x, w)
+    np.testing.assert_array_equal(first.detach().float().numpy(), [[3.0, 3.0]])
+    np.testing.assert_array_equal(second.detach().float().numpy(), [[6.0, 6.0]])
+
+
+def test_a_raw_device_write_between_regions_is_seen_by_the_next_region(standin_backend: str) -> None:
+    # A GPU weight's entry is parked at the region's exit (usable again only once an optimizer step writes it);
+    # a raw write into the array bumps nothing, so the next region must convert anew, not serve the old copy.
+    w = ta.nn.Parameter(ta.ones(2, 3, device="cuda"))
+    x = ta.ones(1, 3, device="cuda")
+    with ta.autocast("cuda", dtype=ta.float16):
+        first = ta.nn.functional.linear(x, w)
+    w.array[...] = 0  # a raw device write: no version, no storage counter
+    with ta.autocast("cuda", dtype=ta.float16):
+        second = ta.nn.functional.linear(x, w)
+    np.testing.assert_array_equal(first.detach().float().cpu().numpy(), [[3.0, 3.0]])
+    np.testing.assert_array_equal(second.detach().float().cpu().numpy(), [[0.0, 0.0]])

@@ -397,7 +397,10 @@ def to_device(array: Any, dev: Device) -> Any:
         return array
     if dev.type == "cpu":
         note_sync(f"a copy from {src} to the CPU")  # device -> host copy waits for the GPU
-        return _cupy.asnumpy(array)  # type: ignore[union-attr]
+        host = _cupy.asnumpy(array)  # type: ignore[union-attr]
+        if _device_checks:  # a host read, as to_host's: the errors kernels flagged surface here too
+            raise_device_errors()
+        return host
     if _captures:
         refuse_in_capture(f"a copy of a CPU array to {dev}",
                           "CUDA cannot copy host memory inside a captured graph (CuPy refuses every "

@@ -91,7 +91,7 @@ class Generator:
         self.manual_seed(np.random.SeedSequence().entropy % (2**63))
 
     def manual_seed(self, seed: int) -> "Generator":
-        self._seed = int(seed)
+        self._seed = _seed_value(seed)
         xp = self.device.xp
         if xp is np:
             self.rng = np.random.default_rng(self._seed)
@@ -123,7 +123,13 @@ class Generator:
             if raw.size != _PCG64_BYTES:
                 raise RuntimeError(f"Expected a CPU generator state (PCG64) of size {_PCG64_BYTES} but found "
                                    f"the input RNG state size to be {raw.size}")
-            self.rng.bit_generator.state = _pcg64_from_bytes(raw)
+            state = _pcg64_from_bytes(raw)
+            if state["state"]["inc"] % 2 == 0 or state["has_uint32"] not in (0, 1):
+                # A PCG64 increment is always odd (an even one, as in zeros(40), makes a generator of zeros):
+                # not a state get_state made. PyTorch refuses such a state too ("Invalid mt19937 state").
+                raise RuntimeError("Invalid PCG64 state: its increment must be odd and has_uint32 0 or 1 (set_state "
+                                   "takes a state get_state returned)")
+            self.rng.bit_generator.state = state
             return self
         if raw.size != _CUDA_STATE_BYTES:
             raise RuntimeError(f"Expected a {self.device} generator state of size {_CUDA_STATE_BYTES} but found "
@@ -144,10 +150,20 @@ def default_generator(device: Any = "cpu") -> Generator:
     return gen
 
 
+def _seed_value(seed: Any) -> int:
+    """PyTorch's seed: any integer from -2**63 to 2**64 - 1 (a float is truncated), a negative one taken
+    modulo 2**64 (``manual_seed(-1)``'s ``initial_seed()`` is 2**64 - 1, as PyTorch 2.13's)."""
+    value = int(seed)
+    if not -(2 ** 63) <= value < 2 ** 64:
+        raise ValueError(f"manual_seed: seed {value} is outside [-2**63, 2**64 - 1] (PyTorch: Overflow when "
+                         f"unpacking long long)")
+    return value % 2 ** 64
+
+
 def manual_seed(seed: int) -> Generator:
     """Seed every device's default generator; returns the CPU one."""
     global _seed
-    _seed = int(seed)
+    _seed = _seed_value(seed)  # checked before anything changes
     for gen in _default.values():
         gen.manual_seed(_seed)
     return default_generator("cpu")

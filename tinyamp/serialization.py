@@ -15,10 +15,17 @@ same folder, flushed and fsynced, then renamed over the target with
 ``os.replace``. A crash, a kill or a full disk during the write leaves the
 previous checkpoint as it was (a kill can leave the ``.<name>.<pid>.*.tmp``
 file behind, which the next save to that path removes once no process with
-that id runs on this machine; any other failure removes it at once). Saving to an open file object writes
-into it directly, as ``torch.save`` does.
+that id runs on this machine; any other failure removes it at once). The
+temporary file has the target's permissions before its first byte (0600 for a
+new file until the write is complete, then what ``open()`` would give), so a
+private checkpoint is never readable by others, not even half-written. A path
+that exists and is not a regular file (a named pipe, ``/dev/null``, a device)
+is written into, as ``torch.save`` does: a rename would replace it. Saving to an
+open file object writes into it directly at its position, as ``torch.save`` does.
 
-Loading parses JSON and ``.npy`` headers only, so a checkpoint from an untrusted
+Loading from a file object reads the archive that starts at its position (two
+checkpoints saved back to back into one stream load one after the other) and
+leaves the position at that archive's end. Loading parses JSON and ``.npy`` headers only, so a checkpoint from an untrusted
 source cannot run code (``weights_only`` is accepted for PyTorch compatibility
 and is always effectively true). Sizes are checked against the archive before
 anything is allocated: every member must be stored uncompressed and lie inside
@@ -65,6 +72,10 @@ _ARRAY_NAME = re.compile(r"arrays/(\d+)\.npy")
 # exhausting the stack (and catches a container that holds itself on save).
 MAX_NESTING = 100
 
+# The most dimensions and bytes an array may have: NumPy 2's limits (NPY_MAXDIMS, the largest intp).
+MAX_DIMS = 64
+_MAX_BYTES = np.iinfo(np.intp).max
+
 # Arrays are read in pieces of this size into their final buffer (a whole-member
 # read would hold the data twice).
 _READ_CHUNK = 1 << 24
@@ -101,10 +112,48 @@ def save(obj: Any, f: FileLike) -> None:
                 with archive.open(f"arrays/{index}.npy", "w", force_zip64=True) as member:
                     np.lib.format.write_array(member, array, allow_pickle=False)
 
-    if isinstance(f, (str, os.PathLike)):
-        _write_atomically(os.fspath(f), write)
-    else:
+    if not isinstance(f, (str, os.PathLike)):
         write(f)
+    elif _is_special_file(os.fspath(f)):
+        _write_in_place(os.fspath(f), write)
+    else:
+        _write_atomically(os.fspath(f), write)
+
+
+def _is_special_file(path: str) -> bool:
+    """Whether ``path`` (through symlinks) exists and is not a regular file: a pipe, a device, a socket."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
+
+
+def _write_in_place(path: str, write: Callable[[BinaryIO], None]) -> None:
+    """Run ``write`` on ``path`` opened for writing, as torch.save does: the pipe or device stays itself."""
+    try:
+        handle = open(path, "wb")  # noqa: SIM115 - closed below, its own errors named
+    except OSError as exc:
+        raise OSError(exc.errno, f"ta.save: cannot write '{path}': {exc.strerror}") from exc
+    with handle:
+        write(_Unseekable(handle))
+
+
+class _Unseekable(io.RawIOBase):
+    """A write-only view of a pipe or device: zipfile then writes in one pass (a device's tell() means nothing)."""
+
+    def __init__(self, handle: BinaryIO) -> None:
+        super().__init__()
+        self.handle = handle
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        return self.handle.write(data)
+
+    def flush(self) -> None:
+        self.handle.flush()
 
 
 def _write_atomically(path: str, write: Callable[[BinaryIO], None]) -> None:
@@ -112,7 +161,7 @@ def _write_atomically(path: str, write: Callable[[BinaryIO], None]) -> None:
     target = os.path.realpath(path)  # through a symlink, as open() would write
     folder, base = os.path.split(target)
     try:
-        fd, temp = _create_temporary(folder, base)
+        fd, temp, new_mode = _create_temporary(folder, base, _mode_of(target))
     except OSError as exc:
         raise OSError(exc.errno, f"ta.save: cannot write '{path}': {exc.strerror}") from exc
     try:
@@ -120,8 +169,8 @@ def _write_atomically(path: str, write: Callable[[BinaryIO], None]) -> None:
             write(handle)
             handle.flush()
             os.fsync(handle.fileno())  # the data is on disk before the rename makes it visible
-        with contextlib.suppress(FileNotFoundError):
-            os.chmod(temp, stat.S_IMODE(os.stat(target).st_mode))  # a replaced file keeps its permissions
+            mode = _mode_of(target)  # a replaced file keeps its permissions, even if they changed meanwhile
+            _set_mode(handle.fileno(), temp, new_mode if mode is None else mode)
         os.replace(temp, target)
         _remove_stale_temporaries(folder, base)
     except BaseException as exc:
@@ -134,14 +183,43 @@ def _write_atomically(path: str, write: Callable[[BinaryIO], None]) -> None:
     _fsync_folder(folder)  # the rename itself survives a power cut
 
 
-def _create_temporary(folder: str, base: str) -> tuple[int, str]:
-    """A new file ``.<base>.<pid>.<random>.tmp`` in ``folder`` (mode 0o666 less the umask, like open())."""
+def _mode_of(path: str) -> int | None:
+    """The permission bits of ``path``, None when it does not exist."""
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except FileNotFoundError:
+        return None
+
+
+def _set_mode(fd: int, path: str, mode: int) -> None:
+    if hasattr(os, "fchmod"):
+        os.fchmod(fd, mode)
+    else:  # Windows: only the read-only bit exists
+        os.chmod(path, mode)
+
+
+def _create_temporary(folder: str, base: str, target_mode: int | None) -> tuple[int, str, int]:
+    """A new empty file ``.<base>.<pid>.<random>.tmp`` in ``folder`` with the target's permissions.
+
+    Returns (fd, path, the mode a new target gets). A new target gets what open()
+    gives (0o666 less the umask, read from the new empty file without changing the
+    process-wide umask); until then its temporary is the owner's alone (0o600).
+    """
     while True:
         temp = os.path.join(folder, f".{base}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
         try:
-            return os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666), temp
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
         except FileExistsError:
             continue
+        try:
+            new_mode = stat.S_IMODE(os.fstat(fd).st_mode)
+            _set_mode(fd, temp, new_mode & 0o600 if target_mode is None else target_mode)  # before any byte
+        except BaseException:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
+            raise
+        return fd, temp, new_mode
 
 
 def _remove_stale_temporaries(folder: str, base: str) -> None:
@@ -266,16 +344,107 @@ def load(f: FileLike, map_location: Any = None, weights_only: bool = True) -> An
     map_location = _check_map_location(map_location)  # a user error, reported before reading anything
     with _open_for_reading(f) as handle:
         try:
-            size = handle.seek(0, io.SEEK_END)
-            handle.seek(0)
-            archive = zipfile.ZipFile(handle, "r")
+            archive, window = _archive_at_position(handle)
         except _ZIP_DAMAGE as exc:
             raise CheckpointError(f"ta.load: {name} is not a tinyamp checkpoint (not a zip archive: "
                                   f"{_reason(exc)}); it may be truncated, corrupt, or a file from another "
                                   f"program") from None
         with archive:
-            reader = _Reader(archive, size, name, map_location)
-            return reader.decode(reader.manifest()["root"], "obj", 0)
+            reader = _Reader(archive, window.size, name, map_location)
+            result = reader.decode(reader.manifest()["root"], "obj", 0)
+        handle.seek(window.start + window.size)  # after this archive: the next load reads the next one
+        return result
+
+
+class _Window(io.RawIOBase):
+    """Bytes ``[start, start + size)`` of a seekable binary file, read-only, as a file of its own."""
+
+    def __init__(self, handle: BinaryIO, start: int, size: int) -> None:
+        super().__init__()
+        self.handle, self.start, self.size, self.position = handle, start, size, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.position
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.position, io.SEEK_END: self.size}[whence]
+        if base + offset < 0:
+            raise OSError(22, "seek before the start of the archive")
+        self.position = base + offset
+        return self.position
+
+    def read(self, n: int = -1) -> bytes:
+        left = max(0, self.size - self.position)
+        n = left if n is None or n < 0 else min(n, left)
+        self.handle.seek(self.start + self.position)
+        data = self.handle.read(n)
+        self.position += len(data)
+        return data
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.read(len(buffer))
+        buffer[:len(data)] = data
+        return len(data)
+
+
+_END_RECORD = b"PK\x05\x06"  # the zip's end-of-central-directory signature; 22 bytes + a comment
+
+
+def _archive_at_position(handle: BinaryIO) -> tuple[zipfile.ZipFile, _Window]:
+    """The zip archive that starts at ``handle``'s position, and its window of the file.
+
+    zipfile reads the end record at the end of the file, which belongs to the last
+    of several archives saved back to back. A tinyamp archive's first member (the
+    manifest) starts at its offset 0, so the archive found is the one asked for
+    when its first member lies at the window's start; otherwise the archive ends at
+    an earlier end record, searched for forwards from the position.
+    """
+    start = handle.tell()
+    size = handle.seek(0, io.SEEK_END) - start
+    window = _Window(handle, start, size)
+    archive = zipfile.ZipFile(window, "r")
+    last_start = _first_member_offset(archive)
+    if last_start == 0:
+        return archive, window
+    archive.close()
+    scan_end = size if last_start is None else min(size, last_start)
+    for record in _end_records(window, scan_end):
+        window.seek(record + 20)
+        comment = int.from_bytes(window.read(2), "little")
+        candidate = _Window(handle, start, min(size, record + 22 + comment))
+        try:
+            archive = zipfile.ZipFile(candidate, "r")
+        except _ZIP_DAMAGE:
+            continue
+        if _first_member_offset(archive) == 0:
+            return archive, candidate
+        archive.close()
+    raise zipfile.BadZipFile(f"no zip archive starts at position {start}")
+
+
+def _first_member_offset(archive: zipfile.ZipFile) -> int | None:
+    return min((info.header_offset for info in archive.infolist()), default=None)
+
+
+def _end_records(window: _Window, end: int) -> Iterator[int]:
+    """Offsets of the end-record signature in ``window`` before ``end``, in order."""
+    chunk, position, tail = 1 << 20, 0, b""
+    while position < end:
+        window.seek(position)
+        data = tail + window.read(min(chunk, end - position))
+        base = position - len(tail)
+        found = data.find(_END_RECORD)
+        while found >= 0:
+            yield base + found
+            found = data.find(_END_RECORD, found + 1)
+        tail = data[-(len(_END_RECORD) - 1):]
+        position += chunk
 
 
 @contextlib.contextmanager
@@ -421,6 +590,16 @@ class _Reader:
             raise self.fail(path, f"unknown dtype {dtype_name!r}")
         if not isinstance(shape, list) or not all(type(s) is int and s >= 0 for s in shape):
             raise self.fail(path, f"bad shape {shape!r}")
+        if len(shape) > MAX_DIMS:
+            raise self.fail(path, f"a shape of {len(shape)} dimensions (arrays have at most {MAX_DIMS})")
+        if math.prod(s for s in shape if s) * _DTYPES[dtype_name].itemsize > _MAX_BYTES:
+            raise self.fail(path, f"shape {shape} is larger than any array can be")
+        for flag in ("requires_grad", "parameter"):
+            if kind == "tensor" and type(node.get(flag, False)) is not bool:
+                raise self.fail(path, f"a tensor's {flag} is {node.get(flag)!r}, not true or false")
+        if kind == "tensor" and node.get("requires_grad") and not dt.is_floating(_DTYPES[dtype_name]):
+            raise self.fail(path, f"a {dtype_name} tensor marked requires_grad (only floating-point tensors "
+                                  f"can require gradients)")
         shape = tuple(shape)
         if file in self.loaded:  # a tensor saved twice (shared): the same object, if the entries agree
             first_kind, first_dtype, first_shape, obj = self.loaded[file]

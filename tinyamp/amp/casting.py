@@ -23,16 +23,25 @@ uses without a conversion.
 from __future__ import annotations
 
 import weakref
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from .. import backend
 from .. import dtypes as dt
 from .. import precision
+from ..kernels.convert import convert
 from ..ops.cast import CachedCast, Cast
 from ..tensor import ALIASED_WRITES
 from ..precision import PROMOTE, AutocastState, Precision
+
+
+class CachedCopy(NamedTuple):
+    """A cached low-precision copy a CUDA graph capture read in place of converting ``weight``."""
+
+    weight: Any
+    dtype: np.dtype
+    array: Any
 
 
 class WeightCastCache:
@@ -77,8 +86,11 @@ class WeightCastCache:
         if entry is not None and entry[4] and entry[0]() is weight and entry[1] == weight._version[0] \
                 and entry[2] is weight.array:
             self.hits += 1
-            if type(entry[3]) is not np.ndarray:  # a GPU copy: a capture in progress must hold it
-                _held_by_capture(entry[3])
+            if type(entry[3]) is not np.ndarray:  # a GPU copy: a capture in progress reads it at every replay
+                capture = backend.current_capture()
+                if capture is not None:  # the graph reads this copy at every replay, not the weight
+                    capture.keep_alive(entry[3])
+                    backend.observe(CachedCopy(weight, dtype, entry[3]))
             return entry[3]
         return None
 
@@ -110,6 +122,13 @@ class WeightCastCache:
                     and entry[2] is weight.array:
                 return dtype, entry[3]
         return None
+
+    def refresh(self, copy: "CachedCopy") -> None:
+        """Convert ``copy``'s weight into its array again (a graph reads it), and use it as current."""
+        convert(copy.weight.array, copy.dtype, out=copy.array)
+        entry = self._entries.get((id(copy.weight), copy.dtype))
+        if entry is not None and entry[0]() is copy.weight and entry[3] is copy.array:
+            entry[1], entry[2], entry[4] = copy.weight._version[0], copy.weight.array, True
 
     def restamp(self, weight: Any, dtype: np.dtype) -> None:
         """The entry of ``weight`` holds the weight's current value (written by the optimizer)."""
@@ -224,6 +243,11 @@ def _shares_version(out: Any, weight: Any) -> Any:
     the cast output takes the weight's version counter, so a node that saved it sees the update."""
     out._version = weight._version
     return out
+
+
+def refresh_cached_copy(copy: CachedCopy) -> None:
+    """A graphed step's weight was written since its capture: its low-precision copy follows (a device cast)."""
+    WEIGHT_CACHE.refresh(copy)
 
 
 def low_copy_to_refresh(weight: Any) -> "tuple[np.dtype, Any] | None":

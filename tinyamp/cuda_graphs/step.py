@@ -79,8 +79,11 @@ import copy
 from typing import Any, Callable, Sequence
 
 from .. import backend, precision
+from ..amp.casting import CachedCopy, refresh_cached_copy
 from ..amp.grad_scaler import GradScaler
-from ..optim.optimizer import Optimizer, register_optimizer_step_pre_hook
+from ..autograd.grad_mode import is_grad_enabled
+from ..nn.module import Module
+from ..optim.optimizer import Optimizer, _write_stamp, _written_since, register_optimizer_step_pre_hook
 from ..tensor import Tensor
 from .capture import CUDAGraph, GraphPool, graph, side_stream
 
@@ -93,19 +96,49 @@ def make_graphed_step(train_step: Callable[..., Any], sample_inputs: Sequence[Te
 
 
 def _autocast_signature() -> tuple:
-    """What decides the casts a step records: the enclosing autocast state and every per-op override."""
+    """What decides the casts a step records: the enclosing autocast state and every per-op override.
+
+    Outside an enabled region only the overrides a region opened inside the step
+    would inherit count: ``autocast(enabled=False)`` around the step is autocast
+    off, as no region at all is (a cache setting changes no value).
+    """
     state, scope = precision.current_autocast(), precision.current_scope()
+    inherited = () if scope is None else tuple(sorted(scope.overrides.items()))
     return (None if state is None else (state.dtype, state.device_type, state.cache_enabled,
                                         tuple(sorted(state.overrides.items()))),
-            None if scope is None else (scope.cache_enabled, tuple(sorted(scope.overrides.items()))),
+            inherited if state is None else (scope.cache_enabled, inherited) if scope is not None else None,
             tuple(sorted(precision.global_overrides().items())))
 
 
 def _describe_autocast(signature: tuple) -> str:
-    state, _, global_overrides = signature
+    state, scope, global_overrides = signature
     text = "autocast off" if state is None else f"autocast({state[0]} on {state[1] or 'every device'})"
-    overrides = {**dict(global_overrides), **(dict(state[3]) if state is not None else {})}
+    inherited = dict(scope) if state is None else {}
+    overrides = {**dict(global_overrides), **inherited, **(dict(state[3]) if state is not None else {})}
     return text + (f" with overrides {overrides}" if overrides else "")
+
+
+def _numerics_state() -> dict:
+    """The process-wide settings besides autocast that decide what a step's kernels compute."""
+    return {"grad mode": "enabled" if is_grad_enabled() else "disabled (no_grad)",
+            "float32 matmul precision": precision.get_float32_matmul_precision()}
+
+
+_SCALER_SETTINGS = ("_enabled", "_growth_factor", "_backoff_factor", "_growth_interval", "_hysteresis",
+                    "_min_scale", "_max_scale")
+_SCALER_SETTERS = {"_growth_factor": "set_growth_factor", "_backoff_factor": "set_backoff_factor",
+                   "_growth_interval": "set_growth_interval"}
+
+
+def _module_names(modules: list[Module]) -> dict[int, str]:
+    """A readable name per module: its path from the outermost module the step called (``Sequential.1``)."""
+    names: dict[int, str] = {}
+    for root in modules:
+        if id(root) in names:
+            continue
+        for sub, module in root.named_modules():
+            names.setdefault(id(module), type(root).__name__ + (f".{sub}" if sub else ""))
+    return names
 
 
 def _detached(outputs: Any) -> Any:
@@ -190,6 +223,11 @@ class GraphedStep:
         self._failed: "str | None" = None
         self._optimizers: dict[int, Optimizer] = {}
         self._scalers: dict[int, GradScaler] = {}
+        self._modules: dict[int, Module] = {}  # every module the step called, in call order
+        self._copies: dict[tuple[int, Any], list] = {}  # weight copies the capture read: [copy, write stamp]
+        self._module_state: list[tuple[str, Callable[[], Any], Any, str]] = []  # (what, read it, value, advice)
+        self._scaler_settings: dict[int, dict] = {}
+        self._numerics: dict = {}
         self._seen_this_call: list = []
         self._autocast: tuple = ()
         self._hyper: dict[int, list[dict]] = {}
@@ -261,7 +299,11 @@ class GraphedStep:
         self._observe(optimizer)  # a global step pre-hook: every optimizer the step drives
 
     def _observe(self, participant: Any) -> None:
-        if isinstance(participant, Optimizer):
+        if isinstance(participant, Module):
+            self._modules.setdefault(id(participant), participant)
+        elif isinstance(participant, CachedCopy):
+            self._copies.setdefault((id(participant.weight), participant.dtype), [participant, None])
+        elif isinstance(participant, Optimizer):
             self._optimizers.setdefault(id(participant), participant)
         elif isinstance(participant, GradScaler):
             self._scalers.setdefault(id(participant), participant)
@@ -313,7 +355,43 @@ class GraphedStep:
             self._hyper[key] = _hyper_snapshot(optimizer)
             self._frozen[key] = [optimizer._graph_frozen(group) for group in optimizer.param_groups]
             self._storage += _storage_of(optimizer)
+        self._snapshot_modules()
+        for copy in self._copies.values():
+            copy[1] = _write_stamp(copy[0].weight)
+        for key, scaler in self._scalers.items():
+            self._scaler_settings[key] = {name: getattr(scaler, name) for name in _SCALER_SETTINGS}
+            for name in ("_scale", "_growth_tracker", "_hysteresis_tracker"):
+                if getattr(scaler, name, None) is not None:
+                    self._storage.append((f"GradScaler.{name}", lambda s=scaler, n=name: getattr(s, n),
+                                          getattr(scaler, name)))
+        self._numerics = _numerics_state()
         return outputs
+
+    def _snapshot_modules(self) -> None:
+        """What the replay cannot follow in the modules the step called: modes, requires_grad, arrays."""
+        modules = list(self._modules.values())
+        names = _module_names(modules)
+        retrain = ("PyTorch's make_graphed_callables runs a module whose training flag changed eagerly; a "
+                   "graphed step replays as a whole: call model.train() (or .eval()) as at the capture before "
+                   "the step, or make a graphed step per mode")
+        for module in modules:
+            name = names[id(module)]
+            self._module_state.append((f"{name}.training", lambda m=module: m.training, module.training, retrain))
+            for pname, p in list(module._parameters.items()) + list(module._buffers.items()):
+                if p is None:
+                    continue
+                where = f"{name}.{pname} (shape {list(p.shape)})"
+                self._module_state.append((f"{where}.requires_grad", lambda p=p: p.requires_grad, p.requires_grad,
+                                           "the graph still computes and applies its gradient as captured; "
+                                           "make a new graphed step"))
+                self._storage.append((f"the data of {where}", lambda p=p: p.array, p.array))
+        for optimizer in self._optimizers.values():
+            for gi, group in enumerate(optimizer.param_groups):
+                for pi, p in enumerate(group["params"]):
+                    self._module_state.append((
+                        f"{type(optimizer).__name__}.param_groups[{gi}]['params'][{pi}] (shape {list(p.shape)})"
+                        f".requires_grad", lambda p=p: p.requires_grad, p.requires_grad,
+                        "the graph still computes and applies its gradient as captured; make a new graphed step"))
 
     # ------------------------------------------------------------------ replay checks
     def _check_replay_state(self) -> None:
@@ -322,6 +400,25 @@ class GraphedStep:
             raise RuntimeError(f"graphed step: called under {_describe_autocast(signature)}, but it was captured "
                                f"under {_describe_autocast(self._autocast)}; the graph replays the casts decided at "
                                "capture. Call it under the same autocast state, or make a new graphed step")
+        numerics = _numerics_state()
+        for key, then in self._numerics.items():
+            if numerics[key] != then:
+                raise RuntimeError(f"graphed step: called with {key} {numerics[key]}, but it was captured with "
+                                   f"{key} {then}; the graph replays the kernels chosen then. Call it as at the "
+                                   "capture, or make a new graphed step")
+        for what, read, then, advice in self._module_state:
+            now = read()
+            if now != then:
+                raise RuntimeError(f"graphed step: {what} is {now!r} since the capture ({then!r} then), and the "
+                                   f"graph cannot follow: {advice}")
+        for key, scaler in self._scalers.items():
+            for name, then in self._scaler_settings[key].items():
+                now = getattr(scaler, name)
+                if now != then:
+                    how = f" (GradScaler.{_SCALER_SETTERS[name]})" if name in _SCALER_SETTERS else ""
+                    raise RuntimeError(f"graphed step: GradScaler.{name[1:]} changed from {then!r} to {now!r}"
+                                       f"{how} after the step was captured, but the captured scale update still "
+                                       f"uses {then!r}. Set it before the capture or make a new graphed step")
         for what, find, captured in self._storage:
             current = find()
             if current is not captured:
@@ -358,6 +455,19 @@ class GraphedStep:
                     f"({frozen_then!r} at capture, {frozen_now!r} now); make a new graphed step")
 
     def _refresh_hyper_parameters(self) -> None:
-        """Copy changed device-resident hyper-parameters (a scheduler's learning rate) where the graph reads them."""
+        """Before a replay, bring what the graph reads but does not derive up to date, on the device.
+
+        Changed device-resident hyper-parameters (a scheduler's learning rate);
+        float32 masters of O2 parameters written since the last step (as the
+        eager step's ``_master`` does); and the 16-bit weight copies the
+        captured forward reads instead of casting, for weights written since
+        (``load_state_dict``, ``copy_`` or ``zero_()`` under ``no_grad``, a write
+        through ``.data``: each moves the weight's version or storage counter).
+        """
         for optimizer in self._optimizers.values():
             optimizer._refresh_device_hyper()
+            optimizer._refresh_masters()
+        for copy in self._copies.values():
+            if _written_since(copy[1], copy[0].weight):
+                refresh_cached_copy(copy[0])
+                copy[1] = _write_stamp(copy[0].weight)

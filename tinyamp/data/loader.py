@@ -133,6 +133,27 @@ def random_split(dataset: Dataset, lengths: Sequence[float], generator: Any = No
 # ------------------------------------------------------------------ loader
 
 
+_INT64 = (-(2 ** 63), 2 ** 63 - 1)
+
+
+def _python_numbers(batch: Sequence[Any], float64: bool) -> np.ndarray:
+    """A field of Python numbers as ``torch.tensor(batch)`` makes it (``float64``: the first one is a float,
+    and torch's default_collate asks for float64): bools stay bool, ints are int64 (one outside int64 is an
+    error, PyTorch's "Overflow when unpacking long long", not a silent float64), any float makes float32."""
+    kinds = {type(v) for v in batch}
+    if not kinds <= {bool, int, float}:
+        raise TypeError(f"default_collate: a field of Python numbers holds {sorted(k.__name__ for k in kinds)}")
+    if float64 or float in kinds:
+        return np.asarray(batch, dtype=np.float64 if float64 else np.float32)
+    if kinds == {bool}:
+        return np.asarray(batch, dtype=np.bool_)
+    for v in batch:
+        if not _INT64[0] <= v <= _INT64[1]:
+            raise ValueError(f"default_collate: the int {v} does not fit in the int64 tensor a field of Python ints "
+                             f"becomes (PyTorch: Overflow when unpacking long long)")
+    return np.asarray(batch, dtype=np.int64)
+
+
 def default_collate(batch: Sequence[Any]) -> Any:
     """A list of samples as one batch of the same structure (``torch.utils.data.default_collate``).
 
@@ -161,10 +182,7 @@ def default_collate(batch: Sequence[Any]) -> Any:
     if isinstance(first, (bool, int, float)):
         # A Dataset returning (image, label): int labels batch into an int64 Tensor (float: float64), as
         # torch's default_collate does, so they go straight into a loss.
-        values = np.asarray(batch)
-        if values.dtype == object or values.dtype.kind not in "biuf":
-            raise TypeError(f"default_collate: a field of Python numbers holds {sorted({type(v).__name__ for v in batch})}")
-        return _as_tensor(values.astype(np.int64 if values.dtype.kind in "iu" else values.dtype, copy=False))
+        return _as_tensor(_python_numbers(batch, float64=isinstance(first, float)))
     if isinstance(first, (str, bytes)):
         return list(batch)
     if isinstance(first, Mapping):

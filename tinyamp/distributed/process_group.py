@@ -12,6 +12,7 @@ instead of waiting for peers that are not there.
 
 from __future__ import annotations
 
+import datetime
 import enum
 import importlib.util
 import os
@@ -112,6 +113,12 @@ def init_process_group(backend: "str | None" = None, init_method: "str | None" =
     if store is not None:
         raise ValueError("init_process_group: store= is not supported; tinyamp's processes meet through MPI "
                          "(start them with python -m tinyamp.distributed.run)")
+    if timeout is None:
+        timeout = mpi_backend.DEFAULT_TIMEOUT
+    if not isinstance(timeout, datetime.timedelta):
+        raise TypeError(f"Expected timeout argument to be of type datetime.timedelta, got {timeout}")
+    if timeout.total_seconds() <= 0:
+        raise ValueError(f"init_process_group: timeout must be positive, got {timeout}")
     if init_method not in (None, "env://"):
         raise ValueError(f"init_process_group: init_method={init_method!r} is not supported; tinyamp's "
                          "processes meet through MPI (init_method None or 'env://')")
@@ -124,7 +131,7 @@ def init_process_group(backend: "str | None" = None, init_method: "str | None" =
     if name == "nccl":
         made = nccl_backend.NCCLBackend(comm, device_id)
     else:
-        made = mpi_backend.MPIBackend(comm, name)
+        made = mpi_backend.MPIBackend(comm, name, timeout)
     _state["backend"] = made
 
 

@@ -58,17 +58,25 @@ def parse_args(argv: "list[str] | None" = None) -> argparse.Namespace:
         parser.error("--max-restarts must be 0: tinyamp's launcher has no elastic restarts")
     if args.no_python and args.module:
         parser.error("--no-python and -m cannot be used together")
+    try:
+        args.nproc = nproc(args.nproc_per_node)
+    except ValueError as exc:
+        parser.error(f"--nproc-per-node: {exc}")
     return args
 
 
 def nproc(value: str) -> int:
+    """The process count ``--nproc-per-node`` asks for (torchrun's words when it cannot be one)."""
     if value in ("cpu", "auto"):
         return os.cpu_count() or 1
     if value == "gpu":
-        raise ValueError("--nproc-per-node gpu: give the number of GPUs explicitly")
-    number = int(value)
+        raise ValueError("'gpu' is not supported: give the number of GPUs explicitly")
+    try:
+        number = int(value)
+    except ValueError:
+        raise ValueError(f"Unsupported nproc_per_node value: {value} (an integer >= 1, 'cpu' or 'auto')") from None
     if number < 1:
-        raise ValueError(f"--nproc-per-node must be >= 1, got {number}")
+        raise ValueError(f"must be >= 1, got {number}")
     return number
 
 
@@ -86,7 +94,7 @@ def find_mpiexec() -> str:
 
 def command(args: argparse.Namespace) -> list[str]:
     """The mpiexec command line that starts every rank under the worker."""
-    size = nproc(args.nproc_per_node)
+    size = args.nproc if hasattr(args, "nproc") else nproc(args.nproc_per_node)
     program = [args.training_script, *args.training_script_args]
     if args.module:
         program = ["-m", *program]

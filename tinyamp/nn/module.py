@@ -58,6 +58,8 @@ class Module:
         raise NotImplementedError(f'Module [{type(self).__name__}] is missing the required "forward" function')
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if backend._step_observers:
+            backend.observe(self)  # a graphed step learns the modules it replays (tinyamp/cuda_graphs)
         for hook in self._forward_pre_hooks.values():
             result = hook(self, args)
             if result is not None:

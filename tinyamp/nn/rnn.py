@@ -15,8 +15,10 @@ A cell is composed of tinyamp ops (``linear``, ``sigmoid``, ``tanh``, ``mul``,
 is theirs: ``linear`` is LOWER, so under autocast the gates are computed in
 float16/bfloat16 as PyTorch's CUDA autocast computes ``lstm_cell``, ``gru_cell``
 and cuDNN's RNN; the states are cast to the gates' dtype at the start, as those
-kernels receive them. The input's projection ``W_ih x + b_ih`` of a whole
-sequence is one ``linear`` before the time loop; only ``W_hh h`` runs per step.
+kernels receive them (so under autocast a float16, bfloat16 or float32 state
+need not have the input's dtype: PyTorch's autocast casts input and states
+together). The input's projection ``W_ih x + b_ih`` of a whole sequence is one
+``linear`` before the time loop; only ``W_hh h`` runs per step.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from .module import Module
 from .parameter import Parameter
 
 _GATES = {"LSTM": 4, "GRU": 3, "RNN_TANH": 1, "RNN_RELU": 1}
+_AUTOCAST_ELIGIBLE = (dt.float16, dt.bfloat16, dt.float32)  # what autocast casts (PyTorch: never float64)
 
 
 def _lstm_step(gates: Tensor, state: tuple, w_hr: "Tensor | None") -> tuple:
@@ -141,6 +144,10 @@ class RNNBase(Module):
         if hx is None:
             return [tinyamp.zeros(self.num_layers * directions, batch, s, dtype=x.dtype, device=x.device)
                     for s in sizes]
+        # Under autocast the input and the states are cast together to the gates' dtype (_as_state), as
+        # PyTorch's autocast casts input, h0 and c0: a state from an earlier autocast chunk (truncated BPTT)
+        # may have another dtype than this chunk's input.
+        autocast = tinyamp.is_autocast_enabled(x.device.type) and x.dtype in _AUTOCAST_ELIGIBLE
         states = list(hx) if self.mode == "LSTM" else [hx]
         if self.mode == "LSTM" and (not isinstance(hx, (tuple, list)) or len(states) != 2):
             raise TypeError(f"{name}: hx must be a tuple (h_0, c_0) for an LSTM")
@@ -154,9 +161,11 @@ class RNNBase(Module):
             expected = (self.num_layers * directions, batch, size)
             if tuple(state.shape) != expected:
                 raise RuntimeError(f"{name}: Expected hidden size {list(expected)}, got {list(state.shape)}")
-            if state.dtype != x.dtype:
+            if state.dtype != x.dtype and not (autocast and state.dtype in _AUTOCAST_ELIGIBLE):
                 raise RuntimeError(f"{name}: input and hidden state must have the same dtype, got input "
-                                   f"{dt.dtype_name(x.dtype)} and hidden state {dt.dtype_name(state.dtype)}")
+                                   f"{dt.dtype_name(x.dtype)} and hidden state {dt.dtype_name(state.dtype)}"
+                                   + (" (autocast casts float16, bfloat16 and float32 states, never float64)"
+                                      if autocast else ""))
             out.append(state)
         return out
 

@@ -4,7 +4,9 @@
 scatter-add of the output gradient into the rows that were read, so repeated
 indices accumulate (``numpy.add.at`` on the CPU, ``cupyx.scatter_add`` on a GPU,
 reached through tinyamp.backend). float16/bfloat16 gradients accumulate in
-float32 and are rounded once. ``padding_idx`` rows get a zero gradient.
+float32 and are rounded once. ``padding_idx`` rows get a zero gradient. An
+out-of-range index is refused (on a GPU at the next host read; its output row
+is NaN and its gradient reaches no row: ``kernels/embedding.py``).
 
 Both ops are NEUTRAL: a lookup does no arithmetic, so the output keeps the
 weight's dtype (PyTorch leaves embedding off its autocast lists too).
@@ -20,6 +22,7 @@ from .. import backend
 from .. import dtypes as dt
 from ..precision import NEUTRAL
 from ..autograd.function import Function
+from ..kernels.embedding import checked_indices
 from ..tensor import Tensor
 
 
@@ -46,20 +49,10 @@ class Embedding(Function):
         if weight.ndim != 2:
             raise ValueError(f"embedding: weight must be 2-D (num_embeddings, embedding_dim), "
                              f"got shape {list(weight.shape)}")
-        rows = weight.shape[0]
         self.poison = None
         if self.check and idx.size:
-            bad = (idx < 0) | (idx >= rows)
-            if backend.is_cupy_array(bad):
-                # No host check on a GPU (a host sync every step): an out-of-range
-                # index reads row 0 and its output row is nan, as is the weight
-                # gradient it sends back (so GradScaler skips the step).
-                idx, self.poison = xp.where(bad, 0, idx), bad
-            elif bad.any():
-                value = int(idx[bad].reshape(-1)[0])
-                raise IndexError(f"embedding: index {value} is out of range for a weight of shape "
-                                 f"{list(weight.shape)} (valid indices 0..{rows - 1}); indices shape "
-                                 f"{list(idx.shape)}")
+            # The CPU refuses a bad index; a GPU flags it for the next host read and reads row 0 instead.
+            idx, self.poison = checked_indices(xp, idx, weight.shape)
         self.idx = idx  # an integer constant of the graph, kept for the scatter in backward
         out = weight[idx]
         if self.poison is not None and weight.dtype in dt.FLOATING:
@@ -87,8 +80,8 @@ class EmbeddingGrad(Function):
         acc = dt.opmath_dtype(gy.dtype)
         out = xp.zeros((self.rows, dim), dtype=acc)
         values = gy.reshape(-1, dim).astype(acc, copy=False)
-        if self.poison is not None:  # out-of-range indices on a GPU (see Embedding.forward)
-            values = xp.where(self.poison.reshape(-1, 1), np.dtype(acc).type(np.nan), values)
+        if self.poison is not None:  # out-of-range indices on a GPU: their gradient goes to no row
+            values = xp.where(self.poison.reshape(-1, 1), np.dtype(acc).type(0), values)
         _scatter_add(xp, out, self.idx.reshape(-1), values)
         if self.padding_idx is not None:
             out[self.padding_idx] = 0

@@ -9,6 +9,15 @@ call ``step()`` once per epoch after ``optimizer.step()``. Every schedule here i
 the closed form of ``last_epoch``, so resuming from ``state_dict()`` or jumping
 epochs gives the same learning rates as stepping one by one. ReduceLROnPlateau
 is the exception: ``step(metric)`` reacts to the values it is shown.
+
+A group added to the optimizer after the scheduler was made (``add_param_group``,
+to unfreeze layers) follows the schedule where PyTorch's does: PyTorch's StepLR,
+MultiStepLR, ExponentialLR and LinearLR multiply each group's current lr, so the
+new group is scheduled from the lr it had when it joined (here: the closed form
+from that lr and epoch), and ReduceLROnPlateau reduces it too. The schedules
+PyTorch computes from each group's ``initial_lr`` (CosineAnnealingLR, LambdaLR,
+OneCycleLR, SequentialLR) raise instead, as PyTorch 2.13's do: make the
+scheduler after adding the group.
 """
 
 from __future__ import annotations
@@ -37,15 +46,46 @@ class LRScheduler:
                     raise KeyError(f"param 'initial_lr' is not specified in param_groups[{i}] when "
                                    f"resuming an optimizer")
         self.base_lrs = [group["initial_lr"] for group in optimizer.param_groups]
+        self.added_groups: list[tuple[float, int]] = []  # (lr, last_epoch) of each group added since
         self.last_epoch = last_epoch
         self.step()
 
+    # Whether a group added to the optimizer later follows the schedule from its lr then (PyTorch's
+    # recursive schedules do) rather than being refused (those PyTorch computes from initial_lr).
+    _follows_added_groups = False
+
     def get_lr(self) -> list[float]:
         """The learning rates for ``self.last_epoch``."""
-        return [self._closed_form(base, i) for i, base in enumerate(self.base_lrs)]
+        return ([self._closed_form(base, i) for i, base in enumerate(self.base_lrs)]
+                + [self._closed_form_since(lr, epoch) for lr, epoch in self.added_groups])
 
     def _closed_form(self, base_lr: float, index: int) -> float:
         raise NotImplementedError
+
+    def _closed_form_since(self, lr: float, epoch: int) -> float:
+        """The lr at ``self.last_epoch`` of a group that joined with ``lr`` after epoch ``epoch``."""
+        raise NotImplementedError
+
+    def _reference_lr(self, index: int) -> float:
+        """What group ``index``'s schedule multiplies: its initial lr, or its lr when it joined."""
+        if index < len(self.base_lrs):
+            return self.base_lrs[index]
+        return self.added_groups[index - len(self.base_lrs)][0]
+
+    def _adopt_added_groups(self, previous_epoch: int) -> None:
+        """Groups the optimizer gained since the last step: scheduled from their lr now, or refused."""
+        groups = self.optimizer.param_groups
+        known = len(self.base_lrs) + len(self.added_groups)
+        if len(groups) == known:
+            return
+        name = type(self).__name__
+        if len(groups) < known or not self._follows_added_groups:
+            raise RuntimeError(
+                f"{name}: the optimizer has {len(groups)} parameter groups, but had {known} when this scheduler "
+                f"was made (a group added or removed since); {name}'s schedule starts from each group's initial "
+                f"lr, which a group added later lacks (PyTorch 2.13 raises too). Make the scheduler after "
+                f"adding the group")
+        self.added_groups += [(group["lr"], previous_epoch) for group in groups[known:]]
 
     def get_last_lr(self) -> list[float]:
         """The learning rates the last ``step()`` set."""
@@ -53,6 +93,7 @@ class LRScheduler:
 
     def step(self, epoch: int | None = None) -> None:
         """Advance one epoch (or jump to ``epoch``) and set the groups' learning rates."""
+        self._adopt_added_groups(self.last_epoch)
         self.last_epoch = self.last_epoch + 1 if epoch is None else int(epoch)
         lrs = self.get_lr()
         for group, lr in zip(self.optimizer.param_groups, lrs):
@@ -64,7 +105,7 @@ class LRScheduler:
         return {key: value for key, value in self.__dict__.items() if key != "optimizer"}
 
     def load_state_dict(self, state_dict: dict) -> None:
-        self.__dict__.update(state_dict)
+        self.__dict__.update({"added_groups": [], **state_dict})
 
 
 _LRScheduler = LRScheduler  # PyTorch's old name
@@ -80,8 +121,13 @@ class StepLR(LRScheduler):
         self.gamma = gamma
         super().__init__(optimizer, last_epoch)
 
+    _follows_added_groups = True
+
     def _closed_form(self, base_lr: float, index: int) -> float:
         return base_lr * self.gamma ** (self.last_epoch // self.step_size)
+
+    def _closed_form_since(self, lr: float, epoch: int) -> float:
+        return lr * self.gamma ** (self.last_epoch // self.step_size - epoch // self.step_size)
 
 
 class MultiStepLR(LRScheduler):
@@ -93,8 +139,14 @@ class MultiStepLR(LRScheduler):
         self.gamma = gamma
         super().__init__(optimizer, last_epoch)
 
+    _follows_added_groups = True
+
     def _closed_form(self, base_lr: float, index: int) -> float:
         return base_lr * self.gamma ** bisect.bisect_right(self.milestones, self.last_epoch)
+
+    def _closed_form_since(self, lr: float, epoch: int) -> float:
+        passed = bisect.bisect_right(self.milestones, self.last_epoch) - bisect.bisect_right(self.milestones, epoch)
+        return lr * self.gamma ** passed
 
 
 class ExponentialLR(LRScheduler):
@@ -104,8 +156,13 @@ class ExponentialLR(LRScheduler):
         self.gamma = gamma
         super().__init__(optimizer, last_epoch)
 
+    _follows_added_groups = True
+
     def _closed_form(self, base_lr: float, index: int) -> float:
         return base_lr * self.gamma ** self.last_epoch
+
+    def _closed_form_since(self, lr: float, epoch: int) -> float:
+        return lr * self.gamma ** (self.last_epoch - epoch)
 
 
 class LinearLR(LRScheduler):
@@ -119,9 +176,20 @@ class LinearLR(LRScheduler):
         self.start_factor, self.end_factor, self.total_iters = start_factor, end_factor, total_iters
         super().__init__(optimizer, last_epoch)
 
+    _follows_added_groups = True
+
+    def _factor(self, epoch: int) -> float:
+        progress = min(epoch, self.total_iters) / self.total_iters if self.total_iters else 1.0
+        return self.start_factor + (self.end_factor - self.start_factor) * progress
+
     def _closed_form(self, base_lr: float, index: int) -> float:
-        progress = min(self.last_epoch, self.total_iters) / self.total_iters if self.total_iters else 1.0
-        return base_lr * (self.start_factor + (self.end_factor - self.start_factor) * progress)
+        return base_lr * self._factor(self.last_epoch)
+
+    def _closed_form_since(self, lr: float, epoch: int) -> float:
+        # PyTorch multiplies by factor(e) / factor(e - 1) at each step up to total_iters: the product telescopes.
+        if epoch >= self.total_iters:
+            return lr
+        return lr * self._factor(self.last_epoch) / self._factor(epoch)
 
 
 class CosineAnnealingLR(LRScheduler):
@@ -270,8 +338,10 @@ class ReduceLROnPlateau:
             if len(min_lr) != len(groups):
                 raise ValueError(f"expected {len(groups)} min_lrs, got {len(min_lr)}")
             self.min_lrs = list(min_lr)
+            self.default_min_lr = None
         else:
             self.min_lrs = [min_lr] * len(groups)
+            self.default_min_lr = min_lr  # a group added later gets it, as in PyTorch
         self.optimizer = optimizer
         self.mode, self.factor, self.patience = mode, factor, patience
         self.threshold, self.threshold_mode, self.cooldown, self.eps = threshold, threshold_mode, cooldown, eps
@@ -297,7 +367,16 @@ class ReduceLROnPlateau:
             self.cooldown_counter -= 1
             self.num_bad_epochs = 0  # improvements are not expected during cooldown
         if self.num_bad_epochs > self.patience:
-            for group, min_lr in zip(self.optimizer.param_groups, self.min_lrs):
+            groups = self.optimizer.param_groups
+            if len(groups) != len(self.min_lrs):
+                if getattr(self, "default_min_lr", None) is None:  # PyTorch 2.13's message
+                    raise RuntimeError(
+                        f"The number of param groups in the `optimizer` ({len(groups)}) differs from when "
+                        f"`ReduceLROnPlateau` was initialized ({len(self.min_lrs)}), usually due to a new param "
+                        f"group being added to the optimizer. Please modify the `min_lrs` field to match the "
+                        f"length of the `optimizer` param groups.")
+                self.min_lrs = [self.default_min_lr] * len(groups)
+            for group, min_lr in zip(groups, self.min_lrs):
                 new_lr = max(group["lr"] * self.factor, min_lr)
                 if group["lr"] - new_lr > self.eps:
                     group["lr"] = new_lr
@@ -371,6 +450,11 @@ class SequentialLR(_Combined):
 
     def step(self, epoch: int | None = None) -> None:  # type: ignore[override]
         """Advance one epoch; at a milestone the next scheduler starts from its epoch 0."""
+        if len(self.optimizer.param_groups) != len(self._schedulers[0].base_lrs):
+            raise RuntimeError(
+                f"SequentialLR: the optimizer has {len(self.optimizer.param_groups)} parameter groups, but had "
+                f"{len(self._schedulers[0].base_lrs)} when this scheduler was made (a group added since); "
+                f"PyTorch 2.13 raises too. Make the schedulers after adding the group")
         self.last_epoch += 1
         index = bisect.bisect_right(self._milestones, self.last_epoch)
         scheduler = self._schedulers[index]
@@ -404,9 +488,9 @@ class ChainedScheduler(_Combined):
     def _set_product(self) -> None:
         lrs = []
         for i, group in enumerate(self.optimizer.param_groups):
-            lr = group["initial_lr"]
+            lr = self._schedulers[0]._reference_lr(i)  # initial_lr, or a group's lr when it was added
             for scheduler in self._schedulers:
-                base = scheduler.base_lrs[i]
+                base = scheduler._reference_lr(i)
                 lr *= scheduler.get_last_lr()[i] / base if base else 0.0
             group["lr"] = lr
             lrs.append(lr)

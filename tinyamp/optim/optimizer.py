@@ -426,6 +426,15 @@ class Optimizer:
     def _refresh_device_hyper(self) -> None:
         """Write changed device-resident hyper-parameters before a replay (none here: see optim/fused.py)."""
 
+    def _refresh_masters(self) -> None:
+        """Refresh the masters of parameters written since the last step (``_master``), before a graph replay:
+        the captured update reads the master, which an eager step would first bring up to date."""
+        for group in self.param_groups:
+            if group.get("master_weights"):
+                for p in group["params"]:
+                    if p in self._master_versions:
+                        self._master(p, group)
+
     def _finish(self, p: Tensor, master: "Tensor | None") -> None:
         """After the update: round masters back into the parameter, bump the version."""
         if master is not None:

@@ -17,6 +17,11 @@ PyTorch's reentrant behaviours that code can notice: keyword arguments are
 refused, and when no argument requires grad the output does not either (with
 PyTorch's warning). A tensor ``fn`` closes over that requires grad and was
 made outside it (not a leaf) must be passed as an argument instead.
+
+The arguments are saved tensors: one written in place between the forward and
+the backward (its version moved) raises autograd's "modified by an inplace
+operation" error at the backward, as PyTorch does for both variants; the
+recompute would otherwise run on the new values.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from typing import Any, Callable, Iterable
 
 from .. import backend
 from .. import random as ta_random
-from ..autograd.function import FREED_MESSAGE, Function
+from ..autograd.function import FREED_MESSAGE, Function, modified_error
 from ..autograd.engine import grad as autograd_grad
 from ..autograd.grad_mode import enable_grad, is_grad_enabled, no_grad
 from ..autograd.graph import region_inputs, sequence_mark
@@ -61,6 +66,7 @@ class Checkpoint(Function):
 
     def __init__(self, function: Callable, args: tuple, kwargs: dict, preserve_rng_state: bool) -> None:
         self.function, self.args, self.kwargs = function, args, kwargs
+        self.arg_versions = [a._version[0] if isinstance(a, Tensor) else None for a in args]
         self.autocast, self.scope = current_autocast(), current_scope()
         self.rng = ({d: ta_random.snapshot(d) for d in _rng_devices(args)} if preserve_rng_state else None)
         self.arg_positions: list = []   # per node input: (argument position, None) or (None, a leaf fn used)
@@ -75,6 +81,9 @@ class Checkpoint(Function):
     def backward(self, *grads: Tensor) -> tuple:
         if self.function is None:
             raise RuntimeError(FREED_MESSAGE)
+        for a, version in zip(self.args, self.arg_versions):
+            if version is not None and a._version[0] != version:
+                raise modified_error(self, a.shape, a.dtype, version, a._version[0])
         create_graph = is_grad_enabled()
         detached = [a.detach().requires_grad_(a.requires_grad) if isinstance(a, Tensor) else a for a in self.args]
         now = {d: ta_random.snapshot(d) for d in self.rng} if self.rng is not None else None

@@ -14,6 +14,11 @@ As ``torch.nn.parallel.DistributedDataParallel``:
   (PyTorch's order: divide, then sum); when the last bucket has gone out,
   the results are written back into the ``.grad`` of every parameter, before
   ``backward`` returns, so ``scaler.unscale_`` and the optimizer see averages;
+- with ``find_unused_parameters=True``, a parameter the output does not depend
+  on counts as ready at once (its slot reduces zeros, or its accumulated
+  ``.grad``); a usage map is all-reduced with the buckets, and a parameter no
+  rank used keeps its ``.grad`` as it was (None stays None, so an optimizer
+  skips it: no weight decay), as PyTorch's globally unused parameters do;
 - ``no_sync()`` turns the reduction off for the backward passes of forwards
   run inside it (gradient accumulation); the ``.grad`` accumulated locally is
   averaged by the first backward outside it;
@@ -40,7 +45,7 @@ import numpy as np
 from ... import backend as device_backend
 from ...autograd.graph import reachable_nodes
 from ...autograd.grad_mode import is_grad_enabled
-from ...distributed import process_group
+from ...distributed import mpi_backend, process_group
 from ...distributed.process_group import ReduceOp
 from ...tensor import Tensor
 from ..module import Module
@@ -160,6 +165,7 @@ class DistributedDataParallel(Module):
         object.__setattr__(self, "_ready", set())
         object.__setattr__(self, "_next_bucket", 0)
         object.__setattr__(self, "_works", [])
+        object.__setattr__(self, "_used_here", None)  # find_unused_parameters: 1 per parameter used this pass
         object.__setattr__(self, "_hook_handles",
                            [p.register_post_accumulate_grad_hook(self._grad_ready) for p in self._params])
 
@@ -210,6 +216,7 @@ class DistributedDataParallel(Module):
             for edge in node._edges:
                 if edge is not None and edge[0] is None:
                     used.add(id(edge[1]))
+        object.__setattr__(self, "_used_here", np.array([id(p) in used for p in self._params], dtype=np.int32))
         for p in self._params:
             if id(p) not in used:
                 self._grad_ready(p)
@@ -249,11 +256,23 @@ class DistributedDataParallel(Module):
         xp.multiply(buffer, buffer.dtype.type(1.0 / self._group.size), out=buffer)
         self._works.append((bucket, self._group.all_reduce(buffer, ReduceOp.SUM)))
 
+    def _globally_unused(self) -> set:
+        """Ids of the parameters no rank used in this pass (the usage map's all-reduce, on the host over MPI)."""
+        used = self._used_here
+        object.__setattr__(self, "_used_here", None)
+        if used is None:
+            return set()
+        mpi_backend.all_reduce_host(self._group, used, "DistributedDataParallel (find_unused_parameters)")
+        return {id(p) for p, count in zip(self._params, used) if count == 0}
+
     def _finish(self) -> None:
+        unused = self._globally_unused()
         for bucket, finish in self._works:
             finish()
             buffer = bucket.buffer
             for p, (start, end) in zip(bucket.params, bucket.slots):
+                if id(p) in unused:
+                    continue  # no rank used it: its .grad stays as it was (None stays None)
                 piece = buffer[start:end].reshape(p.shape)
                 if p.grad is None:
                     p.grad = Tensor._wrap(piece.astype(p.dtype))
