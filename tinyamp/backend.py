@@ -387,6 +387,8 @@ def device_of(array: Any) -> Device:
     if _cupy is not None and isinstance(array, _cupy.ndarray):
         index = array.device.id
         return _DEVICES.get(("cuda", index)) or Device("cuda", index)  # Device's own cache, looked up directly
+    if type(array) is not np.ndarray and hasattr(array, "fp8_codes"):  # quantised fp8: where its codes are
+        return device_of(array.fp8_codes)
     return CPU
 
 

@@ -239,6 +239,34 @@ def tf32_matmul() -> bool:
 
 
 # --------------------------------------------------------------------------
+# fp8: the accumulation model of fp8 GEMMs, the fp8 region
+# --------------------------------------------------------------------------
+
+FP8_ACCUMULATE = ("fp32", "hopper_fast", "promote_128")
+_fp8_accumulate = ["fp32"]  # a list: one shared, mutable setting (ta.backends.fp8.accumulate writes it)
+
+
+def fp8_accumulate() -> str:
+    """How fp8 GEMMs accumulate: "fp32" (exact products summed in float32), or a model of Hopper's tensor
+    cores on the CPU ("hopper_fast": FAST_ACCUM's 13-bit chain; "promote_128": promoted to float32 every 128)."""
+    return _fp8_accumulate[0]
+
+
+def set_fp8_accumulate(model: str) -> None:
+    if model not in FP8_ACCUMULATE:
+        raise ValueError(f"ta.backends.fp8.accumulate must be one of {FP8_ACCUMULATE}, got {model!r}")
+    _fp8_accumulate[0] = model
+
+
+# The fp8 region in force (ta.amp.fp8_autocast: the recipe, the module filter, the fp8 weight cache), per thread
+# like autocast; None outside every fp8 region. nn.Linear reads it.
+_fp8_region: ContextVar[Any] = ContextVar("tinyamp_fp8_region", default=None)
+current_fp8: Callable[[], Any] = _fp8_region.get
+set_fp8 = _fp8_region.set
+reset_fp8 = _fp8_region.reset
+
+
+# --------------------------------------------------------------------------
 # Hooks the tape calls
 # --------------------------------------------------------------------------
 

@@ -15,7 +15,11 @@ bits), ``gemm.py`` (``gemm``, and ``gemm_bias``: linear's forward on every
 device), ``elementwise.py`` (``relu``, ``relu_backward``, ``column_sum``),
 ``cross_entropy.py`` (one pass each way), ``loss_scale.py`` (unscale with
 inf/nan detection, the dynamic scale rule), ``updates.py`` (SGD and Adam, one
-call per parameter group).
+call per parameter group), ``gelu.py`` (erf and GELU, exact and tanh),
+``layer_norm.py``, ``softmax.py``, ``attention.py``, ``embedding.py`` (the
+transformer ops), ``fp8.py``, ``fp8_quantize.py``, ``fp8_gemm.py`` (fp8 casts,
+scaling, GEMMs). In ``cpu/``, the transformer ops' numba loops are
+``nn_numba.py``, called by ``gelu_cpu.py`` and its siblings.
 
 Every module here imports only NumPy, ml_dtypes and the modules below the
 tensor (``tinyamp.backend``, ``tinyamp.dtypes``, ``tinyamp.precision``); CuPy and
@@ -30,6 +34,7 @@ from .. import dtypes as dt
 from . import convert as _convert
 from .cpu import cpu_numba as _cpu_numba
 from .cpu import cpu_path as _cpu_path
+from .cpu import gelu_cpu
 from .cpu.elementwise_cpu import relu_backward_lowp, relu_lowp
 
 __all__ = ["warmup"]
@@ -55,4 +60,8 @@ def warmup() -> str:
         b = np.zeros(2, dt.float32)
         for name in ("bias_round_f16", "bias_round_bf16"):  # linear's 16-bit bias epilogue (gemm_bias)
             _cpu_numba.KERNELS[name](y, b, np.empty((2, 2), np.uint16))
+        for src in (a32, a16, ab):
+            for approximate in ("none", "tanh"):
+                gelu_cpu.gelu_backward(src, gelu_cpu.gelu(src, approximate), approximate)
+            gelu_cpu.erf(src, src.dtype)
     return _cpu_path.BACKEND

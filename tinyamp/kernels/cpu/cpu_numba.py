@@ -28,12 +28,16 @@ benchmarks/RESULTS.md, "bench_casts.py").
 from __future__ import annotations
 
 import os
-import types as pytypes
+from types import FunctionType, SimpleNamespace
 from typing import Any, Callable
 
 import numpy as np
 
 from ... import dtypes as dt
+from . import nn_numba
+
+# Modules whose numba loops load() defines (with the tools it imported).
+_FAMILIES = (nn_numba,)
 
 # name -> compiled numba function, filled by load(); load() also binds the
 # scalar intrinsics (_h2f_hw, _f2h_int, _f2b_bits, _nb_fbits, ...) as module
@@ -70,7 +74,7 @@ def _bias_round(y, bias, dst):  # float32 (M, N) + float32 (N,) -> 16-bit bits (
 def _specialize(jit: Callable, loop: Callable, name: str, convert: Any) -> Any:
     """``loop`` compiled with ``_CONVERT`` = ``convert``: a copy of the function with that global, named
     ``name`` (numba's on-disk cache is per qualified name, so each specialisation keeps its own entry)."""
-    copy = pytypes.FunctionType(loop.__code__, {**loop.__globals__, "_CONVERT": convert}, name)
+    copy = FunctionType(loop.__code__, {**loop.__globals__, "_CONVERT": convert}, name)
     copy.__qualname__ = name
     return jit(copy)
 
@@ -91,7 +95,7 @@ def load() -> bool:  # noqa: C901 - one place that defines every kernel
 
     from llvmlite import ir
     from numba import njit, types
-    from numba.extending import intrinsic
+    from numba.extending import intrinsic, overload
 
     jit = njit(cache=True, nogil=True, fastmath=False, boundscheck=False)
 
@@ -287,6 +291,15 @@ def load() -> bool:  # noqa: C901 - one place that defines every kernel
     KERNELS.update(kernels)
     f16c = _probe_hw()
     select_f16_impl("hw" if f16c else "int")
+    # The transformer kernels' modules take numba's tools from here (none of them imports numba).
+    # error_model="numpy": a float division by zero gives inf/nan, as in NumPy, instead of a raise whose
+    # check keeps LLVM from vectorising the loop.
+    kernel_jit = njit(cache=True, nogil=True, fastmath=False, boundscheck=False, error_model="numpy")
+    tools = SimpleNamespace(jit=kernel_jit, njit=njit, intrinsic=intrinsic, overload=overload, types=types, ir=ir,
+                            h2f=_h2f_hw if f16c else _h2f_int, f2h=_f2h_hw if f16c else _f2h_int,
+                            f2b=_f2b_bits, fbits=_nb_fbits)
+    for family in _FAMILIES:
+        family.define(tools)
     return f16c
 
 
