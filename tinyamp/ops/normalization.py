@@ -31,7 +31,7 @@ from typing import Any, Sequence
 from .. import dtypes as dt
 from ..precision import FP32, NEUTRAL
 from ..autograd.function import Function
-from ..autograd.grad_mode import is_grad_enabled
+from ..grad_mode import is_grad_enabled
 from ..tensor import Tensor
 from .broadcast import sum_to
 from .cast import cast

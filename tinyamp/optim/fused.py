@@ -8,7 +8,7 @@ update gives the weight, so the next region's Cast node converts nothing. The
 kernels read the group's hyper-parameters from a small device array rewritten
 only when a value changes (``kernels.updates.DeviceHyper``), so a captured CUDA
 graph may replay with a scheduler's new learning rate: ``_graph_device_keys``
-and ``_refresh_device_hyper`` are what ``cuda_graphs/step.py`` asks.
+and ``_refresh_device_hyper`` are what ``cuda/graphed_step.py`` asks.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ class FusedUpdates(Optimizer):
             if low is not None:  # the kernel wrote round(new weight) into the cached copy
                 restamp_low_copy(p, low)
 
-    # ------------------------------------------------- CUDA graphs (tinyamp/cuda_graphs/step.py)
+    # ------------------------------------------------- CUDA graphs (tinyamp/cuda/graphed_step.py)
     def _graph_device_keys(self, group: dict) -> tuple[str, ...]:
         """The keys of ``group`` a captured step reads from device memory, so they may change between replays.
 

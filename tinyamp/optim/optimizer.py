@@ -55,7 +55,7 @@ import numpy as np
 
 from .. import backend
 from .. import dtypes as dt
-from ..autograd.grad_mode import enable_grad, no_grad
+from ..grad_mode import enable_grad, no_grad
 from ..kernels.loss_scale import inverse_scale
 from ..nn.module import _RemovableHandle as RemovableHandle
 from ..tensor import Tensor
@@ -414,7 +414,7 @@ class Optimizer:
             return found.reshape(1) if found.dtype == dt.float32 else found.astype(dt.float32).reshape(1)
         return dev.xp.equal(found.reshape(()), 0)
 
-    # ------------------------------------------------- CUDA graphs (tinyamp/cuda_graphs/step.py)
+    # ------------------------------------------------- CUDA graphs (tinyamp/cuda/graphed_step.py)
     def _graph_device_keys(self, group: dict) -> tuple[str, ...]:
         """The keys of ``group`` a captured step reads from device memory (none here: see optim/fused.py)."""
         return ()
