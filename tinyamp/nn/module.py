@@ -512,12 +512,6 @@ class _RemovableHandle:
     def remove(self) -> None:
         self._hooks.pop(self.id, None)
 
-    def __enter__(self) -> "_RemovableHandle":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.remove()
-
 
 def _check_name(module: Module, name: str, kind: str) -> None:
     if "_parameters" not in module.__dict__:
