@@ -160,12 +160,14 @@ class Linear(Function):
 
     def backward(self, gy: Tensor) -> tuple:
         x, w = self.saved_tensors
-        g_rows = _rows(gy) if gy.ndim != 2 else gy
+        x_shape = self.input_shapes[0]
+        folded = len(x_shape) != 2  # batch dims folded into rows, as the forward's GEMM had them
+        g_rows = _rows(gy) if folded else gy
         dx = dw = None
         if self.needs_input_grad[0]:
-            dx = MatMul()(g_rows, w).reshape(self.input_shapes[0])
+            dx = MatMul()(g_rows, w).reshape(x_shape)
         if self.needs_input_grad[1]:
-            dw = MatMul(trans_a=True)(g_rows, _rows(x) if x.ndim != 2 else x)
+            dw = MatMul(trans_a=True)(g_rows, _rows(x) if folded else x)
         if len(self.needs_input_grad) == 2:
             return dx, dw
         # Sum accumulates float16/bfloat16 in float32 and rounds once.
