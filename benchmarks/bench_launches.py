@@ -262,15 +262,21 @@ def table(case: str, counts: dict) -> str:
     return "\n".join(lines)
 
 
-def bytes_table(case: str, counts: dict, sizes: dict) -> str:
-    """Bytes per kernel over the step, the step's total and its floor (with the floor's rows)."""
-    spec = CASES[case]
+def bytes_by_kernel(counts: dict) -> dict[str, list[int]]:
+    """{"phase/kernel": [read, written]} over the step."""
     merged: dict[str, list[int]] = {}
     for phase in PHASES:
         for kernel, moved in counts[phase]["bytes"].items():
             pair = merged.setdefault(f"{phase}/{kernel}", [0, 0])
             pair[0] += moved["read"]
             pair[1] += moved["written"]
+    return merged
+
+
+def bytes_table(case: str, counts: dict, sizes: dict) -> str:
+    """Bytes per kernel over the step, the step's total and its floor (with the floor's rows)."""
+    spec = CASES[case]
+    merged = bytes_by_kernel(counts)
     lines = [f"{case} bytes, MLP {sizes['inputs']}-{sizes['hidden']}-{CLASSES}, batch {sizes['batch']}:",
              f"  {'phase/kernel':48s} {'read':>12s} {'written':>12s}"]
     for name, (read, written) in sorted(merged.items(), key=lambda item: -sum(item[1])):

@@ -20,7 +20,21 @@ pointer), and each returns ``CUBLAS_STATUS_SUCCESS`` or raises the
 The arithmetic, for ``CUBLASLT_EPILOGUE_DEFAULT`` or ``_BIAS``:
 ``D = round(alpha * float32(op(A) @ op(B)) + beta * C + bias)``, the bias
 (D's type) widened exactly, one value per row of D; one launch, counted as
-``cublasLtMatmul``.
+``cublasLtMatmul``. The GELU epilogues (cuBLASLt's GELU is the tanh form,
+``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``):
+
+- ``_GELU_AUX_BIAS``: ``z = alpha * acc + beta * C + bias`` in float32;
+  ``D = round(gelu(z))`` and the auxiliary matrix (D's type, its leading
+  dimension ``EPILOGUE_AUX_LD``) ``= round(z)``, the GELU input a backward reads;
+- ``_DGELU_BGRAD``: ``D = round(alpha * acc * gelu'(aux))`` and the bias
+  vector (written, one value per row of D) ``= round(sum over D's columns)``
+  of the float32 values before D's rounding.
+
+As cuBLASLt, these need the auxiliary pointer and its leading dimension set
+(no less than D's rows and divisible by 8; the pointer 16-byte aligned, or
+the heuristic offers nothing), and the bias pointer; the float32 order of
+cuBLASLt's own epilogue (its tanh, its bias-gradient sum) is not documented,
+so the stand-in's bits are the formula's, not necessarily the GPU's.
 
 fp8 operands (``CUDA_R_8F_E4M3`` = 28, ``CUDA_R_8F_E5M2`` = 29, uint8 codes) as
 cuBLASLt takes them on Hopper: only with compute capability 8.9 or more (the
@@ -28,10 +42,10 @@ stand-in's ``runtime.COMPUTE_CAPABILITY``), both A and B fp8 but not both
 E5M2, the TN layout (TRANSA = T, TRANSB = N), leading dimensions of A and B
 multiples of 16, C and D bfloat16, float16 or float32 of one type; refused
 otherwise (``CUBLAS_STATUS_NOT_SUPPORTED``). ``A_SCALE_POINTER`` and
-``B_SCALE_POINTER`` are float32 device scalars (null: 1):
-``D = round(float32(op(A) @ op(B)) * (scale_A * scale_B) + bias)``, the codes
-decoded exactly. ``FAST_ACCUM`` is accepted and changes nothing here (the sum is
-float32's either way; the model of Hopper's fast accumulation is
+``B_SCALE_POINTER`` are float32 device scalars (null: 1), read when the GEMM
+runs: ``D = round(float32(op(A) @ op(B)) * (scale_A * scale_B) + bias)``, the
+codes decoded exactly. ``FAST_ACCUM`` is accepted and changes nothing here (the
+sum is float32's either way; the model of Hopper's fast accumulation is
 ``tinyamp.kernels.fp8_gemm``'s); an fp8 D (``D_SCALE_POINTER``,
 ``AMAX_D_POINTER``) is not emulated.
 """
@@ -51,10 +65,13 @@ from ._memory import resolve
 from .cublas import _DATA_TYPES, CUBLAS_COMPUTE_32F, CUBLASError, _matrix
 
 _INVALID_VALUE, _NOT_SUPPORTED, _NOT_INITIALIZED = 7, 15, 1
-EPILOGUE_DEFAULT, EPILOGUE_BIAS = 1, 4
+EPILOGUE_DEFAULT, EPILOGUE_BIAS, EPILOGUE_GELU_AUX_BIAS, EPILOGUE_DGELU_BGRAD = 1, 4, 164, 208
+_AUX_EPILOGUES = (EPILOGUE_GELU_AUX_BIAS, EPILOGUE_DGELU_BGRAD)
 # Descriptor attributes the stand-in knows, with the size of their value (cublasLt.h).
-_DESC_ATTRIBUTES = {3: ("transa", 4), 4: ("transb", 4), 7: ("epilogue", 4), 8: ("bias", 8), 17: ("a_scale", 8),
-                    18: ("b_scale", 8), 20: ("d_scale", 8), 21: ("amax_d", 8), 25: ("fast_accum", 1)}
+_DESC_ATTRIBUTES = {3: ("transa", 4), 4: ("transb", 4), 7: ("epilogue", 4), 8: ("bias", 8), 11: ("aux", 8),
+                    12: ("aux_ld", 8), 17: ("a_scale", 8), 18: ("b_scale", 8), 20: ("d_scale", 8),
+                    21: ("amax_d", 8), 25: ("fast_accum", 1)}
+_GELU_K, _GELU_C = np.float32(np.sqrt(2 / np.pi)), np.float32(0.044715)
 # The fp8 data types (cudaDataType: CUDA_R_8F_E4M3, CUDA_R_8F_E5M2), stored as one byte per element.
 _FP8_TYPES = {28: np.dtype(ml_dtypes.float8_e4m3fn), 29: np.dtype(ml_dtypes.float8_e5m2)}
 _FP8_OUTPUTS = (0, 2, 14)  # float32, float16, bfloat16
@@ -97,8 +114,8 @@ class _LtLibrary:
         if compute_type != CUBLAS_COMPUTE_32F or scale_type != 0:
             raise CUBLASError(_NOT_SUPPORTED, f"compute type {compute_type}, scale type {scale_type} (the "
                                               "stand-in has CUBLAS_COMPUTE_32F with float32 scalars)")
-        return self._new(ref, "operation", transa=0, transb=0, epilogue=EPILOGUE_DEFAULT, bias=0, a_scale=0,
-                         b_scale=0, d_scale=0, amax_d=0, fast_accum=0)
+        return self._new(ref, "operation", transa=0, transb=0, epilogue=EPILOGUE_DEFAULT, bias=0, aux=0, aux_ld=0,
+                         a_scale=0, b_scale=0, d_scale=0, amax_d=0, fast_accum=0)
 
     def _set(self, state: dict, table: dict, attribute: int, ref: Any, size: int) -> int:
         if int(attribute) not in table:
@@ -133,11 +150,18 @@ class _LtLibrary:
             self._check_fp8(desc, a, b, c, d)
         elif len({a["type"], b["type"], c["type"], d["type"]}) != 1 or _DATA_TYPES[a["type"]].itemsize != 2:
             raise CUBLASError(_NOT_SUPPORTED, "the stand-in has A, B, C and D of one 16-bit type")
-        if desc["epilogue"] not in (EPILOGUE_DEFAULT, EPILOGUE_BIAS) or desc["transa"] not in (0, 1) \
+        if desc["epilogue"] not in (EPILOGUE_DEFAULT, EPILOGUE_BIAS) + _AUX_EPILOGUES or desc["transa"] not in (0, 1) \
                 or desc["transb"] not in (0, 1):
             raise CUBLASError(_NOT_SUPPORTED, f"epilogue {desc['epilogue']}, transa {desc['transa']}, "
                                               f"transb {desc['transb']}")
-        return (desc["transa"], desc["transb"], desc["epilogue"]) + tuple(
+        aux_ld = 0
+        if desc["epilogue"] in _AUX_EPILOGUES:
+            aux_ld = desc["aux_ld"]
+            if not desc["aux"] or aux_ld < d["rows"] or aux_ld % 8 or desc["aux"] % 16:
+                raise CUBLASError(_INVALID_VALUE, f"epilogue {desc['epilogue']} needs its auxiliary matrix: pointer "
+                                                  f"0x{desc['aux']:x} (16-byte aligned), leading dimension {aux_ld} "
+                                                  f"(no less than D's {d['rows']} rows, divisible by 8)")
+        return (desc["transa"], desc["transb"], desc["epilogue"], aux_ld) + tuple(
             (x["type"], x["rows"], x["cols"], x["ld"]) for x in (a, b, c, d))
 
     @staticmethod
@@ -217,10 +241,14 @@ class _LtLibrary:
                 pointer = operation[key]
                 factors.append(resolve(pointer, 4, f"cublasLtMatmul: {key} pointer") if pointer else None)
         m, n = ld["rows"], ld["cols"]
-        bias = None
-        if operation["epilogue"] == EPILOGUE_BIAS:
+        epilogue = operation["epilogue"]
+        bias = aux = None
+        if epilogue != EPILOGUE_DEFAULT:
             buffer, offset = resolve(operation["bias"], m * dtype.itemsize, "cublasLtMatmul: bias vector")
             bias = buffer[offset:offset + m * dtype.itemsize].view(dtype)
+        if epilogue in _AUX_EPILOGUES:
+            aux = _matrix("cublasLtMatmul", "the auxiliary matrix", operation["aux"], dtype, m, n,
+                          operation["aux_ld"])[0]
 
         def multiply() -> None:
             with np.errstate(all="ignore"):
@@ -232,14 +260,30 @@ class _LtLibrary:
                     total = total * np.float32(alpha)
                 if beta != 0.0:  # C is not read when beta is 0
                     total = total + np.float32(beta) * views[2].astype(np.float32)
-                if bias is not None:
+                if epilogue in (EPILOGUE_BIAS, EPILOGUE_GELU_AUX_BIAS):
                     total = total + bias.astype(np.float32)[:, None]
+                if epilogue == EPILOGUE_GELU_AUX_BIAS:
+                    aux[...] = total.astype(dtype)
+                    total = np.float32(0.5) * total * (np.float32(1) + np.tanh(
+                        _GELU_K * (total + _GELU_C * total * total * total)))
+                elif epilogue == EPILOGUE_DGELU_BGRAD:
+                    z = aux.astype(np.float32)
+                    t = np.tanh(_GELU_K * (z + _GELU_C * z * z * z))
+                    slope = np.float32(0.5) * (np.float32(1) + t) + np.float32(0.5) * z * (np.float32(1) - t * t) \
+                        * _GELU_K * (np.float32(1) + np.float32(3) * _GELU_C * z * z)
+                    total = total * slope
+                    bias[...] = total.sum(axis=1, dtype=np.float32).astype(dtype)
                 views[3][...] = total.astype(dtype)
 
         k = op_a.shape[1]
         size = dtype.itemsize
-        operands = (m * k * types[0].itemsize + k * n * types[1].itemsize)
-        moved = (operands + ((m * n if beta != 0.0 else 0) + (m if bias is not None else 0)) * size, m * n * size)
+        operand_bytes = m * k * types[0].itemsize + k * n * types[1].itemsize
+        aux_moved = m * n * size if aux is not None else 0
+        bias_read = m if epilogue in (EPILOGUE_BIAS, EPILOGUE_GELU_AUX_BIAS) else 0  # DGELU_BGRAD writes it
+        moved = (operand_bytes + ((m * n if beta != 0.0 else 0) + bias_read) * size
+                 + (aux_moved if epilogue == EPILOGUE_DGELU_BGRAD else 0),
+                 m * n * size + (aux_moved if epilogue == EPILOGUE_GELU_AUX_BIAS else 0)
+                 + (m * size if epilogue == EPILOGUE_DGELU_BGRAD else 0))
         run("cublasLtMatmul", multiply, moved=moved)
         return 0
 

@@ -101,3 +101,153 @@ def adam_reference(w: Any, g: Any, m: Any, v: Any, v_max: Any, step: Any, keep: 
     w[...], m[...], v[...] = w_new, m_new, v_new
     if low is not None:
         low[...] = w_new
+
+
+# ------------------------------------------------------------------ row kernels (cuda_rows, cuda_layer_norm)
+def block_sum_reference(values: np.ndarray, threads: int) -> np.ndarray:
+    """``tinyamp_block_sum`` over the last axis of float32 ``values``: thread ``t`` adds elements ``t, t + T, ...``
+    in order from 0, then the tree (``t`` takes ``t + s`` for ``s`` = T/2, T/4, ..., 1)."""
+    cols = values.shape[-1]
+    steps = -(-cols // threads)
+    padded = np.zeros(values.shape[:-1] + (steps * threads,), _f32)
+    padded[..., :cols] = values  # a +0.0 pad leaves a partial unchanged (a partial from 0.0f is never -0.0)
+    acc = np.zeros(values.shape[:-1] + (threads,), _f32)
+    for i in range(steps):
+        acc = acc + padded[..., i * threads:(i + 1) * threads]
+    s = threads // 2
+    while s:
+        acc[..., :s] = acc[..., :s] + acc[..., s:2 * s]
+        s //= 2
+    return acc[..., 0]
+
+
+def layer_norm_reference(x: np.ndarray, weight: Any, bias: Any, eps: float, threads: int, out_dtype: Any) -> tuple:
+    """``cuda_layer_norm``'s forward on (rows, cols) NumPy arrays: (y, mean, rstd)."""
+    xf = x.astype(_f32)
+    cols = x.shape[-1]
+    mean = block_sum_reference(xf, threads) / _f32(cols)
+    d = xf - mean[:, None]
+    var = block_sum_reference(d * d, threads) / _f32(cols)
+    rstd = _f32(1.0) / np.sqrt(var + _f32(eps))
+    y = (xf - mean[:, None]) * rstd[:, None]
+    if weight is not None:
+        y = y * weight.astype(_f32)
+    if bias is not None:
+        y = y + bias.astype(_f32)
+    return y.astype(out_dtype), mean, rstd
+
+
+def layer_norm_backward_reference(gy: np.ndarray, x: np.ndarray, weight: Any, mean: np.ndarray, rstd: np.ndarray,
+                                  threads: int, chunk_rows: int, w_dtype: Any) -> tuple:
+    """``cuda_layer_norm``'s backward on (rows, cols) NumPy arrays: (dx, dweight, dbias)."""
+    rows, cols = x.shape
+    g32 = gy.astype(_f32)
+    xhat = (x.astype(_f32) - mean[:, None]) * rstd[:, None]
+    g = g32 * weight.astype(_f32) if weight is not None else g32
+    inv_cols = _f32(1.0) / _f32(cols)
+    mean_g = block_sum_reference(g, threads) * inv_cols
+    mean_gx = block_sum_reference(g * xhat, threads) * inv_cols
+    dx = (rstd[:, None] * ((g - mean_g[:, None]) - xhat * mean_gx[:, None])).astype(x.dtype)
+    chunks = []
+    for r0 in range(0, rows, chunk_rows):
+        pw, pb = np.zeros(cols, _f32), np.zeros(cols, _f32)
+        for r in range(r0, min(r0 + chunk_rows, rows)):
+            pw, pb = pw + g32[r] * xhat[r], pb + g32[r]
+        chunks.append((pw, pb))
+    tw, tb = chunks[0]
+    for pw, pb in chunks[1:]:
+        tw, tb = tw + pw, tb + pb
+    return dx, tw.astype(w_dtype), tb.astype(w_dtype)
+
+
+def softmax_reference(x: np.ndarray, log: bool, threads: int, exp: Any, logf: Any) -> np.ndarray:
+    """``cuda_softmax``'s forward over the last axis of a 2-D array (``exp``/``logf``: the device's functions)."""
+    xf = x.astype(_f32)
+    m = xf.max(axis=-1)  # NaN wins, as the kernel's comparisons
+    m = np.where(m == -np.inf, _f32(0), m)
+    z = xf - m[:, None]
+    e = exp(z)
+    s = block_sum_reference(e, threads)
+    y = z - logf(s)[:, None] if log else e / s[:, None]
+    return y.astype(x.dtype)
+
+
+def softmax_backward_reference(gy: np.ndarray, y: np.ndarray, log: bool, threads: int, exp: Any) -> np.ndarray:
+    """``cuda_softmax``'s backward over the last axis of 2-D arrays."""
+    g, v = gy.astype(_f32), y.astype(_f32)
+    if log:
+        s = block_sum_reference(g, threads)
+        return (g - exp(v) * s[:, None]).astype(gy.dtype)
+    s = block_sum_reference(g * v, threads)
+    return (v * (g - s[:, None])).astype(gy.dtype)
+
+
+# ------------------------------------------------------------------ attention (cuda_attention)
+def _dot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """sum_d a[..., d] * b[..., d] added in order over d from 0.0f (broadcasting a against b)."""
+    acc = np.zeros(np.broadcast_shapes(a.shape[:-1], b.shape[:-1]), _f32)
+    for d in range(a.shape[-1]):
+        acc = acc + a[..., d] * b[..., d]
+    return acc
+
+
+def _allowed(rows: np.ndarray, keys: np.ndarray, causal: bool, mask: Any) -> np.ndarray:
+    ok = np.ones((rows.size, keys.size), bool) if mask is None else mask[np.ix_(rows, keys)]
+    return ok & (keys[None, :] <= rows[:, None]) if causal else ok
+
+
+def attention_reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: Any, causal: bool, scale: float,
+                        bn: int, exp: Any, log: Any) -> tuple:
+    """``cuda_attention``'s forward for one batch entry: q (L, E), k (S, E), v (S, Ev), mask None or bool (L, S);
+    (output in q's dtype, log-sum-exp float32). ``bn``: keys a tile; ``exp``/``log``: the device's."""
+    qf, kf, vf = q.astype(_f32), k.astype(_f32), v.astype(_f32)
+    length, source = q.shape[0], k.shape[0]
+    rows = np.arange(length)
+    m, l = np.full(length, -np.inf, _f32), np.zeros(length, _f32)
+    o = np.zeros((length, v.shape[1]), _f32)
+    scale = _f32(scale)
+    for j0 in range(0, source, bn):
+        keys = np.arange(j0, j0 + bn)
+        inside = keys < source
+        kt = np.where(inside[:, None], kf[np.minimum(keys, source - 1)], _f32(0))
+        vt = np.where(inside[:, None], vf[np.minimum(keys, source - 1)], _f32(0))
+        ok = _allowed(rows, np.minimum(keys, source - 1), causal, mask) & inside[None, :]
+        s = np.where(ok, _dot(qf[:, None, :], kt[None, :, :]) * scale, _f32(-np.inf))
+        top = s.max(axis=1)  # NaN wins
+        active = top != -np.inf
+        with np.errstate(invalid="ignore"):
+            m_new = np.where(m > top, m, top)
+            alpha = exp(m - m_new)
+            l2, o2 = l * alpha, o * alpha[:, None]
+            for jj in range(bn):
+                p = exp(s[:, jj] - m_new)
+                l2 = l2 + p
+                o2 = o2 + p[:, None] * vt[jj][None, :]
+        l, o, m = np.where(active, l2, l), np.where(active[:, None], o2, o), np.where(active, m_new, m)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = np.where(l[:, None] == 0, _f32(0), o / l[:, None])
+        lse = np.where(l == 0, _f32(-np.inf), m + log(l))
+    return out.astype(q.dtype), lse
+
+
+def attention_backward_reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: Any, causal: bool,
+                                 scale: float, out: np.ndarray, gy: np.ndarray, lse: np.ndarray, exp: Any) -> tuple:
+    """``cuda_attention``'s dQ and dK/dV kernels for one batch entry: (dq, dk, dv) in q's dtype."""
+    qf, kf, vf, of, gf = (a.astype(_f32) for a in (q, k, v, out, gy))
+    length, source = q.shape[0], k.shape[0]
+    scale = _f32(scale)
+    dsum = _dot(gf, of)
+    ok = _allowed(np.arange(length), np.arange(source), causal, mask) & (lse != -np.inf)[:, None]
+    with np.errstate(invalid="ignore", over="ignore"):
+        dq = np.zeros(qf.shape, _f32)
+        for j in range(source):  # dQ: each row over the keys in order
+            p = exp(_dot(qf, kf[j][None, :]) * scale - lse)
+            ds = p * (_dot(gf, vf[j][None, :]) - dsum)
+            dq = np.where(ok[:, j:j + 1], dq + ds[:, None] * kf[j][None, :], dq)
+        dk, dv = np.zeros(kf.shape, _f32), np.zeros(vf.shape, _f32)
+        for i in range(length):  # dK/dV: each key over the rows in order
+            p = exp(_dot(qf[i][None, :], kf) * scale - lse[i])
+            dv = np.where(ok[i][:, None], dv + p[:, None] * gf[i][None, :], dv)
+            ds = p * (_dot(gf[i][None, :], vf) - dsum[i])
+            dk = np.where(ok[i][:, None], dk + ds[:, None] * qf[i][None, :], dk)
+    return (dq * scale).astype(q.dtype), (dk * scale).astype(k.dtype), dv.astype(v.dtype)

@@ -156,3 +156,163 @@ CASES = [
     Case("conv_transpose2d_output_size_unbatched", lambda lib: lib.nn.ConvTranspose2d(2, 2, 3, stride=2, padding=1),
          {"x": ((2, 4, 4), -1, 1, True)}, lambda lib, m, t: m(t["x"], output_size=[8, 8]), amp=("float16",)),
 ]
+
+# ------------------------------------------------ issue 31: vision layers, resampling, norms (porting wing)
+X4 = {"x": ((2, 3, 5, 4), -2, 2, True)}
+
+
+def _f(name: str, **kw: Any) -> Callable:
+    """A call of ``lib.nn.functional.<name>(x, **kw)``."""
+    return lambda lib, m, t: getattr(lib.nn.functional, name)(t["x"], **kw)
+
+
+def _interp(**kw: Any) -> Callable:
+    return _f("interpolate", **kw)
+
+
+def _with_stats(lib: Any, m: Any, t: dict) -> tuple:
+    """The output, then the running statistics the training call updated (no gradient)."""
+    y = m(t["x"])
+    return y, m.running_mean * 1, m.running_var * 1
+
+
+def _none(lib: Any) -> None:
+    return None
+
+
+CASES += [
+    Case("instance_norm2d_affine_running_stats", lambda lib: lib.nn.InstanceNorm2d(3, affine=True,
+                                                                                  track_running_stats=True),
+         X4, _with_stats, amp=("float32", "float32", "float32")),
+    Case("instance_norm1d_plain", lambda lib: lib.nn.InstanceNorm1d(3, eps=1e-3), {"x": ((2, 3, 6), -2, 2, True)},
+         lambda lib, m, t: m(t["x"]), amp=("float32",)),
+    Case("instance_norm1d_unbatched_weight_only", lambda lib: lib.nn.InstanceNorm1d(3, affine=True, bias=False),
+         {"x": ((3, 6), -2, 2, True)}, lambda lib, m, t: m(t["x"]), amp=("float32",)),
+    Case("instance_norm3d", lambda lib: lib.nn.InstanceNorm3d(2, affine=True), {"x": ((2, 2, 3, 2, 4), -2, 2, True)},
+         lambda lib, m, t: m(t["x"]), amp=("float32",)),
+    Case("instance_norm_running_stats_eval", _none,
+         {"x": ((2, 3, 4), -2, 2, True), "rm": ((3,), -1, 1, False), "rv": ((3,), 0.5, 1.5, False),
+          "w": ((3,), -1, 1, True), "b": ((3,), -1, 1, True)},
+         lambda lib, m, t: lib.nn.functional.instance_norm(t["x"], t["rm"], t["rv"], t["w"], t["b"],
+                                                           use_input_stats=False), amp=("float32",)),
+    # PyTorch's CUDA autocast: conv in float16, instance_norm on no list (float16 stays), upsampling in float32
+    Case("conv_then_instance_norm", lambda lib: lib.nn.Sequential(lib.nn.Conv2d(3, 4, 3, padding=1),
+                                                                  lib.nn.InstanceNorm2d(4, affine=True)),
+         X4, lambda lib, m, t: m(t["x"]), amp=("float16",)),
+    Case("conv_then_upsample_bilinear", lambda lib: lib.nn.Sequential(
+        lib.nn.Conv2d(3, 2, 1), lib.nn.Upsample(scale_factor=2, mode="bilinear", align_corners=False)),
+         X4, lambda lib, m, t: m(t["x"]), amp=("float32",)),
+    Case("batch_norm3d_train", lambda lib: lib.nn.BatchNorm3d(2), {"x": ((3, 2, 2, 3, 2), -2, 2, True)},
+         _with_stats, amp=("float32", "float32", "float32")),
+    Case("batch_norm2d_weight_only", lambda lib: lib.nn.BatchNorm2d(3, bias=False), X4, lambda lib, m, t: m(t["x"]),
+         amp=("float32",)),
+    Case("sync_batch_norm_one_process", lambda lib: lib.nn.SyncBatchNorm(3), X4, _with_stats,
+         amp=("float32", "float32", "float32")),
+    Case("pixel_shuffle", lambda lib: lib.nn.PixelShuffle(2), {"x": ((2, 8, 3, 2), -1, 1, True)},
+         lambda lib, m, t: m(t["x"]), amp=("float32",)),
+    Case("pixel_shuffle_5d", _none, {"x": ((2, 1, 9, 2, 2), -1, 1, True)}, _f("pixel_shuffle", upscale_factor=3)),
+    Case("pixel_unshuffle", lambda lib: lib.nn.PixelUnshuffle(2), {"x": ((2, 2, 4, 6), -1, 1, True)},
+         lambda lib, m, t: m(t["x"]), amp=("float32",)),
+    Case("reflection_pad2d", lambda lib: lib.nn.ReflectionPad2d((1, 2, 3, 0)), X4, lambda lib, m, t: m(t["x"]),
+         amp=("float32",)),
+    Case("reflection_pad1d_replication_pad1d", lambda lib: lib.nn.Sequential(lib.nn.ReflectionPad1d(2),
+                                                                             lib.nn.ReplicationPad1d((0, 3))),
+         {"x": ((2, 3, 5), -2, 2, True)}, lambda lib, m, t: m(t["x"])),
+    Case("replication_pad2d", lambda lib: lib.nn.ReplicationPad2d(1), X4, lambda lib, m, t: m(t["x"])),
+    Case("zero_pad2d_constant_pad1d", lambda lib: lib.nn.Sequential(lib.nn.ZeroPad2d((1, 0, 2, 1)),
+                                                                    lib.nn.ConstantPad1d(1, 0.5)),
+         X4, lambda lib, m, t: m(t["x"])),
+    Case("upsample_nearest_scale2", lambda lib: lib.nn.Upsample(scale_factor=2), X4, lambda lib, m, t: m(t["x"]),
+         amp=("float32",)),
+    Case("upsampling_bilinear2d_size", lambda lib: lib.nn.UpsamplingBilinear2d(size=(7, 9)), X4,
+         lambda lib, m, t: m(t["x"]), amp=("float32",)),
+    Case("upsampling_nearest2d", lambda lib: lib.nn.UpsamplingNearest2d(scale_factor=3), X4,
+         lambda lib, m, t: m(t["x"])),
+    Case("interpolate_nearest_size", _none, X4, _interp(size=(7, 3))),
+    Case("interpolate_nearest_fractional_scale", _none, X4, _interp(scale_factor=1.5)),
+    Case("interpolate_nearest_exact", _none, X4, _interp(size=(7, 9), mode="nearest-exact")),
+    Case("interpolate_bilinear_scale", _none, X4, _interp(scale_factor=2, mode="bilinear"), amp=("float32",)),
+    Case("interpolate_bilinear_align_corners_down", _none, X4,
+         _interp(size=(3, 3), mode="bilinear", align_corners=True)),
+    Case("interpolate_bilinear_recompute_scale", _none, X4,
+         _interp(scale_factor=1.7, mode="bilinear", recompute_scale_factor=True)),
+    Case("interpolate_bicubic", _none, X4, _interp(size=(8, 6), mode="bicubic")),
+    Case("interpolate_bicubic_align_corners", _none, X4, _interp(scale_factor=0.6, mode="bicubic",
+                                                                 align_corners=True)),
+    Case("interpolate_area", _none, X4, _interp(size=(3, 3), mode="area")),
+    Case("interpolate_linear_1d", _none, {"x": ((2, 3, 5), -2, 2, True)}, _interp(size=8, mode="linear")),
+    Case("interpolate_trilinear", _none, {"x": ((1, 2, 3, 2, 4), -2, 2, True)},
+         _interp(scale_factor=(2, 1.5, 0.5), mode="trilinear")),
+    Case("interpolate_nearest_3d_input", _none, {"x": ((2, 2, 5), -2, 2, True)}, _interp(scale_factor=2)),
+    Case("local_response_norm_4d", lambda lib: lib.nn.LocalResponseNorm(3, alpha=0.5, beta=0.7, k=2.0),
+         {"x": ((2, 5, 3, 2), -2, 2, True)}, lambda lib, m, t: m(t["x"]), amp=("float32",)),
+    Case("local_response_norm_3d_even_size", _none, {"x": ((2, 6, 4), -2, 2, True)},
+         _f("local_response_norm", size=4)),
+]
+
+# ------------------------------------------------ issue 31: functional forms and Tensor methods
+IDX = np.array([[0, 2, 1, 0], [3, 3, 0, 1], [1, 0, 2, 3]])          # (3, 4) indices into dim 1 of a (3, 4)
+ZEROS = np.array([[1.0, 0.0, 1.0, 1.0, 1.0], [0.0, 1.0, 0.0, 1.0, 1.0], [1.0, 1.0, 1.0, 1.0, 1.0]])
+
+
+def _relu_in_place(lib: Any, m: Any, t: dict) -> Any:
+    y = t["x"] * 1
+    lib.nn.functional.relu_(y)
+    return y
+
+
+def _scatter_in_place(lib: Any, m: Any, t: dict) -> Any:
+    y = t["x"] * 2
+    y.scatter_(1, t["i"][:, :2], t["src"][:, :2])
+    return y
+
+
+CASES += [
+    Case("flip_dims", _none, {"x": ((2, 3, 4), -1, 1, True)}, lambda lib, m, t: lib.flip(t["x"], (0, 2)),
+         amp=("float32",)),
+    Case("flip_method_fliplr", _none, {"x": ((3, 4), -1, 1, True)},
+         lambda lib, m, t: (t["x"].flip(1, 0), lib.fliplr(t["x"]), lib.flipud(t["x"]))),
+    Case("median_all_even_count", _none, {"x": ((3, 4), -1, 1, True)}, lambda lib, m, t: t["x"].median(),
+         amp=("float32",)),
+    Case("median_dim", _none, {"x": ((3, 5, 2), -1, 1, True)}, lambda lib, m, t: lib.median(t["x"], 1),
+         amp=("float32", "int64")),
+    Case("median_dim_keepdim_even", _none, {"x": ((4, 6), -1, 1, True)},
+         lambda lib, m, t: t["x"].median(dim=-1, keepdim=True)),
+    Case("einsum_batched_matmul", _none, {"a": ((2, 3, 4), -1, 1, True), "b": ((2, 4, 5), -1, 1, True)},
+         lambda lib, m, t: lib.einsum("bij,bjk->bik", t["a"], t["b"]), amp=("float16",)),
+    Case("einsum_attention_ellipsis_implicit", _none,
+         {"q": ((2, 2, 3, 4), -1, 1, True), "k": ((2, 2, 5, 4), -1, 1, True)},
+         lambda lib, m, t: (lib.einsum("...qd,...kd->...qk", t["q"], t["k"]),
+                            lib.einsum("...ij,kj", t["q"], t["k"][0, 0]))),
+    Case("einsum_outer_trace_list", _none, {"a": ((3,), -1, 1, True), "b": ((4,), -1, 1, True),
+                                            "c": ((3, 4), -1, 1, True)},
+         lambda lib, m, t: (lib.einsum("i,j->ij", [t["a"], t["b"]]), lib.einsum("ij->", t["c"]),
+                            lib.einsum("i,ij,j->i", t["a"], t["c"], t["b"]))),
+    Case("gather_dim1", _none, {"x": ((3, 4), -1, 1, True)}, lambda lib, m, t: lib.gather(t["x"], 1, t["i"]),
+         masks={"i": IDX}, amp=("float32",)),
+    Case("gather_dim0_smaller_index_method", _none, {"x": ((4, 5), -1, 1, True)},
+         lambda lib, m, t: t["x"].gather(0, t["i"][:2, :3]), masks={"i": IDX}),
+    Case("scatter_src_and_value", _none, {"x": ((3, 4), -1, 1, True), "src": ((3, 4), -1, 1, True)},
+         lambda lib, m, t: (lib.scatter(t["x"], 1, t["i"][:, :1], t["src"][:, :1]),
+                            t["x"].scatter(0, t["i"][:1], 2.5)),
+         masks={"i": IDX}),
+    Case("scatter_add_repeats", _none, {"x": ((3, 4), -1, 1, True), "src": ((3, 4), -1, 1, True)},
+         lambda lib, m, t: lib.scatter_add(t["x"], 1, t["i"], t["src"]), masks={"i": IDX}, amp=("float32",)),
+    Case("scatter_in_place_method", _none, {"x": ((3, 4), -1, 1, True), "src": ((3, 4), -1, 1, True)},
+         _scatter_in_place, masks={"i": np.array([[0, 2], [3, 1], [1, 0]])}),
+    Case("prod_all_and_dims", _none, {"x": ((3, 5), 0.5, 1.5, True)},
+         lambda lib, m, t: (t["x"].prod(), lib.prod(t["x"], 1), t["x"].prod(0, keepdim=True)), amp=("float32",) * 3),
+    Case("prod_with_zeros", _none, {"x": ((3, 5), -1.5, 1.5, True)},
+         lambda lib, m, t: ((t["x"] * t["z"]).prod(1), (t["x"] * t["z"]).prod()), masks={"z": ZEROS}),
+    Case("kl_div_batchmean", _none, {"x": ((3, 4), -3, -0.1, True), "t": ((3, 4), 0.0, 1.0, True)},
+         lambda lib, m, t: lib.nn.functional.kl_div(t["x"], t["t"], reduction="batchmean"), amp=("float32",)),
+    Case("kl_div_log_target_none_and_sum", _none, {"x": ((2, 5), -3, -0.1, True), "t": ((2, 5), -3, -0.1, True)},
+         lambda lib, m, t: (lib.nn.functional.kl_div(t["x"], t["t"], reduction="none", log_target=True),
+                            lib.nn.functional.kl_div(t["x"], t["t"], reduction="sum", log_target=True))),
+    Case("kl_div_zero_target_module", lambda lib: lib.nn.KLDivLoss(reduction="sum"),
+         {"x": ((2, 5), -3, -0.1, True), "t": ((2, 5), 0.0, 1.0, True)},
+         lambda lib, m, t: m(t["x"], t["t"] * t["z"][:2]), masks={"z": ZEROS}),
+    Case("relu_in_place_functional", _none, {"x": ((3, 4), -1, 1, True)}, _relu_in_place),
+    Case("reshape_shape_keyword", _none, {"x": ((3, 4), -1, 1, True)},
+         lambda lib, m, t: t["x"].reshape(shape=(2, 6)) * t["x"].nelement()),
+]

@@ -19,8 +19,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-import ctypes
 
+import device_math as device_math_module
 import fused_drivers as fd
 import tinyamp as ta
 from tinyamp import backend
@@ -129,20 +129,7 @@ def libm_math() -> tuple:
     NumPy's vectorised float32 ``exp``/``log`` round differently in the last bit
     for some inputs; the NumPy path given these computes what the kernels compute.
     """
-    lib = standin_kernels.compile_library(standin_kernels.PRELUDE + r"""
-extern "C" void libm_expf(const float* a, float* o, long long n) { for (long long i = 0; i < n; ++i) o[i] = expf(a[i]); }
-extern "C" void libm_logf(const float* a, float* o, long long n) { for (long long i = 0; i < n; ++i) o[i] = logf(a[i]); }
-""")
-
-    def vectorised(function):
-        def apply(a):
-            a = np.ascontiguousarray(a, dtype=np.float32)
-            out = np.empty_like(a)
-            function(ctypes.c_void_p(a.ctypes.data), ctypes.c_void_p(out.ctypes.data), ctypes.c_longlong(a.size))
-            return out
-        return apply
-
-    return vectorised(lib.libm_expf), vectorised(lib.libm_logf)
+    return device_math_module.libm("expf"), device_math_module.libm("logf")
 
 
 @pytest.fixture(scope="module")

@@ -435,10 +435,10 @@ def test_gpu_benchmark_script_runs_on_the_standin_with_the_cuda_graph_row(tmp_pa
 def test_gpu_range_behaviour_of_losses_on_numpy(monkeypatch) -> None:
     """The GPU branch (no host check, nan instead), run on NumPy by making the ops see 'device' arrays."""
     import importlib  # noqa: PLC0415 - the modules, not the functions tinyamp.ops exports under their names
-    embedding_module = importlib.import_module("tinyamp.ops.embedding")
+    embedding_module = importlib.import_module("tinyamp.kernels.embedding")  # where the device branch lives
     loss_module = importlib.import_module("tinyamp.ops.loss")
 
-    fake = types.SimpleNamespace(is_cupy_array=lambda a: True,
+    fake = types.SimpleNamespace(is_cupy_array=lambda a: True, array_module=lambda a: np,
                                  cuda_lib=lambda name: types.SimpleNamespace(scatter_add=np.add.at))
     rng = np.random.default_rng(0)
     logits = rng.standard_normal((4, 5))

@@ -426,9 +426,9 @@ def test_disabled_scaler_is_a_pass_through() -> None:
     assert s.found_inf(opt).item() == 0.0
 
 
-def test_bfloat16_autocast_disables_the_scaler_with_a_warning() -> None:
+def test_bfloat16_autocast_disables_the_scaler_on_request_with_a_warning() -> None:
     w, x, y = _problem()
-    s = GradScaler()
+    s = GradScaler(auto_disable_bf16=True)
     with ta.amp.autocast(dtype=ta.bfloat16):
         loss = _loss(w, x, y)
         with pytest.warns(UserWarning, match="bfloat16 has float32's exponent range"):
@@ -439,7 +439,7 @@ def test_bfloat16_autocast_disables_the_scaler_with_a_warning() -> None:
 def test_bfloat16_graph_seen_after_the_autocast_region() -> None:
     # The usual loop scales after leaving autocast: the graph still shows bfloat16.
     w, x, y = _problem()
-    s = GradScaler()
+    s = GradScaler(auto_disable_bf16=True)
     with ta.amp.autocast(dtype=ta.bfloat16):
         w_low = ta.ops.cast(w, ta.bfloat16)  # what a LOWER op does to a weight under bfloat16 autocast
         loss = _loss(ta.ops.cast(w_low, ta.float32), x, y)
@@ -448,12 +448,16 @@ def test_bfloat16_graph_seen_after_the_autocast_region() -> None:
     assert not s.is_enabled()
 
 
-def test_bfloat16_kept_on_request_and_float16_never_disables() -> None:
+def test_bfloat16_keeps_scaling_by_default_with_one_warning_and_float16_never_warns() -> None:
     w, x, y = _problem()
-    s = GradScaler(auto_disable_bf16=False)
+    s = GradScaler()
     with ta.amp.autocast(dtype=ta.bfloat16):
-        s.scale(_loss(w, x, y))
-    assert s.is_enabled()
+        with pytest.warns(UserWarning, match="the scaler keeps scaling, as PyTorch's does"):
+            scaled = s.scale(_loss(w, x, y))
+        assert scaled is not None and s.is_enabled() and s.get_scale() == 2.0 ** 16
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # once per scaler
+            s.scale(_loss(w, x, y))
     s16 = GradScaler()
     with warnings.catch_warnings():
         warnings.simplefilter("error")

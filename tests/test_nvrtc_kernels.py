@@ -26,6 +26,7 @@ from __future__ import annotations
 import collections
 import importlib
 import os
+import sys
 import tomllib
 from typing import Any, Iterator
 
@@ -39,7 +40,11 @@ from tinyamp import backend
 from fp8_training import fp8_step
 from tinyamp.amp import recipe as fp8_recipes
 from tinyamp.kernels import fp8
-from tinyamp.kernels.cuda import cuda_fp8, cuda_launch, cuda_random
+from tinyamp.kernels.cuda import (cuda_attention, cuda_embedding, cuda_fp8, cuda_gelu, cuda_launch, cuda_layer_norm,
+                                  cuda_random, cuda_softmax)
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+import common  # noqa: E402 - the benchmarks' GPT step
 
 ARCHS = ("compute_80", "compute_90")
 PACKAGES = "cupy-cuda13x, nvidia-cuda-nvrtc and nvidia-cuda-runtime (`pip install -e .[test]`)"
@@ -173,6 +178,14 @@ def _random_draws() -> None:
     g.replay()
 
 
+def _gpt_step(dtype: Any) -> None:
+    """Two AMP steps of a one-block GPT (benchmarks/common.gpt_training): GELU, LayerNorm, attention and
+    embedding kernels as training builds them."""
+    g = common.gpt_training(ta, blocks=1, channels=32, heads=2, seq=8, batch=2, vocab=16, device="cuda", dtype=dtype)
+    for _ in range(2):
+        g.step(g.idx, g.targets)
+
+
 def _fp8_training(recipe: Any) -> None:
     """Two steps of an MLP whose Linear GEMMs run in fp8 (bfloat16 autocast around): the cast kernels."""
     ta.manual_seed(0)
@@ -196,6 +209,8 @@ def _workloads() -> Iterator[tuple]:
                 lambda o=optimizer, lv=level: _train(o, ta.float16, lv, graphed=True)
     for dtype in (ta.float16, ta.bfloat16):
         yield f"one-output regression {dtype}", lambda d=dtype: _one_output_regression(d)
+    for dtype in (ta.float16, ta.bfloat16):
+        yield f"GPT step {dtype}", lambda d=dtype: _gpt_step(d)
     yield "cross-entropy variants", _cross_entropy_variants
     yield "random draws", _random_draws
     yield "fp8 delayed scaling", lambda: _fp8_training(fp8_recipes.DelayedScaling(amax_history_len=4))
@@ -278,7 +293,8 @@ def test_the_training_runs_build_every_kind_of_kernel(collected: Collected) -> N
     for expected in ("tinyamp_convert_f32_f16", "tinyamp_convert_f16_f32", "tinyamp_fill_pointers"):
         assert expected in names, sorted(names)
     for family in ("sgd", "adam", "unscale", "ce_forward", "ce_backward", "relu_backward", "philox_uniform",
-                   "philox_normal", "_graph", "fp8_encode_e4m3", "fp8_encode_e5m2", "fp8_decode_e4m3"):
+                   "philox_normal", "_graph", "fp8_encode_e4m3", "fp8_encode_e5m2", "fp8_decode_e4m3",
+                   "gelu_none", "layer_norm_backward", "attention_dkv", "embedding_backward"):
         assert any(family in n for n in names), (family, sorted(names))
 
 
@@ -303,7 +319,9 @@ def test_every_source_of_the_kernel_modules_compiles_with_nvrtc() -> None:
     """Each kernel module's sources, every variant (the runs above may not build them all)."""
     nvrtc, *_, options = _cupy_codegen()
     failures = []
-    for name, source in cuda_random.sources() + cuda_fp8.sources([fp8.E4M3, fp8.E5M2]):
+    for name, source in (cuda_random.sources() + cuda_fp8.sources([fp8.E4M3, fp8.E5M2]) + cuda_gelu.sources()
+                         + cuda_layer_norm.sources() + cuda_softmax.sources() + cuda_attention.sources()
+                         + cuda_embedding.sources()):
         for arch in ARCHS:
             log = nvrtc_compile(nvrtc, source, name, tuple(options) + cuda_launch.NVRTC_OPTIONS, arch)
             if log is not None:

@@ -9,10 +9,15 @@ from __future__ import annotations
 from . import backend, dtypes, random
 from .backend import Device, device, get_default_device, set_default_device
 from .cuda_api import accelerator, cuda
-from .dtypes import (bfloat16, bool_ as bool, double, float16, float32, float64, half, int8,  # noqa: A004
-                     float8_e4m3fn, float8_e5m2, float8_e8m0fnu, int16, int32, int64, long, uint8)
-from .dtypes import float as float  # noqa: A001,PLC0414 - torch.float
-from .dtypes import finfo, get_default_dtype, iinfo
+from .dtypes import as_public as _public, dtype, finfo, get_default_dtype, iinfo
+# torch.float16 and friends: dtype objects (equal to NumPy's dtypes, with PyTorch's attributes)
+bfloat16, double, float16, float32, float64, half = (_public(d) for d in (
+    dtypes.bfloat16, dtypes.double, dtypes.float16, dtypes.float32, dtypes.float64, dtypes.half))
+int8, int16, int32, int64, long, uint8 = (_public(d) for d in (
+    dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64, dtypes.long, dtypes.uint8))
+bool, float, int, short = (_public(d) for d in (  # noqa: A001 - torch.bool, torch.float, torch.int, ...
+    dtypes.bool_, dtypes.float, dtypes.int32, dtypes.int16))
+float8_e4m3fn, float8_e5m2, float8_e8m0fnu = (_public(d) for d in dtypes.FP8)
 from .tensor import Tensor
 from .tensor_methods import _assert, is_tensor
 from . import autograd
@@ -38,5 +43,9 @@ from .foreach import *  # noqa: F401,F403 - ta._foreach_mul_, ... (torch._foreac
 from . import nn
 from . import cuda_graphs  # ta.cuda.CUDAGraph, ta.cuda.graph, ta.cuda.make_graphed_step, ...
 from .serialization import load, save
+from .dtypes import channels_last, channels_last_3d, contiguous_format, memory_format, preserve_format
+from .porting import jit  # ta.jit.is_scripting(), ...
+from .porting.legacy_types import (BFloat16Tensor, BoolTensor, ByteTensor, CharTensor, DoubleTensor, FloatTensor,
+                                   HalfTensor, IntTensor, LongTensor, ShortTensor)
 
 __version__ = "0.1.0"

@@ -68,6 +68,11 @@ class _Cuda:
                                f"{backend.cuda_device_count()} CUDA device(s) are present)")
         cupy.cuda.runtime.setDevice(index)
 
+    def device(self, device: Any) -> "_DeviceContext":
+        """``with ta.cuda.device(i):``: ``i`` (an index, ``"cuda:N"``, a Device; -1 or None: no change) is the
+        current GPU inside the block, the previous one after it (``torch.cuda.device``)."""
+        return _DeviceContext(self, device)
+
     def current_device(self) -> int:
         """The index of this thread's current GPU (``torch.cuda.current_device``)."""
         cupy = backend.cupy_or_none()
@@ -167,6 +172,24 @@ class _Cuda:
         found = self._pool_on(None)
         if found is not None:
             found[1].free_all_blocks()
+
+
+class _DeviceContext:
+    """The context manager ``ta.cuda.device(i)`` returns: set the current GPU, restore it on exit."""
+
+    def __init__(self, cuda_api: _Cuda, device: Any) -> None:
+        self.cuda, self.previous = cuda_api, -1
+        self.idx = -1 if device is None else device if isinstance(device, int) else backend.Device(device).index
+
+    def __enter__(self) -> "_DeviceContext":
+        if self.idx != -1:
+            self.previous = self.cuda.current_device()
+            self.cuda.set_device(self.idx)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.previous != -1:
+            self.cuda.set_device(self.previous)
 
 
 cuda = _Cuda()

@@ -285,8 +285,8 @@ class _Writer:
             return entry
         if isinstance(obj, np.ndarray):
             return dict(self._array(obj, obj, path), t="ndarray")
-        if isinstance(obj, np.dtype):
-            return {"t": "dtype", "v": _dtype_name(obj, path)}
+        if isinstance(obj, (np.dtype, dt.dtype)):  # ta.float16 (a dtype object) or a NumPy dtype
+            return {"t": "dtype", "v": _dtype_name(dt.as_dtype(obj) if isinstance(obj, dt.dtype) else obj, path)}
         if isinstance(obj, backend.Device):
             return {"t": "device", "v": str(obj)}
         if isinstance(obj, (dict, list, tuple)) and depth >= MAX_NESTING:
@@ -569,7 +569,7 @@ class _Reader:
         if kind == "dtype":
             if not isinstance(node.get("v"), str) or node["v"] not in _DTYPES:
                 raise self.fail(path, f"unknown dtype {node.get('v')!r}")
-            return _DTYPES[node["v"]]
+            return dt.as_public(_DTYPES[node["v"]])  # ta.float16 comes back as itself
         if kind == "device":
             return backend.Device(self._device(node.get("v"), path))
         if kind in ("tensor", "ndarray"):

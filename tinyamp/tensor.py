@@ -141,8 +141,9 @@ class Tensor(TensorMethods):
 
     # ------------------------------------------------------------ properties
     @property
-    def dtype(self) -> np.dtype:
-        return self.array.dtype
+    def dtype(self) -> Any:
+        """PyTorch's ``torch.dtype`` object for the array's NumPy dtype (equal to it: ``x.dtype == np.float16``)."""
+        return dt.as_public(self.array.dtype)
 
     @property
     def device(self) -> backend.Device:

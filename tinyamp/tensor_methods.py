@@ -44,6 +44,19 @@ class TensorMethods:
     def numel(self) -> int:
         return int(self.array.size)
 
+    nelement = numel  # PyTorch's older name
+
+    def is_contiguous(self, memory_format: Any = dt.contiguous_format) -> bool:
+        """True for ``contiguous_format`` (``contiguous()`` is a no-op: every op reads any strides);
+        ``channels_last`` only where NCHW and NHWC coincide (one channel, or one pixel): the layout
+        stays row-major."""
+        if memory_format in (dt.channels_last, dt.channels_last_3d):
+            spatial = 1
+            for n in self.shape[2:]:
+                spatial *= n
+            return self.ndim in (4, 5) and (self.shape[1] == 1 or spatial == 1)
+        return True
+
     def element_size(self) -> int:
         return self.array.dtype.itemsize
 
@@ -491,6 +504,10 @@ def parse_to_args(caller: str, args: tuple, kwargs: dict) -> tuple["backend.Devi
     device, dtype = kwargs.pop("device", None), kwargs.pop("dtype", None)
     for ignored in ("non_blocking", "copy"):  # accepted for portability; copies are explicit here
         kwargs.pop(ignored, None)
+    layout = kwargs.pop("memory_format", dt.preserve_format)  # accepted; the layout stays row-major
+    if not isinstance(layout, dt.memory_format):
+        raise TypeError(f"{caller}: memory_format must be a tinyamp.memory_format (channels_last, "
+                        f"contiguous_format, preserve_format), got {layout!r}")
     if kwargs:
         raise TypeError(f"{caller}: unexpected arguments {sorted(kwargs)}")
     for arg in args:

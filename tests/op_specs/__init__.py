@@ -66,7 +66,7 @@ class OpSpec:
 
 
 FAMILIES = ["elementwise", "reduce", "shape", "linalg", "activation", "loss", "normalization",
-            "conv", "embedding", "triangular", "lerp", "sampling", "attention"]
+            "conv", "embedding", "triangular", "lerp", "sampling", "attention", "porting"]
 
 
 def all_specs() -> list[OpSpec]:

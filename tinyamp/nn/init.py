@@ -13,6 +13,9 @@ import math
 import warnings
 from typing import Any
 
+import numpy as np
+
+from .. import backend
 from .. import dtypes as dt
 from ..kernels.convert import convert
 from ..random import Generator, default_generator
@@ -137,6 +140,28 @@ def xavier_normal_(tensor: Tensor, gain: float = 1.0, generator: Generator | Non
     """N(0, std^2) with std = gain * sqrt(2 / (fan_in + fan_out))."""
     fan_in, fan_out = _calculate_fan_in_and_fan_out(tensor)
     return normal_(tensor, 0.0, gain * math.sqrt(2.0 / float(fan_in + fan_out)), generator)
+
+
+def orthogonal_(tensor: Tensor, gain: float = 1, generator: Generator | None = None) -> Tensor:
+    """Fill with a (semi-)orthogonal matrix: Q of the QR of a normal draw, columns' signs fixed by R's diagonal.
+
+    A tensor of more than 2 dims is viewed as (size(0), rest), as PyTorch.
+    """
+    if tensor.ndim < 2:
+        raise ValueError("Only tensors with 2 or more dimensions are supported")
+    if tensor.numel() == 0:
+        return tensor
+    rows = tensor.shape[0]
+    cols = tensor.numel() // rows
+    flat = _draw("normal_", tensor, generator).reshape(rows, cols)
+    flat = backend.to_host(flat, "init.orthogonal_: the QR factorisation runs on the host")
+    if rows < cols:
+        flat = flat.T
+    q, r = np.linalg.qr(flat)
+    q = q * np.sign(np.diagonal(r))
+    if rows < cols:
+        q = q.T
+    return _write(tensor, backend.to_device((q * gain).reshape(tensor.shape), tensor.device))
 
 
 def _empty_warning(tensor: Tensor, name: str) -> bool:

@@ -117,3 +117,18 @@ class BCEWithLogitsLoss(_WeightedLoss):
     def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002
         return tinyamp.ops.binary_cross_entropy_with_logits(input, target, weight=self.weight,
                                                               pos_weight=self.pos_weight, reduction=self.reduction)
+
+
+class KLDivLoss(Module):
+    """``kl_div(input, target, reduction, log_target)``: input holds log-probabilities."""
+
+    def __init__(self, size_average: None = None, reduce: None = None, reduction: str = "mean",
+                 log_target: bool = False) -> None:
+        super().__init__()
+        if size_average is not None or reduce is not None:
+            raise TypeError("KLDivLoss: size_average and reduce are deprecated in PyTorch and not supported; use "
+                            "reduction=")
+        self.reduction, self.log_target = reduction, log_target
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002 - torch names
+        return tinyamp.ops.kl_div(input, target, reduction=self.reduction, log_target=self.log_target)

@@ -1,4 +1,4 @@
-"""Normalization layers: BatchNorm1d, BatchNorm2d, LayerNorm and GroupNorm.
+"""Normalization layers: BatchNorm1d, BatchNorm2d, BatchNorm3d, LayerNorm and GroupNorm.
 
 These layers are where mixed precision needs care: their statistics (a mean and
 a variance over many values) lose accuracy and overflow easily in float16. So
@@ -26,31 +26,35 @@ from .module import Module
 from .parameter import Parameter
 
 
+def register_norm_state(module: Module, num_features: int, eps: float, momentum: "float | None", affine: bool,
+                        track_running_stats: bool, device: Any, dtype: Any, bias: bool = True) -> None:
+    """PyTorch's ``_NormBase`` state: options, affine weight (ones) and bias (zeros), running statistics."""
+    module.num_features, module.eps, module.momentum = num_features, eps, momentum
+    module.affine, module.track_running_stats = affine, track_running_stats
+    module.register_parameter("weight", Parameter(tinyamp.ones(num_features, dtype=dtype, device=device))
+                              if affine else None)
+    module.register_parameter("bias", Parameter(tinyamp.zeros(num_features, dtype=dtype, device=device))
+                              if affine and bias else None)
+    stats = {"running_mean": None, "running_var": None, "num_batches_tracked": None}
+    if track_running_stats:
+        stats = {"running_mean": tinyamp.zeros(num_features, dtype=dtype, device=device),
+                 "running_var": tinyamp.ones(num_features, dtype=dtype, device=device),
+                 "num_batches_tracked": tinyamp.zeros((), dtype=dt.int64, device=device)}
+    for name, value in stats.items():
+        module.register_buffer(name, value)
+
+
 class _BatchNorm(Module):
-    """Shared by BatchNorm1d and BatchNorm2d: normalize each channel (dim 1) over the other dims."""
+    """Shared by the BatchNorm layers: normalize each channel (dim 1) over the other dims."""
 
     _is_normalization = True
     _expected_dims: tuple[int, ...] = ()
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = True,
-                 track_running_stats: bool = True, device: Any = None, dtype: Any = None) -> None:
+                 track_running_stats: bool = True, device: Any = None, dtype: Any = None, *,
+                 bias: bool = True) -> None:
         super().__init__()
-        self.num_features, self.eps, self.momentum = num_features, eps, momentum
-        self.affine, self.track_running_stats = affine, track_running_stats
-        if affine:
-            self.weight = Parameter(tinyamp.ones(num_features, dtype=dtype, device=device))
-            self.bias = Parameter(tinyamp.zeros(num_features, dtype=dtype, device=device))
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
-        if track_running_stats:
-            self.register_buffer("running_mean", tinyamp.zeros(num_features, dtype=dtype, device=device))
-            self.register_buffer("running_var", tinyamp.ones(num_features, dtype=dtype, device=device))
-            self.register_buffer("num_batches_tracked", tinyamp.zeros((), dtype=dt.int64, device=device))
-        else:
-            self.register_buffer("running_mean", None)
-            self.register_buffer("running_var", None)
-            self.register_buffer("num_batches_tracked", None)
+        register_norm_state(self, num_features, eps, momentum, affine, track_running_stats, device, dtype, bias)
 
     def reset_running_stats(self) -> None:
         if self.track_running_stats:
@@ -60,8 +64,9 @@ class _BatchNorm(Module):
 
     def _check_input(self, x: Tensor) -> None:
         if x.ndim not in self._expected_dims:
-            raise ValueError(f"{self!r}: expected {' or '.join(f'{d}D' for d in self._expected_dims)} input, "
-                             f"got {x.ndim}D input of shape {list(x.shape)}")
+            # PyTorch's words first ("expected 4D input (got 2D input)"), then the layer and the shape
+            raise ValueError(f"expected {' or '.join(f'{d}D' for d in self._expected_dims)} input (got {x.ndim}D "
+                             f"input): {self!r} got input of shape {list(x.shape)}")
         if x.shape[1] != self.num_features:
             raise ValueError(f"{self!r}: expected {self.num_features} channels in dimension 1, got input of "
                              f"shape {list(x.shape)}")
@@ -99,6 +104,12 @@ class BatchNorm2d(_BatchNorm):
     """Batch normalization over (N, C, H, W) inputs."""
 
     _expected_dims = (4,)
+
+
+class BatchNorm3d(_BatchNorm):
+    """Batch normalization over (N, C, D, H, W) inputs."""
+
+    _expected_dims = (5,)
 
 
 class LayerNorm(Module):

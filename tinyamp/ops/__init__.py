@@ -37,7 +37,7 @@ from .dropout import dropout, dropout1d, dropout2d
 from .embedding import embedding
 from .loss import cross_entropy, huber_loss, l1_loss, mse_loss, nll_loss, smooth_l1_loss
 from .loss_binary import binary_cross_entropy, binary_cross_entropy_with_logits
-from .normalization import batch_norm, group_norm, layer_norm
+from .normalization import batch_norm, group_norm, instance_norm, layer_norm
 from .softmax import log_softmax, logsumexp, softmax
 
 # Added for porting (issue 12): triangles, lerp, multinomial, attention.
@@ -54,6 +54,21 @@ _FAMILIES += [conv_transpose]
 _FAMILIES += [_softmax_family, loss, loss_binary, normalization, _dropout_family, _embedding_family]
 _FAMILIES += [floor_division, logical, vector_norms, sorting, statistics]
 _FAMILIES += [attention, _lerp_family, sampling, triangular]
+
+# Added for porting (issue 31): resampling, reversal, the median, gathers and scatters, einsum, the product,
+# the KL divergence.
+from . import einsum as _einsum_family, flip as _flip_family, median as _median_family
+from . import gather_scatter, loss_kl, product, upsample as _upsample_family
+from .activation import relu_
+from .einsum import einsum
+from .flip import flip, fliplr, flipud
+from .gather_scatter import gather, scatter, scatter_add
+from .loss_kl import kl_div
+from .median import median
+from .product import prod
+from .upsample import interpolate, upsample, upsample_bilinear, upsample_nearest
+
+_FAMILIES += [_upsample_family, _einsum_family, _flip_family, _median_family, gather_scatter, loss_kl, product]
 
 TENSOR_METHODS: dict = {}
 for _family in _FAMILIES:

@@ -18,6 +18,7 @@ from .optimizer import Optimizer
 from .radam import RAdam
 from .rmsprop import RMSprop
 from .sgd import SGD
+from ..porting.lbfgs import LBFGS  # the porting wing's (tinyamp/porting/lbfgs.py)
 
-__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "NAdam", "RAdam", "RMSprop", "Adagrad", "Adadelta",
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "NAdam", "RAdam", "RMSprop", "Adagrad", "Adadelta", "LBFGS",
            "lr_scheduler", "swa_utils"]
