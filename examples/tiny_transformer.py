@@ -367,6 +367,17 @@ def fp8_study(args: argparse.Namespace, batches: list, say: Callable[..., None])
     return summary
 
 
+def save_figure(plt: Any, fig: Any, out: str, name: str, say: Callable[..., None], note: str = "") -> str:
+    """Lay ``fig`` out, write it as ``out/name``, close it, say where; the path."""
+    fig.tight_layout()
+    os.makedirs(out, exist_ok=True)
+    path = os.path.join(out, name)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    say(f"plot: {path}" + (f" {note}" if note else ""))
+    return path
+
+
 def write_amax_plot(out: str, amax: dict, recipe: Any, say: Callable[..., None]) -> "str | None":
     """fp8_amax.png: the amax each quantiser measured at every step (what delayed scaling's history holds)."""
     try:
@@ -382,13 +393,7 @@ def write_amax_plot(out: str, amax: dict, recipe: Any, say: Callable[..., None])
         ax.set(xlabel="step", ylabel="amax", yscale="log", title=f"{role} amax per step")
     axes[0].legend(fontsize=6)
     fig.suptitle(f"amax histories, {type(recipe).__name__}")
-    fig.tight_layout()
-    os.makedirs(out, exist_ok=True)
-    path = os.path.join(out, "fp8_amax.png")
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    say(f"plot: {path}")
-    return path
+    return save_figure(plt, fig, out, "fp8_amax.png", say)
 
 
 # ------------------------------------------------------------------ flags, plots, main
@@ -502,13 +507,8 @@ def write_loss_plot(out: str, losses: list, say: Callable[..., None]) -> "str | 
     ax.plot(np.arange(1, len(losses) + 1), losses, linewidth=1)
     ax.set(xlabel="step", ylabel="loss", yscale="log",
            title=f"copy task, float32: loss {losses[0]:.3g} -> {final_loss(losses):.3g} (mean of the last {WINDOW})")
-    fig.tight_layout()
-    os.makedirs(out, exist_ok=True)
-    path = os.path.join(out, "loss.png")
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    say(f"plot: {path} (float32's loss only: amp_study.png compares AMP with float32, which --no-amp skips)")
-    return path
+    return save_figure(plt, fig, out, "loss.png", say,
+                       "(float32's loss only: amp_study.png compares AMP with float32, which --no-amp skips)")
 
 
 def write_plot(out: str, fp32_losses: list, amp: dict, report: Any, say: Callable[..., None]) -> "str | None":
@@ -545,13 +545,7 @@ def write_plot(out: str, fp32_losses: list, amp: dict, report: Any, say: Callabl
                       f"({totals['vanished_fp16'] / max(totals['kept_fp32'], 1):.0%})\nwould vanish on float16 "
                       f"weights; float32 master weights keep them", fontsize=9)
     axes[2].legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
-    fig.tight_layout()
-    os.makedirs(out, exist_ok=True)
-    path = os.path.join(out, "amp_study.png")
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    say(f"plot: {path}")
-    return path
+    return save_figure(plt, fig, out, "amp_study.png", say)
 
 
 if __name__ == "__main__":
