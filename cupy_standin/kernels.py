@@ -32,7 +32,7 @@ conversions; any other inline assembly is refused.
 ``-fsanitize=alignment``: a load or store of one at an address a GPU would
 fault on raises ``cudaErrorMisalignedAddress`` naming the type, the address
 and the line, as the launch ends. What this cannot check:
-NVRTC itself and CuPy's code generation (tests/test_nvrtc_kernels.py compiles
+NVRTC itself and CuPy's code generation (tests/kernels/test_nvrtc_kernels.py compiles
 every kernel tinyamp builds with NVRTC, as CuPy writes it), races between
 threads and the device's libm (``pow``).
 

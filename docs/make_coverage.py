@@ -4,7 +4,7 @@ Two steps, so that CI needs no torch:
 
     python docs/make_coverage.py --names   # with torch 2.13: PyTorch's lists -> docs/torch_2_13_api.json
     python docs/make_coverage.py           # tinyamp's answers -> docs/coverage.md
-    python docs/make_coverage.py --check   # exit 1 if docs/coverage.md is stale (tests/test_coverage_table.py)
+    python docs/make_coverage.py --check   # exit 1 if docs/coverage.md is stale (tests/porting/test_coverage_table.py)
 
 Each name is *present* (tinyamp has it under that name), *differs* (present, with
 the documented difference in ``DIFFERENCES``) or *absent*. ``USED`` marks the

@@ -223,6 +223,23 @@ def get_default_dtype() -> np.dtype:
     return float32
 
 
+def checked_array_dtype(dtype: np.dtype) -> np.dtype:
+    """The dtype a tensor made from an array of ``dtype`` gets; PyTorch's refusal for the rest."""
+    if dtype.byteorder not in "=|" and dtype.newbyteorder("=") in SUPPORTED:
+        return dtype.newbyteorder("=")  # a big-endian file's array: same values, native order
+    if dtype not in SUPPORTED:
+        names = [dtype_name(d) for d in SUPPORTED]
+        raise TypeError(f"ta.tensor: can't convert np.ndarray of type numpy.{dtype.type.__name__}. The only supported "
+                        f"types are: {', '.join(names[:-1])}, and {names[-1]}.")
+    return dtype
+
+
+def native_array(array: Any) -> Any:
+    """``array`` itself when a tensor can hold its dtype (in native byte order if not); else PyTorch's TypeError."""
+    dtype = checked_array_dtype(array.dtype)
+    return array if dtype == array.dtype else array.astype(dtype)
+
+
 _PUBLIC.update({d: dtype(d, dtype_name(d)) for d in SUPPORTED})
 _BY_ID.update({id(d): public for d, public in _PUBLIC.items()})
 

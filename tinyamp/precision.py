@@ -285,7 +285,7 @@ reset_fp8 = _fp8_region.reset
 # Hooks the tape calls
 # --------------------------------------------------------------------------
 
-# The open precision report (tinyamp.amp.study.report.Trace), per thread like autocast.
+# The open precision report (tinyamp.study.report.Trace), per thread like autocast.
 _trace: ContextVar[Any] = ContextVar("tinyamp_trace", default=None)
 # current_trace(): the innermost open report of this thread, or None.
 current_trace: Callable[[], Any] = _trace.get
@@ -299,7 +299,7 @@ def record_cast(op: Any, source: Any, result: Any, direction: str, *, fused: boo
     For ops that convert inside themselves (no Cast node): one context-variable
     read when no trace is open. ``direction``: "forward" or "backward";
     ``context``: the ``rule``/``cache``/``position`` of a cast autocast asked
-    for. See ``Trace.record_cast`` (tinyamp/amp/study/report.py) and docs/ARCHITECTURE.md.
+    for. See ``Trace.record_cast`` (tinyamp/study/report.py) and docs/ARCHITECTURE.md.
     """
     tracer = _trace.get()
     if tracer is not None:

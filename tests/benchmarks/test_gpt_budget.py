@@ -12,8 +12,6 @@ by its composed path (the dispatch's ``FUSED_ON_GPU`` off) the budget fails.
 
 from __future__ import annotations
 
-import os
-import sys
 
 import pytest
 
@@ -21,11 +19,9 @@ import tinyamp as ta
 from tinyamp.kernels import attention, embedding, gelu, layer_norm
 from cupy_standin import kernels as standin_kernels
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                                "benchmarks"))
-import bench_gpt_launches as gpt  # noqa: E402
-import bench_launches  # noqa: E402
-import common  # noqa: E402
+import bench_gpt_launches as gpt  # benchmarks/ is on pytest's pythonpath (pyproject.toml)
+import bench_launches
+import common
 
 pytestmark = pytest.mark.skipif(standin_kernels.CXX is None, reason="the CUDA stand-in runs kernels through g++")
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import tinyamp as ta
-from fp8_training import fp8_step
+from tests.support.fp8_training import fp8_step
 from tinyamp.amp import recipe as R
 from tinyamp.data import load_mnist
 

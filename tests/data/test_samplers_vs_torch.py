@@ -1,6 +1,6 @@
 """Samplers, BatchSampler and the DataLoader's sampler arguments against PyTorch 2.13's recorded answers.
 
-The cases are tests/porting_cases.py (the same code ran through torch);
+The cases are tests/support/porting_cases.py (the same code ran through torch);
 an endless sampler must yield batches (the loader reads it one batch at a time).
 """
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import tinyamp as ta
-from porting_refs import check
+from tests.support.porting_refs import check
 
 
 @pytest.mark.parametrize("name", ["samplers_orders", "sampler_errors", "loader_with_samplers", "loader_errors"])

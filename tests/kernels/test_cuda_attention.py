@@ -21,9 +21,9 @@ import math
 import numpy as np
 import pytest
 
-import cuda_kernels_reference as ref
-import device_math
-import fused_drivers as fd
+from tests.support import cuda_kernels_reference as ref
+from tests.support import device_math
+from tests.support import fused_drivers as fd
 from tinyamp import backend
 from tinyamp.kernels.cuda import cuda_attention
 from cupy_standin import kernels as standin_kernels

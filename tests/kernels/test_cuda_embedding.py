@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import fused_drivers as fd
+from tests.support import fused_drivers as fd
 from tinyamp import backend
 from tinyamp.kernels.cuda import cuda_embedding
 from cupy_standin import kernels as standin_kernels

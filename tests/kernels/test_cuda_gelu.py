@@ -19,7 +19,7 @@ import math
 import numpy as np
 import pytest
 
-import fused_drivers as fd
+from tests.support import fused_drivers as fd
 from tinyamp import backend
 from tinyamp.kernels.cuda import cuda_gelu
 from cupy_standin import kernels as standin_kernels

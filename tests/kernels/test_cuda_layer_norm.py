@@ -17,8 +17,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import cuda_kernels_reference as ref
-import fused_drivers as fd
+from tests.support import cuda_kernels_reference as ref
+from tests.support import fused_drivers as fd
 from tinyamp import backend
 from tinyamp.kernels.cuda import cuda_layer_norm, cuda_rows
 from cupy_standin import kernels as standin_kernels

@@ -22,7 +22,7 @@ import pytest
 
 import tinyamp as ta
 import cupy_standin
-from fp8_training import fp8_step
+from tests.support.fp8_training import fp8_step
 from cupy_standin import runtime
 from cupy_standin.cublas import CUBLASError
 from cupy_standin.cublaslt import LT_LIBRARY

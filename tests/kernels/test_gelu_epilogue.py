@@ -17,7 +17,7 @@ import math
 import numpy as np
 import pytest
 
-import fused_drivers as fd
+from tests.support import fused_drivers as fd
 from tinyamp import backend
 from tinyamp.kernels import gemm
 from tinyamp.kernels.cuda import cublaslt_direct

@@ -1,8 +1,8 @@
 """flip, median, einsum, gather/scatter, prod, kl_div, relu_, nelement, reshape(shape=) beyond the numbers.
 
 The numbers (forward and backward, float64, against PyTorch 2.13) are module
-cases in tests/module_cases.py; here: which errors PyTorch raises and the
-values of methods (tests/porting_cases.py), the precision tags from PyTorch's
+cases in tests/support/module_cases.py; here: which errors PyTorch raises and the
+values of methods (tests/support/porting_cases.py), the precision tags from PyTorch's
 CUDA autocast lists, and tinyamp's messages naming the op, shapes and dtypes.
 """
 
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import tinyamp as ta
-from porting_refs import check
+from tests.support.porting_refs import check
 from tinyamp.precision import FP32, LOWER, NEUTRAL, PROMOTE
 
 

@@ -1,4 +1,4 @@
-"""optim.LBFGS against PyTorch 2.13's recorded trajectories (tests/porting_cases.py): the Rosenbrock function
+"""optim.LBFGS against PyTorch 2.13's recorded trajectories (tests/support/porting_cases.py): the Rosenbrock function
 with and without the strong-Wolfe line search, and pytorch/examples' LSTMCell sequence model."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import tinyamp as ta
-from porting_refs import REFS, check
+from tests.support.porting_refs import REFS, check
 
 
 @pytest.mark.parametrize("name", ["lbfgs_rosenbrock_strong_wolfe", "lbfgs_rosenbrock_fixed_step", "lbfgs_errors"])
@@ -15,7 +15,7 @@ def test_lbfgs_matches_pytorch(name: str) -> None:
 
 
 def test_lbfgs_sequence_model_follows_pytorch() -> None:
-    from porting_cases import CASES
+    from tests.support.porting_cases import CASES
     ours = CASES["lbfgs_sequence_model"](ta)["losses"]
     theirs = REFS["lbfgs_sequence_model"]["losses"]
     # float64 on both sides; the LSTM's gate sums and BLAS dot products round in another order

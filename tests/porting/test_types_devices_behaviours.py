@@ -1,5 +1,5 @@
 """dtype objects, legacy tensor types, memory formats, ``ta.jit``, ``ta.cuda.device``, ``Tensor.repeat`` and the
-GradScaler under bfloat16, against PyTorch 2.13's recorded answers (tests/porting_cases.py)."""
+GradScaler under bfloat16, against PyTorch 2.13's recorded answers (tests/support/porting_cases.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import tinyamp as ta
-from porting_refs import check
+from tests.support.porting_refs import check
 from tinyamp import backend
 
 

@@ -1,7 +1,7 @@
-"""The porting wing's vision layers and norms beyond the numbers (those are in tests/test_modules_vs_torch.py).
+"""The porting wing's vision layers and norms beyond the numbers (those are in tests/nn/test_modules_vs_torch.py).
 
 Errors, reprs and state_dict keys against PyTorch 2.13's recorded answers
-(tests/porting_cases.py); the precision tags PyTorch's CUDA autocast lists give;
+(tests/support/porting_cases.py); the precision tags PyTorch's CUDA autocast lists give;
 ``init.orthogonal_``; ``SyncBatchNorm.convert_sync_batchnorm``.
 """
 
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import tinyamp as ta
-from porting_refs import check
+from tests.support.porting_refs import check
 from tinyamp.precision import FP32, NEUTRAL
 
 

@@ -1,8 +1,9 @@
 """Automatic mixed precision: autocast, precision tags, casting, the loss scaler and the op table.
 
 The instruments for studying it (the precision report, the shadow run, gradient
-statistics, swamping, memory accounting) are in :mod:`tinyamp.amp.study`; their
-public names are re-exported here (``ta.amp.trace``, ``ta.amp.shadow_run``, ...).
+statistics, swamping, memory accounting) are in :mod:`tinyamp.study`, above nn and
+optim; this namespace re-exports their public names (``ta.amp.trace``,
+``ta.amp.shadow_run``, ...), and no module of the mechanism imports them.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ from .op_table import OpInfo, OpTable, get_op_precision, op_table, reset_op_prec
 from .grad_scaler import AmpScaler, GradScaler
 from . import recipe
 from .fp8_autocast import exclude_first_last, fp8_autocast, is_fp8_enabled
-from . import cuda_amp, study
-from .study import (ShadowReport, Trace, explain_fp8, exponent_histogram, grad_stats, plot_exponent_histogram,
-                    shadow_run, trace)
+from ..porting import cuda_amp
+from ..study import (ShadowReport, Trace, explain_fp8, exponent_histogram, grad_stats, plot_exponent_histogram,
+                     shadow_run, trace)
 
 __all__ = ["autocast", "is_autocast_enabled", "get_autocast_dtype", "Precision", "LOWER", "FP32",
            "PROMOTE", "NEUTRAL", "compute_dtype", "custom_fwd", "custom_bwd", "set_op_precision",

@@ -35,7 +35,7 @@ from __future__ import annotations
 import enum
 import warnings
 from collections import defaultdict
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -43,7 +43,6 @@ from .. import backend
 from .. import dtypes as dt
 from .. import precision
 from ..autograd.graph import reachable_nodes
-from ..distributed.found_inf import all_reduce_found_inf
 from ..kernels.loss_scale import unscale_group, update_scale
 from ..ops.elementwise import ScaleBy
 from ..tensor import Tensor
@@ -62,6 +61,9 @@ class OptState(enum.Enum):
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 _HOST_ZERO = np.zeros((), dtype=np.float32)  # copied into each step's CPU found_inf flag
+# Called with {device: found_inf} after unscaling, before the optimizer step: the process group
+# (porting/distributed/found_inf.py) adds its all-reduce here, so the scaler needs no distributed import.
+FOUND_INF_REDUCERS: list[Callable[[dict], None]] = []
 
 
 def _refresh_per_optimizer_state() -> dict:
@@ -302,7 +304,8 @@ class GradScaler(ScalerSettings):
             unscale_group(xp, grads, outs, self._scale_on(dev, moved).array, found)
             for t in written:
                 t._version[0] += 1
-        all_reduce_found_inf(found_per_device)  # data parallel: one rank's overflow skips the step everywhere
+        for reduce in FOUND_INF_REDUCERS:  # data parallel: one rank's overflow skips the step everywhere
+            reduce(found_per_device)
         return found_per_device
 
     @staticmethod
@@ -411,7 +414,7 @@ class GradScaler(ScalerSettings):
                 scales = record
         self.last_step = ScalerStep(combined, scales)
         self._per_optimizer_states.clear()  # nothing else holds the mapping: emptied, not rebuilt
-        backend.observe(self)  # a graphed step counts this update's skipped step (tinyamp/cuda_graphs)
+        backend.observe(self)  # a graphed step counts this update's skipped step (tinyamp/cuda/graphed_step.py)
 
 
 AmpScaler = GradScaler  # the name the original proposal used

@@ -14,7 +14,7 @@
 """
 
 from .idx import IDXError, read_idx, write_idx
-from .distributed_sampler import DistributedSampler
+from ..porting.distributed_sampler import DistributedSampler
 from .loader import DataLoader, Subset, TensorDataset, random_split
 from .sampler import (BatchSampler, RandomSampler, Sampler, SequentialSampler, SubsetRandomSampler,
                       WeightedRandomSampler)

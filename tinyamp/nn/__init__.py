@@ -6,9 +6,8 @@ each ``forward`` calls at call time.
 
 from __future__ import annotations
 
-from . import functional, init, modules, parallel, utils
+from . import functional, init, utils
 from .activation import ELU, GELU, LeakyReLU, LogSoftmax, ReLU, SiLU, Sigmoid, Softmax, Tanh
-from .attention import MultiheadAttention
 from .container import ModuleDict, ModuleList, Sequential
 from .conv import Conv2d, ConvTranspose2d
 from .dropout import Dropout, Dropout1d, Dropout2d
@@ -21,10 +20,12 @@ from .module import Module
 from .normalization import BatchNorm1d, BatchNorm2d, BatchNorm3d, GroupNorm, LayerNorm
 from .parameter import Parameter
 from .pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
-from .transformer import (Transformer, TransformerDecoder, TransformerDecoderLayer, TransformerEncoder,
-                          TransformerEncoderLayer)
-from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase
-# The porting wing's layers under PyTorch's names (tinyamp/porting/).
+# The porting wing's layers (recurrent, attention, transformer) and PyTorch's nn module paths.
+from ..porting import modules, parallel
+from ..porting.attention import MultiheadAttention
+from ..porting.rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase
+from ..porting.transformer import (Transformer, TransformerDecoder, TransformerDecoderLayer, TransformerEncoder,
+                                   TransformerEncoderLayer)
 from ..porting.sync_batchnorm import SyncBatchNorm
 from ..porting.vision import (ConstantPad1d, ConstantPad2d, ConstantPad3d, InstanceNorm1d, InstanceNorm2d,
                               InstanceNorm3d, LocalResponseNorm, PixelShuffle, PixelUnshuffle, ReflectionPad1d,

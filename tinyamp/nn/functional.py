@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import tinyamp
+from .. import ops
 
 _FORWARDED = frozenset({
     # activations
@@ -37,7 +37,7 @@ def __getattr__(name: str) -> Any:
     if name not in _FORWARDED:
         raise AttributeError(f"module 'tinyamp.nn.functional' has no attribute '{name}'")
     try:
-        return getattr(tinyamp.ops, name)
+        return getattr(ops, name)
     except AttributeError:
         raise AttributeError(f"tinyamp.nn.functional.{name}: the op library (tinyamp.ops) does not "
                              f"provide '{name}' in this version") from None

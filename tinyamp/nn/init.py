@@ -11,14 +11,11 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any
 
 import numpy as np
 
 from .. import backend
-from .. import dtypes as dt
-from ..kernels.convert import convert
-from ..random import Generator, default_generator
+from ..random import Generator, draw_like as _draw, write_draw as _write
 from ..tensor import Tensor
 
 _LINEAR_GAIN = ("linear", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
@@ -63,27 +60,6 @@ def _calculate_correct_fan(tensor: Tensor, mode: str) -> int:
         raise ValueError(f"Mode {mode} not supported, please use one of fan_in, fan_out")
     fan_in, fan_out = _calculate_fan_in_and_fan_out(tensor)
     return fan_in if mode == "fan_in" else fan_out
-
-
-def _write(tensor: Tensor, array: Any) -> Tensor:
-    """Store ``array`` into ``tensor`` in place: one rounding, one version bump, no graph."""
-    tensor.array[...] = convert(array, tensor.dtype) if array.dtype != tensor.dtype else array
-    tensor._version[0] += 1
-    return tensor
-
-
-def _draw(kind: str, tensor: Tensor, generator: Generator | None) -> Any:
-    """Standard uniform [0, 1) (``kind="uniform_"``) or standard normal samples shaped like ``tensor``."""
-    if tensor.dtype not in dt.FLOATING:
-        raise TypeError(f"init: {kind} needs a floating point tensor, got {dt.dtype_name(tensor.dtype)} "
-                        f"with shape {list(tensor.shape)}")
-    gen = generator or default_generator(tensor.device)
-    if gen.device != tensor.device:
-        raise ValueError(f"init: generator is on {gen.device} but the tensor is on {tensor.device}")
-    dtype = dt.float64 if tensor.dtype == dt.float64 else dt.float32
-    if kind == "uniform_":
-        return gen.rng.random(size=tensor.shape, dtype=dtype)
-    return gen.rng.standard_normal(size=tensor.shape, dtype=dtype)
 
 
 def uniform_(tensor: Tensor, a: float = 0.0, b: float = 1.0, generator: Generator | None = None) -> Tensor:

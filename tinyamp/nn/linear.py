@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-import tinyamp
-
 from .. import dtypes as dt
 from ..precision import current_fp8
 from ..tensor import Tensor
 from . import init
 from .module import Module
 from .parameter import Parameter
+from ..factories import empty
+from ..ops.linalg import linear
 
 
 class Identity(Module):
@@ -28,9 +28,9 @@ class WeightAndBias(Module):
     """A layer with a ``weight`` and an optional ``bias`` (Linear, Conv2d), PyTorch's default init."""
 
     def _make_parameters(self, weight_shape: tuple, bias: bool, device: Any, dtype: Any) -> None:
-        self.weight = Parameter(tinyamp.empty(*weight_shape, dtype=dtype, device=device))
+        self.weight = Parameter(empty(*weight_shape, dtype=dtype, device=device))
         if bias:
-            self.bias = Parameter(tinyamp.empty(weight_shape[0], dtype=dtype, device=device))
+            self.bias = Parameter(empty(weight_shape[0], dtype=dtype, device=device))
         else:
             self.register_parameter("bias", None)
         self.reset_parameters()
@@ -65,7 +65,7 @@ class Linear(WeightAndBias):
             y = fp8.linear(self, x)
             if y is not None:
                 return y
-        return tinyamp.ops.linear(x, self.weight, self.bias)
+        return linear(x, self.weight, self.bias)
 
     def _has_extra_state(self) -> bool:
         return "_fp8_meta" in self.__dict__ or "_fp8_loaded" in self.__dict__

@@ -25,15 +25,14 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-import tinyamp
-
 from .. import backend
 from .. import dtypes as dt
 from ..kernels.convert import convert
 from ..tensor import Tensor
-from ..tensor_methods import parse_to_args
+from ..ops.methods import parse_to_args
 from .backward_hooks import BackwardHookCall
 from .parameter import Parameter
+from ..grad_mode import no_grad
 
 
 class Module:
@@ -59,7 +58,7 @@ class Module:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if backend._step_observers:
-            backend.observe(self)  # a graphed step learns the modules it replays (tinyamp/cuda_graphs)
+            backend.observe(self)  # a graphed step learns the modules it replays (tinyamp/cuda/graphed_step.py)
         for hook in self._forward_pre_hooks.values():
             result = hook(self, args)
             if result is not None:
@@ -447,7 +446,7 @@ class Module:
                               f'{list(source.shape)}, an exception occurred : {error}')
         if errors:
             raise RuntimeError(f"Error(s) in loading state_dict for {type(self).__name__}:\n\t" + "\n\t".join(errors))
-        with tinyamp.no_grad():
+        with no_grad():
             for target, value in pairs:
                 target.array[...] = value
                 target._version[0] += 1

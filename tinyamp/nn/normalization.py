@@ -18,12 +18,13 @@ from __future__ import annotations
 import numbers
 from typing import Any, Sequence
 
-import tinyamp
-
 from .. import dtypes as dt
 from ..tensor import Tensor
 from .module import Module
 from .parameter import Parameter
+from ..grad_mode import no_grad
+from ..factories import ones, zeros
+from ..ops.normalization import batch_norm, group_norm, layer_norm
 
 
 def register_norm_state(module: Module, num_features: int, eps: float, momentum: "float | None", affine: bool,
@@ -31,15 +32,15 @@ def register_norm_state(module: Module, num_features: int, eps: float, momentum:
     """PyTorch's ``_NormBase`` state: options, affine weight (ones) and bias (zeros), running statistics."""
     module.num_features, module.eps, module.momentum = num_features, eps, momentum
     module.affine, module.track_running_stats = affine, track_running_stats
-    module.register_parameter("weight", Parameter(tinyamp.ones(num_features, dtype=dtype, device=device))
+    module.register_parameter("weight", Parameter(ones(num_features, dtype=dtype, device=device))
                               if affine else None)
-    module.register_parameter("bias", Parameter(tinyamp.zeros(num_features, dtype=dtype, device=device))
+    module.register_parameter("bias", Parameter(zeros(num_features, dtype=dtype, device=device))
                               if affine and bias else None)
     stats = {"running_mean": None, "running_var": None, "num_batches_tracked": None}
     if track_running_stats:
-        stats = {"running_mean": tinyamp.zeros(num_features, dtype=dtype, device=device),
-                 "running_var": tinyamp.ones(num_features, dtype=dtype, device=device),
-                 "num_batches_tracked": tinyamp.zeros((), dtype=dt.int64, device=device)}
+        stats = {"running_mean": zeros(num_features, dtype=dtype, device=device),
+                 "running_var": ones(num_features, dtype=dtype, device=device),
+                 "num_batches_tracked": zeros((), dtype=dt.int64, device=device)}
     for name, value in stats.items():
         module.register_buffer(name, value)
 
@@ -86,7 +87,7 @@ class _BatchNorm(Module):
         track = not self.training or self.track_running_stats
         running_mean = self.running_mean if track else None
         running_var = self.running_var if track else None
-        return tinyamp.ops.batch_norm(x, running_mean, running_var, self.weight, self.bias,
+        return batch_norm(x, running_mean, running_var, self.weight, self.bias,
                                       use_batch_stats, factor, self.eps)
 
     def extra_repr(self) -> str:
@@ -124,9 +125,9 @@ class LayerNorm(Module):
         shape = (int(normalized_shape),) if integral else tuple(normalized_shape)
         self.normalized_shape, self.eps, self.elementwise_affine = shape, eps, elementwise_affine
         if elementwise_affine:
-            self.weight = Parameter(tinyamp.ones(shape, dtype=dtype, device=device))
+            self.weight = Parameter(ones(shape, dtype=dtype, device=device))
             if bias:
-                self.bias = Parameter(tinyamp.zeros(shape, dtype=dtype, device=device))
+                self.bias = Parameter(zeros(shape, dtype=dtype, device=device))
             else:
                 self.register_parameter("bias", None)
         else:
@@ -135,7 +136,7 @@ class LayerNorm(Module):
 
     def reset_parameters(self) -> None:
         """Weight back to ones and bias to zeros (PyTorch's initialisation)."""
-        with tinyamp.no_grad():
+        with no_grad():
             if self.weight is not None:
                 self.weight.fill_(1)
             if self.bias is not None:
@@ -146,7 +147,7 @@ class LayerNorm(Module):
         if x.ndim < n or tuple(x.shape[x.ndim - n:]) != self.normalized_shape:
             raise ValueError(f"{self!r}: expected input with trailing shape {list(self.normalized_shape)}, "
                              f"got {list(x.shape)}")
-        return tinyamp.ops.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+        return layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
 
     def extra_repr(self) -> str:
         return (f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}, "
@@ -165,15 +166,15 @@ class GroupNorm(Module):
             raise ValueError("num_channels must be divisible by num_groups")
         self.num_groups, self.num_channels, self.eps, self.affine = num_groups, num_channels, eps, affine
         if affine:
-            self.weight = Parameter(tinyamp.ones(num_channels, dtype=dtype, device=device))
-            self.bias = Parameter(tinyamp.zeros(num_channels, dtype=dtype, device=device))
+            self.weight = Parameter(ones(num_channels, dtype=dtype, device=device))
+            self.bias = Parameter(zeros(num_channels, dtype=dtype, device=device))
         else:
             self.register_parameter("weight", None)
             self.register_parameter("bias", None)
 
     def reset_parameters(self) -> None:
         """Weight back to ones and bias to zeros (PyTorch's initialisation)."""
-        with tinyamp.no_grad():
+        with no_grad():
             if self.affine:
                 self.weight.fill_(1)
                 self.bias.fill_(0)
@@ -182,7 +183,7 @@ class GroupNorm(Module):
         if x.ndim < 2 or x.shape[1] != self.num_channels:
             raise ValueError(f"{self!r}: expected input of shape (N, {self.num_channels}, *), got "
                              f"{list(x.shape)} ({dt.dtype_name(x.dtype)})")
-        return tinyamp.ops.group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
+        return group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
 
     def extra_repr(self) -> str:
         return f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}"

@@ -2,7 +2,8 @@
 
 ``TENSOR_METHODS`` maps Tensor method names (``x.exp()``, ``x.sum(1)``) to these
 functions; ``Tensor.__getattr__`` looks them up, so method and function forms
-are one implementation.
+are one implementation. ``methods.py`` holds the rest of the Tensor API and is
+installed on ``Tensor`` here, once every family is loaded.
 """
 
 from __future__ import annotations
@@ -40,7 +41,6 @@ from .loss_binary import binary_cross_entropy, binary_cross_entropy_with_logits
 from .normalization import batch_norm, group_norm, instance_norm, layer_norm
 from .softmax import log_softmax, logsumexp, softmax
 
-# Added for porting (issue 12): triangles, lerp, multinomial, attention.
 from . import attention, sampling, triangular
 from . import lerp as _lerp_family
 from .attention import scaled_dot_product_attention
@@ -70,6 +70,12 @@ from .upsample import interpolate, upsample, upsample_bilinear, upsample_nearest
 
 _FAMILIES += [_upsample_family, _einsum_family, _flip_family, _median_family, gather_scatter, loss_kl, product]
 
-TENSOR_METHODS: dict = {}
+from .. import factories
+from ..tensor import Tensor
+from . import methods
+from .methods import TENSOR_METHODS
+
 for _family in _FAMILIES:
     TENSOR_METHODS.update(_family.METHODS)
+TENSOR_METHODS.update(factories.METHODS)  # x.new_zeros(...), x.new_tensor(...)
+methods.install(Tensor)

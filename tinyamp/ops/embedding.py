@@ -16,8 +16,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from .. import dtypes as dt
 from ..precision import NEUTRAL
 from ..autograd.function import Function

@@ -31,7 +31,7 @@ from typing import Any, Sequence
 from .. import dtypes as dt
 from ..precision import FP32, NEUTRAL
 from ..autograd.function import Function
-from ..autograd.grad_mode import is_grad_enabled
+from ..grad_mode import is_grad_enabled
 from ..tensor import Tensor
 from .broadcast import sum_to
 from .cast import cast
@@ -332,7 +332,7 @@ class InstanceNorm(BatchNorm):
             self.mean = self.running_mean.array.astype(cdt).reshape(self.pshape)
             var = self.running_var.array.astype(cdt).reshape(self.pshape)
         self.rstd = 1 / xp.sqrt(var + self.eps)
-        return _normalize(xp, x, self.mean, self.rstd, (weight, bias), self.pshape)
+        return normalize(x, self.mean, self.rstd, weight, bias, self.pshape)
 
 
 def layer_norm(input: Tensor, normalized_shape: "int | Sequence[int]",  # noqa: A002 - torch name

@@ -9,7 +9,8 @@ a step without a host synchronisation (see ``optimizer.py``).
 
 from __future__ import annotations
 
-from . import lr_scheduler, swa_utils
+from . import lr_scheduler
+from ..porting import swa_utils  # torch.optim.swa_utils
 from .adadelta import Adadelta
 from .adagrad import Adagrad
 from .adam import Adam, AdamW

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from .. import backend
-from ..autograd.grad_mode import enable_grad, no_grad
+from ..grad_mode import enable_grad, no_grad
 from ..optim.optimizer import Optimizer
 from ..tensor import Tensor
 

@@ -1,7 +1,0 @@
-"""``torch.utils.data.distributed``'s path: ``DistributedSampler`` (from :mod:`tinyamp.data.distributed_sampler`)."""
-
-from __future__ import annotations
-
-from ...data.distributed_sampler import DistributedSampler
-
-__all__ = ["DistributedSampler"]
