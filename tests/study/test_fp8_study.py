@@ -19,7 +19,7 @@ import pytest
 
 import tinyamp as ta
 from tinyamp.amp import recipe as R
-from tinyamp.amp.study.fp8_roofline import H200, estimate
+from tinyamp.study.fp8_roofline import H200, estimate
 from tinyamp.kernels import fp8
 
 
