@@ -160,6 +160,14 @@ def test_block_scaling_tiles_follow_the_definition() -> None:
                                               fp8.encode(tile * np.float32(scale), ta.float8_e4m3fn))
         deq = fq.dequantize(q)
         assert np.abs(deq - x).max() <= np.abs(x).max() / 16  # E4M3: 3 mantissa bits
+    # the recipe's quantisers: 1 x block inputs, block x block weights, power-of-two scales by default
+    recipe = R.Float8BlockScaling(block=16)
+    for role, block in (("input", (1, 16)), ("weight", (16, 16))):
+        made = recipe.make_quantizer(role).quantize(x, ta.float32)
+        want = fq.quantize_blocks(x, fp8.E4M3, block)
+        assert made.block == block
+        np.testing.assert_array_equal(made.data, want.data)
+        np.testing.assert_array_equal(made.scale_inv, want.scale_inv)
         if rows == 1:  # the column-wise copy: the transpose quantised along its own rows
             ref = fq.quantize_blocks(np.ascontiguousarray(x.T), fp8.E4M3, block)
             np.testing.assert_array_equal(q.columnwise.data, ref.data)
