@@ -5,13 +5,17 @@ issue (``GPT``: 4 blocks, C=128, 4 heads, T=64, batch 4, vocabulary 512), float1
 autocast + GradScaler + AdamW, counted as ``bench_launches`` counts the MLP: in
 steady state (after two steps), per phase, on the stand-in, which counts what a
 GPU would be asked to do. Budgets (issue 28, asserted by
-tests/test_gpt_budget.py): no host<->device copy and no synchronisation; at most
-``LAUNCH_BUDGET`` launches a step and ``BLOCK_LAUNCH_BUDGET`` a block (what one
-more block adds: the step at 4 blocks against the step at 2, halved), and at most
+tests/benchmarks/test_gpt_budget.py): no host<->device copy and no synchronisation;
+at most ``LAUNCH_BUDGET`` launches a step and ``BLOCK_LAUNCH_BUDGET`` a block (what
+one more block adds: the step at 4 blocks against the step at 2, halved), at most
 ``BYTES_BUDGET`` times the step's floor in bytes (:func:`floor_rows`, derived in
-benchmarks/RESULTS.md).
+benchmarks/RESULTS.md), and no more kernel launches than today (``REACHED``).
 
-    python benchmarks/bench_gpt_launches.py [--json benchmarks/bench_gpt_launches.json]
+    python benchmarks/bench_gpt_launches.py [--json benchmarks/bench_gpt_launches.json] [--one-by-one]
+
+``--one-by-one`` also counts the step with the fused CUDA kernels turned on one
+dispatch at a time (``FUSED_ON_GPU`` of kernels/gelu.py, layer_norm.py,
+attention.py, embedding.py), from none to all: what each kernel took off.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from typing import Any, Callable
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import tinyamp as ta  # noqa: E402
+from tinyamp.kernels import attention, embedding, gelu, layer_norm  # noqa: E402
 
 import bench_launches  # noqa: E402
 import common  # noqa: E402
@@ -33,6 +38,9 @@ GPT = dict(blocks=4, channels=128, heads=4, seq=64, batch=4, vocab=512)
 LAUNCH_BUDGET = 250
 BLOCK_LAUNCH_BUDGET = 50
 BYTES_BUDGET = 1.3
+# The kernels the step launches today, pointer-table writes aside (bench_launches.REACHED's rule): one more fails
+# the budget test, so a regression shows before it reaches the budget.
+REACHED = 234
 
 
 def make_step(**sizes: int) -> Callable:
@@ -69,8 +77,12 @@ def launches(counts: dict) -> int:
 
 
 def block_launches(counts: dict, fewer: dict, blocks: int, fewer_blocks: int) -> float:
-    """What one block adds to the step: the launch difference of two block counts, per block."""
-    return (launches(counts) - launches(fewer)) / (blocks - fewer_blocks)
+    """What one block adds to the step: the difference of two block counts' kernel launches, per block.
+
+    Pointer-table writes are left out (``bench_launches.kernel_launches``): whether a step rewrites the
+    optimizer's tables (8 launches here) depends on where the pool put the gradients, not on the blocks.
+    """
+    return (bench_launches.kernel_launches(counts) - bench_launches.kernel_launches(fewer)) / (blocks - fewer_blocks)
 
 
 def floor_rows(*, blocks: int, channels: int, heads: int, seq: int, batch: int, vocab: int
@@ -174,6 +186,9 @@ def over_budget(counts: dict, per_block: float) -> list[str]:
         problems.append(f"gpt: {launches(counts)} launches > {LAUNCH_BUDGET}")
     if per_block > BLOCK_LAUNCH_BUDGET:
         problems.append(f"gpt: {per_block:g} launches per block > {BLOCK_LAUNCH_BUDGET}")
+    if bench_launches.kernel_launches(counts) > REACHED:
+        problems.append(f"gpt: {bench_launches.kernel_launches(counts)} kernel launches (besides pointer-table "
+                        f"writes) > {REACHED} today")
     ratio = bytes_ratio(counts)
     if ratio > BYTES_BUDGET:
         problems.append(f"gpt: {bench_launches.step_bytes(counts)} bytes = {ratio:.3f}x the floor "
@@ -181,22 +196,41 @@ def over_budget(counts: dict, per_block: float) -> list[str]:
     return problems
 
 
+FUSED = (("gelu", gelu), ("layer_norm", layer_norm), ("attention", attention), ("embedding", embedding))
+
+
+def one_by_one() -> list[tuple[str, int, int]]:
+    """(kernels on, launches, bytes) of the step with no fused CUDA kernel, then each one added in turn."""
+    saved = [module.FUSED_ON_GPU for _, module in FUSED]
+    rows = []
+    try:
+        for on in range(len(FUSED) + 1):
+            for k, (_, module) in enumerate(FUSED):
+                module.FUSED_ON_GPU = k < on
+            counts = count_step()
+            rows.append(("+".join(name for name, _ in FUSED[:on]) or "none", launches(counts),
+                         bench_launches.step_bytes(counts)))
+    finally:
+        for (_, module), value in zip(FUSED, saved):
+            module.FUSED_ON_GPU = value
+    return rows
+
+
 def main(argv: "list[str] | None" = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", default="benchmarks/bench_gpt_launches.json")
+    parser.add_argument("--one-by-one", action="store_true", help="also count with each fused kernel added in turn")
     args = parser.parse_args(argv)
+    steps = one_by_one() if args.one_by_one else []
+    for name, n, moved in steps:
+        print(f"  fused kernels on: {name:40s} {n:5d} launches {moved:14d} bytes ({moved / floor_bytes():.3f}x)")
     counts = count_step()
     fewer = count_step(blocks=2)
     per_block = block_launches(counts, fewer, GPT["blocks"], 2)
     print(bench_launches.table("gpt", counts))
     print(f"  launches {launches(counts)} (budget {LAUNCH_BUDGET}), per block {per_block:g} "
           f"(budget {BLOCK_LAUNCH_BUDGET})")
-    merged: dict[str, list[int]] = {}
-    for phase in PHASES:
-        for kernel, moved in counts[phase]["bytes"].items():
-            pair = merged.setdefault(f"{phase}/{kernel}", [0, 0])
-            pair[0] += moved["read"]
-            pair[1] += moved["written"]
+    merged = bench_launches.bytes_by_kernel(counts)
     print(f"  {'phase/kernel':56s} {'read':>12s} {'written':>12s}")
     for name, (read, written) in sorted(merged.items(), key=lambda item: -sum(item[1]))[:25]:
         print(f"  {name:56s} {read:12d} {written:12d}")
@@ -209,7 +243,7 @@ def main(argv: "list[str] | None" = None) -> dict:
     common.write_json(args.json, {"machine": common.machine(), "sizes": GPT, "phases": counts,
                                   "launches": launches(counts), "launches_per_block": per_block,
                                   "bytes_per_step": total, "floor_bytes": least, "bytes_over_floor": total / least,
-                                  "floor_rows": rows, "over_budget": problems})
+                                  "floor_rows": rows, "over_budget": problems, "one_by_one": steps})
     return counts
 
 

@@ -11,7 +11,7 @@ on the device, in steady state (the third step; the first two fill the caches):
 
 Phases, in the order they run: forward (autocast region, model, loss), scale,
 backward, unscale, step, update, zero_grad. Budgets (issue 10, asserted by
-tests/test_launch_budget.py): no host<->device copy and no synchronisation at
+tests/cuda/test_launch_budget.py): no host<->device copy and no synchronisation at
 all; at most 30 launches and 30 allocations for amp-sgd, 25 launches for
 float32, 35 launches for amp-adam.
 
@@ -22,7 +22,7 @@ written the fewest times the math needs, one node per op; the derivation is in
 benchmarks/RESULTS.md). The ``wide`` cases are the H200 reference run's MLP
 784-8192-10 at batch 8192 scaled by 1/8 in every size but the classes
 (98-1024-10, batch 1024), so that, as there, the batch x hidden activations
-dominate; tests/test_launch_budget.py holds the AMP step there to
+dominate; tests/cuda/test_launch_budget.py holds the AMP step there to
 ``BYTES_BUDGET`` times its floor.
 
     python benchmarks/bench_launches.py [--json benchmarks/bench_launches.json] [--hidden 64] [--batch 32]
@@ -49,7 +49,7 @@ BUDGETS = {"float32": {"launches": 25}, "amp-sgd": {"launches": 30, "allocations
 NO_TRANSFERS = {"h2d": 0, "d2h": 0, "syncs": 0}
 # The kernels a step launches today, without the pointer-table writes (a new set of gradient
 # addresses costs one launch per table; whether a step sees one depends on where the pool puts
-# the gradients, i.e. on what ran before). tests/test_launch_budget.py holds the step to these:
+# the gradients, i.e. on what ran before). tests/cuda/test_launch_budget.py holds the step to these:
 # one launch more than today fails, so a regression shows before it reaches the budget.
 REACHED = {"float32": 15, "amp-sgd": 25, "amp-adam": 25}
 TABLE_WRITES = "tinyamp_fill_pointers"
@@ -262,15 +262,21 @@ def table(case: str, counts: dict) -> str:
     return "\n".join(lines)
 
 
-def bytes_table(case: str, counts: dict, sizes: dict) -> str:
-    """Bytes per kernel over the step, the step's total and its floor (with the floor's rows)."""
-    spec = CASES[case]
+def bytes_by_kernel(counts: dict) -> dict[str, list[int]]:
+    """{"phase/kernel": [read, written]} over the step."""
     merged: dict[str, list[int]] = {}
     for phase in PHASES:
         for kernel, moved in counts[phase]["bytes"].items():
             pair = merged.setdefault(f"{phase}/{kernel}", [0, 0])
             pair[0] += moved["read"]
             pair[1] += moved["written"]
+    return merged
+
+
+def bytes_table(case: str, counts: dict, sizes: dict) -> str:
+    """Bytes per kernel over the step, the step's total and its floor (with the floor's rows)."""
+    spec = CASES[case]
+    merged = bytes_by_kernel(counts)
     lines = [f"{case} bytes, MLP {sizes['inputs']}-{sizes['hidden']}-{CLASSES}, batch {sizes['batch']}:",
              f"  {'phase/kernel':48s} {'read':>12s} {'written':>12s}"]
     for name, (read, written) in sorted(merged.items(), key=lambda item: -sum(item[1])):

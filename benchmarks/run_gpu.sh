@@ -25,7 +25,7 @@
 #   PYTHON=.venv/bin/python GPU_BUDGET_S=900 benchmarks/run_gpu.sh
 # Some steps only (a rerun after a fix): GPU_STEPS="bench-gpu-issue20 mnist-amp" bash benchmarks/run_gpu.sh
 # Checking this script without a GPU (tiny sizes on the CUDA stand-in; about a minute on 2 CPU cores; the
-# GPU tests are all skipped there; tests/test_run_gpu.py runs the benchmark and example steps this way):
+# GPU tests are all skipped there; tests/benchmarks/test_run_gpu.py runs the benchmark and example steps this way):
 #   TINYAMP_CUDA=standin GPU_SMALL=1 benchmarks/run_gpu.sh /tmp/gpu-check
 # The exit status is 1 if any step failed or was skipped. Copy the figures into benchmarks/RESULTS.md (GPU
 # model, driver, CUDA, CuPy, date).

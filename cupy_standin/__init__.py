@@ -44,7 +44,7 @@ from ._counters import KINDS, Counters, counters
 from ._memory import get_default_memory_pool, get_default_pinned_memory_pool
 from ._routines import (ARRAY_METHODS, all, amax, amin, any, arange, argmax, argmin, argsort, argwhere, around,  # noqa: A004
                         array, asarray, ascontiguousarray, asnumpy, atleast_1d, broadcast_to, can_cast, clip,
-                        concatenate, copyto, count_nonzero, cumprod, cumsum, diag, dot, empty, empty_like,
+                        concatenate, copyto, count_nonzero, cumprod, cumsum, diag, dot, einsum, empty, empty_like,
                         expand_dims, eye, flip, full, full_like, identity, isclose, linspace, matmul, max,
                         may_share_memory, mean, min, moveaxis, nanmax, nanmin, nansum, ndim, nonzero, ones, ones_like,
                         pad, partition, prod, put, put_along_axis, ravel, repeat, reshape, result_type, round,

@@ -94,7 +94,7 @@ def _method(function: Callable) -> Callable:
 _BINARY = {"add": _routines.add, "sub": _routines.subtract, "mul": _routines.multiply,
            "truediv": _routines.true_divide, "floordiv": _routines.floor_divide, "mod": _routines.remainder,
            "pow": _routines.power, "and": _routines.bitwise_and, "or": _routines.bitwise_or,
-           "xor": _routines.bitwise_xor}
+           "xor": _routines.bitwise_xor, "lshift": _routines.left_shift, "rshift": _routines.right_shift}
 for _name, _function in _BINARY.items():
     setattr(ndarray, f"__{_name}__", _binary(_function))
     setattr(ndarray, f"__r{_name}__", _reflected(_function))

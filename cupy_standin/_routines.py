@@ -428,6 +428,12 @@ def take(a: Any, indices: Any, axis: Any = None, out: Any = None) -> ndarray:
     return _kernel("take", np.take, _device_array(a, "take"), indices, axis=axis)
 
 
+def einsum(subscripts: str, *operands: Any, **kwargs: Any) -> ndarray:
+    """``cupy.einsum``: one kernel (CuPy contracts through cuBLAS or its own kernels; NumPy's sum of products here)."""
+    arrays = [_device_array(o, "einsum") for o in operands]
+    return _kernel("einsum", lambda *xs: np.asarray(np.einsum(subscripts, *xs, **kwargs)), *arrays)
+
+
 def take_along_axis(a: Any, indices: Any, axis: Any) -> ndarray:
     return _kernel("take_along_axis", np.take_along_axis, _device_array(a, "take_along_axis"),
                    _device_array(indices, "take_along_axis"), axis)

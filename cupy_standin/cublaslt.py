@@ -20,7 +20,21 @@ pointer), and each returns ``CUBLAS_STATUS_SUCCESS`` or raises the
 The arithmetic, for ``CUBLASLT_EPILOGUE_DEFAULT`` or ``_BIAS``:
 ``D = round(alpha * float32(op(A) @ op(B)) + beta * C + bias)``, the bias
 (D's type) widened exactly, one value per row of D; one launch, counted as
-``cublasLtMatmul``.
+``cublasLtMatmul``. The GELU epilogues (cuBLASLt's GELU is the tanh form,
+``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``):
+
+- ``_GELU_AUX_BIAS``: ``z = alpha * acc + beta * C + bias`` in float32;
+  ``D = round(gelu(z))`` and the auxiliary matrix (D's type, its leading
+  dimension ``EPILOGUE_AUX_LD``) ``= round(z)``, the GELU input a backward reads;
+- ``_DGELU_BGRAD``: ``D = round(alpha * acc * gelu'(aux))`` and the bias
+  vector (written, one value per row of D) ``= round(sum over D's columns)``
+  of the float32 values before D's rounding.
+
+As cuBLASLt, these need the auxiliary pointer and its leading dimension set
+(no less than D's rows and divisible by 8; the pointer 16-byte aligned, or
+the heuristic offers nothing), and the bias pointer; the float32 order of
+cuBLASLt's own epilogue (its tanh, its bias-gradient sum) is not documented,
+so the stand-in's bits are the formula's, not necessarily the GPU's.
 """
 
 from __future__ import annotations
@@ -37,9 +51,12 @@ from ._memory import resolve
 from .cublas import _DATA_TYPES, CUBLAS_COMPUTE_32F, CUBLASError, _matrix
 
 _INVALID_VALUE, _NOT_SUPPORTED, _NOT_INITIALIZED = 7, 15, 1
-EPILOGUE_DEFAULT, EPILOGUE_BIAS = 1, 4
+EPILOGUE_DEFAULT, EPILOGUE_BIAS, EPILOGUE_GELU_AUX_BIAS, EPILOGUE_DGELU_BGRAD = 1, 4, 164, 208
+_AUX_EPILOGUES = (EPILOGUE_GELU_AUX_BIAS, EPILOGUE_DGELU_BGRAD)
 # Descriptor attributes the stand-in knows, with the size of their value (cublasLt.h).
-_DESC_ATTRIBUTES = {3: ("transa", 4), 4: ("transb", 4), 7: ("epilogue", 4), 8: ("bias", 8)}
+_DESC_ATTRIBUTES = {3: ("transa", 4), 4: ("transb", 4), 7: ("epilogue", 4), 8: ("bias", 8), 11: ("aux", 8),
+                    12: ("aux_ld", 8)}
+_GELU_K, _GELU_C = np.float32(np.sqrt(2 / np.pi)), np.float32(0.044715)
 _PREF_ATTRIBUTES = {1: ("workspace", 8), 5: ("align_a", 4), 6: ("align_b", 4), 7: ("align_c", 4), 8: ("align_d", 4)}
 
 
@@ -79,7 +96,7 @@ class _LtLibrary:
         if compute_type != CUBLAS_COMPUTE_32F or scale_type != 0:
             raise CUBLASError(_NOT_SUPPORTED, f"compute type {compute_type}, scale type {scale_type} (the "
                                               "stand-in has CUBLAS_COMPUTE_32F with float32 scalars)")
-        return self._new(ref, "operation", transa=0, transb=0, epilogue=EPILOGUE_DEFAULT, bias=0)
+        return self._new(ref, "operation", transa=0, transb=0, epilogue=EPILOGUE_DEFAULT, bias=0, aux=0, aux_ld=0)
 
     def _set(self, state: dict, table: dict, attribute: int, ref: Any, size: int) -> int:
         if int(attribute) not in table:
@@ -112,11 +129,18 @@ class _LtLibrary:
                                               f"{c['cols']}, D {d['rows']}x{d['cols']} do not fit")
         if len({a["type"], b["type"], c["type"], d["type"]}) != 1 or _DATA_TYPES[a["type"]].itemsize != 2:
             raise CUBLASError(_NOT_SUPPORTED, "the stand-in has A, B, C and D of one 16-bit type")
-        if desc["epilogue"] not in (EPILOGUE_DEFAULT, EPILOGUE_BIAS) or desc["transa"] not in (0, 1) \
+        if desc["epilogue"] not in (EPILOGUE_DEFAULT, EPILOGUE_BIAS) + _AUX_EPILOGUES or desc["transa"] not in (0, 1) \
                 or desc["transb"] not in (0, 1):
             raise CUBLASError(_NOT_SUPPORTED, f"epilogue {desc['epilogue']}, transa {desc['transa']}, "
                                               f"transb {desc['transb']}")
-        return (desc["transa"], desc["transb"], desc["epilogue"]) + tuple(
+        aux_ld = 0
+        if desc["epilogue"] in _AUX_EPILOGUES:
+            aux_ld = desc["aux_ld"]
+            if not desc["aux"] or aux_ld < d["rows"] or aux_ld % 8 or desc["aux"] % 16:
+                raise CUBLASError(_INVALID_VALUE, f"epilogue {desc['epilogue']} needs its auxiliary matrix: pointer "
+                                                  f"0x{desc['aux']:x} (16-byte aligned), leading dimension {aux_ld} "
+                                                  f"(no less than D's {d['rows']} rows, divisible by 8)")
+        return (desc["transa"], desc["transb"], desc["epilogue"], aux_ld) + tuple(
             (x["type"], x["rows"], x["cols"], x["ld"]) for x in (a, b, c, d))
 
     def cublasLtMatmulAlgoGetHeuristic(self, handle: int, desc: int, a: int, b: int, c: int, d: int,  # noqa: N802
@@ -167,10 +191,14 @@ class _LtLibrary:
         op_a = views[0].T if operation["transa"] else views[0]
         op_b = views[1].T if operation["transb"] else views[1]
         m, n = ld["rows"], ld["cols"]
-        bias = None
-        if operation["epilogue"] == EPILOGUE_BIAS:
+        epilogue = operation["epilogue"]
+        bias = aux = None
+        if epilogue != EPILOGUE_DEFAULT:
             buffer, offset = resolve(operation["bias"], m * dtype.itemsize, "cublasLtMatmul: bias vector")
             bias = buffer[offset:offset + m * dtype.itemsize].view(dtype)
+        if epilogue in _AUX_EPILOGUES:
+            aux = _matrix("cublasLtMatmul", "the auxiliary matrix", operation["aux"], dtype, m, n,
+                          operation["aux_ld"])[0]
 
         def multiply() -> None:
             with np.errstate(all="ignore"):
@@ -179,14 +207,29 @@ class _LtLibrary:
                     total = total * np.float32(alpha)
                 if beta != 0.0:  # C is not read when beta is 0
                     total = total + np.float32(beta) * views[2].astype(np.float32)
-                if bias is not None:
+                if epilogue in (EPILOGUE_BIAS, EPILOGUE_GELU_AUX_BIAS):
                     total = total + bias.astype(np.float32)[:, None]
+                if epilogue == EPILOGUE_GELU_AUX_BIAS:
+                    aux[...] = total.astype(dtype)
+                    total = np.float32(0.5) * total * (np.float32(1) + np.tanh(
+                        _GELU_K * (total + _GELU_C * total * total * total)))
+                elif epilogue == EPILOGUE_DGELU_BGRAD:
+                    z = aux.astype(np.float32)
+                    t = np.tanh(_GELU_K * (z + _GELU_C * z * z * z))
+                    slope = np.float32(0.5) * (np.float32(1) + t) + np.float32(0.5) * z * (np.float32(1) - t * t) \
+                        * _GELU_K * (np.float32(1) + np.float32(3) * _GELU_C * z * z)
+                    total = total * slope
+                    bias[...] = total.sum(axis=1, dtype=np.float32).astype(dtype)
                 views[3][...] = total.astype(dtype)
 
         k = op_a.shape[1]
         size = dtype.itemsize
-        moved = ((m * k + k * n + (m * n if beta != 0.0 else 0) + (m if bias is not None else 0)) * size,
-                 m * n * size)
+        aux_moved = m * n * size if aux is not None else 0
+        bias_read = m if epilogue in (EPILOGUE_BIAS, EPILOGUE_GELU_AUX_BIAS) else 0  # DGELU_BGRAD writes it
+        moved = ((m * k + k * n + (m * n if beta != 0.0 else 0) + bias_read) * size
+                 + (aux_moved if epilogue == EPILOGUE_DGELU_BGRAD else 0),
+                 m * n * size + (aux_moved if epilogue == EPILOGUE_GELU_AUX_BIAS else 0)
+                 + (m * size if epilogue == EPILOGUE_DGELU_BGRAD else 0))
         run("cublasLtMatmul", multiply, moved=moved)
         return 0
 

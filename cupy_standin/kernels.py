@@ -32,7 +32,7 @@ conversions; any other inline assembly is refused.
 ``-fsanitize=alignment``: a load or store of one at an address a GPU would
 fault on raises ``cudaErrorMisalignedAddress`` naming the type, the address
 and the line, as the launch ends. What this cannot check:
-NVRTC itself and CuPy's code generation (tests/test_nvrtc_kernels.py compiles
+NVRTC itself and CuPy's code generation (tests/kernels/test_nvrtc_kernels.py compiles
 every kernel tinyamp builds with NVRTC, as CuPy writes it), races between
 threads and the device's libm (``pow``).
 
@@ -217,7 +217,8 @@ _CTYPES_SCALAR = {"float": ctypes.c_float, "double": ctypes.c_double, "bool": ct
                   "int": ctypes.c_int, "long long": ctypes.c_longlong, "signed char": ctypes.c_byte,
                   "unsigned char": ctypes.c_ubyte, "unsigned long long": ctypes.c_ulonglong}
 _NUMPY_OF_C = {"float": np.float32, "double": np.float64, "int": np.int32, "long long": np.int64,
-               "unsigned long long": np.uint64, "unsigned short": np.uint16, "bool": np.bool_}
+               "unsigned long long": np.uint64, "unsigned short": np.uint16, "bool": np.bool_,
+               "unsigned char": np.uint8, "signed char": np.int8}
 # A RawKernel sees 16-bit floats as their bits: CuPy passes a float16/bfloat16 array's pointer as is.
 _STORAGE_16 = (np.dtype(np.uint16), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
 

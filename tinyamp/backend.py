@@ -6,7 +6,7 @@ the array module (``xp``) of a device or of an array, and never imports CuPy
 itself, so tinyamp installs and runs on machines without CuPy or a GPU.
 
 ``ta.cuda`` and ``ta.accelerator`` (PyTorch's functions: availability, the
-current device, memory statistics) are in :mod:`tinyamp.cuda_api`. This module
+current device, memory statistics) are in :mod:`tinyamp.cuda`. This module
 keeps what the layers below them must ask about a capture in progress
 (:func:`current_capture`) and counts host synchronisations: every host read
 and host-to-device copy tinyamp makes goes through
@@ -178,7 +178,7 @@ def _device_count_now() -> int:
 
 
 # ------------------------------------------------------ CUDA graph captures
-# The tinyamp captures in progress (tinyamp.cuda_graphs pushes a CUDAGraph while it captures), and
+# The tinyamp captures in progress (kernels/cuda/capture.py pushes a CUDAGraph while it captures), and
 # the observers of a graphed step (told which optimizers and scalers took part in a step).
 _captures: list[Any] = []
 _step_observers: list[Callable[[Any], None]] = []
@@ -192,7 +192,7 @@ def current_capture() -> Any:
 
 @contextlib.contextmanager
 def capturing(graph: Any) -> Iterator[None]:
-    """Mark ``graph`` as the capture in progress inside (``tinyamp.cuda_graphs`` opens it)."""
+    """Mark ``graph`` as the capture in progress inside (``kernels/cuda/capture.py`` opens it)."""
     _captures.append(graph)
     try:
         yield
@@ -387,6 +387,8 @@ def device_of(array: Any) -> Device:
     if _cupy is not None and isinstance(array, _cupy.ndarray):
         index = array.device.id
         return _DEVICES.get(("cuda", index)) or Device("cuda", index)  # Device's own cache, looked up directly
+    if type(array) is not np.ndarray and hasattr(array, "fp8_codes"):  # quantised fp8: where its codes are
+        return device_of(array.fp8_codes)
     return CPU
 
 

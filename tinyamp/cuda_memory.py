@@ -44,7 +44,7 @@ class PeakTracker:
         return memory
 
 
-# The private pools of live CUDA graphs (tinyamp.cuda_graphs.GraphPool objects), counted in ta.cuda's
+# The private pools of live CUDA graphs (kernels/cuda/capture.py GraphPool objects), counted in ta.cuda's
 # memory statistics as PyTorch counts its graphs' pools: id -> weak reference, the entry dropped when its
 # pool goes. A plain dict, so every allocation's test for a live graph pool is a truth test, not a call.
 _graph_pools: "dict[int, weakref.ref[Any]]" = {}

@@ -1,10 +1,12 @@
 """tinyamp's dtypes and the small rules about them.
 
-A tinyamp dtype *is* a ``numpy.dtype`` (bfloat16 and the fp8 formats come from
-``ml_dtypes``), so arrays, tensors and the precision rules all speak the same
-language and ``tensor.dtype == ta.float16`` just works. CuPy accepts the same
-objects except the fp8 ones (CuPy 14 has no fp8 dtype): on a GPU fp8 values are
-uint8 codes (``kernels/fp8.py``).
+Inside tinyamp a dtype is a ``numpy.dtype`` (bfloat16 and the fp8 formats come from
+``ml_dtypes``), so arrays, kernels and the precision rules all speak the same language.
+What users see (``ta.float16``, ``tensor.dtype``) is a :class:`dtype`, PyTorch's
+``torch.dtype``: one object per dtype, equal to (and hashing as) its NumPy dtype, with
+PyTorch's ``is_floating_point``, ``is_signed``, ``is_complex`` and ``itemsize``; NumPy and
+CuPy accept it wherever they take a dtype (they read its ``.dtype``), CuPy except the fp8
+ones (CuPy 14 has no fp8 dtype): on a GPU fp8 values are uint8 codes (``kernels/fp8.py``).
 
 The fp8 formats (PyTorch's names): ``float8_e4m3fn`` (E4M3, max 448, no inf,
 one NaN code per sign), ``float8_e5m2`` (E5M2, max 57344, IEEE-like inf/NaN)
@@ -60,10 +62,61 @@ _BY_NAME = {
 }
 
 
+class dtype:  # noqa: N801 - torch.dtype
+    """``torch.dtype``: a tensor's element type, standing for (and equal to) a NumPy dtype."""
+
+    __slots__ = ("dtype", "is_floating_point", "is_signed", "is_complex", "itemsize", "_name")
+
+    def __init__(self, numpy_dtype: np.dtype, name: str) -> None:
+        self.dtype = numpy_dtype  # what NumPy and CuPy read when handed this object as a dtype
+        self.is_floating_point = numpy_dtype.kind == "f" or numpy_dtype == bfloat16 or numpy_dtype in FP8
+        self.is_signed = numpy_dtype.kind in "fi" or numpy_dtype in (bfloat16, float8_e4m3fn, float8_e5m2)
+        self.is_complex = False
+        self.itemsize = numpy_dtype.itemsize
+        self._name = name
+
+    def __eq__(self, other: Any) -> bool:
+        return self.dtype == (other.dtype if isinstance(other, dtype) else other)
+
+    def __hash__(self) -> int:
+        return hash(self.dtype)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.dtype, name)  # kind, type, char, name, str: NumPy's answers
+
+    def __repr__(self) -> str:
+        return self._name
+
+    __str__ = __repr__
+
+    def __reduce__(self) -> tuple:
+        return (as_public, (self.dtype,))
+
+    def to_real(self) -> "dtype":
+        return self
+
+
+_PUBLIC: dict = {}  # NumPy dtype -> its dtype object, filled at the end of this module
+_BY_ID: dict = {}   # id of the NumPy dtype -> its dtype object
+
+
+def as_public(numpy_dtype: Any) -> Any:
+    """The :class:`dtype` standing for ``numpy_dtype`` (what ``tensor.dtype`` returns); NumPy's own if none.
+
+    NumPy's dtypes of the builtin types are singletons, so the usual lookup is by identity
+    (``_BY_ID``, kept alive by ``_PUBLIC``'s keys): hashing a dtype costs more than the rest.
+    """
+    return _BY_ID.get(id(numpy_dtype)) or _PUBLIC.get(numpy_dtype, numpy_dtype)
+
+
 def as_dtype(spec: Any) -> np.dtype:
     """Turn ``ta.float16``, ``"float16"``, ``np.float16`` or ``float`` into a dtype."""
     if isinstance(spec, np.dtype):
         return _supported(spec)
+    if isinstance(spec, dtype):
+        return spec.dtype
+    if isinstance(getattr(spec, "dtype", None), dtype):  # a legacy tensor type: torch.LongTensor
+        return spec.dtype.dtype
     if isinstance(spec, str):
         try:
             return _BY_NAME[spec]
@@ -168,3 +221,46 @@ def iinfo(dtype: Any) -> np.iinfo:
 def get_default_dtype() -> np.dtype:
     """float32: the dtype of floating tensors made from Python floats (fixed in tinyamp)."""
     return float32
+
+
+def checked_array_dtype(dtype: np.dtype) -> np.dtype:
+    """The dtype a tensor made from an array of ``dtype`` gets; PyTorch's refusal for the rest."""
+    if dtype.byteorder not in "=|" and dtype.newbyteorder("=") in SUPPORTED:
+        return dtype.newbyteorder("=")  # a big-endian file's array: same values, native order
+    if dtype not in SUPPORTED:
+        names = [dtype_name(d) for d in SUPPORTED]
+        raise TypeError(f"ta.tensor: can't convert np.ndarray of type numpy.{dtype.type.__name__}. The only supported "
+                        f"types are: {', '.join(names[:-1])}, and {names[-1]}.")
+    return dtype
+
+
+def native_array(array: Any) -> Any:
+    """``array`` itself when a tensor can hold its dtype (in native byte order if not); else PyTorch's TypeError."""
+    dtype = checked_array_dtype(array.dtype)
+    return array if dtype == array.dtype else array.astype(dtype)
+
+
+_PUBLIC.update({d: dtype(d, dtype_name(d)) for d in SUPPORTED})
+_BY_ID.update({id(d): public for d, public in _PUBLIC.items()})
+
+
+class memory_format:  # noqa: N801 - torch.memory_format
+    """``torch.memory_format``: accepted by ``.to()``, ``contiguous()`` and ``Module.to()``; tinyamp's layout
+    stays row-major whatever is asked (its kernels read any strides; there is no cuDNN to prefer NHWC)."""
+
+    __slots__ = ("_name",)
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __repr__(self) -> str:
+        return f"tinyamp.{self._name}"
+
+    def __reduce__(self) -> str:
+        return self._name
+
+
+contiguous_format = memory_format("contiguous_format")
+channels_last = memory_format("channels_last")
+channels_last_3d = memory_format("channels_last_3d")
+preserve_format = memory_format("preserve_format")

@@ -35,7 +35,7 @@ def _to_array(data: Any, dtype: "np.dtype | None", device: backend.Device) -> An
     elif isinstance(data, (list, tuple)) and any(isinstance(x, Tensor) for x in _flatten(data)):
         data = [_tensor_item(x) for x in data]
     if isinstance(data, np.ndarray) or backend.is_cupy_array(data):
-        stored = _checked_array_dtype(data.dtype)
+        stored = dt.checked_array_dtype(data.dtype)
         dtype = stored if dtype is None else dtype
     else:
         # Python numbers, nested lists, NumPy scalars: read them once to check what
@@ -47,17 +47,6 @@ def _to_array(data: Any, dtype: "np.dtype | None", device: backend.Device) -> An
     else:
         array = data.astype(dtype, copy=True)
     return backend.to_device(array, device)
-
-
-def _checked_array_dtype(dtype: np.dtype) -> np.dtype:
-    """The dtype a tensor made from an array of ``dtype`` gets; PyTorch's refusal for the rest."""
-    if dtype.byteorder not in "=|" and dtype.newbyteorder("=") in dt.SUPPORTED:
-        return dtype.newbyteorder("=")  # a big-endian file's array: same values, native order
-    if dtype not in dt.SUPPORTED:
-        names = [dt.dtype_name(d) for d in dt.SUPPORTED]
-        raise TypeError(f"ta.tensor: can't convert np.ndarray of type numpy.{dtype.type.__name__}. The only supported "
-                        f"types are: {', '.join(names[:-1])}, and {names[-1]}.")
-    return dtype
 
 
 def _read_python_data(data: Any) -> np.ndarray:
@@ -77,7 +66,7 @@ def _read_python_data(data: Any) -> np.ndarray:
         if bad == "int":  # NumPy keeps integers beyond 64 bits as Python objects
             raise RuntimeError("ta.tensor: Overflow when unpacking long: an integer does not fit in 64 bits")
         raise RuntimeError(f"ta.tensor: Could not infer dtype of {bad}: tensors hold numbers and bools")
-    _checked_array_dtype(read.dtype)  # np.longdouble values, dates, ...
+    dt.checked_array_dtype(read.dtype)  # np.longdouble values, dates, ...
     return read
 
 
@@ -126,12 +115,6 @@ def as_tensor(data: Any, dtype: Any = None, device: Any = None) -> Tensor:
 def from_numpy(array: np.ndarray) -> Tensor:
     """A tensor sharing memory with ``array`` (a copy only for a non-native byte order)."""
     return Tensor(np.asarray(array))
-
-
-def native_array(array: Any) -> Any:
-    """``array`` itself when a tensor can hold its dtype (in native byte order if not); else PyTorch's TypeError."""
-    dtype = _checked_array_dtype(array.dtype)
-    return array if dtype == array.dtype else array.astype(dtype)
 
 
 def _size(size: tuple) -> tuple:
@@ -310,3 +293,11 @@ def new_full(self: Tensor, size: Sequence[int], fill_value: Any, dtype: Any = No
 
 METHODS = {"new_tensor": new_tensor, "new_zeros": new_zeros, "new_ones": new_ones, "new_empty": new_empty,
            "new_full": new_full}
+
+
+def _from_data(data: Any) -> Any:
+    """``Tensor([1.0, 2.0])``: Python data as a CPU array, by ``ta.tensor``'s rules (PyTorch's legacy constructor)."""
+    return _to_array(data, None, backend.CPU)
+
+
+Tensor._from_data = staticmethod(_from_data)  # the Tensor constructor builds on this module

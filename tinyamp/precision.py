@@ -254,10 +254,38 @@ def tf32_matmul() -> bool:
 
 
 # --------------------------------------------------------------------------
+# fp8: the accumulation model of fp8 GEMMs, the fp8 region
+# --------------------------------------------------------------------------
+
+FP8_ACCUMULATE = ("fp32", "hopper_fast", "promote_128")
+_fp8_accumulate = ["fp32"]  # a list: one shared, mutable setting (ta.backends.fp8.accumulate writes it)
+
+
+def fp8_accumulate() -> str:
+    """How fp8 GEMMs accumulate: "fp32" (exact products summed in float32), or a model of Hopper's tensor
+    cores on the CPU ("hopper_fast": FAST_ACCUM's 13-bit chain; "promote_128": promoted to float32 every 128)."""
+    return _fp8_accumulate[0]
+
+
+def set_fp8_accumulate(model: str) -> None:
+    if model not in FP8_ACCUMULATE:
+        raise ValueError(f"ta.backends.fp8.accumulate must be one of {FP8_ACCUMULATE}, got {model!r}")
+    _fp8_accumulate[0] = model
+
+
+# The fp8 region in force (ta.amp.fp8_autocast: the recipe, the module filter, the fp8 weight cache), per thread
+# like autocast; None outside every fp8 region. nn.Linear reads it.
+_fp8_region: ContextVar[Any] = ContextVar("tinyamp_fp8_region", default=None)
+current_fp8: Callable[[], Any] = _fp8_region.get
+set_fp8 = _fp8_region.set
+reset_fp8 = _fp8_region.reset
+
+
+# --------------------------------------------------------------------------
 # Hooks the tape calls
 # --------------------------------------------------------------------------
 
-# The open precision report (tinyamp.amp.study.report.Trace), per thread like autocast.
+# The open precision report (tinyamp.study.report.Trace), per thread like autocast.
 _trace: ContextVar[Any] = ContextVar("tinyamp_trace", default=None)
 # current_trace(): the innermost open report of this thread, or None.
 current_trace: Callable[[], Any] = _trace.get
@@ -271,7 +299,7 @@ def record_cast(op: Any, source: Any, result: Any, direction: str, *, fused: boo
     For ops that convert inside themselves (no Cast node): one context-variable
     read when no trace is open. ``direction``: "forward" or "backward";
     ``context``: the ``rule``/``cache``/``position`` of a cast autocast asked
-    for. See ``Trace.record_cast`` (tinyamp/amp/study/report.py) and docs/ARCHITECTURE.md.
+    for. See ``Trace.record_cast`` (tinyamp/study/report.py) and docs/ARCHITECTURE.md.
     """
     tracer = _trace.get()
     if tracer is not None:

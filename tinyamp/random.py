@@ -16,10 +16,11 @@ from typing import Any
 
 import numpy as np
 
-import tinyamp
-
 from . import backend
+from . import dtypes as dt
+from .kernels.convert import convert
 from .kernels.cuda import cuda_random
+from .tensor import Tensor
 
 _PCG64_BYTES = 40  # state and increment (16 bytes each), has_uint32 and uinteger (4 bytes each)
 _CUDA_STATE_BYTES = 16  # seed and offset, 8 bytes each, as PyTorch's CUDA generator state
@@ -110,11 +111,11 @@ class Generator:
             raw = _pcg64_to_bytes(self.rng.bit_generator.state)
         else:
             raw = np.array([self.rng.seed, self.rng.offset], np.uint64).view(np.uint8)
-        return tinyamp.Tensor(raw)
+        return Tensor(raw)
 
     def set_state(self, new_state: Any) -> "Generator":
         """Restore a state from ``get_state`` (a uint8 tensor of the same size)."""
-        if not isinstance(new_state, tinyamp.Tensor):
+        if not isinstance(new_state, Tensor):
             raise TypeError(f"expected a torch.ByteTensor, but got {type(new_state).__name__}")
         if new_state.dtype != np.uint8:
             raise TypeError("RNG state must be a torch.ByteTensor")
@@ -252,3 +253,25 @@ def _forget_cuda_generators() -> None:
     """A CUDA generator draws with one backend's arrays (CuPy or the stand-in): a switch makes new ones."""
     for dev in [d for d in _default if d.type != "cpu"]:
         del _default[dev]
+
+
+# Draws that fill a tensor in place (nn.init and Tensor.normal_/uniform_).
+def write_draw(tensor: Tensor, array: Any) -> Tensor:
+    """Store ``array`` into ``tensor`` in place: one rounding, one version bump, no graph."""
+    tensor.array[...] = convert(array, tensor.dtype) if array.dtype != tensor.dtype else array
+    tensor._version[0] += 1
+    return tensor
+
+
+def draw_like(kind: str, tensor: Tensor, generator: "Generator | None") -> Any:
+    """Standard uniform [0, 1) (``kind="uniform_"``) or standard normal samples shaped like ``tensor``."""
+    if tensor.dtype not in dt.FLOATING:
+        raise TypeError(f"init: {kind} needs a floating point tensor, got {dt.dtype_name(tensor.dtype)} "
+                        f"with shape {list(tensor.shape)}")
+    gen = generator or default_generator(tensor.device)
+    if gen.device != tensor.device:
+        raise ValueError(f"init: generator is on {gen.device} but the tensor is on {tensor.device}")
+    dtype = dt.float64 if tensor.dtype == dt.float64 else dt.float32
+    if kind == "uniform_":
+        return gen.rng.random(size=tensor.shape, dtype=dtype)
+    return gen.rng.standard_normal(size=tensor.shape, dtype=dtype)

@@ -54,11 +54,12 @@ from typing import Any, BinaryIO, Callable, Iterator, Union
 
 import numpy as np
 
-import tinyamp
-
 from . import backend
 from . import dtypes as dt
 from .tensor import Tensor
+from .backend import cuda_available
+from .nn.parameter import Parameter
+from .version import __version__
 
 __all__ = ["save", "load", "CheckpointError", "MAX_NESTING"]
 
@@ -103,7 +104,7 @@ def save(obj: Any, f: FileLike) -> None:
     """
     writer = _Writer()
     root = writer.encode(obj, "obj", 0)
-    manifest = {"format": FORMAT, "version": VERSION, "tinyamp": tinyamp.__version__, "root": root}
+    manifest = {"format": FORMAT, "version": VERSION, "tinyamp": __version__, "root": root}
 
     def write(handle: BinaryIO) -> None:
         with zipfile.ZipFile(handle, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
@@ -285,8 +286,8 @@ class _Writer:
             return entry
         if isinstance(obj, np.ndarray):
             return dict(self._array(obj, obj, path), t="ndarray")
-        if isinstance(obj, np.dtype):
-            return {"t": "dtype", "v": _dtype_name(obj, path)}
+        if isinstance(obj, (np.dtype, dt.dtype)):  # ta.float16 (a dtype object) or a NumPy dtype
+            return {"t": "dtype", "v": _dtype_name(dt.as_dtype(obj) if isinstance(obj, dt.dtype) else obj, path)}
         if isinstance(obj, backend.Device):
             return {"t": "device", "v": str(obj)}
         if isinstance(obj, (dict, list, tuple)) and depth >= MAX_NESTING:
@@ -569,7 +570,7 @@ class _Reader:
         if kind == "dtype":
             if not isinstance(node.get("v"), str) or node["v"] not in _DTYPES:
                 raise self.fail(path, f"unknown dtype {node.get('v')!r}")
-            return _DTYPES[node["v"]]
+            return dt.as_public(_DTYPES[node["v"]])  # ta.float16 comes back as itself
         if kind == "device":
             return backend.Device(self._device(node.get("v"), path))
         if kind in ("tensor", "ndarray"):
@@ -615,7 +616,7 @@ class _Reader:
             requires_grad = node.get("requires_grad") is True
             data = backend.to_device(array, device)
             if node.get("parameter") is True:
-                obj = tinyamp.nn.Parameter(data, requires_grad=requires_grad)
+                obj = Parameter(data, requires_grad=requires_grad)
             else:
                 obj = Tensor(data, requires_grad=requires_grad)
         self.loaded[file] = (kind, dtype_name, shape, obj)
@@ -685,7 +686,7 @@ class _Reader:
         elif self.map_location is not None:
             target = self.map_location
         if (str(target).startswith("cuda") and self.map_location is None
-                and not tinyamp.cuda.is_available()):
+                and not cuda_available()):
             raise RuntimeError(f"ta.load: {self.name} holds a tensor saved on {recorded} but CUDA is not "
                                f"available; pass map_location='cpu' to load it on the CPU")
         return backend.Device(target)

@@ -15,10 +15,12 @@ the write goes into the tensor's buffer (views see it, ``_write``); when the tap
 must record it, the op runs out of place and the tensor is rebound to the result
 (``_rebind``).
 
-The rest of PyTorch's Tensor API (operators, ``to``/``half``/``numpy``, ``add_``,
-``x[i] = v``, methods that are ops such as ``x.exp()``) is in ``tensor_methods.py``;
-it calls the op library through the package at call time (``tinyamp.ops.add``), so
-this module never imports the op library.
+What builds on Tensor installs itself on the class from above, as DeZero's
+``setup_variable`` does, so this module imports none of it: the rest of PyTorch's
+Tensor API (operators, ``to``/``half``/``numpy``, ``add_``, ``x[i] = v``, methods that
+are ops such as ``x.exp()``, the recorded in-place form ``_rebind``) from
+``ops/methods.py``; ``backward`` from ``autograd/engine.py``; the conversion of
+Python data (``Tensor([1.0, 2.0])``) from ``factories.py``.
 """
 
 from __future__ import annotations
@@ -27,11 +29,9 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-import tinyamp
-
 from . import backend
 from . import dtypes as dt
-from .tensor_methods import TensorMethods
+from .grad_mode import is_grad_enabled
 
 # Writes into arrays that have a .data alias (any of them, ever): the weight-cast cache, keyed on
 # the version counter that .data does not share, compares this at each outermost autocast entry.
@@ -50,11 +50,12 @@ class _HookHandle:
             self._hooks.remove(self._hook)
 
 
-class Tensor(TensorMethods):
+class Tensor:
     """A multi-dimensional array that can record operations for autograd."""
 
     __slots__ = ("array", "_grad", "_requires_grad", "grad_fn", "_out_index", "_version",
                  "_hooks", "__weakref__", "_is_param", "_storage", "_post_accumulate_hooks")
+    _from_data: Callable[[Any], Any]  # Python data -> a CPU array (PyTorch's rules): installed by factories.py
     # Let NumPy defer to our reflected operators (np.float32(2) * t -> t.__rmul__).
     __array_ufunc__ = None
 
@@ -64,9 +65,9 @@ class Tensor(TensorMethods):
             storage = data._storage
             data = data.array
         elif not (isinstance(data, np.ndarray) or backend.is_cupy_array(data)):
-            data = tinyamp.factories._to_array(data, None, backend.CPU)
+            data = Tensor._from_data(data)
         else:
-            data = tinyamp.factories.native_array(data)  # no complex, object, string arrays
+            data = dt.native_array(data)  # no complex, object, string arrays
         self.array = data
         self._grad: Tensor | None = None
         self._requires_grad = False
@@ -141,8 +142,9 @@ class Tensor(TensorMethods):
 
     # ------------------------------------------------------------ properties
     @property
-    def dtype(self) -> np.dtype:
-        return self.array.dtype
+    def dtype(self) -> Any:
+        """PyTorch's ``torch.dtype`` object for the array's NumPy dtype (equal to it: ``x.dtype == np.float16``)."""
+        return dt.as_public(self.array.dtype)
 
     @property
     def device(self) -> backend.Device:
@@ -209,10 +211,7 @@ class Tensor(TensorMethods):
         return t
 
     # ------------------------------------------------------------- autograd
-    def backward(self, gradient: "Tensor | None" = None, retain_graph: bool | None = None,
-                 create_graph: bool = False, inputs: Sequence["Tensor"] | None = None) -> None:
-        """Accumulate d(self)/d(leaf) into every leaf's ``.grad``."""
-        tinyamp.autograd.backward(self, gradient, retain_graph, create_graph, inputs=inputs)
+    # backward(gradient=None, retain_graph=None, create_graph=False, inputs=None): from autograd/engine.py.
 
     def register_hook(self, hook: Callable[["Tensor"], "Tensor | None"]) -> _HookHandle:
         """Call ``hook(grad)`` when this tensor's gradient is computed; it may return a replacement."""
@@ -244,7 +243,7 @@ class Tensor(TensorMethods):
     def _check_inplace(self, name: str, other: Any) -> bool:
         """True when the write must be recorded on the tape (PyTorch's rules)."""
         other_grad = isinstance(other, Tensor) and other._requires_grad
-        if not tinyamp.is_grad_enabled() or not (self._requires_grad or other_grad):
+        if not is_grad_enabled() or not (self._requires_grad or other_grad):
             return False
         if self.grad_fn is None and self._requires_grad:
             raise RuntimeError(f"{name}: a leaf Variable that requires grad is being used in an "
@@ -268,22 +267,6 @@ class Tensor(TensorMethods):
         old = Tensor._wrap(self.array)
         old.grad_fn, old._out_index, old._requires_grad = self.grad_fn, self._out_index, self._requires_grad
         return old
-
-    def _rebind(self, name: str, result: "Tensor") -> "Tensor":
-        """A recorded in-place op: self becomes the op's output.
-
-        The old array is left untouched (the node may have saved it) and self is
-        rebound to the result; the version bump makes any other node that saved
-        self fail loudly at backward instead of reading the new values.
-        """
-        self._check_result(name, result)
-        if result.dtype != self.dtype:  # h.mul_(f): computed in float32, rounded into float16 (recorded)
-            result = tinyamp.ops.cast(result, self.dtype)
-        self.array = result.array
-        self.grad_fn, self._out_index, self._requires_grad = result.grad_fn, result._out_index, True
-        self._version[0] += 1
-        self._storage = None  # a new array: earlier aliases keep the old one
-        return self
 
     def _write(self, name: str, result: "Tensor") -> "Tensor":
         """An unrecorded in-place op: write into self's buffer (views see it), in self's dtype."""

@@ -1,7 +1,7 @@
 """examples/mnist_ddp.py holds to the examples' rules: flags checked before training, resume only when asked.
 
 Runs through the launcher on 2 MPI ranks (the mpich wheel's mpiexec, with the
-settings tests/test_distributed.py uses on the 2-core CI machine): the
+settings tests/porting/test_distributed.py uses on the 2-core CI machine): the
 documented command run twice trains twice; ``--resume`` continues from rank 0's
 checkpoint; a bad flag stops every rank before training with one line and exit
 status 2. The flag and checkpoint checks themselves run in-process (no MPI).

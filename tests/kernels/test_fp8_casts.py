@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 
 import tinyamp as ta
+from tinyamp import backend
 from tinyamp.kernels import fp8
 from tinyamp.kernels.cpu import cpu_path
 
@@ -209,3 +210,28 @@ def test_e8m0_rules_on_a_block_maximum() -> None:
     codes = np.arange(255, dtype=np.uint8)
     np.testing.assert_array_equal(fp8.e8m0_value(codes), codes.view(ml_dtypes.float8_e8m0fnu).astype(np.float32))
     assert np.isnan(fp8.e8m0_value(np.array([255], np.uint8))[0])
+
+
+@pytest.mark.parametrize("f", FORMATS)
+def test_the_cuda_kernels_give_the_cpus_codes_and_values(f: fp8.Fp8Format) -> None:
+    """The CUDA encoder/decoder (``cuda/cuda_fp8.py``, run by the stand-in's g++ build of the same source)."""
+    rng = np.random.default_rng(4)
+    x = np.concatenate([rng.integers(0, 2**32, 1 << 17, dtype=np.uint64).astype(np.uint32).view(np.float32),
+                        (rng.standard_normal(1 << 15) * 100).astype(np.float32),
+                        np.array([np.inf, -np.inf, np.nan, 464.0, 61440.0, 1e-45], np.float32)])
+    codes = np.arange(256, dtype=np.uint8)
+    scale = np.array([np.float32(0.37)])
+    with backend.use_cuda_standin():
+        cp = backend.cupy()
+        xd, cd, sd = cp.asarray(x), cp.asarray(codes), cp.asarray(scale)
+        for saturate in (True, False):
+            for s in (None, scale):
+                got = cp.asnumpy(fp8.encode(xd, f.dtype, None if s is None else sd, saturate=saturate))
+                _same(got, fp8.encode(x, f.dtype, s, saturate=saturate), f"encode saturate={saturate} scale={s}")
+        with np.errstate(invalid="ignore"):  # ml_dtypes warns about the NaN patterns it converts
+            x16 = x.astype(ml_dtypes.bfloat16)
+        _same(cp.asnumpy(fp8.encode(cp.asarray(x16), f.dtype)), fp8.encode(x16, f.dtype), "encode from bfloat16")
+        decoded = cp.asnumpy(fp8.decode(cd, f.dtype, sd))
+        _same(decoded.view(np.uint32), fp8.decode(codes, f.dtype, scale).view(np.uint32), "decode")
+        assert float(cp.asnumpy(fp8.amax(xd[-2000:-6]))) == float(fp8.amax(x[-2000:-6]))
+        assert np.isnan(cp.asnumpy(fp8.amax(xd)))

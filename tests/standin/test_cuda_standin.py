@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 
 import cupy_standin as cp
-from threads import run_threads
+from tests.support.threads import run_threads
 from cupy_standin import cublas, cublaslt, kernels, runtime
+from tests.support import REPO
 
 STANDIN_DIR = os.path.dirname(cp.__file__)
 
@@ -445,7 +446,7 @@ def test_import_tinyamp_does_not_load_the_stand_in() -> None:
             "tinyamp.backend.use_cuda_standin()\n"
             "assert 'cupy_standin' in sys.modules\n")
     env = {k: v for k, v in os.environ.items() if k != "TINYAMP_CUDA"}
-    env["PYTHONPATH"] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = str(REPO)
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
 

@@ -35,7 +35,7 @@ from __future__ import annotations
 import enum
 import warnings
 from collections import defaultdict
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -43,7 +43,6 @@ from .. import backend
 from .. import dtypes as dt
 from .. import precision
 from ..autograd.graph import reachable_nodes
-from ..distributed.found_inf import all_reduce_found_inf
 from ..kernels.loss_scale import unscale_group, update_scale
 from ..ops.elementwise import ScaleBy
 from ..tensor import Tensor
@@ -62,6 +61,9 @@ class OptState(enum.Enum):
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 _HOST_ZERO = np.zeros((), dtype=np.float32)  # copied into each step's CPU found_inf flag
+# Called with {device: found_inf} after unscaling, before the optimizer step: the process group
+# (porting/distributed/found_inf.py) adds its all-reduce here, so the scaler needs no distributed import.
+FOUND_INF_REDUCERS: list[Callable[[dict], None]] = []
 
 
 def _refresh_per_optimizer_state() -> dict:
@@ -99,13 +101,16 @@ class GradScaler(ScalerSettings):
     or ``GradScaler("cpu", 2.0 ** 10)``. The scale lives on the device of the
     outputs you scale, so ``device`` is otherwise informational; as in PyTorch,
     ``GradScaler("cuda")`` on a machine without CUDA warns and disables itself.
-    ``auto_disable_bf16=False`` keeps the scaler on under bfloat16.
+    Under bfloat16 (autocast or a bfloat16 graph) it warns once that scaling is not
+    needed and keeps scaling, as PyTorch's does, so its state and ``state_dict``
+    are PyTorch's; ``auto_disable_bf16=True`` switches it off there instead, and
+    ``auto_disable_bf16=False`` keeps scaling without the warning.
     """
 
     def __init__(self, device: str | None = None, init_scale: float = 2.0 ** 16, growth_factor: float = 2.0,
                  backoff_factor: float = 0.5, growth_interval: int = 2000, enabled: bool = True,
                  hysteresis: int = 1, min_scale: float | None = None, max_scale: float | None = None, *,
-                 auto_disable_bf16: bool = True) -> None:
+                 auto_disable_bf16: "bool | None" = None) -> None:
         if device is not None and not isinstance(device, str):
             # torch.cuda.amp.GradScaler(65536.0) took init_scale first; torch.amp's takes the device.
             raise TypeError(f"GradScaler: the first argument is the device ('cuda' or 'cpu'), as in "
@@ -132,6 +137,7 @@ class GradScaler(ScalerSettings):
         if self._max_scale is not None and self._max_scale < self._init_scale:
             raise ValueError(f"GradScaler: max_scale ({max_scale}) must be >= init_scale ({init_scale})")
         self._auto_disable_bf16 = bool(auto_disable_bf16)
+        self._bf16_seen = auto_disable_bf16 is False  # asked to keep scaling: nothing to look for or say
         self._init_growth_tracker = 0
         self._init_hysteresis_tracker = self._hysteresis
         self._scale: Any = None
@@ -208,7 +214,7 @@ class GradScaler(ScalerSettings):
         self._hysteresis_tracker = xp.full((), self._init_hysteresis_tracker, dtype=np.int32)
 
     def _maybe_disable_for_bfloat16(self, outputs: Any) -> None:
-        if not self._auto_disable_bf16:
+        if self._bf16_seen:
             return
         state = precision.current_autocast()
         reason = None
@@ -218,11 +224,19 @@ class GradScaler(ScalerSettings):
             # Looked at once, on the first scale(): the usual loop calls scale()
             # after leaving the autocast region, so the graph is the witness.
             reason = "the outputs were computed from bfloat16 tensors (bfloat16 autocast or model)"
-        if reason is not None:
+        if reason is None:
+            return
+        self._bf16_seen = True  # warned once per scaler
+        if self._auto_disable_bf16:
             warnings.warn(f"GradScaler: {reason}. bfloat16 has float32's exponent range, so loss scaling "
                           f"is unnecessary and would only cost time and skipped steps; disabling the scaler "
-                          f"(pass auto_disable_bf16=False to keep it).", UserWarning, stacklevel=3)
+                          f"(auto_disable_bf16=True).", UserWarning, stacklevel=3)
             self._enabled = False
+        else:
+            warnings.warn(f"GradScaler: {reason}. bfloat16 has float32's exponent range, so loss scaling "
+                          f"is unnecessary and only costs time and skipped steps; the scaler keeps scaling, as "
+                          f"PyTorch's does (auto_disable_bf16=True switches it off here, False keeps it quietly).",
+                          UserWarning, stacklevel=3)
 
     @staticmethod
     def _no_scale_yet(funcname: str) -> RuntimeError:
@@ -290,7 +304,8 @@ class GradScaler(ScalerSettings):
             unscale_group(xp, grads, outs, self._scale_on(dev, moved).array, found)
             for t in written:
                 t._version[0] += 1
-        all_reduce_found_inf(found_per_device)  # data parallel: one rank's overflow skips the step everywhere
+        for reduce in FOUND_INF_REDUCERS:  # data parallel: one rank's overflow skips the step everywhere
+            reduce(found_per_device)
         return found_per_device
 
     @staticmethod
@@ -399,7 +414,7 @@ class GradScaler(ScalerSettings):
                 scales = record
         self.last_step = ScalerStep(combined, scales)
         self._per_optimizer_states.clear()  # nothing else holds the mapping: emptied, not rebuilt
-        backend.observe(self)  # a graphed step counts this update's skipped step (tinyamp/cuda_graphs)
+        backend.observe(self)  # a graphed step counts this update's skipped step (tinyamp/cuda/graphed_step.py)
 
 
 AmpScaler = GradScaler  # the name the original proposal used

@@ -1,10 +1,10 @@
 """``ta.amp.op_table()``: every op, its precision tag and its math, read from the op classes.
 
 There is one source of truth for what autocast does to an op: the ``precision``
-attribute of its ``Function`` subclass. This module walks the subclasses of
-``Function`` (recursively) and keeps those that implement a public op, i.e.
-whose ``name`` is reachable as ``ta.<name>``, ``ta.ops.<name>``,
-``ta.nn.functional.<name>`` or a Tensor method. Helper nodes that only run
+attribute of its ``Function`` subclass. This module reads the subclasses of
+``Function`` from the registry its ``__init_subclass__`` fills, and keeps those
+that implement a public op, i.e. whose ``name`` is a function of the op library
+(``ta.<name>``, ``ta.nn.functional.<name>``) or a Tensor method. Helper nodes that only run
 inside a backward (``XxxGrad``) and user-defined Functions are left out.
 
 The table is a read-only mapping from op name to :class:`OpInfo`; printing it
@@ -23,10 +23,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-import tinyamp
-
+from .. import ops
 from ..autograd.custom_function import CustomFunction
-from ..autograd.function import Function
+from ..autograd.function import REGISTRY
+from ..ops import TENSOR_METHODS
 from ..precision import FP32, LOWER, NEUTRAL, PROMOTE, Precision, as_precision, global_overrides
 
 _TAG_ORDER = {LOWER: 0, FP32: 1, PROMOTE: 2, NEUTRAL: 3}
@@ -53,32 +53,15 @@ class OpInfo:
         return self.effective is not self.tag
 
 
-def _all_subclasses(cls: type) -> Iterator[type]:
-    stack = list(cls.__subclasses__())
-    seen: set[type] = set()
-    while stack:
-        sub = stack.pop()
-        if sub in seen:
-            continue
-        seen.add(sub)
-        yield sub
-        stack.extend(sub.__subclasses__())
-
-
 def _public_names() -> set[str]:
-    names = set(dir(tinyamp)) | set(dir(tinyamp.ops)) | set(tinyamp.ops.TENSOR_METHODS)
-    nn = getattr(tinyamp, "nn", None)
-    functional = getattr(nn, "functional", None)
-    if functional is not None:
-        names |= set(dir(functional))
-    return names
+    return set(dir(ops)) | set(TENSOR_METHODS)
 
 
 def op_classes() -> dict[str, list[type]]:
     """Public op name -> the built-in Function classes that carry it (normally one)."""
     public = _public_names()
     result: dict[str, list[type]] = {}
-    for cls in _all_subclasses(Function):
+    for cls in REGISTRY:
         if issubclass(cls, CustomFunction) or not cls.__module__.startswith("tinyamp."):
             continue
         if "precision" not in vars(cls) and not hasattr(cls, "precision"):

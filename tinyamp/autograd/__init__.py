@@ -10,7 +10,7 @@ from __future__ import annotations
 from .custom_function import CustomFunction
 from .engine import backward, grad
 from .gradcheck import gradcheck, gradgradcheck
-from .grad_mode import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
+from ..grad_mode import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
 
 # PyTorch's name for the base of user-defined Functions (built-in ops subclass
 # autograd.function.Function, which has no apply).

@@ -33,13 +33,13 @@ from typing import Any
 
 import numpy as np
 
-import tinyamp
-
 from .. import dtypes as dt
 from ..precision import NEUTRAL, current_autocast, insert_cast
 from ..tensor import Tensor
 from .function import FREED_MESSAGE, Function, modified_error
-from .grad_mode import no_grad
+from ..grad_mode import no_grad
+from ..ops.broadcast import sum_to
+from ..ops.cast import cast
 
 
 class CustomFunction(Function):
@@ -178,9 +178,9 @@ def _fit_gradient(name: str, index: int, grad: Tensor, shape: tuple, dtype: np.d
         if len(shape) > grad.ndim or not all(s == g or s == 1 for s, g in zip(shape[::-1], grad.shape[::-1])):
             raise RuntimeError(f"Function {name} returned an invalid gradient at index {index} - got "
                                f"{list(grad.shape)} but expected shape compatible with {list(shape)}")
-        grad = tinyamp.ops.sum_to(grad, shape)  # summed in its own dtype, as PyTorch's sum_to
+        grad = sum_to(grad, shape)  # summed in its own dtype, as PyTorch's sum_to
     if grad.dtype != dtype:
-        grad = tinyamp.ops.cast(grad, dtype)
+        grad = cast(grad, dtype)
     return grad
 
 

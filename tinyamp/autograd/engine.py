@@ -21,7 +21,7 @@ from .. import backend
 from ..backend import array_module
 from ..precision import current_trace, reset_autocast, set_autocast
 from ..tensor import Tensor
-from .grad_mode import _grad_enabled
+from ..grad_mode import _grad_enabled
 
 
 def _check_gradient(node: Any, index: int, grad: Tensor, shape: tuple, dtype: Any) -> None:
@@ -108,7 +108,7 @@ def run_backward(roots: Sequence[Tensor], root_grads: Sequence[Tensor], retain_g
 
     token_grad = _grad_enabled.set(bool(create_graph))
     token_amp = set_autocast(None)
-    tracer = current_trace()  # an open precision report (amp.study.report), else None
+    tracer = current_trace()  # an open precision report (study.report), else None
     if tracer is not None:
         tracer.begin_backward()
     try:
@@ -296,3 +296,12 @@ def grad(outputs: "Tensor | Sequence[Tensor]", inputs: "Tensor | Sequence[Tensor
     if not create_graph:
         results = [None if g is None else g.detach() for g in results]
     return tuple(results)
+
+
+def _tensor_backward(self: Tensor, gradient: "Tensor | None" = None, retain_graph: bool | None = None,
+                     create_graph: bool = False, inputs: "Sequence[Tensor] | None" = None) -> None:
+    """``Tensor.backward``: accumulate d(self)/d(leaf) into every leaf's ``.grad``."""
+    backward(self, gradient, retain_graph, create_graph, inputs=inputs)
+
+
+Tensor.backward = _tensor_backward  # the engine builds on Tensor (see tensor.py)

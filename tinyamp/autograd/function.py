@@ -37,7 +37,7 @@ from ..backend import array_module
 from ..precision import (NEUTRAL, PROMOTE, AutocastState, Precision, cast_plan, current_autocast, current_trace,
                          global_overrides, insert_cast)
 from ..tensor import Tensor
-from .grad_mode import _grad_enabled
+from ..grad_mode import _grad_enabled
 from .scalars import with_scalars
 
 # The global per-op overrides (the live dict, never rebound): _apply_precision tests it on every op
@@ -55,6 +55,10 @@ FREED_MESSAGE = (
     "retain_graph=True if you need to backward through the graph a second time or "
     "if you need to access saved tensors after calling backward."
 )
+
+
+# Every Function subclass, in definition order (filled by Function.__init_subclass__).
+REGISTRY: list[type] = []
 
 
 class Function:
@@ -91,6 +95,7 @@ class Function:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        REGISTRY.append(cls)  # ta.amp.op_table() reads the op classes from here
         if "name" not in cls.__dict__:
             cls.name = cls.__name__.lower()
         if "promoted_inputs" not in cls.__dict__:

@@ -9,14 +9,19 @@
   random prefix after a separator), for examples/tiny_transformer.py.
 - :class:`TensorDataset` and :class:`DataLoader` batch and shuffle arrays or
   tinyamp Tensors, with PyTorch's interface and reproducible seeded shuffling;
-  :class:`Subset` and :func:`random_split` make train/validation splits.
+  :class:`Subset` and :func:`random_split` make train/validation splits;
+  the samplers (:mod:`.sampler`) give the order a loader reads in.
 """
 
 from .idx import IDXError, read_idx, write_idx
-from .distributed_sampler import DistributedSampler
+from ..porting.distributed_sampler import DistributedSampler
 from .loader import DataLoader, Subset, TensorDataset, random_split
+from .sampler import (BatchSampler, RandomSampler, Sampler, SequentialSampler, SubsetRandomSampler,
+                      WeightedRandomSampler)
 from .mnist import load_mnist
 from .copy_task import copy_task
 
 __all__ = ["read_idx", "write_idx", "IDXError", "load_mnist", "copy_task", "TensorDataset", "Subset", "random_split",
-           "DataLoader", "DistributedSampler"]
+           "DataLoader", "DistributedSampler", "Sampler", "SequentialSampler", "RandomSampler", "SubsetRandomSampler",
+           "WeightedRandomSampler",
+           "BatchSampler"]

@@ -18,10 +18,10 @@ from typing import Any, Iterator, Protocol
 import numpy as np
 
 from .. import backend
-from ..random import Generator, default_generator
+from .sampler import BatchSampler, EpochSeededSampler, RandomSampler, SequentialSampler, host_rng
 from ..tensor import Tensor
 
-__all__ = ["TensorDataset", "Subset", "random_split", "DataLoader", "default_collate"]
+__all__ = ["TensorDataset", "Subset", "random_split", "DataLoader", "default_collate", "get_worker_info"]
 
 
 class Dataset(Protocol):
@@ -125,7 +125,7 @@ def random_split(dataset: Dataset, lengths: Sequence[float], generator: Any = No
     if sum(counts) != n or any(c < 0 for c in counts):
         raise ValueError(f"random_split: sum of input lengths {list(lengths)} does not equal the length of "
                          f"the input dataset ({n})")
-    order = _host_rng(generator).permutation(n)
+    order = host_rng(generator, "random_split").permutation(n)
     edges = np.cumsum([0] + counts)
     return [Subset(dataset, order[a:b]) for a, b in zip(edges[:-1], edges[1:])]
 
@@ -199,64 +199,92 @@ def default_collate(batch: Sequence[Any]) -> Any:
 
 
 class DataLoader:
-    """Iterate over ``dataset`` in batches of ``batch_size`` samples.
+    """Iterate over ``dataset`` in batches, with ``torch.utils.data.DataLoader``'s arguments.
 
-    Each batch is a tuple with one stacked array per field of a sample
-    (for a ``TensorDataset``: one per tensor). With ``shuffle=True`` the order
-    is a fresh permutation every epoch (every pass of ``for batch in loader``):
+    The order comes from ``sampler`` (default: ``SequentialSampler``, or
+    ``RandomSampler`` with ``shuffle=True``) cut into batches by ``batch_sampler``
+    (default: ``BatchSampler(sampler, batch_size, drop_last)``), drawn one batch at
+    a time, so an endless sampler works. Shuffled orders:
 
-    - ``seed=s``: epoch ``e`` uses a generator seeded with ``(s, e)``, so runs
-      are reproducible, epochs differ, and ``set_epoch`` resumes exactly;
-    - ``generator=g`` (a CPU ``tinyamp.Generator`` or a
-      ``numpy.random.Generator``): permutations are drawn from ``g`` in turn;
-    - neither: drawn from tinyamp's default CPU generator, so
-      ``tinyamp.manual_seed`` makes the run reproducible, as in PyTorch.
+    - ``seed=s`` (tinyamp's): epoch ``e`` uses a generator seeded with ``(s, e)``,
+      so runs are reproducible, epochs differ, and ``set_epoch`` resumes exactly;
+    - ``generator=g`` (a CPU ``tinyamp.Generator`` or a ``numpy.random.Generator``):
+      permutations are drawn from ``g`` in turn;
+    - neither: drawn from tinyamp's default CPU generator, so ``tinyamp.manual_seed``
+      makes the run reproducible, as in PyTorch.
 
-    ``sampler=`` (an iterable of indices with ``len``, such as a
-    ``DistributedSampler``) gives the order instead, and excludes ``shuffle``.
-    The last, smaller batch is kept unless ``drop_last=True``. ``collate_fn``
-    replaces the default batching of a list of samples. ``num_workers`` and
-    ``pin_memory`` are accepted so PyTorch loaders port; batches are always
-    made in the calling process (the gathers are single NumPy/CuPy calls).
+    ``batch_size=None`` turns batching off (each sample, through ``collate_fn`` if
+    given). ``num_workers``, ``pin_memory``, ``timeout``, ``prefetch_factor`` and
+    ``persistent_workers`` are accepted so PyTorch loaders port; batches are always
+    made in the calling process, which is the one worker: with ``num_workers > 0``
+    ``worker_init_fn(0)`` runs there at the start of each epoch (PyTorch runs it in
+    each worker process; with ``num_workers=0`` neither calls it).
     """
 
     def __init__(
         self,
         dataset: Dataset,
-        batch_size: int = 1,
-        shuffle: bool = False,
+        batch_size: "int | None" = 1,
+        shuffle: "bool | None" = None,
+        sampler: Any = None,
+        batch_sampler: Any = None,
+        num_workers: int = 0,
+        collate_fn: Any = None,
+        pin_memory: bool = False,
         drop_last: bool = False,
-        seed: int | None = None,
+        timeout: float = 0,
+        worker_init_fn: Any = None,
+        multiprocessing_context: Any = None,
         generator: Any = None,
         *,
-        sampler: Any = None,
-        collate_fn: Any = None,
-        num_workers: int = 0,
-        pin_memory: bool = False,
+        prefetch_factor: "int | None" = None,
+        persistent_workers: bool = False,
+        pin_memory_device: str = "",
+        in_order: bool = True,
+        seed: "int | None" = None,
     ) -> None:
-        if (
-            isinstance(batch_size, bool)
-            or not isinstance(batch_size, (int, np.integer))
-            or batch_size < 1
-        ):
-            raise ValueError(
-                f"DataLoader: batch_size must be a positive integer, found {batch_size!r}"
-            )
+        if not isinstance(num_workers, int) or num_workers < 0:
+            raise ValueError("num_workers option should be non-negative; use num_workers=0 to disable "
+                             "multiprocessing.")
+        if timeout < 0:
+            raise ValueError("timeout option should be non-negative")
+        if num_workers == 0 and prefetch_factor is not None:
+            raise ValueError("prefetch_factor option could only be specified in multiprocessing.let num_workers > 0 "
+                             "to enable multiprocessing, otherwise set prefetch_factor to None.")
+        if persistent_workers and num_workers == 0:
+            raise ValueError("persistent_workers option needs num_workers > 0")
         if seed is not None and generator is not None:
             raise ValueError("DataLoader: give either seed or generator, not both")
         if sampler is not None and shuffle:
             raise ValueError("sampler option is mutually exclusive with shuffle")
+        if batch_sampler is not None:
+            if batch_size != 1 or shuffle or sampler is not None or drop_last:
+                raise ValueError("batch_sampler option is mutually exclusive with batch_size, shuffle, sampler, "
+                                 "and drop_last")
+            batch_size, drop_last = None, False
+        elif batch_size is None and drop_last:
+            raise ValueError("batch_size=None option disables auto-batching and is mutually exclusive with "
+                             "drop_last")
         if generator is not None:
-            _host_rng(generator)  # reject an unusable generator now, not mid-epoch
+            host_rng(generator)  # reject an unusable generator now, not mid-epoch
+        if sampler is None:
+            if not shuffle:
+                sampler = SequentialSampler(dataset)
+            elif seed is not None:
+                sampler = EpochSeededSampler(dataset, seed)
+            else:
+                sampler = RandomSampler(dataset, generator=generator)
+        if batch_size is not None and batch_sampler is None:
+            batch_sampler = BatchSampler(sampler, batch_size, bool(drop_last))
         self.dataset = dataset
-        self.batch_size = int(batch_size)
-        self.shuffle = bool(shuffle)
-        self.drop_last = bool(drop_last)
-        self.seed = seed
-        self.generator = generator
-        self.sampler = sampler
+        self.batch_size, self.drop_last = batch_size, bool(drop_last)
+        self.shuffle, self.seed, self.generator = bool(shuffle), seed, generator
+        self.sampler, self.batch_sampler = sampler, batch_sampler
         self.collate_fn = collate_fn
-        self.num_workers, self.pin_memory = num_workers, pin_memory
+        self.num_workers, self.pin_memory, self.timeout = num_workers, pin_memory, timeout
+        self.worker_init_fn, self.multiprocessing_context = worker_init_fn, multiprocessing_context
+        self.prefetch_factor, self.persistent_workers = prefetch_factor, persistent_workers
+        self.pin_memory_device, self.in_order = pin_memory_device, in_order
         self.epoch = 0  # the epoch the next iteration will run
 
     def set_epoch(self, epoch: int) -> None:
@@ -264,56 +292,63 @@ class DataLoader:
         self.epoch = int(epoch)
 
     def __len__(self) -> int:
-        n = len(self.dataset) if self.sampler is None else len(self.sampler)
-        if self.drop_last:
-            return n // self.batch_size
-        return -(-n // self.batch_size)  # ceiling division
+        # A sampler without a length (an endless one) makes this a TypeError, as in PyTorch.
+        return len(self.sampler) if self.batch_sampler is None else len(self.batch_sampler)
 
-    def _order(self, epoch: int) -> np.ndarray:
-        if self.sampler is not None:
-            return np.fromiter(iter(self.sampler), dtype=np.int64)
-        n = len(self.dataset)
-        if not self.shuffle:
-            return np.arange(n)
-        if self.seed is not None:
-            # Mixing the epoch into the seed gives each epoch its own
-            # permutation while any single epoch can be replayed on its own.
-            return np.random.default_rng([self.seed, epoch]).permutation(n)
-        return _host_rng(self.generator).permutation(n)
+    def _whole_order(self) -> "np.ndarray | None":
+        """The epoch's order at once, for tinyamp's own finite samplers batched by the default BatchSampler.
+
+        It feeds the TensorDataset fast path (one device copy of the order per
+        epoch); any other sampler is read one batch at a time.
+        """
+        batches = self.batch_sampler
+        if type(batches) is not BatchSampler or batches.sampler is not self.sampler:
+            return None
+        if isinstance(self.sampler, EpochSeededSampler):
+            return self.sampler.order()
+        if type(self.sampler) in (SequentialSampler, RandomSampler):
+            return np.fromiter(iter(self.sampler), dtype=np.int64, count=len(self.sampler))
+        return None
 
     def __iter__(self) -> Iterator[Any]:
-        order = self._order(self.epoch)
+        if isinstance(self.sampler, EpochSeededSampler):
+            self.sampler.epoch = self.epoch
         self.epoch += 1
+        if self.num_workers > 0 and self.worker_init_fn is not None:
+            self.worker_init_fn(0)
+        dataset, indices = self.dataset, None
+        fast = self.collate_fn is None and self.batch_sampler is not None
+        if fast and isinstance(dataset, Subset) and isinstance(dataset.dataset, TensorDataset):
+            # random_split's train/validation subsets keep the fast path.
+            indices, dataset = np.asarray(dataset.indices, dtype=np.int64), dataset.dataset
+        if fast and isinstance(dataset, TensorDataset):
+            order = self._whole_order()
+            if order is not None:
+                yield from self._iter_tensor_dataset(dataset, order if indices is None else indices[order])
+                return
+            for batch in self.batch_sampler:
+                rows = np.asarray(batch, dtype=np.int64)
+                yield _gather(dataset.tensors, rows if indices is None else indices[rows])
+            return
+        dataset = self.dataset
+        if self.batch_sampler is None:  # batching off: one sample at a time
+            for index in self.sampler:
+                yield dataset[index] if self.collate_fn is None else self.collate_fn(dataset[index])
+            return
+        collate = self.collate_fn or default_collate
+        for batch in self.batch_sampler:
+            yield collate([dataset[i] for i in batch])
+
+    def _iter_tensor_dataset(self, dataset: TensorDataset, order: np.ndarray) -> Iterator[tuple[Any, ...]]:
+        # One fancy-indexing gather per tensor per batch instead of stacking batch_size rows; the epoch's
+        # order is copied to each tensor's device once, not once per batch.
         n, size = len(order), self.batch_size
         bounds = [(start, min(start + size, n)) for start in range(0, n, size)]
         if self.drop_last and n % size:
             bounds.pop()  # the short last batch
-
-        dataset = self.dataset
-        if self.collate_fn is None and isinstance(dataset, Subset) and isinstance(dataset.dataset, TensorDataset):
-            # random_split's train/validation subsets keep the fast path.
-            order, dataset = np.asarray(dataset.indices, dtype=np.int64)[order], dataset.dataset
-        if self.collate_fn is None and isinstance(dataset, TensorDataset):
-            yield from self._iter_tensor_dataset(dataset, order, bounds)
-        else:
-            collate = self.collate_fn or default_collate
-            for start, stop in bounds:
-                yield collate([dataset[int(i)] for i in order[start:stop]])
-
-    def _iter_tensor_dataset(
-        self, dataset: TensorDataset, order: np.ndarray, bounds: list[tuple[int, int]]
-    ) -> Iterator[tuple[Any, ...]]:
-        # One fancy-indexing gather per tensor per batch instead of stacking
-        # batch_size rows; the epoch's order is copied to each tensor's device
-        # once, not once per batch.
-        tensors = dataset.tensors
-        orders = [_index_on_device(order, _raw(t)) for t in tensors]
+        orders = [_index_on_device(order, _raw(t)) for t in dataset.tensors]
         for start, stop in bounds:
-            batch = []
-            for t, t_order in zip(tensors, orders):
-                rows = _raw(t)[t_order[start:stop]]
-                batch.append(rows if isinstance(t, np.ndarray) else _as_tensor(rows))
-            yield tuple(batch)
+            yield _gather(dataset.tensors, None, [o[start:stop] for o in orders])
 
     def __repr__(self) -> str:
         return (
@@ -322,23 +357,18 @@ class DataLoader:
         )
 
 
-def _host_rng(generator: Any) -> np.random.Generator:
-    """The NumPy generator behind ``generator`` (None: tinyamp's default)."""
-    if isinstance(generator, np.random.Generator):
-        return generator
-    if generator is None:
-        generator = default_generator("cpu")
-    if not isinstance(generator, Generator):
-        raise TypeError(
-            "DataLoader: generator must be a tinyamp.Generator or a "
-            f"numpy.random.Generator, found {type(generator).__name__}"
-        )
-    if generator.device.type != "cpu":
-        raise ValueError(
-            "DataLoader: the shuffle order is drawn on the host; expected a CPU "
-            f"generator, found one on {generator.device}"
-        )
-    return generator.rng
+def _gather(tensors: tuple, rows: "np.ndarray | None", per_tensor: "list | None" = None) -> tuple:
+    """One batch: each tensor's ``rows`` (host indices), or its own device-resident ``per_tensor`` index."""
+    batch = []
+    for i, t in enumerate(tensors):
+        gathered = _raw(t)[per_tensor[i] if per_tensor is not None else _index_on_device(rows, _raw(t))]
+        batch.append(gathered if isinstance(t, np.ndarray) else _as_tensor(gathered))
+    return tuple(batch)
+
+
+def get_worker_info() -> None:
+    """None: batches are made in the calling process (``torch.utils.data.get_worker_info`` there too)."""
+    return None
 
 
 def _raw(t: Any) -> Any:

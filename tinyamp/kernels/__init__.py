@@ -8,9 +8,11 @@ The layout says what each file is:
   ``gemm.py`` (the GEMM with float32 accumulation every LOWER contraction
   reaches: float32 BLAS on the CPU, cuBLAS on a GPU), ``cross_entropy.py``
   (cross-entropy of 2-D logits in one pass each way), ``loss_scale.py`` (unscale
-  with inf/nan detection, the dynamic scale rule);
+  with inf/nan detection, the dynamic scale rule), ``gelu.py`` (erf and GELU, exact
+  and tanh, one pass each way);
 - ``cpu/``, the **CPU kernels**: the choice of CPU path and the numba and NumPy
-  fast paths (conversions, ReLU, the GEMM epilogue, the optimizers' loops);
+  fast paths (conversions, ReLU, the GEMM epilogue, the optimizers' loops; the
+  transformer ops' numba loops in ``nn_numba.py``, called by ``gelu_cpu.py`` and its siblings);
 - ``cuda/``, the **CUDA kernels**: launching and counting, cuBLAS/cuBLASLt
   called directly, and the fused kernels (conversions, ReLU, cross-entropy,
   loss scale, optimizers).
@@ -27,6 +29,7 @@ import numpy as np
 from .. import dtypes as dt
 from . import convert as _convert
 from .cpu import cpu_path as _cpu_path
+from .cpu import gelu_cpu
 from .cpu.elementwise_cpu import bias_act_convert, relu_backward_lowp, relu_lowp
 
 __all__ = ["warmup"]
@@ -52,4 +55,8 @@ def warmup() -> str:
         b = np.zeros(2, dt.float32)
         bias_act_convert(y, b, dt.float16, relu=True, backend="numba")
         bias_act_convert(y, b, dt.bfloat16, relu=True, backend="numba")
+        for src in (a32, a16, ab):
+            for approximate in ("none", "tanh"):
+                gelu_cpu.gelu_backward(src, gelu_cpu.gelu(src, approximate), approximate)
+            gelu_cpu.erf(src, src.dtype)
     return _cpu_path.BACKEND

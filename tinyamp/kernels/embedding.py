@@ -1,15 +1,19 @@
-"""The index check of an embedding lookup: refused on the CPU, flagged on a GPU, never read out of bounds.
+"""Embedding lookup and its weight gradient (a scatter-add): the dispatch, the reference numerics, the index check.
 
-On the CPU (a host check is free) an index outside ``0..rows-1`` raises
-``IndexError`` at once. On a GPU the check stays on the device (a host read per
-step would cost a synchronisation): :func:`checked_indices` returns the indices
-with each bad one replaced by 0 (so the gather reads inside the weight) and the
-mask of bad positions, and records the first bad index in a persistent device
-flag that the next host read turns into the same ``IndexError``
-(``backend.defer_device_check``), as PyTorch's device-side assert surfaces at
-its next synchronisation. The op makes the rows read that way NaN and sends
-their gradient nowhere: no row of the weight's gradient, row 0 included, gets
-anything from a bad index.
+- :func:`forward` ``(idx, weight, check) -> (y, idx_read, poison)``: ``y = weight[idx]``. With ``check``, an
+  index outside ``0..rows-1`` raises ``IndexError`` at once on the CPU (a host check is free there); on a
+  GPU the check stays on the device (:func:`checked_indices`: a host read per step would cost a
+  synchronisation): the first bad index goes to a persistent device flag that the next host read turns
+  into the same ``IndexError`` (``backend.defer_device_check``), as PyTorch's device-side assert surfaces
+  at its next synchronisation, and the rows read that way are NaN.
+- :func:`backward` ``(gy, idx, rows, padding_idx, poison) -> dweight``: ``dweight[idx[i]] += gy[i]``,
+  repeated indices accumulated in float32 (float64 for float64) and rounded once to gy's dtype; the
+  ``padding_idx`` row is zero; a bad index's gradient reaches no row.
+- CuPy arrays of float16/bfloat16/float32 with int64/int32 indices: one CUDA launch each way
+  (``cuda/cuda_embedding.py``: the gather gives NaN rows for out-of-range indices without a poison
+  array; the scatter-add is deterministic, numpy.add.at's order, and skips bad indices), after the
+  device check's few small launches; other arrays: ``cupyx.scatter_add`` (through tinyamp.backend) or
+  ``numpy.add.at`` and the xp expressions below.
 """
 
 from __future__ import annotations
@@ -19,7 +23,14 @@ from typing import Any, Callable
 import numpy as np
 
 from .. import backend
-from .cuda import cuda_launch
+from .. import dtypes as dt
+from .cuda import cuda_embedding, cuda_launch
+
+__all__ = ["out_of_range", "checked_indices", "forward", "backward"]
+
+# The fused CUDA kernels for CuPy arrays (cuda/cuda_embedding.py); False sends every array to the xp
+# expressions below (a test shows what the launch budget loses without them).
+FUSED_ON_GPU = True
 
 
 def out_of_range(value: int, weight_shape: tuple, index_shape: tuple) -> IndexError:
@@ -55,3 +66,43 @@ def _error_check(flag: Any, weight_shape: tuple, index_shape: tuple) -> Callable
         flag.fill(0)
         return out_of_range(value, weight_shape, index_shape)
     return check
+
+
+def forward(idx: Any, weight: Any, check: bool = True) -> tuple:
+    """(weight[idx], the indices read, poison): poison marks out-of-range positions on a GPU, else None."""
+    xp = backend.array_module(weight)
+    if FUSED_ON_GPU and weight.ndim == 2 and cuda_embedding.takes(idx, weight):
+        if check and idx.size:
+            checked_indices(xp, idx, weight.shape)  # the device flag only: the kernels handle bad indices
+        # One launch; an out-of-range index gives a NaN row (check or not), and the backward's kernel, reading
+        # the same indices, sends its gradient nowhere: no poison array is needed.
+        return cuda_embedding.gather(weight, idx), idx, None
+    poison = None
+    if check and idx.size:
+        idx, poison = checked_indices(xp, idx, weight.shape)
+    out = weight[idx]
+    if poison is not None and weight.dtype in dt.FLOATING:
+        out = xp.where(poison[..., None], weight.dtype.type(np.nan), out)  # a scalar: no upload
+    return out, idx, poison
+
+
+def backward(gy: Any, idx: Any, rows: int, padding_idx: "int | None", poison: Any = None) -> Any:
+    """The (rows, dim) weight gradient of ``weight[idx]`` in gy's dtype."""
+    dim = gy.shape[-1]
+    xp = backend.array_module(gy)
+    if FUSED_ON_GPU and poison is None and cuda_launch.on_gpu(gy):
+        dense = xp.ascontiguousarray(gy.reshape(-1, dim))  # a sum's gradient is a broadcast view: made dense
+        if cuda_embedding.takes(idx, dense):
+            return cuda_embedding.scatter_add(dense, idx, rows, padding_idx)  # deterministic, one launch
+    acc = dt.opmath_dtype(gy.dtype)
+    out = xp.zeros((rows, dim), dtype=acc)
+    values = gy.reshape(-1, dim).astype(acc, copy=False)
+    if poison is not None:  # out-of-range indices on a GPU (see forward): their gradient goes to no row
+        values = xp.where(poison.reshape(-1, 1), np.dtype(acc).type(0), values)
+    if backend.is_cupy_array(out):
+        backend.cuda_lib("cupyx").scatter_add(out, idx.reshape(-1), values)
+    else:
+        np.add.at(out, idx.reshape(-1), values)
+    if padding_idx is not None:
+        out[padding_idx] = 0
+    return out.astype(gy.dtype, copy=False)

@@ -21,6 +21,13 @@ and the sum is rounded **once** to the output dtype.
   cuBLASLt call adds the bias in the GEMM's epilogue: the 16-bit output is
   written once, and no float32 result makes a round trip through memory.
 
+- :func:`gemm_bias_gelu` / :func:`gemm_dgelu` - a linear layer followed by a
+  tanh GELU, forward (the output and the pre-activation) and the gradient at
+  the GELU's input from the next GEMM (with the bias gradient). On a GPU with
+  ``GELU_EPILOGUE`` on, each is one cuBLASLt call with its GELU_AUX_BIAS /
+  DGELU_BGRAD epilogue (the activation applied to the float32 accumulator);
+  otherwise the GEMM and the GELU kernels, one after the other.
+
 - float32 operands follow ``ta.set_float32_matmul_precision`` /
   ``ta.backends.cuda.matmul.allow_tf32`` (:func:`float32_compute`): when TF32 is
   allowed a GPU gets cuBLAS's ``CUBLAS_COMPUTE_32F_FAST_TF32`` explicitly (CuPy
@@ -46,12 +53,16 @@ from .. import backend
 from .. import dtypes as dt
 from .. import precision
 from .convert import convert
-from .cuda import cublas_direct, cublas_gemm
+from .cuda import cublas_direct, cublas_gemm, cublaslt_direct
+from .gelu import gelu as _gelu, gelu_backward as _gelu_backward
 
 Array = Any  # numpy.ndarray or cupy.ndarray
 DTypeLike = Any  # anything numpy.dtype() accepts
 
 SUPPORTED = dt.FLOATING  # float16, bfloat16, float32, float64
+# cuBLASLt's GELU epilogues (a tanh GELU folded into its GEMM, forward and backward): off, because "where
+# measured faster" needs a GPU and issue 28's session had none; the GEMM + GELU kernels run instead.
+GELU_EPILOGUE = False
 
 
 # --------------------------------------------------------------------------
@@ -192,6 +203,65 @@ def gemm_bias(a: Array, b: Array, bias: Array, *, trans_b: bool = False) -> Arra
         acc += convert(bias, dt.float32)
         return convert(acc, out)
     return cublas_gemm.gemm_bias_gpu(a, b, bias, out, trans_b, m, _k, n)
+
+
+def _check_gelu(name: str, a: Array, b: Array, vector: Array, trans_b: bool) -> int:
+    """N after gemm_bias's checks of 16-bit 2-D operands and an (N,) vector of their dtype."""
+    _batch, _m, _k, n, _ = _check(name, a, b, None, False, trans_b)
+    if a.ndim != 2 or b.ndim != 2 or a.dtype not in dt.LOW_PRECISION:
+        raise ValueError(f"{name}: needs 2-D float16/bfloat16 operands, got {_describe(a, b, False, trans_b)}")
+    if vector.shape != (n,) or vector.dtype != a.dtype:
+        raise ValueError(f"{name}: bias must be ({n},) {a.dtype.name}, got {tuple(vector.shape)} {vector.dtype.name}"
+                         f" for {_describe(a, b, False, trans_b)}")
+    return n
+
+
+def _epilogue_takes(*arrays: Array) -> bool:
+    """Whether cuBLASLt's GELU epilogues may run on these: the switch on, C-contiguous GPU arrays, N % 8 == 0."""
+    return (GELU_EPILOGUE and all(backend.is_cupy_array(x) and x.flags.c_contiguous for x in arrays)
+            and arrays[-1].shape[-1] % 8 == 0)
+
+
+def gemm_bias_gelu(a: Array, b: Array, bias: Array, *, trans_b: bool = False) -> tuple[Array, Array]:
+    """``(gelu_tanh(z), z)``, ``z = op(a) @ op(b) + bias``: 16-bit 2-D operands, the float32 accumulator.
+
+    With cuBLASLt's GELU_AUX_BIAS epilogue (``GELU_EPILOGUE``, a GPU) one call
+    writes both: ``z`` rounded once and GELU of the float32 ``z`` rounded once.
+    Otherwise :func:`gemm_bias` and the tanh GELU kernel of the rounded ``z``
+    (one more rounding between them: the two differ in the last bit).
+    """
+    n = _check_gelu("gemm_bias_gelu", a, b, bias, trans_b)
+    if _epilogue_takes(a, b, bias, bias):
+        cp = backend.cupy()
+        with a.device:
+            y, z = cp.empty((a.shape[0], n), dtype=a.dtype), cp.empty((a.shape[0], n), dtype=a.dtype)
+            if cublaslt_direct.matmul_epilogue(a, b, bias, y, trans_b, "gelu_aux_bias", aux=z):
+                return y, z
+    z = gemm_bias(a, b, bias, trans_b=trans_b)
+    return _gelu(z, "tanh"), z
+
+
+def gemm_dgelu(g: Array, b: Array, z: Array, *, trans_b: bool = False) -> tuple[Array, Array]:
+    """``(dz, db)``: ``dz = (g @ op(b)) * gelu_tanh'(z)``, the gradient at a tanh GELU's input ``z`` from the
+    next layer's output gradient ``g``, and ``db`` its column sums (that layer's bias gradient), 16-bit.
+
+    With cuBLASLt's DGELU_BGRAD epilogue (``GELU_EPILOGUE``, a GPU) one call
+    writes both, from the float32 product; otherwise the GEMM (rounded), the
+    GELU backward kernel and the column sum.
+    """
+    _batch, m, _k, n, _ = _check("gemm_dgelu", g, b, None, False, trans_b)
+    if g.ndim != 2 or b.ndim != 2 or g.dtype not in dt.LOW_PRECISION or z.shape != (m, n) or z.dtype != g.dtype:
+        raise ValueError(f"gemm_dgelu: needs 2-D float16/bfloat16 operands and z ({m}, {n}) of their dtype, got "
+                         f"z {tuple(z.shape)} {z.dtype.name} for {_describe(g, b, False, trans_b)}")
+    if _epilogue_takes(g, b, z):
+        cp = backend.cupy()
+        with g.device:
+            dz, db = cp.empty(z.shape, dtype=z.dtype), cp.empty((n,), dtype=z.dtype)
+            if cublaslt_direct.matmul_epilogue(g, b, db, dz, trans_b, "dgelu_bgrad", aux=z):
+                return dz, db
+    dz = _gelu_backward(gemm(g, b, trans_b=trans_b), z, "tanh")
+    xp = backend.array_module(dz)
+    return dz, dz.sum(axis=0, dtype=xp.float32).astype(dz.dtype)
 
 
 def _gemm_cpu(a: np.ndarray, b: np.ndarray, out: np.dtype, trans_a: bool, trans_b: bool) -> np.ndarray:

@@ -6,24 +6,32 @@ each ``forward`` calls at call time.
 
 from __future__ import annotations
 
-from . import functional, init, modules, parallel, utils
+from . import functional, init, utils
 from .activation import ELU, GELU, LeakyReLU, LogSoftmax, ReLU, SiLU, Sigmoid, Softmax, Tanh
-from .attention import MultiheadAttention
 from .container import ModuleDict, ModuleList, Sequential
 from .conv import Conv2d, ConvTranspose2d
 from .dropout import Dropout, Dropout1d, Dropout2d
 from .embedding import Embedding
 from .flatten import Flatten
 from .linear import Identity, Linear
-from .loss import (BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, HuberLoss, L1Loss, MSELoss, NLLLoss,
+from .loss import (BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, HuberLoss, KLDivLoss, L1Loss, MSELoss, NLLLoss,
                    SmoothL1Loss)
 from .module import Module
-from .normalization import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm
+from .normalization import BatchNorm1d, BatchNorm2d, BatchNorm3d, GroupNorm, LayerNorm
 from .parameter import Parameter
 from .pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
-from .transformer import (Transformer, TransformerDecoder, TransformerDecoderLayer, TransformerEncoder,
-                          TransformerEncoderLayer)
-from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase
+# The porting wing's layers (recurrent, attention, transformer) and PyTorch's nn module paths.
+from ..porting import modules, parallel
+from ..porting.attention import MultiheadAttention
+from ..porting.rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase
+from ..porting.transformer import (Transformer, TransformerDecoder, TransformerDecoderLayer, TransformerEncoder,
+                                   TransformerEncoderLayer)
+from ..porting.sync_batchnorm import SyncBatchNorm
+from ..porting.vision import (ConstantPad1d, ConstantPad2d, ConstantPad3d, InstanceNorm1d, InstanceNorm2d,
+                              InstanceNorm3d, LocalResponseNorm, PixelShuffle, PixelUnshuffle, ReflectionPad1d,
+                              ReflectionPad2d, ReflectionPad3d, ReplicationPad1d, ReplicationPad2d,
+                              ReplicationPad3d, Upsample, UpsamplingBilinear2d, UpsamplingNearest2d, ZeroPad1d,
+                              ZeroPad2d)
 
 __all__ = [
     "Module", "Parameter", "Linear", "Identity", "Conv2d", "ConvTranspose2d", "BatchNorm1d", "BatchNorm2d",
@@ -33,5 +41,8 @@ __all__ = [
     "SmoothL1Loss", "BCELoss", "BCEWithLogitsLoss", "RNNBase", "RNN", "LSTM", "GRU", "RNNCellBase", "RNNCell",
     "LSTMCell", "GRUCell", "MultiheadAttention", "TransformerEncoderLayer", "TransformerEncoder",
     "TransformerDecoderLayer", "TransformerDecoder", "Transformer", "functional", "init", "modules", "parallel",
-    "utils",
+    "utils", "BatchNorm3d", "SyncBatchNorm", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d",
+    "LocalResponseNorm", "PixelShuffle", "PixelUnshuffle", "Upsample", "UpsamplingNearest2d", "UpsamplingBilinear2d",
+    "ReflectionPad1d", "ReflectionPad2d", "ReflectionPad3d", "ReplicationPad1d", "ReplicationPad2d",
+    "ReplicationPad3d", "ZeroPad1d", "ZeroPad2d", "ConstantPad1d", "ConstantPad2d", "ConstantPad3d", "KLDivLoss",
 ]

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import tinyamp
-
 from ..tensor import Tensor
 from .module import Module
+from ..ops.activation import elu, gelu, leaky_relu, relu, sigmoid, silu, tanh
+from ..ops.softmax import log_softmax, softmax
 
 
 class ReLU(Module):
@@ -18,7 +18,7 @@ class ReLU(Module):
         self.inplace = inplace
 
     def forward(self, x: Tensor) -> Tensor:
-        return tinyamp.ops.relu(x)
+        return relu(x)
 
     def extra_repr(self) -> str:
         return "inplace=True" if self.inplace else ""
@@ -32,7 +32,7 @@ class LeakyReLU(Module):
         self.negative_slope, self.inplace = negative_slope, inplace
 
     def forward(self, x: Tensor) -> Tensor:
-        return tinyamp.ops.leaky_relu(x, self.negative_slope)
+        return leaky_relu(x, self.negative_slope)
 
     def extra_repr(self) -> str:
         return f"negative_slope={self.negative_slope}" + (", inplace=True" if self.inplace else "")
@@ -48,7 +48,7 @@ class GELU(Module):
         self.approximate = approximate
 
     def forward(self, x: Tensor) -> Tensor:
-        return tinyamp.ops.gelu(x, approximate=self.approximate)
+        return gelu(x, approximate=self.approximate)
 
     def extra_repr(self) -> str:
         return f"approximate='{self.approximate}'"
@@ -62,7 +62,7 @@ class SiLU(Module):
         self.inplace = inplace  # accepted for portability; a new tensor is returned
 
     def forward(self, x: Tensor) -> Tensor:
-        return tinyamp.ops.silu(x)
+        return silu(x)
 
 
 class ELU(Module):
@@ -73,7 +73,7 @@ class ELU(Module):
         self.alpha, self.inplace = alpha, inplace
 
     def forward(self, x: Tensor) -> Tensor:
-        return tinyamp.ops.elu(x, self.alpha)
+        return elu(x, self.alpha)
 
     def extra_repr(self) -> str:
         return f"alpha={self.alpha}"
@@ -83,14 +83,14 @@ class Tanh(Module):
     """y = tanh(x)"""
 
     def forward(self, x: Tensor) -> Tensor:
-        return tinyamp.ops.tanh(x)
+        return tanh(x)
 
 
 class Sigmoid(Module):
     """y = 1 / (1 + exp(-x))"""
 
     def forward(self, x: Tensor) -> Tensor:
-        return tinyamp.ops.sigmoid(x)
+        return sigmoid(x)
 
 
 class Softmax(Module):
@@ -101,7 +101,7 @@ class Softmax(Module):
         self.dim = dim
 
     def forward(self, x: Tensor) -> Tensor:
-        return tinyamp.ops.softmax(x, self.dim)
+        return softmax(x, self.dim)
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}"
@@ -115,7 +115,7 @@ class LogSoftmax(Module):
         self.dim = dim
 
     def forward(self, x: Tensor) -> Tensor:
-        return tinyamp.ops.log_softmax(x, self.dim)
+        return log_softmax(x, self.dim)
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}"

@@ -19,7 +19,7 @@ import warnings
 from typing import Any, Callable
 
 from ..autograd.function import Function
-from ..autograd.grad_mode import is_grad_enabled
+from ..grad_mode import is_grad_enabled
 from ..precision import NEUTRAL
 from ..tensor import Tensor
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import tinyamp
-
 from .. import dtypes as dt
 from ..tensor import Tensor
 from .linear import WeightAndBias
 from .parameter import Parameter
+from ..factories import empty
+from ..ops.conv import conv2d
+from ..ops.conv_transpose import conv_transpose2d
 
 
 def _pair(value: Any, name: str) -> tuple[int, int]:
@@ -49,7 +50,7 @@ class Conv2d(WeightAndBias):
         if x.ndim not in (3, 4) or x.shape[-3] != self.in_channels:
             raise ValueError(f"{self!r}: expected input of shape (N, {self.in_channels}, H, W) or "
                              f"({self.in_channels}, H, W), got {list(x.shape)} ({dt.dtype_name(x.dtype)})")
-        return tinyamp.ops.conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
+        return conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
 
     def extra_repr(self) -> str:
         text = (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
@@ -84,10 +85,10 @@ class ConvTranspose2d(WeightAndBias):
         self.output_padding = _pair(output_padding, "output_padding")
         self.dilation = _pair(dilation, "dilation")
         self.padding_mode = padding_mode
-        self.weight = Parameter(tinyamp.empty(in_channels, out_channels // groups, *self.kernel_size, dtype=dtype,
+        self.weight = Parameter(empty(in_channels, out_channels // groups, *self.kernel_size, dtype=dtype,
                                               device=device))
         if bias:  # one per output channel (the weight's dim 1 times groups, not its dim 0)
-            self.bias = Parameter(tinyamp.empty(out_channels, dtype=dtype, device=device))
+            self.bias = Parameter(empty(out_channels, dtype=dtype, device=device))
         else:
             self.register_parameter("bias", None)
         self.reset_parameters()  # fan_in from the weight's dim 1, as PyTorch's transposed convolutions
@@ -112,7 +113,7 @@ class ConvTranspose2d(WeightAndBias):
         if x.ndim not in (3, 4) or x.shape[-3] != self.in_channels:
             raise ValueError(f"{self!r}: expected input of shape (N, {self.in_channels}, H, W) or "
                              f"({self.in_channels}, H, W), got {list(x.shape)} ({dt.dtype_name(x.dtype)})")
-        return tinyamp.ops.conv_transpose2d(x, self.weight, self.bias, self.stride, self.padding,
+        return conv_transpose2d(x, self.weight, self.bias, self.stride, self.padding,
                                             self._output_padding(x, output_size), self.groups, self.dilation)
 
     def extra_repr(self) -> str:

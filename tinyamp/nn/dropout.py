@@ -3,10 +3,9 @@ scale the rest by 1/(1-p)."""
 
 from __future__ import annotations
 
-import tinyamp
-
 from ..tensor import Tensor
 from .module import Module
+from ..ops.dropout import dropout, dropout1d, dropout2d
 
 
 class Dropout(Module):
@@ -19,7 +18,7 @@ class Dropout(Module):
         self.p, self.inplace = float(p), inplace
 
     def forward(self, x: Tensor) -> Tensor:
-        return tinyamp.ops.dropout(x, self.p, self.training)
+        return dropout(x, self.p, self.training)
 
     def extra_repr(self) -> str:
         return f"p={self.p}, inplace={self.inplace}"
@@ -29,11 +28,11 @@ class Dropout1d(Dropout):
     """Zeroes whole channels of (N, C, L) or (C, L) inputs."""
 
     def forward(self, x: Tensor) -> Tensor:
-        return tinyamp.ops.dropout1d(x, self.p, self.training, self.inplace)
+        return dropout1d(x, self.p, self.training, self.inplace)
 
 
 class Dropout2d(Dropout):
     """Zeroes whole channels of (N, C, H, W) or (C, H, W) inputs."""
 
     def forward(self, x: Tensor) -> Tensor:
-        return tinyamp.ops.dropout2d(x, self.p, self.training, self.inplace)
+        return dropout2d(x, self.p, self.training, self.inplace)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import tinyamp
-
 from ..tensor import Tensor
 from . import init
 from .module import Module
 from .parameter import Parameter
+from ..factories import empty
+from ..ops.embedding import embedding
 
 
 class Embedding(Module):
@@ -27,7 +27,7 @@ class Embedding(Module):
                                  f"({num_embeddings})")
             padding_idx %= num_embeddings
         self.num_embeddings, self.embedding_dim, self.padding_idx = num_embeddings, embedding_dim, padding_idx
-        self.weight = Parameter(tinyamp.empty(num_embeddings, embedding_dim, dtype=dtype, device=device))
+        self.weight = Parameter(empty(num_embeddings, embedding_dim, dtype=dtype, device=device))
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -37,8 +37,8 @@ class Embedding(Module):
 
     def forward(self, ids: Tensor) -> Tensor:
         if self.padding_idx is None:
-            return tinyamp.ops.embedding(ids, self.weight)
-        return tinyamp.ops.embedding(ids, self.weight, padding_idx=self.padding_idx)
+            return embedding(ids, self.weight)
+        return embedding(ids, self.weight, padding_idx=self.padding_idx)
 
     def extra_repr(self) -> str:
         text = f"{self.num_embeddings}, {self.embedding_dim}"

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import tinyamp
-
 from ..tensor import Tensor
 from .module import Module
+from ..ops.shape import flatten
 
 
 class Flatten(Module):
@@ -16,7 +15,7 @@ class Flatten(Module):
         self.start_dim, self.end_dim = start_dim, end_dim
 
     def forward(self, x: Tensor) -> Tensor:
-        return tinyamp.ops.flatten(x, self.start_dim, self.end_dim)
+        return flatten(x, self.start_dim, self.end_dim)
 
     def extra_repr(self) -> str:
         return f"start_dim={self.start_dim}, end_dim={self.end_dim}"

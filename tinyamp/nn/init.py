@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any
 
-from .. import dtypes as dt
-from ..kernels.convert import convert
-from ..random import Generator, default_generator
+import numpy as np
+
+from .. import backend
+from ..random import Generator, draw_like as _draw, write_draw as _write
 from ..tensor import Tensor
 
 _LINEAR_GAIN = ("linear", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
@@ -60,27 +60,6 @@ def _calculate_correct_fan(tensor: Tensor, mode: str) -> int:
         raise ValueError(f"Mode {mode} not supported, please use one of fan_in, fan_out")
     fan_in, fan_out = _calculate_fan_in_and_fan_out(tensor)
     return fan_in if mode == "fan_in" else fan_out
-
-
-def _write(tensor: Tensor, array: Any) -> Tensor:
-    """Store ``array`` into ``tensor`` in place: one rounding, one version bump, no graph."""
-    tensor.array[...] = convert(array, tensor.dtype) if array.dtype != tensor.dtype else array
-    tensor._version[0] += 1
-    return tensor
-
-
-def _draw(kind: str, tensor: Tensor, generator: Generator | None) -> Any:
-    """Standard uniform [0, 1) (``kind="uniform_"``) or standard normal samples shaped like ``tensor``."""
-    if tensor.dtype not in dt.FLOATING:
-        raise TypeError(f"init: {kind} needs a floating point tensor, got {dt.dtype_name(tensor.dtype)} "
-                        f"with shape {list(tensor.shape)}")
-    gen = generator or default_generator(tensor.device)
-    if gen.device != tensor.device:
-        raise ValueError(f"init: generator is on {gen.device} but the tensor is on {tensor.device}")
-    dtype = dt.float64 if tensor.dtype == dt.float64 else dt.float32
-    if kind == "uniform_":
-        return gen.rng.random(size=tensor.shape, dtype=dtype)
-    return gen.rng.standard_normal(size=tensor.shape, dtype=dtype)
 
 
 def uniform_(tensor: Tensor, a: float = 0.0, b: float = 1.0, generator: Generator | None = None) -> Tensor:
@@ -137,6 +116,28 @@ def xavier_normal_(tensor: Tensor, gain: float = 1.0, generator: Generator | Non
     """N(0, std^2) with std = gain * sqrt(2 / (fan_in + fan_out))."""
     fan_in, fan_out = _calculate_fan_in_and_fan_out(tensor)
     return normal_(tensor, 0.0, gain * math.sqrt(2.0 / float(fan_in + fan_out)), generator)
+
+
+def orthogonal_(tensor: Tensor, gain: float = 1, generator: Generator | None = None) -> Tensor:
+    """Fill with a (semi-)orthogonal matrix: Q of the QR of a normal draw, columns' signs fixed by R's diagonal.
+
+    A tensor of more than 2 dims is viewed as (size(0), rest), as PyTorch.
+    """
+    if tensor.ndim < 2:
+        raise ValueError("Only tensors with 2 or more dimensions are supported")
+    if tensor.numel() == 0:
+        return tensor
+    rows = tensor.shape[0]
+    cols = tensor.numel() // rows
+    flat = _draw("normal_", tensor, generator).reshape(rows, cols)
+    flat = backend.to_host(flat, "init.orthogonal_: the QR factorisation runs on the host")
+    if rows < cols:
+        flat = flat.T
+    q, r = np.linalg.qr(flat)
+    q = q * np.sign(np.diagonal(r))
+    if rows < cols:
+        q = q.T
+    return _write(tensor, backend.to_device((q * gain).reshape(tensor.shape), tensor.device))
 
 
 def _empty_warning(tensor: Tensor, name: str) -> bool:

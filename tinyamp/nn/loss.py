@@ -6,10 +6,11 @@ A class ``weight`` (and ``pos_weight``) is registered as a buffer, so it follows
 
 from __future__ import annotations
 
-import tinyamp
-
 from ..tensor import Tensor
 from .module import Module
+from ..ops.loss import cross_entropy, huber_loss, l1_loss, mse_loss, nll_loss, smooth_l1_loss
+from ..ops.loss_binary import binary_cross_entropy, binary_cross_entropy_with_logits
+from ..ops.loss_kl import kl_div
 
 _REDUCTIONS = ("none", "mean", "sum")
 
@@ -42,7 +43,7 @@ class CrossEntropyLoss(_WeightedLoss):
         self.ignore_index, self.label_smoothing = ignore_index, label_smoothing
 
     def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002 - PyTorch's name
-        return tinyamp.ops.cross_entropy(input, target, weight=self.weight, ignore_index=self.ignore_index,
+        return cross_entropy(input, target, weight=self.weight, ignore_index=self.ignore_index,
                                          reduction=self.reduction, label_smoothing=self.label_smoothing)
 
 
@@ -54,7 +55,7 @@ class NLLLoss(_WeightedLoss):
         self.ignore_index = ignore_index
 
     def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002
-        return tinyamp.ops.nll_loss(input, target, weight=self.weight, ignore_index=self.ignore_index,
+        return nll_loss(input, target, weight=self.weight, ignore_index=self.ignore_index,
                                      reduction=self.reduction)
 
 
@@ -62,14 +63,14 @@ class MSELoss(_Loss):
     """mean((input - target)^2)"""
 
     def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002
-        return tinyamp.ops.mse_loss(input, target, reduction=self.reduction)
+        return mse_loss(input, target, reduction=self.reduction)
 
 
 class L1Loss(_Loss):
     """mean(|input - target|)"""
 
     def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002
-        return tinyamp.ops.l1_loss(input, target, reduction=self.reduction)
+        return l1_loss(input, target, reduction=self.reduction)
 
 
 class HuberLoss(_Loss):
@@ -80,7 +81,7 @@ class HuberLoss(_Loss):
         self.delta = delta
 
     def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002
-        return tinyamp.ops.huber_loss(input, target, reduction=self.reduction, delta=self.delta)
+        return huber_loss(input, target, reduction=self.reduction, delta=self.delta)
 
 
 class SmoothL1Loss(_Loss):
@@ -95,14 +96,14 @@ class SmoothL1Loss(_Loss):
         self.beta = beta
 
     def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002
-        return tinyamp.ops.smooth_l1_loss(input, target, reduction=self.reduction, beta=self.beta)
+        return smooth_l1_loss(input, target, reduction=self.reduction, beta=self.beta)
 
 
 class BCELoss(_WeightedLoss):
     """Binary cross entropy of probabilities; prefer BCEWithLogitsLoss (it is autocast-safe)."""
 
     def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002
-        return tinyamp.ops.binary_cross_entropy(input, target, weight=self.weight,
+        return binary_cross_entropy(input, target, weight=self.weight,
                                                  reduction=self.reduction)
 
 
@@ -115,5 +116,20 @@ class BCEWithLogitsLoss(_WeightedLoss):
         self.register_buffer("pos_weight", pos_weight)
 
     def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002
-        return tinyamp.ops.binary_cross_entropy_with_logits(input, target, weight=self.weight,
+        return binary_cross_entropy_with_logits(input, target, weight=self.weight,
                                                               pos_weight=self.pos_weight, reduction=self.reduction)
+
+
+class KLDivLoss(Module):
+    """``kl_div(input, target, reduction, log_target)``: input holds log-probabilities."""
+
+    def __init__(self, size_average: None = None, reduce: None = None, reduction: str = "mean",
+                 log_target: bool = False) -> None:
+        super().__init__()
+        if size_average is not None or reduce is not None:
+            raise TypeError("KLDivLoss: size_average and reduce are deprecated in PyTorch and not supported; use "
+                            "reduction=")
+        self.reduction, self.log_target = reduction, log_target
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002 - torch names
+        return kl_div(input, target, reduction=self.reduction, log_target=self.log_target)

@@ -25,15 +25,14 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-import tinyamp
-
 from .. import backend
 from .. import dtypes as dt
 from ..kernels.convert import convert
 from ..tensor import Tensor
-from ..tensor_methods import parse_to_args
+from ..ops.methods import parse_to_args
 from .backward_hooks import BackwardHookCall
 from .parameter import Parameter
+from ..grad_mode import no_grad
 
 
 class Module:
@@ -59,7 +58,7 @@ class Module:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if backend._step_observers:
-            backend.observe(self)  # a graphed step learns the modules it replays (tinyamp/cuda_graphs)
+            backend.observe(self)  # a graphed step learns the modules it replays (tinyamp/cuda/graphed_step.py)
         for hook in self._forward_pre_hooks.values():
             result = hook(self, args)
             if result is not None:
@@ -371,12 +370,40 @@ class Module:
             if child is not None:
                 yield from child._state_items(f"{prefix}{name}.")
 
+    def _has_extra_state(self) -> bool:
+        """Whether ``state_dict`` holds ``{prefix}_extra_state`` for this module: PyTorch's rule (the class
+        overrides ``get_extra_state``); a layer may narrow it (``nn.Linear``: only once it holds fp8 state)."""
+        return type(self).get_extra_state is not Module.get_extra_state
+
+    def get_extra_state(self) -> Any:
+        """State beyond parameters and buffers, saved under ``{prefix}_extra_state`` (PyTorch's protocol)."""
+        raise RuntimeError("Reached a code path in Module.get_extra_state() that should never be called. Please "
+                           "file an issue at https://github.com/pytorch/pytorch/issues/new?template=bug-report.yml "
+                           "to report this bug.")
+
+    def set_extra_state(self, state: Any) -> None:
+        """Load what ``get_extra_state`` returned (PyTorch's protocol)."""
+        raise RuntimeError("Reached a code path in Module.set_extra_state() that should never be called. Please "
+                           "file an issue at https://github.com/pytorch/pytorch/issues/new?template=bug-report.yml "
+                           "to report this bug.")
+
+    def _extra_states(self, prefix: str) -> Iterator[tuple[str, "Module"]]:
+        """(key, module) of every ``_extra_state`` entry under this module, in state_dict order."""
+        if self._has_extra_state():
+            yield prefix + "_extra_state", self
+        for name, child in self._modules.items():
+            if child is not None:
+                yield from child._extra_states(f"{prefix}{name}.")
+
     def state_dict(self, destination: dict | None = None, prefix: str = "",
                    keep_vars: bool = False) -> "OrderedDict[str, Tensor]":
-        """Parameters and persistent buffers by dotted name, detached (they share memory with the model)."""
+        """Parameters and persistent buffers by dotted name, detached (they share memory with the model), and
+        each module's ``_extra_state`` (PyTorch's protocol; ``nn.Linear``'s fp8 quantiser state)."""
         result = OrderedDict() if destination is None else destination
         for key, tensor in self._state_items(prefix):
             result[key] = tensor if keep_vars else tensor.detach()
+        for key, module in self._extra_states(prefix):
+            result[key] = module.get_extra_state()
         return result
 
     def load_state_dict(self, state_dict: "dict[str, Any]", strict: bool = True) -> _IncompatibleKeys:
@@ -388,8 +415,10 @@ class Module:
         if not isinstance(state_dict, dict):
             raise TypeError(f"Expected state_dict to be dict-like, got {type(state_dict).__name__}.")
         own = OrderedDict(self._state_items(""))
-        missing = [key for key in own if key not in state_dict]
-        unexpected = [key for key in state_dict if key not in own]
+        extra = dict(self._extra_states(""))
+        takes_extra = {key: module for key, module in self._extra_keys("")}
+        missing = [key for key in own if key not in state_dict] + [key for key in extra if key not in state_dict]
+        unexpected = [key for key in state_dict if key not in own and key not in takes_extra]
         errors = []
         if strict and missing:
             errors.append("Missing key(s) in state_dict: " + ", ".join(f'"{k}"' for k in missing) + ". ")
@@ -417,11 +446,23 @@ class Module:
                               f'{list(source.shape)}, an exception occurred : {error}')
         if errors:
             raise RuntimeError(f"Error(s) in loading state_dict for {type(self).__name__}:\n\t" + "\n\t".join(errors))
-        with tinyamp.no_grad():
+        with no_grad():
             for target, value in pairs:
                 target.array[...] = value
                 target._version[0] += 1
+        for key, module in takes_extra.items():
+            if key in state_dict:
+                module.set_extra_state(state_dict[key])
         return _IncompatibleKeys(missing, unexpected)
+
+    def _extra_keys(self, prefix: str) -> Iterator[tuple[str, "Module"]]:
+        """(key, module) of every module that can load an ``_extra_state`` (its class overrides
+        ``set_extra_state``), held now or not."""
+        if type(self).set_extra_state is not Module.set_extra_state:
+            yield prefix + "_extra_state", self
+        for name, child in self._modules.items():
+            if child is not None:
+                yield from child._extra_keys(f"{prefix}{name}.")
 
     # ---------------------------------------------------------------- repr
     def extra_repr(self) -> str:

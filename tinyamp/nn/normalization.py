@@ -1,4 +1,4 @@
-"""Normalization layers: BatchNorm1d, BatchNorm2d, LayerNorm and GroupNorm.
+"""Normalization layers: BatchNorm1d, BatchNorm2d, BatchNorm3d, LayerNorm and GroupNorm.
 
 These layers are where mixed precision needs care: their statistics (a mean and
 a variance over many values) lose accuracy and overflow easily in float16. So
@@ -18,39 +18,44 @@ from __future__ import annotations
 import numbers
 from typing import Any, Sequence
 
-import tinyamp
-
 from .. import dtypes as dt
 from ..tensor import Tensor
 from .module import Module
 from .parameter import Parameter
+from ..grad_mode import no_grad
+from ..factories import ones, zeros
+from ..ops.normalization import batch_norm, group_norm, layer_norm
+
+
+def register_norm_state(module: Module, num_features: int, eps: float, momentum: "float | None", affine: bool,
+                        track_running_stats: bool, device: Any, dtype: Any, bias: bool = True) -> None:
+    """PyTorch's ``_NormBase`` state: options, affine weight (ones) and bias (zeros), running statistics."""
+    module.num_features, module.eps, module.momentum = num_features, eps, momentum
+    module.affine, module.track_running_stats = affine, track_running_stats
+    module.register_parameter("weight", Parameter(ones(num_features, dtype=dtype, device=device))
+                              if affine else None)
+    module.register_parameter("bias", Parameter(zeros(num_features, dtype=dtype, device=device))
+                              if affine and bias else None)
+    stats = {"running_mean": None, "running_var": None, "num_batches_tracked": None}
+    if track_running_stats:
+        stats = {"running_mean": zeros(num_features, dtype=dtype, device=device),
+                 "running_var": ones(num_features, dtype=dtype, device=device),
+                 "num_batches_tracked": zeros((), dtype=dt.int64, device=device)}
+    for name, value in stats.items():
+        module.register_buffer(name, value)
 
 
 class _BatchNorm(Module):
-    """Shared by BatchNorm1d and BatchNorm2d: normalize each channel (dim 1) over the other dims."""
+    """Shared by the BatchNorm layers: normalize each channel (dim 1) over the other dims."""
 
     _is_normalization = True
     _expected_dims: tuple[int, ...] = ()
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = True,
-                 track_running_stats: bool = True, device: Any = None, dtype: Any = None) -> None:
+                 track_running_stats: bool = True, device: Any = None, dtype: Any = None, *,
+                 bias: bool = True) -> None:
         super().__init__()
-        self.num_features, self.eps, self.momentum = num_features, eps, momentum
-        self.affine, self.track_running_stats = affine, track_running_stats
-        if affine:
-            self.weight = Parameter(tinyamp.ones(num_features, dtype=dtype, device=device))
-            self.bias = Parameter(tinyamp.zeros(num_features, dtype=dtype, device=device))
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
-        if track_running_stats:
-            self.register_buffer("running_mean", tinyamp.zeros(num_features, dtype=dtype, device=device))
-            self.register_buffer("running_var", tinyamp.ones(num_features, dtype=dtype, device=device))
-            self.register_buffer("num_batches_tracked", tinyamp.zeros((), dtype=dt.int64, device=device))
-        else:
-            self.register_buffer("running_mean", None)
-            self.register_buffer("running_var", None)
-            self.register_buffer("num_batches_tracked", None)
+        register_norm_state(self, num_features, eps, momentum, affine, track_running_stats, device, dtype, bias)
 
     def reset_running_stats(self) -> None:
         if self.track_running_stats:
@@ -60,8 +65,9 @@ class _BatchNorm(Module):
 
     def _check_input(self, x: Tensor) -> None:
         if x.ndim not in self._expected_dims:
-            raise ValueError(f"{self!r}: expected {' or '.join(f'{d}D' for d in self._expected_dims)} input, "
-                             f"got {x.ndim}D input of shape {list(x.shape)}")
+            # PyTorch's words first ("expected 4D input (got 2D input)"), then the layer and the shape
+            raise ValueError(f"expected {' or '.join(f'{d}D' for d in self._expected_dims)} input (got {x.ndim}D "
+                             f"input): {self!r} got input of shape {list(x.shape)}")
         if x.shape[1] != self.num_features:
             raise ValueError(f"{self!r}: expected {self.num_features} channels in dimension 1, got input of "
                              f"shape {list(x.shape)}")
@@ -81,7 +87,7 @@ class _BatchNorm(Module):
         track = not self.training or self.track_running_stats
         running_mean = self.running_mean if track else None
         running_var = self.running_var if track else None
-        return tinyamp.ops.batch_norm(x, running_mean, running_var, self.weight, self.bias,
+        return batch_norm(x, running_mean, running_var, self.weight, self.bias,
                                       use_batch_stats, factor, self.eps)
 
     def extra_repr(self) -> str:
@@ -101,6 +107,12 @@ class BatchNorm2d(_BatchNorm):
     _expected_dims = (4,)
 
 
+class BatchNorm3d(_BatchNorm):
+    """Batch normalization over (N, C, D, H, W) inputs."""
+
+    _expected_dims = (5,)
+
+
 class LayerNorm(Module):
     """Normalize over the trailing ``normalized_shape`` dims; weight ones, bias zeros."""
 
@@ -113,9 +125,9 @@ class LayerNorm(Module):
         shape = (int(normalized_shape),) if integral else tuple(normalized_shape)
         self.normalized_shape, self.eps, self.elementwise_affine = shape, eps, elementwise_affine
         if elementwise_affine:
-            self.weight = Parameter(tinyamp.ones(shape, dtype=dtype, device=device))
+            self.weight = Parameter(ones(shape, dtype=dtype, device=device))
             if bias:
-                self.bias = Parameter(tinyamp.zeros(shape, dtype=dtype, device=device))
+                self.bias = Parameter(zeros(shape, dtype=dtype, device=device))
             else:
                 self.register_parameter("bias", None)
         else:
@@ -124,7 +136,7 @@ class LayerNorm(Module):
 
     def reset_parameters(self) -> None:
         """Weight back to ones and bias to zeros (PyTorch's initialisation)."""
-        with tinyamp.no_grad():
+        with no_grad():
             if self.weight is not None:
                 self.weight.fill_(1)
             if self.bias is not None:
@@ -135,7 +147,7 @@ class LayerNorm(Module):
         if x.ndim < n or tuple(x.shape[x.ndim - n:]) != self.normalized_shape:
             raise ValueError(f"{self!r}: expected input with trailing shape {list(self.normalized_shape)}, "
                              f"got {list(x.shape)}")
-        return tinyamp.ops.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+        return layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
 
     def extra_repr(self) -> str:
         return (f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}, "
@@ -154,15 +166,15 @@ class GroupNorm(Module):
             raise ValueError("num_channels must be divisible by num_groups")
         self.num_groups, self.num_channels, self.eps, self.affine = num_groups, num_channels, eps, affine
         if affine:
-            self.weight = Parameter(tinyamp.ones(num_channels, dtype=dtype, device=device))
-            self.bias = Parameter(tinyamp.zeros(num_channels, dtype=dtype, device=device))
+            self.weight = Parameter(ones(num_channels, dtype=dtype, device=device))
+            self.bias = Parameter(zeros(num_channels, dtype=dtype, device=device))
         else:
             self.register_parameter("weight", None)
             self.register_parameter("bias", None)
 
     def reset_parameters(self) -> None:
         """Weight back to ones and bias to zeros (PyTorch's initialisation)."""
-        with tinyamp.no_grad():
+        with no_grad():
             if self.affine:
                 self.weight.fill_(1)
                 self.bias.fill_(0)
@@ -171,7 +183,7 @@ class GroupNorm(Module):
         if x.ndim < 2 or x.shape[1] != self.num_channels:
             raise ValueError(f"{self!r}: expected input of shape (N, {self.num_channels}, *), got "
                              f"{list(x.shape)} ({dt.dtype_name(x.dtype)})")
-        return tinyamp.ops.group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
+        return group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
 
     def extra_repr(self) -> str:
         return f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}"

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import tinyamp
-
 from ..tensor import Tensor
 from .module import Module
+from ..ops.conv import adaptive_avg_pool2d, avg_pool2d, max_pool2d
 
 
 class MaxPool2d(Module):
@@ -21,7 +20,7 @@ class MaxPool2d(Module):
         self.return_indices, self.ceil_mode = return_indices, ceil_mode
 
     def forward(self, x: Tensor) -> Any:
-        return tinyamp.ops.max_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation,
+        return max_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation,
                                       ceil_mode=self.ceil_mode, return_indices=self.return_indices)
 
     def extra_repr(self) -> str:
@@ -40,7 +39,7 @@ class AvgPool2d(Module):
         self.ceil_mode, self.count_include_pad = ceil_mode, count_include_pad
 
     def forward(self, x: Tensor) -> Tensor:
-        return tinyamp.ops.avg_pool2d(x, self.kernel_size, self.stride, self.padding,
+        return avg_pool2d(x, self.kernel_size, self.stride, self.padding,
                                       ceil_mode=self.ceil_mode, count_include_pad=self.count_include_pad)
 
     def extra_repr(self) -> str:
@@ -55,7 +54,7 @@ class AdaptiveAvgPool2d(Module):
         self.output_size = output_size
 
     def forward(self, x: Tensor) -> Tensor:
-        return tinyamp.ops.adaptive_avg_pool2d(x, self.output_size)
+        return adaptive_avg_pool2d(x, self.output_size)
 
     def extra_repr(self) -> str:
         return f"output_size={self.output_size}"

@@ -14,12 +14,12 @@ from typing import Any, Iterable
 
 import numpy as np
 
-import tinyamp
-
 from .. import backend
 from .. import dtypes as dt
 from ..kernels.convert import convert
 from ..tensor import Tensor
+from ..factories import tensor
+from ..ops.shape import cat
 
 
 def _grads(parameters: "Tensor | Iterable[Tensor]") -> list[Tensor]:
@@ -53,7 +53,7 @@ def clip_grad_norm_(parameters: "Tensor | Iterable[Tensor]", max_norm: float, no
     grads = _grads(parameters)
     norm_type = float(norm_type)
     if not grads:
-        return tinyamp.tensor(0.0)
+        return tensor(0.0)
     device = grads[0].device
     xp = device.xp
     per_grad = [backend.to_device(_norm(g.device.xp, g.array, norm_type), device) for g in grads]
@@ -86,7 +86,7 @@ def clip_grad_value_(parameters: "Tensor | Iterable[Tensor]", clip_value: float,
 
 def parameters_to_vector(parameters: Iterable[Tensor]) -> Tensor:
     """All parameters flattened and concatenated (recorded: the result is differentiable)."""
-    return tinyamp.ops.cat([p.reshape(-1) for p in parameters])
+    return cat([p.reshape(-1) for p in parameters])
 
 
 def vector_to_parameters(vec: Tensor, parameters: Iterable[Tensor]) -> None:

@@ -2,7 +2,8 @@
 
 ``TENSOR_METHODS`` maps Tensor method names (``x.exp()``, ``x.sum(1)``) to these
 functions; ``Tensor.__getattr__`` looks them up, so method and function forms
-are one implementation.
+are one implementation. ``methods.py`` holds the rest of the Tensor API and is
+installed on ``Tensor`` here, once every family is loaded.
 """
 
 from __future__ import annotations
@@ -37,10 +38,9 @@ from .dropout import dropout, dropout1d, dropout2d
 from .embedding import embedding
 from .loss import cross_entropy, huber_loss, l1_loss, mse_loss, nll_loss, smooth_l1_loss
 from .loss_binary import binary_cross_entropy, binary_cross_entropy_with_logits
-from .normalization import batch_norm, group_norm, layer_norm
+from .normalization import batch_norm, group_norm, instance_norm, layer_norm
 from .softmax import log_softmax, logsumexp, softmax
 
-# Added for porting (issue 12): triangles, lerp, multinomial, attention.
 from . import attention, sampling, triangular
 from . import lerp as _lerp_family
 from .attention import scaled_dot_product_attention
@@ -55,6 +55,27 @@ _FAMILIES += [_softmax_family, loss, loss_binary, normalization, _dropout_family
 _FAMILIES += [floor_division, logical, vector_norms, sorting, statistics]
 _FAMILIES += [attention, _lerp_family, sampling, triangular]
 
-TENSOR_METHODS: dict = {}
+# Added for porting (issue 31): resampling, reversal, the median, gathers and scatters, einsum, the product,
+# the KL divergence.
+from . import einsum as _einsum_family, flip as _flip_family, median as _median_family
+from . import gather_scatter, loss_kl, product, upsample as _upsample_family
+from .activation import relu_
+from .einsum import einsum
+from .flip import flip, fliplr, flipud
+from .gather_scatter import gather, scatter, scatter_add
+from .loss_kl import kl_div
+from .median import median
+from .product import prod
+from .upsample import interpolate, upsample, upsample_bilinear, upsample_nearest
+
+_FAMILIES += [_upsample_family, _einsum_family, _flip_family, _median_family, gather_scatter, loss_kl, product]
+
+from .. import factories
+from ..tensor import Tensor
+from . import methods
+from .methods import TENSOR_METHODS
+
 for _family in _FAMILIES:
     TENSOR_METHODS.update(_family.METHODS)
+TENSOR_METHODS.update(factories.METHODS)  # x.new_zeros(...), x.new_tensor(...)
+methods.install(Tensor)

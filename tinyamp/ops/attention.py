@@ -7,19 +7,19 @@ For query ``q`` (..., L, E), key ``k`` (..., S, E) and value ``v`` (..., S, Ev):
     y = dropout(p) @ v                          (..., L, Ev)
 
 LOWER, as in PyTorch's autocast lists: under autocast q, k, v (and a float
-mask) arrive in float16/bfloat16. Inside, the op does what fused attention
-kernels do: the scores come from ``gemm`` with float32 accumulation and stay
-float32 through the scaling, the mask and the softmax (an exponential and a
-sum: where float16 would overflow and lose mass), and the output product is
-accumulated in float32 and rounded once to the input dtype.
+mask) arrive in float16/bfloat16. The forward is one kernel (``kernels/attention.py``)
+that does what fused attention kernels do: float32 accumulation, float32 scores,
+mask and softmax (an exponential and a sum: where float16 would overflow and lose
+mass), one rounding of the output, and the log-sum-exp of each row kept for the
+backward instead of the L x S probabilities.
 
-The backward is written in tinyamp ops, so it is differentiable (double
-backward). Like a fused kernel's backward it does not keep the L x S
-probabilities: it recomputes them from q and k (one more product), and keeps
-only the boolean masks::
+The backward is the paired ``SdpaBackward`` op (one kernel, which recomputes the
+probabilities from q, k and the log-sum-exp)::
 
     dv = p'^T gy,  dp' = gy v^T,  dp = dropout's scaling of dp'
     ds = p * (dp - sum(dp * p, -1)),  dq = ds k * scale,  dk = ds^T q * scale,  dmask = ds
+
+and its own backward (double backward) is written in tinyamp ops.
 
 Batch dimensions of q, k, v broadcast. ``enable_gqa=True`` repeats each key
 and value head for a group of query heads (dim -3) before the op, in tinyamp
@@ -41,12 +41,12 @@ from ..random import default_generator
 from ..tensor import Tensor
 from .broadcast import expand, sum_to
 from .cast import cast
-from ..kernels.gemm import gemm
+from ..kernels import attention as attention_kernels
 from .linalg import matmul
 from .reduce import sum as _sum
 from .clamp_where import masked_fill, where
 from .shape import reshape, unsqueeze
-from .softmax import shifted, softmax
+from .softmax import softmax
 
 OP = "scaled_dot_product_attention"
 
@@ -86,10 +86,11 @@ def _check_operands(q: Any, k: Any, v: Any, mask: Any) -> tuple:
 
 
 class ScaledDotProductAttention(Function):
-    """y = softmax(q k^T scale + mask) v (float32 scores and softmax, one rounding); backward recomputes p"""
+    """y = softmax(q k^T scale + mask) v (float32 scores and softmax, one rounding); dq, dk, dv = sdpa_backward"""
 
     precision = LOWER
     name = OP
+    save_outputs = ()
 
     def __init__(self, mask_kind: "str | None", dropout_p: float, is_causal: bool, scale: "float | None") -> None:
         self.mask_kind, self.dropout_p, self.is_causal, self.scale = mask_kind, dropout_p, is_causal, scale
@@ -97,77 +98,135 @@ class ScaledDotProductAttention(Function):
 
     def forward(self, xp: Any, q: Any, k: Any, v: Any, mask: Any = None) -> Any:
         scores_shape = _check_operands(q, k, v, mask)
-        compute = dt.float32 if dt.is_low_precision(q.dtype) else q.dtype
         if self.scale is None:
             self.scale = 1.0 / math.sqrt(q.shape[-1]) if q.shape[-1] else 1.0
-        scores = gemm(q, k, compute, trans_b=True) * compute.type(self.scale)
-        if self.mask_kind == "float":
-            scores = scores + mask.astype(compute, copy=False)
-        self.allowed = self._allowed(xp, scores_shape, mask)
-        if self.allowed is not None:
-            scores = xp.where(self.allowed, scores, -np.inf)
-        z, _ = shifted(xp, scores, -1)  # a row of -inf is shifted by 0, not made NaN
-        e = xp.exp(z)
-        total = e.sum(axis=-1, keepdims=True)
-        # An all-masked row has total 0: PyTorch returns zeros there (its "safe softmax").
-        self.dead_rows = total == 0
-        p = e / xp.where(self.dead_rows, 1, total)
         self.keep = None
         if self.dropout_p > 0:
             rng = default_generator(backend.device_of(q)).rng
-            self.keep = rng.random(p.shape, dtype=xp.float32) >= self.dropout_p
-            p = xp.where(self.keep, p * compute.type(self._dropout_scale()), 0)
-        return gemm(p, v.astype(compute, copy=False)).astype(q.dtype, copy=False)
+            self.keep = rng.random(scores_shape, dtype=xp.float32) >= self.dropout_p
+        self.bool_mask = mask if self.mask_kind == "bool" else None
+        y, self.lse = attention_kernels.forward(q, k, v, mask, causal=self.is_causal, scale=self.scale,
+                                                keep=self.keep, dropout_scale=self._dropout_scale())
+        self.y = y  # a constant of the backward (its probabilities' row sums), not an input of it
+        return y
 
     def _dropout_scale(self) -> float:
         return 0.0 if self.dropout_p >= 1 else 1.0 / (1.0 - self.dropout_p)
 
-    def _allowed(self, xp: Any, scores_shape: tuple, mask: Any) -> Any:
-        """Where attention may look (bool, broadcastable to the scores), or None when everywhere."""
-        length, source = scores_shape[-2:]
-        if self.is_causal:
-            return xp.tril(xp.ones((length, source), dtype=bool))  # query i sees keys 0..i (top-left aligned)
-        return mask if self.mask_kind == "bool" else None
+    def backward(self, gy: Tensor) -> tuple:
+        saved = self.saved_tensors
+        mask = saved[3] if self.mask_kind == "float" else None
+        grad_op = SdpaBackward(self, self.needs_input_grad)
+        inputs = saved[:3] + (gy,) + ((mask,) if mask is not None else ())
+        outputs = grad_op(*inputs)
+        grads: list = [None] * len(self.needs_input_grad)
+        for index, g in zip(grad_op.outs, outputs if isinstance(outputs, tuple) else (outputs,)):
+            grads[index] = g
+        return tuple(grads)
+
+
+class SdpaBackward(Function):
+    """dq, dk, dv (, dmask) of attention (one kernel); their backward (double backward) in tinyamp ops
+
+    The first-order gradient is a chain of products and a softmax's vector-Jacobian product; its
+    backward runs that chain in reverse with cotangents aq, ak, av (, am), recomputing p in ops.
+    """
+
+    precision = LOWER
+    name = "scaled_dot_product_attention_backward"
+
+    def __init__(self, att: ScaledDotProductAttention, needs: tuple) -> None:
+        self.att = att
+        float_mask = att.mask_kind == "float"
+        self.outs = [i for i in range(4 if float_mask else 3) if needs[i]]
+        self.save_inputs = (0, 1, 2, 3, 4) if float_mask else (0, 1, 2, 3)
+
+    def forward(self, xp: Any, q: Any, k: Any, v: Any, gy: Any, mask: Any = None) -> Any:
+        att = self.att
+        needs = tuple(i in self.outs for i in range(4))
+        grads = attention_kernels.backward(q, k, v, att.y, gy, att.lse, mask if mask is not None else att.bool_mask,
+                                           causal=att.is_causal, scale=att.scale, keep=att.keep,
+                                           dropout_scale=att._dropout_scale(), needs=needs)
+        return tuple(grads[i] for i in self.outs)
 
     def _probabilities(self, q: Tensor, k: Tensor, mask: "Tensor | None") -> Tensor:
         """p recomputed in tinyamp ops from float32 (or float64) q, k and mask: differentiable."""
-        scores = matmul(q, k.transpose(-2, -1)) * self.scale
+        att = self.att
+        xp = q.device.xp
+        scores = matmul(q, k.transpose(-2, -1)) * att.scale
         if mask is not None:
             scores = scores + cast(mask, scores.dtype)
-        if self.allowed is not None:
-            scores = masked_fill(scores, ~self.allowed, -np.inf)
+        allowed = (xp.tril(xp.ones(scores.shape[-2:], dtype=bool)) if att.is_causal else att.bool_mask)
+        if allowed is not None:
+            scores = masked_fill(scores, Tensor._wrap(~allowed), -np.inf)
         # An all-masked row is softmaxed as zeros (no 0 / 0, no NaN gradient) and then zeroed.
-        scores = masked_fill(scores, self.dead_rows, 0.0)
-        return where(self.dead_rows, 0.0, softmax(scores, -1))
+        dead = Tensor._wrap(~xp.isfinite(att.lse)[..., None])
+        scores = masked_fill(scores, dead, 0.0)
+        return where(dead, 0.0, softmax(scores, -1))
 
-    def backward(self, gy: Tensor) -> tuple:
+    def backward(self, *cotangents: Tensor) -> tuple:
+        att = self.att
         saved = self.saved_tensors
-        q, k, v = saved[:3]
-        mask = saved[3] if self.mask_kind == "float" else None
-        compute = dt.float32 if dt.is_low_precision(q.dtype) else q.dtype
+        q, k, v, gy = saved[:4]
+        mask = saved[4] if att.mask_kind == "float" else None
+        compute = dt.opmath_dtype(q.dtype)
         qc, kc, vc, gc = (cast(t, compute) for t in (q, k, v, gy))
+        cot = {i: cast(c, compute) for i, c in zip(self.outs, cotangents)}
+        scale = att.scale
         p = self._probabilities(qc, kc, None if mask is None else cast(mask, compute))
-        dropped = p
-        if self.keep is not None:  # dropout's factor per element: 1 / (1 - dropout_p) where kept, else 0
-            xp = backend.array_module(self.keep)
-            drop = Tensor._wrap(xp.where(self.keep, compute.type(self._dropout_scale()), compute.type(0)))
-            dropped = p * drop
+        drop = None
+        if att.keep is not None:  # dropout's factor per element: 1 / (1 - dropout_p) where kept, else 0
+            xp = q.device.xp
+            drop = Tensor._wrap(xp.where(att.keep, compute.type(att._dropout_scale()), compute.type(0)))
+        dropped = p if drop is None else p * drop
+        dp = matmul(gc, vc.transpose(-2, -1))
+        if drop is not None:
+            dp = dp * drop
+        r = _sum(dp * p, -1, keepdim=True)
+        ds = p * (dp - r)
+        a_q = a_k = a_v = a_gy = None
+        # Reverse of dq = ds k scale, dk = ds^T q scale, dmask = ds:
+        a_ds = None
+        if 0 in cot:
+            a_ds = matmul(cot[0], kc.transpose(-2, -1)) * scale
+            a_k = matmul(ds.transpose(-2, -1), cot[0]) * scale
+        if 1 in cot:
+            term = matmul(qc, cot[1].transpose(-2, -1)) * scale
+            a_ds = term if a_ds is None else a_ds + term
+            a_q = matmul(ds, cot[1]) * scale
+        if 3 in cot:
+            a_ds = expand(cot[3], *ds.shape) if a_ds is None else a_ds + cot[3]
+        a_p = None
+        if a_ds is not None:
+            # Reverse of ds = p (dp - r), r = sum(dp p): the softmax's vector-Jacobian product in both inputs.
+            t = _sum(a_ds * p, -1, keepdim=True)
+            a_dp = p * (a_ds - t)
+            a_p = a_ds * (dp - r) - dp * t
+            if drop is not None:
+                a_dp = a_dp * drop
+            a_gy = matmul(a_dp, vc)
+            a_v = matmul(a_dp.transpose(-2, -1), gc)
+        if 2 in cot:  # reverse of dv = dropped^T gy
+            a_dropped = matmul(gc, cot[2].transpose(-2, -1))
+            term = a_dropped if drop is None else a_dropped * drop
+            a_p = term if a_p is None else a_p + term
+            term = matmul(dropped, cot[2])
+            a_gy = term if a_gy is None else a_gy + term
+        a_mask = None
+        if a_p is not None:  # reverse of p = softmax(q k^T scale + mask)
+            a_s = p * (a_p - _sum(a_p * p, -1, keepdim=True))
+            term = matmul(a_s, kc) * scale
+            a_q = term if a_q is None else a_q + term
+            term = matmul(a_s.transpose(-2, -1), qc) * scale
+            a_k = term if a_k is None else a_k + term
+            a_mask = a_s
+        shapes = self.input_shapes
         needs = self.needs_input_grad
-        grads: list = [None] * len(needs)
-        shapes = list(self.input_shapes)
-        if needs[2]:
-            grads[2] = cast(sum_to(matmul(dropped.transpose(-2, -1), gc), shapes[2]), v.dtype)
-        if any(needs[:2]) or (mask is not None and needs[3]):
-            dp = matmul(gc, vc.transpose(-2, -1))
-            if self.keep is not None:
-                dp = dp * drop
-            ds = p * (dp - _sum(dp * p, -1, keepdim=True))
-            if needs[0]:
-                grads[0] = cast(sum_to(matmul(ds, kc) * self.scale, shapes[0]), q.dtype)
-            if needs[1]:
-                grads[1] = cast(sum_to(matmul(ds.transpose(-2, -1), qc) * self.scale, shapes[1]), k.dtype)
-            if mask is not None and needs[3]:
-                grads[3] = cast(sum_to(ds, shapes[3]), mask.dtype)
+        grads = []
+        for index, (g, source) in enumerate(zip((a_q, a_k, a_v, a_gy, a_mask), (q, k, v, gy, mask))):
+            if index >= len(needs):
+                break
+            grads.append(cast(sum_to(g, shapes[index]), source.dtype) if needs[index] and g is not None else None)
         return tuple(grads)
 
 

@@ -1,4 +1,4 @@
-"""Explicit broadcasting: ``broadcast_to``/``expand`` and their adjoint ``sum_to``.
+"""Explicit broadcasting: ``broadcast_to``/``expand`` and their adjoint ``sum_to``; the dims rule of reductions.
 
 Binary ops broadcast their operands (PyTorch semantics); their backward calls
 ``sum_to`` to reduce each gradient back to its operand's shape, so the gradient
@@ -15,6 +15,24 @@ from .. import dtypes as dt
 from ..precision import NEUTRAL
 from ..autograd.function import Function
 from ..tensor import Tensor
+
+
+def normalize_dims(op: str, dim: "int | Sequence[int] | None", ndim: int) -> tuple[int, ...]:
+    """``dim`` as a sorted tuple of non-negative axes; None means all."""
+    if dim is None:
+        return tuple(range(ndim))
+    dims = (dim,) if isinstance(dim, int) else tuple(dim)
+    result = []
+    bound = max(ndim, 1)
+    for d in dims:
+        if not -bound <= d < bound:
+            raise IndexError(f"{op}: dimension {d} out of range for a tensor with {ndim} dimensions")
+        if ndim:  # a 0-d tensor accepts dim 0 or -1 and has nothing to reduce
+            if d % ndim in result:  # sum(x, (1, -1)) is a mistake, not one reduction (PyTorch refuses too)
+                raise ValueError(f"{op}: dim {d % ndim} appears multiple times in the list of dims "
+                                 f"{list(dims)}")
+            result.append(d % ndim)
+    return tuple(sorted(result))
 
 
 def broadcasting(op: str, ufunc: Any, *arrays: Any) -> Any:

@@ -3,6 +3,14 @@
 This file is tinyamp's AMP in miniature (after Chainer's ``cast.py``): autocast
 inserts ``Cast`` nodes on the tape, and because a Cast's backward casts the
 gradient back to the source dtype, float32 parameters receive float32 gradients.
+
+``Fp8Cast`` is the same node below 16 bits: it quantises its input with the
+quantiser it carries (the recipe's rule and state: scale, amax history or block
+scales; ``amp/recipe.py``) into an fp8 array that stands for the input's values
+in a nominal dtype (``kernels/fp8_quantize.py``: codes and scales together); its
+backward hands the gradient back in the input's dtype. Only the fp8 GEMMs
+(``ops/fp8_linalg.py``) read its output; the gradient *they* receive is
+quantised by another Fp8Cast, in the backward format (E5M2 under HYBRID).
 """
 
 from __future__ import annotations
@@ -52,6 +60,25 @@ class CachedCast(Cast):
         return self.array
 
 
+class Fp8Cast(Function):
+    """y = quantize(x) (fp8 codes + scales standing for x in the nominal dtype); dx = gy as x's dtype"""
+
+    precision = NEUTRAL
+    name = "fp8_cast"
+
+    def __init__(self, quantizer: Any, nominal: np.dtype, region: Any = None, cached: Any = None) -> None:
+        self.quantizer, self.nominal, self.region, self.cached = quantizer, nominal, region, cached
+
+    def forward(self, xp: Any, x: Any) -> Any:
+        self.source = x.dtype
+        if self.cached is not None:  # the fp8 weight cache's entry: codes and scale made together earlier
+            return self.cached
+        return self.quantizer.quantize(x, self.nominal, self.region)
+
+    def backward(self, gy: Tensor) -> Tensor:
+        return cast(gy, self.source)
+
+
 class ToDevice(Function):
     """y = x on another device; dx = gy moved back"""
 
@@ -87,6 +114,11 @@ def cast(x: Tensor, dtype: Any) -> Tensor:
     if x.dtype == dtype:
         return x
     return Cast(dtype)(x)
+
+
+def fp8_cast(x: Tensor, quantizer: Any, nominal: Any = None, region: Any = None) -> Tensor:
+    """``x`` quantised by ``quantizer`` (an ``amp.recipe.Quantizer``), standing for ``nominal`` (default x's dtype)."""
+    return Fp8Cast(quantizer, dt.as_dtype(x.dtype if nominal is None else nominal), region)(x)
 
 
 def to_device(x: Tensor, device: Any) -> Tensor:

@@ -11,8 +11,6 @@ from typing import Any
 
 import numpy as np
 
-import tinyamp
-
 from .. import backend
 from .. import dtypes as dt
 from ..precision import NEUTRAL, PROMOTE
@@ -20,6 +18,7 @@ from ..autograd.function import Function
 from ..tensor import Tensor
 from .broadcast import broadcasting, sum_to
 from .cast import cast
+from .logical import nonzero
 
 
 def _split_gradient(gy: Tensor, wins: Any, ties: Any, shapes: list) -> tuple:
@@ -169,7 +168,7 @@ def where(condition: Any, input: Any = _ONLY_CONDITION, other: Any = _ONLY_CONDI
     ``where(condition)`` alone is ``nonzero(condition, as_tuple=True)``, as in PyTorch.
     """
     if input is _ONLY_CONDITION and other is _ONLY_CONDITION:
-        return tinyamp.ops.nonzero(condition, as_tuple=True)
+        return nonzero(condition, as_tuple=True)
     if input is _ONLY_CONDITION or other is _ONLY_CONDITION:
         raise TypeError("where: expected where(condition) or where(condition, input, other)")
     array = _condition_array(condition)

@@ -2,11 +2,11 @@
 
 ``embedding(input, weight)`` returns ``weight[input]``; its weight gradient is a
 scatter-add of the output gradient into the rows that were read, so repeated
-indices accumulate (``numpy.add.at`` on the CPU, ``cupyx.scatter_add`` on a GPU,
-reached through tinyamp.backend). float16/bfloat16 gradients accumulate in
-float32 and are rounded once. ``padding_idx`` rows get a zero gradient. An
-out-of-range index is refused (on a GPU at the next host read; its output row
-is NaN and its gradient reaches no row: ``kernels/embedding.py``).
+indices accumulate (one kernel each way: ``kernels/embedding.py``).
+float16/bfloat16 gradients accumulate in float32 and are rounded once.
+``padding_idx`` rows get a zero gradient. An out-of-range index is refused (on
+a GPU at the next host read; its output row is NaN and its gradient reaches no
+row: ``kernels/embedding.py``).
 
 Both ops are NEUTRAL: a lookup does no arithmetic, so the output keeps the
 weight's dtype (PyTorch leaves embedding off its autocast lists too).
@@ -16,22 +16,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
-from .. import backend
 from .. import dtypes as dt
 from ..precision import NEUTRAL
 from ..autograd.function import Function
-from ..kernels.embedding import checked_indices
 from ..tensor import Tensor
-
-
-def _scatter_add(xp: Any, out: Any, index: Any, values: Any) -> None:
-    """out[index[i]] += values[i], accumulating repeated indices."""
-    if backend.is_cupy_array(out):
-        backend.cuda_lib("cupyx").scatter_add(out, index, values)
-    else:
-        xp.add.at(out, index, values)
+from ..kernels import embedding as embedding_kernels
 
 
 class Embedding(Function):
@@ -49,15 +38,9 @@ class Embedding(Function):
         if weight.ndim != 2:
             raise ValueError(f"embedding: weight must be 2-D (num_embeddings, embedding_dim), "
                              f"got shape {list(weight.shape)}")
-        self.poison = None
-        if self.check and idx.size:
-            # The CPU refuses a bad index; a GPU flags it for the next host read and reads row 0 instead.
-            idx, self.poison = checked_indices(xp, idx, weight.shape)
-        self.idx = idx  # an integer constant of the graph, kept for the scatter in backward
-        out = weight[idx]
-        if self.poison is not None and weight.dtype in dt.FLOATING:
-            out = xp.where(self.poison[..., None], weight.dtype.type(np.nan), out)  # a scalar: no upload
-        return out
+        # The CPU refuses a bad index; a GPU flags it for the next host read (kernels/embedding.py).
+        out, self.idx, self.poison = embedding_kernels.forward(idx, weight, self.check)
+        return out  # self.idx: the indices read, an integer constant of the graph for the backward's scatter
 
     def backward(self, gy: Tensor) -> tuple:
         if not self.needs_input_grad[1]:
@@ -76,16 +59,7 @@ class EmbeddingGrad(Function):
         self.idx, self.rows, self.padding_idx, self.poison = idx, rows, padding_idx, poison
 
     def forward(self, xp: Any, gy: Any) -> Any:
-        dim = gy.shape[-1]
-        acc = dt.opmath_dtype(gy.dtype)
-        out = xp.zeros((self.rows, dim), dtype=acc)
-        values = gy.reshape(-1, dim).astype(acc, copy=False)
-        if self.poison is not None:  # out-of-range indices on a GPU: their gradient goes to no row
-            values = xp.where(self.poison.reshape(-1, 1), np.dtype(acc).type(0), values)
-        _scatter_add(xp, out, self.idx.reshape(-1), values)
-        if self.padding_idx is not None:
-            out[self.padding_idx] = 0
-        return out.astype(gy.dtype, copy=False)
+        return embedding_kernels.backward(gy, self.idx, self.rows, self.padding_idx, self.poison)
 
     def backward(self, ggw: Tensor) -> Tensor:
         # The adjoint of a scatter-add is a gather; positions that read the padding

@@ -16,7 +16,7 @@ from ..precision import NEUTRAL, PROMOTE
 from ..autograd.function import Function
 from ..tensor import Tensor
 from .broadcast import broadcasting
-from .reduce import normalize_dims
+from .broadcast import normalize_dims
 
 
 class AllTrue(Function):

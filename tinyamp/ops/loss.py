@@ -25,7 +25,7 @@ from .. import backend
 from .. import dtypes as dt
 from ..precision import FP32
 from ..autograd.function import Function
-from ..autograd.grad_mode import is_grad_enabled
+from ..grad_mode import is_grad_enabled
 from ..kernels import cross_entropy as fused_loss
 from ..tensor import Tensor
 from .cast import cast

@@ -9,7 +9,7 @@ reductions see float32 inputs under autocast anyway.
 from __future__ import annotations
 
 import builtins
-from typing import Any, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -20,26 +20,8 @@ from ..kernels.cuda import cuda_vector
 from ..kernels.convert import convert
 from ..tensor import Tensor
 from .broadcast import broadcast_to
+from .broadcast import normalize_dims
 from .clamp_where import maximum, minimum
-
-
-def normalize_dims(op: str, dim: "int | Sequence[int] | None", ndim: int) -> tuple[int, ...]:
-    """``dim`` as a sorted tuple of non-negative axes; None means all."""
-    if dim is None:
-        return tuple(range(ndim))
-    dims = (dim,) if isinstance(dim, int) else tuple(dim)
-    result = []
-    # This module defines its own max(): use the builtin explicitly.
-    bound = builtins.max(ndim, 1)
-    for d in dims:
-        if not -bound <= d < bound:
-            raise IndexError(f"{op}: dimension {d} out of range for a tensor with {ndim} dimensions")
-        if ndim:  # a 0-d tensor accepts dim 0 or -1 and has nothing to reduce
-            if d % ndim in result:  # sum(x, (1, -1)) is a mistake, not one reduction (PyTorch refuses too)
-                raise ValueError(f"{op}: dim {d % ndim} appears multiple times in the list of dims "
-                                 f"{list(dims)}")
-            result.append(d % ndim)
-    return tuple(sorted(result))
 
 
 def keepdim_shape(shape: tuple, dims: tuple) -> tuple:

@@ -22,7 +22,7 @@ from .. import dtypes as dt
 from ..precision import NEUTRAL, PROMOTE
 from ..autograd.function import Function
 from ..tensor import Tensor
-from .broadcast import broadcast_to
+from .broadcast import broadcast_to, sum_to
 from .indexing import getitem
 
 
@@ -185,7 +185,13 @@ class Pad(Function):
 # Public functions
 # ---------------------------------------------------------------------------
 
-def reshape(x: Tensor, *shape: Any) -> Tensor:
+def reshape(x: Tensor, *shape: Any, **kwargs: Any) -> Tensor:
+    """``reshape(2, 3)``, ``reshape((2, 3))`` or ``reshape(shape=(2, 3))`` (PyTorch's keyword)."""
+    if kwargs:
+        if shape or set(kwargs) != {"shape"}:
+            raise TypeError(f"reshape(): expected the shape as positional ints, a tuple or shape=, got "
+                            f"{list(shape)} and keywords {sorted(kwargs)}")
+        shape = (kwargs["shape"],)
     shape = _shape_arg(shape)
     return x if x.shape == shape else Reshape(shape)(x)
 
@@ -212,18 +218,31 @@ def t(x: Tensor) -> Tensor:
     return x if x.ndim < 2 else transpose(x, 0, 1)
 
 
+class Repeat(Function):
+    """y = x tiled sizes[i] times along dim i (a new array, as PyTorch's); dx = gy summed over the copies"""
+
+    precision = NEUTRAL
+
+    def __init__(self, sizes: tuple) -> None:
+        self.sizes = sizes
+
+    def forward(self, xp: Any, x: Any) -> Any:
+        return xp.tile(x, self.sizes)  # always a copy: writing into the result never reaches x
+
+    def backward(self, gy: Tensor) -> Tensor:
+        shape = (1,) * (len(self.sizes) - len(self.input_shapes[0])) + self.input_shapes[0]
+        paired = tuple(v for r, s in zip(self.sizes, shape) for v in (r, s))  # (r0, s0, r1, s1, ...)
+        summed = sum_to(reshape(gy, paired), tuple(v for s in shape for v in (1, s)))
+        return reshape(summed, self.input_shapes[0])
+
+
 def repeat(x: Tensor, *sizes: Any) -> Tensor:
-    """Tile ``x`` ``sizes[i]`` times along dim i (extra leading sizes add dims): ``Tensor.repeat``."""
+    """Tile ``x`` ``sizes[i]`` times along dim i (extra leading sizes add dims): ``Tensor.repeat``, a copy."""
     sizes = _shape_arg(sizes)
     if len(sizes) < x.ndim or any(r < 0 for r in sizes):
         raise ValueError(f"repeat: needs one non-negative count per dimension (at least {x.ndim}), got "
                          f"{list(sizes)} for shape {list(x.shape)}")
-    shape = (1,) * (len(sizes) - x.ndim) + x.shape
-    # Broadcast (1, s0, 1, s1, ...) to (r0, s0, r1, s1, ...) and merge each pair: the
-    # broadcast's adjoint sums the copies, so the gradient comes for free.
-    paired = tuple(v for s in shape for v in (1, s))
-    target = tuple(v for r, s in zip(sizes, shape) for v in (r, s))
-    return reshape(broadcast_to(reshape(x, paired), target), tuple(r * s for r, s in zip(sizes, shape)))
+    return Repeat(tuple(int(r) for r in sizes))(x)
 
 
 def flatten(x: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
@@ -360,7 +379,10 @@ def pad(x: Tensor, pad: Sequence[int], mode: str = "constant", value: "float | N
 
 
 def contiguous(x: Tensor, memory_format: Any = None) -> Tensor:
-    """No-op: tinyamp ops accept any memory layout (kept for PyTorch portability)."""
+    """No-op: tinyamp ops accept any memory layout; ``memory_format`` (``channels_last``) is accepted and the
+    layout stays row-major."""
+    if memory_format is not None and not isinstance(memory_format, dt.memory_format):
+        raise TypeError(f"contiguous(): memory_format must be a tinyamp.memory_format, got {memory_format!r}")
     return x
 
 

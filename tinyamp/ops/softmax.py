@@ -6,9 +6,10 @@ an exponential followed by a sum is exactly where float16 overflows and loses
 mass). Outside autocast, float16/bfloat16 inputs are computed in float32 and
 rounded once to the input dtype, like the reductions in ops/reduce.py.
 
-Backwards are written in tinyamp ops on the saved *output* (``y``), so they are
-themselves differentiable: ``dx = y * (gy - sum(gy * y))`` for softmax and
-``dx = gy - exp(y) * sum(gy)`` for log_softmax.
+softmax and log_softmax are one kernel each way (``kernels/softmax.py``); their
+gradients ``dx = y * (gy - sum(gy * y))`` and ``dx = gy - exp(y) * sum(gy)`` (on the
+saved *output* ``y``) are the paired ``SoftmaxBackward`` / ``LogSoftmaxBackward`` ops,
+whose own backwards are written in tinyamp ops (double backward).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from .cast import cast
 from .elementwise import exp
 from .reduce import keepdim_shape, normalize_dims
 from .reduce import sum as _sum
+from ..kernels import softmax as softmax_kernels
+from ..kernels.softmax import shifted
 
 
 def _check_dim(op: str, dim: Any, ndim: int) -> Any:
@@ -35,26 +38,6 @@ def _check_dim(op: str, dim: Any, ndim: int) -> Any:
     return axes[0] if ndim else ()
 
 
-def shifted(xp: Any, x: Any, axes: Any, inf_max_to_zero: bool = False) -> tuple[Any, Any]:
-    """``(x - max, max)`` along ``axes`` (keepdims), computed in at least float32.
-
-    A row whose maximum is ``-inf`` (all ``-inf``) is shifted by 0 rather than by
-    the infinity, which would turn it into NaN; a ``+inf`` maximum is kept (the
-    softmax of a row holding ``+inf`` is NaN, as in PyTorch) unless
-    ``inf_max_to_zero`` (logsumexp: PyTorch gives ``+inf`` there). Empty axes
-    shift by 0 (integer inputs are refused by the callers).
-    """
-    x = dt.opmath(x)
-    reduced = axes if isinstance(axes, tuple) else (axes,)
-    if any(x.shape[a] == 0 for a in reduced):  # max of nothing: no identity, nothing to shift
-        return x, xp.zeros(tuple(1 if i in reduced else n for i, n in enumerate(x.shape)), dtype=x.dtype)
-    m = x.max(axis=axes, keepdims=True)
-    keep = xp.isfinite(m) if inf_max_to_zero else m != -np.inf
-    m = xp.where(keep, m, xp.zeros((), dtype=m.dtype))
-    with np.errstate(invalid="ignore"):  # +inf - +inf = nan: the documented result
-        return x - m, m
-
-
 def _floating(op: str, x: Any) -> None:
     if x.dtype not in dt.FLOATING:
         raise TypeError(f"{op}: expected a floating input, got {dt.dtype_name(x.dtype)} of shape "
@@ -62,7 +45,7 @@ def _floating(op: str, x: Any) -> None:
 
 
 class Softmax(Function):
-    """y = exp(x - max) / sum(exp(x - max)); dx = y * (gy - sum(gy * y))"""
+    """y = exp(x - max) / sum(exp(x - max)); dx = softmax_backward(gy, y)"""
 
     precision = FP32
     save_outputs = (0,)
@@ -73,17 +56,37 @@ class Softmax(Function):
     def forward(self, xp: Any, x: Any) -> Any:
         _floating("softmax", x)
         self.axis = _check_dim("softmax", self.dim, x.ndim)
-        z, _ = shifted(xp, x, self.axis)
-        e = xp.exp(z)
-        return (e / e.sum(axis=self.axis, keepdims=True)).astype(x.dtype, copy=False)
+        return softmax_kernels.softmax(x, self.axis)
 
     def backward(self, gy: Tensor) -> Tensor:
         (y,) = self.saved_tensors
-        return y * (gy - _sum(gy * y, self.axis, keepdim=True))
+        return SoftmaxBackward(self.axis)(gy, y)
+
+
+class SoftmaxBackward(Function):
+    """dx = y (gy - sum(gy y)); d(gy) = softmax_backward(a, y), d(y) = a (gy - sum(gy y)) - gy sum(a y)"""
+
+    precision = FP32
+    name = "softmax_backward"
+    save_inputs = (0, 1)
+
+    def __init__(self, axis: Any) -> None:
+        self.axis = axis
+
+    def forward(self, xp: Any, gy: Any, y: Any) -> Any:
+        return softmax_kernels.softmax_backward(gy, y, self.axis)
+
+    def backward(self, a: Tensor) -> tuple:
+        gy, y = self.saved_tensors
+        d_gy = SoftmaxBackward(self.axis)(a, y) if self.needs_input_grad[0] else None
+        d_y = None
+        if self.needs_input_grad[1]:
+            d_y = a * (gy - _sum(gy * y, self.axis, keepdim=True)) - gy * _sum(a * y, self.axis, keepdim=True)
+        return d_gy, d_y
 
 
 class LogSoftmax(Function):
-    """y = x - max - log(sum(exp(x - max))); dx = gy - exp(y) * sum(gy)"""
+    """y = x - max - log(sum(exp(x - max))); dx = log_softmax_backward(gy, y)"""
 
     precision = FP32
     name = "log_softmax"
@@ -95,14 +98,32 @@ class LogSoftmax(Function):
     def forward(self, xp: Any, x: Any) -> Any:
         _floating("log_softmax", x)
         self.axis = _check_dim("log_softmax", self.dim, x.ndim)
-        z, _ = shifted(xp, x, self.axis)
-        with np.errstate(divide="ignore"):  # a row of -inf gives log(0) = -inf, as PyTorch
-            lse = xp.log(xp.exp(z).sum(axis=self.axis, keepdims=True))
-        return (z - lse).astype(x.dtype, copy=False)
+        return softmax_kernels.log_softmax(x, self.axis)
 
     def backward(self, gy: Tensor) -> Tensor:
         (y,) = self.saved_tensors
-        return gy - exp(y) * _sum(gy, self.axis, keepdim=True)
+        return LogSoftmaxBackward(self.axis)(gy, y)
+
+
+class LogSoftmaxBackward(Function):
+    """dx = gy - exp(y) sum(gy); d(gy) = a - sum(a exp(y)), d(y) = -a exp(y) sum(gy)"""
+
+    precision = FP32
+    name = "log_softmax_backward"
+    save_inputs = (0, 1)
+
+    def __init__(self, axis: Any) -> None:
+        self.axis = axis
+
+    def forward(self, xp: Any, gy: Any, y: Any) -> Any:
+        return softmax_kernels.log_softmax_backward(gy, y, self.axis)
+
+    def backward(self, a: Tensor) -> tuple:
+        gy, y = self.saved_tensors
+        e = exp(y)
+        d_gy = a - _sum(a * e, self.axis, keepdim=True) if self.needs_input_grad[0] else None
+        d_y = a * e * _sum(gy, self.axis, keepdim=True) * -1.0 if self.needs_input_grad[1] else None
+        return d_gy, d_y
 
 
 class LogSumExp(Function):

@@ -9,7 +9,8 @@ a step without a host synchronisation (see ``optimizer.py``).
 
 from __future__ import annotations
 
-from . import lr_scheduler, swa_utils
+from . import lr_scheduler
+from ..porting import swa_utils  # torch.optim.swa_utils
 from .adadelta import Adadelta
 from .adagrad import Adagrad
 from .adam import Adam, AdamW
@@ -18,6 +19,7 @@ from .optimizer import Optimizer
 from .radam import RAdam
 from .rmsprop import RMSprop
 from .sgd import SGD
+from ..porting.lbfgs import LBFGS  # the porting wing's (tinyamp/porting/lbfgs.py)
 
-__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "NAdam", "RAdam", "RMSprop", "Adagrad", "Adadelta",
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "NAdam", "RAdam", "RMSprop", "Adagrad", "Adadelta", "LBFGS",
            "lr_scheduler", "swa_utils"]

@@ -41,7 +41,7 @@ autocast weight-cast cache keys on, so it sees every optimizer update).
 
 ``track_swamping()`` (opt-in) makes each step also measure which update
 elements float16 weights would have lost (``swamping()``): the instrument and
-the optimizer's opt-in live in amp/study/swamping.py (``Tracking``, a base).
+the optimizer's opt-in live in study/swamping.py (``Tracking``, a base).
 """
 
 from __future__ import annotations
@@ -53,15 +53,14 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-import tinyamp
-
 from .. import backend
 from .. import dtypes as dt
 from ..amp.casting import low_copy_to_refresh, restamp_low_copy
 from ..kernels.cuda import cuda_launch
 from ..kernels.loss_scale import inverse_scale
 from ..tensor import Tensor
-from ..amp.study import swamping
+from ..study import swamping
+from ..grad_mode import enable_grad, no_grad
 
 
 class _RequiredParameter:
@@ -304,9 +303,9 @@ class Optimizer(swamping.Tracking):
         """
         loss = None
         if closure is not None:
-            with tinyamp.enable_grad():
+            with enable_grad():
                 loss = closure()
-        backend.observe(self)  # a graphed step learns which optimizers it replays (tinyamp/cuda_graphs)
+        backend.observe(self)  # a graphed step learns which optimizers it replays (tinyamp/cuda/graphed_step.py)
         keeps: dict = {}  # device -> keep flag (_keep_flag), found once per device
         quiet: Any = contextlib.nullcontext()
         if found_inf is not None:
@@ -319,7 +318,7 @@ class Optimizer(swamping.Tracking):
                 # overflow/invalid warnings would be noise there.
                 quiet = np.errstate(over="ignore", invalid="ignore")
         rows: list = []  # swamping rows, only while track_swamping() is on
-        with tinyamp.no_grad(), quiet:
+        with no_grad(), quiet:
             for group_index, group in enumerate(self.param_groups):
                 entries = []
                 for p in group["params"]:
@@ -391,7 +390,7 @@ class Optimizer(swamping.Tracking):
             mirror = self._device_hyper[id(group)] = cuda_launch.DeviceValues()
         return mirror.get(cuda_launch._device(like), values)
 
-    # ------------------------------------------------- CUDA graphs (tinyamp/cuda_graphs/step.py)
+    # ------------------------------------------------- CUDA graphs (tinyamp/cuda/graphed_step.py)
     # The group keys a fused kernel reads from the group's DeviceValues, and the tuple it mirrors there.
     _device_hyper_keys: tuple[str, ...] = ()
 

@@ -26,8 +26,14 @@ benchmarks/RESULTS.md, "bench_casts.py").
 from __future__ import annotations
 
 import os
+from types import SimpleNamespace
 
 import numpy as np
+
+from . import nn_numba
+
+# Modules whose numba loops load() defines (with the tools it imported).
+_FAMILIES = (nn_numba,)
 
 # name -> compiled numba function, filled by load(); load() also binds the
 # scalar intrinsics (_h2f_hw, _f2h_int, _f2b_bits, _nb_fbits, ...) as module
@@ -52,7 +58,7 @@ def load() -> bool:  # noqa: C901 - one place that defines every kernel
 
     from llvmlite import ir
     from numba import njit, types
-    from numba.extending import intrinsic
+    from numba.extending import intrinsic, overload
 
     jit = njit(cache=True, nogil=True, fastmath=False, boundscheck=False)
 
@@ -331,6 +337,15 @@ def load() -> bool:  # noqa: C901 - one place that defines every kernel
     KERNELS.update(kernels)
     f16c = _probe_hw()
     select_f16_impl("hw" if f16c else "int")
+    # The transformer kernels' modules take numba's tools from here (none of them imports numba).
+    # error_model="numpy": a float division by zero gives inf/nan, as in NumPy, instead of a raise whose
+    # check keeps LLVM from vectorising the loop.
+    kernel_jit = njit(cache=True, nogil=True, fastmath=False, boundscheck=False, error_model="numpy")
+    tools = SimpleNamespace(jit=kernel_jit, njit=njit, intrinsic=intrinsic, overload=overload, types=types, ir=ir,
+                            h2f=_h2f_hw if f16c else _h2f_int, f2h=_f2h_hw if f16c else _f2h_int,
+                            f2b=_f2b_bits, fbits=_nb_fbits)
+    for family in _FAMILIES:
+        family.define(tools)
     return f16c
 
 

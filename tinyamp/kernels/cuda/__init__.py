@@ -9,6 +9,6 @@
 - ``cuda_loss.py``: cross-entropy forward and backward;
 - ``cuda_scaler.py``, ``cuda_optim.py``: the fused loss-scale and optimizer kernels.
 
-Their NumPy transcriptions are in ``tests/cuda_kernels_reference.py``; the
+Their NumPy transcriptions are in ``tests/support/cuda_kernels_reference.py``; the
 reference numerics they must match are in ``tinyamp/kernels/``.
 """

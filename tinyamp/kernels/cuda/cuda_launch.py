@@ -101,7 +101,7 @@ class KernelSpec(NamedTuple):
     A body may name ``float16``/``bfloat16`` only if a parameter has that type:
     CuPy includes their definitions (``cupy/float16.cuh``, ``cupy/bfloat16.cuh``)
     only then. Otherwise the conversions come from the ``preamble``
-    (``F16_CONVERSIONS``/``BF16_CONVERSIONS``); tests/test_nvrtc_kernels.py
+    (``F16_CONVERSIONS``/``BF16_CONVERSIONS``); tests/kernels/test_nvrtc_kernels.py
     compiles every kernel with NVRTC and CuPy's headers.
     """
 

@@ -2,7 +2,7 @@
 
 On a GPU, ``optim/sgd.py`` and ``optim/adam.py`` call :func:`sgd_group` /
 :func:`adam_group` instead of chains of CuPy ufuncs (NumPy twins, statement by
-statement: tests/cuda_kernels_reference.py). Each update is one ``RawKernel``
+statement: tests/support/cuda_kernels_reference.py). Each update is one ``RawKernel``
 launch per group (per dtype combination of weights, gradients and low copies),
 reaching the tensors through cached tables of pointers and 8192-element
 chunks; each thread moves four elements a load and a store

@@ -1,7 +1,7 @@
 """Fused CUDA kernels for loss scaling: unscale a gradient group and update the scale, on the device.
 
 On a GPU, ``loss_scale.unscale_group`` and ``loss_scale.update_scale`` hand
-over to these (NumPy twins, statement by statement: tests/cuda_kernels_reference.py):
+over to these (NumPy twins, statement by statement: tests/support/cuda_kernels_reference.py):
 
 - :func:`unscale_group`: one pass over a group of gradients (a ``RawKernel``
   fed a table of pointers and 8192-element chunks): ``out = grad * inv_scale``

@@ -1,7 +1,0 @@
-"""``torch.nn.modules.batchnorm``'s names: ``isinstance(m, nn.modules.batchnorm._BatchNorm)`` finds every BatchNorm."""
-
-from __future__ import annotations
-
-from ..normalization import BatchNorm1d, BatchNorm2d, _BatchNorm
-
-__all__ = ["_BatchNorm", "BatchNorm1d", "BatchNorm2d"]
