@@ -312,3 +312,19 @@ def test_no_module_below_the_face_imports_the_package() -> None:
         bare += [f"{module}:{node.lineno}" for node in top + inner if isinstance(node, ast.Import)
                  and any(alias.name == "tinyamp" or alias.name.startswith("tinyamp.") for alias in node.names)]
     assert not bare, "modules that import the package face: " + ", ".join(bare)
+
+
+def test_every_import_of_the_package_names_a_module_that_exists() -> None:
+    """A relative import that points where a module used to be fails here, not only at ``import tinyamp``
+    in a clean checkout (another tree on the path could serve the old module and hide it)."""
+    modules = module_names(PACKAGE)
+    missing = []
+    for module, path in modules.items():
+        package = module if _is_package(module, modules) else module.rsplit(".", 1)[0]
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.ImportFrom):
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)] if node.level else []
+                source = ".".join(base + ([node.module] if node.module else [])) if node.level else node.module
+                if source and source.split(".")[0] == "tinyamp" and source not in modules:
+                    missing.append(f"{module}:{node.lineno} imports {source}")
+    assert not missing, "imports of modules that do not exist:\n  " + "\n  ".join(missing)

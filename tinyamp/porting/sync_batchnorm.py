@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..distributed import process_group as pg
+from .distributed import process_group as pg
 from ..nn.module import Module
 from ..nn.normalization import _BatchNorm
 from ..tensor import Tensor
