@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 import tinyamp as ta
 from tinyamp.serialization import CheckpointError
+from tests.support.threads import run_threads
 
 
 def _nested() -> dict:
@@ -823,8 +824,6 @@ def test_every_malformed_manifest_field_is_a_checkpoint_error() -> None:
 def test_concurrent_savers_and_a_reader_of_one_path_see_only_whole_checkpoints(tmp_path) -> None:
     # The earlier rounds' guarantee, kept with the new permissions: saves racing on one path each replace it
     # whole; a reader meanwhile always loads one complete checkpoint; no temporary file stays behind.
-    from threads import run_threads
-
     path = tmp_path / "shared.ta"
     ta.save({"writer": -1, "w": ta.zeros(256)}, path)
     os.chmod(path, 0o600)
