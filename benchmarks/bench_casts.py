@@ -5,12 +5,13 @@ candidate on 1024x1024 and 128x1024 arrays and writes it as JSON
 (``--json``, default ``benchmarks/bench_casts.json``).
 
 Candidates per conversion: ``astype``; ``np.copyto`` into a preallocated
-buffer; a 65536-entry lookup table (float16 -> float32 only); the NumPy
-bit-manipulation recipes of ``tinyamp.kernels.cpu.cpu_numpy`` (whole array and in
-L2-sized chunks); the numba kernels (serial, as shipped, plus an experimental
-``parallel=True`` variant); and ``convert`` itself (allocating and with
-``out=``). Then ReLU, ReLU backward and the GEMM epilogue (bias + ReLU +
-downcast), and a 128x784 @ 784x1024 sgemm followed by each epilogue.
+buffer; a 65536-entry lookup table (float16 -> float32 only); the numba
+kernels (serial, as shipped, plus an experimental ``parallel=True`` variant);
+and ``convert`` itself (allocating and with ``out=``). Then ReLU, ReLU backward
+and linear's bias epilogue (bias + downcast: ``gemm_bias``'s CPU pass), and a
+128x784 @ 784x1024 sgemm followed by each epilogue. (The NumPy bit recipes
+that once stood between ``astype`` and numba were removed with the path: numba
+is a dependency; figures of them in benchmarks/RESULTS.md.)
 
 Run with ``MALLOC_MMAP_THRESHOLD_=4294967296 MALLOC_TRIM_THRESHOLD_=4294967296``
 for stable numbers (glibc otherwise returns large buffers to the OS and every
@@ -36,7 +37,7 @@ import numpy as np
 
 from tinyamp import kernels
 from tinyamp.kernels import convert
-from tinyamp.kernels.cpu import cpu_numba, cpu_numpy, cpu_path, elementwise_cpu
+from tinyamp.kernels.cpu import cpu_numba, cpu_path, elementwise_cpu
 
 ROOT = Path(__file__).resolve().parents[1]
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -99,10 +100,7 @@ def make_parallel_kernels(nbk):
         rows, cols = y.shape
         for r in prange(rows):
             for c in range(cols):
-                v = y[r, c] + bias[c]
-                if not (v > np.float32(0.0) or v != v):
-                    v = np.float32(0.0)
-                dst[r, c] = np.uint16(f2h_hw(nbk._nb_fbits(v)))
+                dst[r, c] = np.uint16(f2h_hw(nbk._nb_fbits(y[r, c] + bias[c])))
 
     return dict(
         f32_to_f16_hw=par_f32_to_f16_hw,
@@ -114,7 +112,7 @@ def make_parallel_kernels(nbk):
 
 
 def run(args):
-    cv, ew, nbk, npk = convert, elementwise_cpu, cpu_numba, cpu_numpy
+    cv, ew, nbk = convert, elementwise_cpu, cpu_numba
     have_numba = cpu_path.numba_available() if cpu_path.BACKEND == "numba" else False
     t0 = time.time()
     kernels.warmup()
@@ -161,9 +159,6 @@ def run(args):
         add(g, shape, "copyto(out)", lambda: np.copyto(o32, x16), n)
         add(g, shape, "LUT np.take(table, u16, out)", lambda: np.take(table, h16, out=o32f), n)
         add(g, shape, "LUT table[u16]", lambda: table[h16], n)
-        add(g, shape, "numpy-bits (out)", lambda: npk.f16_to_f32(h16, o32f), n)
-        add(g, shape, "numpy-bits chunk 65536 (out)", lambda: chunked(npk.f16_to_f32, 65536)(h16, o32f), n)
-        add(g, shape, "convert numpy (alloc)", lambda: cv.convert(x16, F32, backend="numpy"), n)
         if have_numba:
             add(g, shape, "numba serial (out)", lambda: nbk.KERNELS["f16_to_f32"](h16, o32u), n)
             if par:
@@ -175,9 +170,6 @@ def run(args):
         g = "f32->f16"
         add(g, shape, "astype", lambda: x32.astype(F16), n)
         add(g, shape, "copyto(out)", lambda: np.copyto(o16, x32, casting="same_kind"), n)
-        add(g, shape, "numpy-bits (out)", lambda: npk.f32_to_f16(f32, o16u), n)
-        add(g, shape, "numpy-bits chunk 65536 (out)", lambda: chunked(npk.f32_to_f16, 65536)(f32, o16u), n)
-        add(g, shape, "convert numpy (alloc)", lambda: cv.convert(x32, F16, backend="numpy"), n)
         if have_numba:
             add(g, shape, "numba serial F16C (out)", lambda: nbk.KERNELS["f32_to_f16_hw"](u32, o16u), n)
             add(g, shape, "numba serial int (out)", lambda: nbk.KERNELS["f32_to_f16_int"](u32, o16u), n)
@@ -200,7 +192,6 @@ def run(args):
 
         add(g, shape, "astype (ml_dtypes)", lambda: x32.astype(BF16), n)
         add(g, shape, "copyto(out)", lambda: np.copyto(ob, x32, casting="unsafe"), n)
-        add(g, shape, "numpy-bits RNE, no NaN fix (out)", bf_bits, n)
         if have_numba:
             add(g, shape, "numba serial (out)", lambda: nbk.KERNELS["f32_to_bf16"](u32, obu), n)
             if par:
@@ -218,7 +209,6 @@ def run(args):
         # ---- float16 <-> bfloat16
         g = "f16->bf16"
         add(g, shape, "astype (ml_dtypes)", lambda: x16.astype(BF16), n)
-        add(g, shape, "convert numpy (alloc)", lambda: cv.convert(x16, BF16, backend="numpy"), n)
         if have_numba:
             add(g, shape, "convert numba (alloc)", lambda: cv.convert(x16, BF16, backend="numba"), n)
         g = "bf16->f16"
@@ -233,12 +223,9 @@ def run(args):
         add(g, shape, "np.maximum(x, 0) float16", lambda: np.maximum(x16, 0), n)
         add(g, shape, "np.maximum(x, 0) float32 (reference)", lambda: np.maximum(x32, 0), n)
         add(g, shape, "np.maximum(int16 view, 0) (no NaN fix)", lambda: np.maximum(v, 0, out=ov), n)
-        add(g, shape, "relu_lowp numpy (alloc)", lambda: ew.relu_lowp(x16, backend="numpy"), n)
-        add(g, shape, "relu_lowp numpy (out)", lambda: ew.relu_lowp(x16, out=o16, backend="numpy"), n)
         if have_numba:
             add(g, shape, "relu_lowp numba (alloc)", lambda: ew.relu_lowp(x16, backend="numba"), n)
             add(g, shape, "relu_lowp numba (out)", lambda: ew.relu_lowp(x16, out=o16, backend="numba"), n)
-        add(g, shape, "relu_lowp numpy bfloat16 (alloc)", lambda: ew.relu_lowp(xb, backend="numpy"), n)
 
         # ---- ReLU backward on float16
         g = "relu-bwd f16"
@@ -248,32 +235,28 @@ def run(args):
         mask16 = (x16 > 0).astype(F16)
         add(g, shape, "g * mask (mask precomputed f16)", lambda: gr * mask16, n)
         add(g, shape, "np.where(x > 0, g, 0) float32 (reference)", lambda: np.where(x32 > 0, x32, 0), n)
-        add(g, shape, "relu_backward_lowp numpy (alloc)", lambda: ew.relu_backward_lowp(gr, x16, backend="numpy"), n)
         if have_numba:
             add(g, shape, "relu_backward_lowp numba (alloc)", lambda: ew.relu_backward_lowp(gr, x16, backend="numba"), n)
             add(g, shape, "relu_backward_lowp numba (out)", lambda: ew.relu_backward_lowp(gr, x16, out=o16, backend="numba"), n)
 
-        # ---- epilogue on a float32 GEMM output: bias + ReLU + downcast
+        # ---- epilogue on a float32 GEMM output: bias + downcast (linear's)
         g = "epilogue f16"
         b32 = rng.standard_normal(shape[-1]).astype(np.float32)
         b16 = b32.astype(F16)
 
-        def epi_f16_ufuncs():  # naive AMP: downcast, then float16 ufuncs
+        def epi_f16_ufuncs():  # naive AMP: downcast, then a float16 add (two roundings)
             h = x32.astype(F16)
             h += b16
-            return np.maximum(h, 0)
+            return h
 
-        def epi_f32_astype():  # fp32 epilogue, one astype downcast
+        def epi_f32_astype():  # fp32 epilogue, one astype downcast (gemm_bias without numba)
             t = x32 + b32
-            np.maximum(t, 0, out=t)
             return t.astype(F16)
 
-        add(g, shape, "astype + f16 add + f16 maximum", epi_f16_ufuncs, n)
-        add(g, shape, "f32 add + f32 maximum + astype", epi_f32_astype, n)
-        add(g, shape, "bias_act_convert numpy (alloc)", lambda: ew.bias_act_convert(x32, b32, F16, relu=True, backend="numpy"), n)
+        add(g, shape, "astype + f16 add", epi_f16_ufuncs, n)
+        add(g, shape, "f32 add + astype", epi_f32_astype, n)
         if have_numba:
-            add(g, shape, "bias_act_convert numba (alloc)", lambda: ew.bias_act_convert(x32, b32, F16, relu=True, backend="numba"), n)
-            add(g, shape, "bias_act_convert numba (out)", lambda: ew.bias_act_convert(x32, b32, F16, relu=True, out=o16, backend="numba"), n)
+            add(g, shape, "bias_round numba (out)", lambda: nbk.KERNELS["bias_round_f16"](x32, b32, o16u.reshape(shape)), n)
             if par:
                 add(g, shape, "numba parallel epilogue (out)", lambda: par["epi_f16"](x32, b32, o16u.reshape(shape)), n)
 
@@ -283,9 +266,7 @@ def run(args):
         x16 = x32.astype(F16)
         shape = (n,)
         add("small f32->f16", shape, "astype", lambda: x32.astype(F16), n)
-        add("small f32->f16", shape, "convert numpy", lambda: cv.convert(x32, F16, backend="numpy"), n)
         add("small f16->f32", shape, "astype", lambda: x16.astype(F32), n)
-        add("small f16->f32", shape, "convert numpy", lambda: cv.convert(x16, F32, backend="numpy"), n)
         if have_numba:
             add("small f32->f16", shape, "convert numba", lambda: cv.convert(x32, F16, backend="numba"), n)
             add("small f16->f32", shape, "convert numba", lambda: cv.convert(x16, F32, backend="numba"), n)
@@ -308,20 +289,18 @@ def run(args):
         np.matmul(xa, w, out=y)
         h = y.astype(F16)
         h += b16
-        return np.maximum(h, 0)
+        return h
 
     def gemm_f32_astype():
         np.matmul(xa, w, out=y)
         np.add(y, b, out=y)
-        np.maximum(y, 0, out=y)
         return y.astype(F16)
 
     add(g, shape, "sgemm only (ns per output element)", gemm_only, n)
     add(g, shape, "sgemm + astype + f16 ufuncs", gemm_f16_ufuncs, n)
     add(g, shape, "sgemm + f32 epilogue + astype", gemm_f32_astype, n)
-    add(g, shape, "sgemm + bias_act_convert numpy", lambda: (gemm_only(), ew.bias_act_convert(y, b, F16, relu=True, backend="numpy")), n)
     if have_numba:
-        add(g, shape, "sgemm + bias_act_convert numba", lambda: (gemm_only(), ew.bias_act_convert(y, b, F16, relu=True, out=out16, backend="numba")), n)
+        add(g, shape, "sgemm + bias_round numba", lambda: (gemm_only(), nbk.KERNELS["bias_round_f16"](y, b, out16.view(np.uint16))), n)
         if par:
             add(g, shape, "sgemm + numba parallel epilogue", lambda: (gemm_only(), par["epi_f16"](y, b, out16.view(np.uint16))), n)
 

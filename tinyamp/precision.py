@@ -81,30 +81,15 @@ class Precision(enum.Enum):
 LOWER, FP32, PROMOTE, NEUTRAL = Precision.LOWER, Precision.FP32, Precision.PROMOTE, Precision.NEUTRAL
 
 
-# compute_dtype is pure and sees few distinct arguments (a handful of dtypes),
-# so its answers are memoised: under autocast it runs on every op.
-_DECISIONS: dict = {}
-
-
 def compute_dtype(tag: Precision, input_dtypes: Iterable[np.dtype],
                   autocast_dtype: "np.dtype | None") -> "np.dtype | None":
     """The dtype an op's floating inputs are cast to, or None to leave them.
 
     ``autocast_dtype`` is the active region's low-precision dtype, or None when
     autocast is off. See :func:`needs_cast` for which inputs the result applies to.
+    Pure: :func:`cast_plan`, which the tape asks on every op, memoises it.
     """
-    key = (tag, tuple(input_dtypes), autocast_dtype)
-    try:
-        return _DECISIONS[key]
-    except KeyError:
-        pass
-    result = _decide(tag, list(key[1]), autocast_dtype)
-    if len(_DECISIONS) < 10_000:  # bounded: odd dtype mixes cannot grow it without end
-        _DECISIONS[key] = result
-    return result
-
-
-def _decide(tag: Precision, dtypes: "list[np.dtype]", autocast_dtype: "np.dtype | None") -> "np.dtype | None":
+    dtypes = list(input_dtypes)
     floats = [d for d in dtypes if d in dt.FLOATING]
     if not floats or tag is NEUTRAL:
         return None
@@ -133,8 +118,8 @@ def cast_plan(tag: Precision, input_dtypes: "tuple[np.dtype, ...]",
               autocast_dtype: "np.dtype | None") -> "tuple[np.dtype | None, tuple[bool, ...]]":
     """(:func:`compute_dtype`, and :func:`needs_cast` of each input): the whole decision for one op call.
 
-    Memoised like ``compute_dtype``: the tape asks it on every op under
-    autocast, with a handful of distinct arguments.
+    Memoised (the one memo of the pure rule): the tape asks it on every op
+    under autocast, with a handful of distinct arguments.
     """
     key = (tag, input_dtypes, autocast_dtype)
     try:

@@ -208,17 +208,13 @@ def test_every_module_belongs_to_a_layer() -> None:
                             f"Layers table")
 
 
-# Inversions being taken apart in this redesign (issue 27); each goes when its fix lands.
-IN_PROGRESS = {("tinyamp.optim.optimizer", "tinyamp.study.swamping"): "the optimizer attaches swamping by step hooks"}
-
-
 def test_module_level_imports_point_down() -> None:
     table = layer_table()
     edges, _ = import_graph(PACKAGE)
     upward = []
     for module, targets in sorted(edges.items()):
         here = layer_of(module, table)
-        for target in sorted(t for t in targets if (module, t) not in IN_PROGRESS):
+        for target in sorted(targets):
             there = layer_of(target, table)
             if here is not None and there is not None and there[0] > here[0]:
                 upward.append(f"{module} (layer {here[0]}, {here[1]}) imports {target} "
@@ -274,7 +270,7 @@ def test_the_checks_see_what_they_check() -> None:
     assert "tinyamp.precision" in edges["tinyamp.autograd.function"]
     assert "tinyamp.ops.broadcast" in edges["tinyamp.ops"]               # from . import broadcast
     assert "tinyamp.dtypes" in edges["tinyamp.precision"]                 # from . import dtypes as dt
-    assert "tinyamp.kernels.convert" in edges["tinyamp.kernels.cpu.elementwise_cpu"]
+    assert "tinyamp.kernels.cpu.cpu_numba" in edges["tinyamp.kernels.gemm"]          # from .cpu import cpu_numba
     assert any(name == "cupy" for _, name in inner["tinyamp.backend"])
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]
 
@@ -312,6 +308,29 @@ def test_no_module_below_the_face_imports_the_package() -> None:
         bare += [f"{module}:{node.lineno}" for node in top + inner if isinstance(node, ast.Import)
                  and any(alias.name == "tinyamp" or alias.name.startswith("tinyamp.") for alias in node.names)]
     assert not bare, "modules that import the package face: " + ", ".join(bare)
+
+
+def test_ops_and_optimizers_reach_kernels_only_through_the_dispatch_at_the_top() -> None:
+    """Every device and dtype choice is made in ``kernels/<kernel>.py``: no op or optimizer module imports
+    ``kernels/cpu/`` or ``kernels/cuda/`` (it calls one dispatching function at the top of ``kernels/``)."""
+    edges, _ = import_graph(PACKAGE)
+    users = [m for m in edges if m.startswith(("tinyamp.ops.", "tinyamp.optim."))]
+    assert "tinyamp.ops.linalg" in users and "tinyamp.optim.sgd" in users
+    assert "tinyamp.kernels.gemm" in edges["tinyamp.ops.linalg"]
+    below = ("tinyamp.kernels.cpu", "tinyamp.kernels.cuda")
+    bad = [f"{m} imports {t}" for m in sorted(users) for t in sorted(edges[m])
+           if t in below or t.startswith(tuple(b + "." for b in below))]
+    assert not bad, "op or optimizer modules that choose a device themselves:\n  " + "\n  ".join(bad)
+
+
+def test_the_optimizers_do_not_import_the_study_instruments() -> None:
+    """``optim/`` sits below the study instruments: swamping attaches itself through the step hooks."""
+    edges, _ = import_graph(PACKAGE)
+    optim = [m for m in edges if m == "tinyamp.optim" or m.startswith("tinyamp.optim.")]
+    assert "tinyamp.optim.optimizer" in optim
+    bad = [f"{m} imports {t}" for m in sorted(optim) for t in sorted(edges[m])
+           if t.startswith(("tinyamp.amp.study", "tinyamp.study"))]
+    assert not bad, "optimizers import the study instruments:\n  " + "\n  ".join(bad)
 
 
 def test_every_import_of_the_package_names_a_module_that_exists() -> None:

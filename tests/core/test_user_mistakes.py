@@ -27,7 +27,7 @@ from tinyamp.utils import data as tdata
 from tinyamp.utils.data import DataLoader
 
 
-@pytest.fixture(params=["numba", "numpy-bits"])
+@pytest.fixture(params=["numba", "astype"])
 def cpu_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """The CPU update path: the numba kernels (the default install) or the NumPy expressions."""
     if request.param == "numba":

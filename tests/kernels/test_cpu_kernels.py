@@ -1,12 +1,11 @@
-"""Bit-exactness of tinyamp/kernels/convert.py (on each path of cpu_path.py) and elementwise_cpu.py against astype / np.maximum / np.where.
+"""Bit-exactness of the CPU kernels (convert.py, elementwise_cpu.py, gemm_bias's epilogue) against astype / np.maximum / np.where.
 
 Every fast path is compared bit for bit with the NumPy/ml_dtypes reference:
 exhaustively over all 65536 16-bit patterns, and for float32 sources over
 every float16/bfloat16 rounding boundary (exact values, halfway ties and
 their float32 neighbours) plus a million random float32 bit patterns with
-extra NaNs, infinities and subnormals. Each test runs on the NumPy path and,
-when numba is installed, on both numba float16 kernels (hardware F16C and
-integer).
+extra NaNs, infinities and subnormals. Each test runs on both numba float16
+kernels (hardware F16C and integer: one loop, the conversion passed in).
 """
 
 
@@ -19,6 +18,7 @@ from tinyamp.kernels.cpu import cpu_numba, cpu_path
 from tinyamp.kernels.cpu import elementwise_cpu as ew
 from tinyamp.kernels.convert import convert
 from tinyamp.kernels.cpu.cpu_numba import select_f16_impl
+from tinyamp.kernels.gemm import gemm, gemm_bias
 
 
 F32 = np.dtype(np.float32)
@@ -30,7 +30,7 @@ PAIRS = [(s, d) for s in ALL for d in ALL if s != d]
 
 HAVE_NUMBA = cpu_path._numba_installed() and cpu_path.BACKEND == "numba" and cpu_path.numba_available()
 
-_backend_params = [pytest.param(("numpy", None), id="numpy")]
+_backend_params = []
 if HAVE_NUMBA:
     _backend_params.append(pytest.param(("numba", "int"), id="numba-int"))
     _backend_params.append(
@@ -140,16 +140,16 @@ def test_f32_random_bit_patterns(backend, dst):
     assert_same_bits(convert(x, dst, backend=backend), reference(x, dst))
 
 
-def test_nan_rules_documented():
+def test_nan_rules_documented(backend):
     """The NaN payload rules the module docstring states (they are astype's)."""
     u = np.array([0x7F800001, 0x7F802000, 0xFFA00000, 0x7FC00000], np.uint32)
     x = u.view(np.float32)
-    assert bits(convert(x, F16, backend="numpy")).tolist() == [0x7C01, 0x7C01, 0xFD00, 0x7E00]
-    assert bits(convert(x, BF16, backend="numpy")).tolist() == [0x7FC0, 0x7FC0, 0xFFC0, 0x7FC0]
+    assert bits(convert(x, F16, backend=backend)).tolist() == [0x7C01, 0x7C01, 0xFD00, 0x7E00]
+    assert bits(convert(x, BF16, backend=backend)).tolist() == [0x7FC0, 0x7FC0, 0xFFC0, 0x7FC0]
     h = np.array([0x7C01, 0xFE00], np.uint16).view(F16)
-    assert bits(convert(h, F32, backend="numpy")).tolist() == [0x7F802000, 0xFFC00000]
+    assert bits(convert(h, F32, backend=backend)).tolist() == [0x7F802000, 0xFFC00000]
     b = np.array([0x7F81, 0xFFFF], np.uint16).view(BF16)
-    assert bits(convert(b, F16, backend="numpy")).tolist() == [0x7E00, 0xFE00]
+    assert bits(convert(b, F16, backend=backend)).tolist() == [0x7E00, 0xFE00]
 
 
 # ---------------------------------------------------------------------------
@@ -184,14 +184,14 @@ def test_overlapping_out(backend):
 
 
 def test_defaults_and_fallbacks():
-    assert cpu_path.BACKEND in ("numba", "numpy-bits", "astype")
+    assert cpu_path.BACKEND in ("numba", "astype")
     assert tinyamp.kernels.warmup() == cpu_path.BACKEND
     x = np.linspace(-70000, 70000, 10_000, dtype=np.float32)
     assert_same_bits(convert(x, F16), reference(x, F16))  # auto backend, large
     assert_same_bits(convert(x[:5], F16), reference(x[:5], F16))  # small: astype
     assert_same_bits(convert(np.float32(3.0)[()], F16), reference(np.float32(3.0)[()], F16))
     z = np.array(2.5, np.float32)  # 0-d
-    assert_same_bits(convert(z, F16, backend="numpy"), reference(z, F16))
+    assert_same_bits(convert(z, F16, backend="numba"), reference(z, F16))
     e = np.empty((0, 3), np.float32)
     assert convert(e, F16).shape == (0, 3)
     assert_same_bits(convert(x, np.float64), x.astype(np.float64))  # not a fast pair
@@ -206,9 +206,11 @@ def test_defaults_and_fallbacks():
     s = x[:100].view(Sub) / 1000  # (subclasses go to astype, which may warn)
     assert type(convert(s, F16)) is Sub
     with pytest.raises(ValueError):
-        convert(x, F16, out=np.empty(3, F16), backend="numpy")
+        convert(x, F16, out=np.empty(3, F16), backend="numba")
     with pytest.raises(ValueError):
         convert(x, F16, backend="nope")
+    with pytest.raises(ValueError, match="expected 'numba' or 'astype'"):  # the NumPy bit recipes are gone
+        convert(x, F16, backend="numpy")
 
 
 def test_never_warns(backend):
@@ -320,12 +322,12 @@ def test_relu_fallbacks():
 
 
 # ---------------------------------------------------------------------------
-# fused GEMM epilogue
+# linear's bias epilogue (gemm_bias on the CPU)
 
 
 @pytest.mark.parametrize("dt", LOWP, ids=str)
-@pytest.mark.parametrize("relu", [False, True])
-def test_bias_act_convert(backend, dt, relu):
+def test_the_bias_epilogue_rounds_the_float32_sum_once(backend, dt):
+    """The numba epilogue on every kind of float32 pattern (ties, overflow, NaN payloads) and an inf/nan bias."""
     rng = np.random.default_rng(3)
     u = f32_random_bits(200 * 300, seed=5)
     y = np.concatenate([u[: 100 * 300], rng.standard_normal(100 * 300).astype(np.float32).view(np.uint32)])
@@ -333,76 +335,49 @@ def test_bias_act_convert(backend, dt, relu):
     b = rng.standard_normal(300).astype(np.float32)
     b[:3] = [np.inf, -np.inf, np.nan]
     with np.errstate(all="ignore"):
-        t = y + b
-        if relu:
-            t = np.maximum(t, 0)
-        ref = t.astype(dt)
-        t0 = np.maximum(y, 0) if relu else y
-        ref_nobias = t0.astype(dt)
-    y_before = y.copy()
-    got = ew.bias_act_convert(y, b, dt, relu=relu, backend=backend)
-    assert_same_bits(got, ref)
-    assert_same_bits(y, y_before)
-    out = np.empty((200, 300), dt)
-    assert ew.bias_act_convert(y, b, dt, relu=relu, out=out, backend=backend) is out
-    assert_same_bits(out, ref)
-    assert_same_bits(ew.bias_act_convert(y, None, dt, relu=relu, backend=backend), ref_nobias)
-    y3 = y.reshape(2, 100, 300)
-    assert_same_bits(ew.bias_act_convert(y3, b, dt, relu=relu, backend=backend), ref.reshape(2, 100, 300))
-    # overwrite_y: the caller's buffer may serve as the float32 temporary; same bits.
-    assert_same_bits(ew.bias_act_convert(y.copy(), b, dt, relu=relu, backend=backend, overwrite_y=True), ref)
+        ref = (y + b).astype(dt)
+    got = np.empty((200, 300), np.uint16)
+    cpu_numba.KERNELS["bias_round_f16" if dt == F16 else "bias_round_bf16"](y, b, got)
+    assert_same_bits(got.view(dt), ref)
 
 
-@pytest.mark.skipif(not HAVE_NUMBA, reason="numba not installed or not selected")
 @pytest.mark.parametrize("dt", LOWP, ids=str)
-@pytest.mark.parametrize("relu", [False, True])
-def test_bias_act_convert_default_call_is_the_unfused_expression(dt, relu):
-    """linear's call (numba, no backend=): every float32 pattern (and ties, overflow) through the epilogue."""
+@pytest.mark.parametrize("path", ["numba", "astype"])
+def test_gemm_bias_on_the_cpu_is_the_unfused_expression(monkeypatch, dt, path):
+    """linear's 16-bit forward: the float32 GEMM, += the widened bias, one rounding; numba or astype alike."""
+    if path == "numba":
+        assert HAVE_NUMBA, "numba is a dependency of the default install and must load"
+        calls = spy_on_kernel(monkeypatch, "bias_round_f16" if dt == F16 else "bias_round_bf16")
+    else:
+        monkeypatch.setattr(cpu_path, "BACKEND", "astype")
     rng = np.random.default_rng(8)
-    y = f32_random_bits(256 * 64, seed=9).view(np.float32).reshape(256, 64)
-    b = rng.standard_normal(64).astype(np.float32)
-    b[:4] = [np.inf, -np.inf, np.nan, 0.0]
+    x = (rng.standard_normal((65, 40)) * 60).astype(dt)
+    w = (rng.standard_normal((24, 40)) * 60).astype(dt)
+    bias = (rng.standard_normal(24) * 1e3).astype(dt)
+    bias[:3] = [np.inf, -np.inf, np.nan]
     with np.errstate(all="ignore"):
-        t = y + b
-        ref = (np.maximum(t, 0) if relu else t).astype(dt)
-    y_before = y.copy()
-    assert_same_bits(ew.bias_act_convert(y, b, dt, relu=relu), ref)
-    assert_same_bits(y, y_before)
-
-
-class _NotAnNdarray(np.ndarray):
-    """Stands for an array the fast paths do not take (CuPy, a subclass): the generic path runs."""
-
-
-@pytest.mark.parametrize("overwrite_y", [False, True])
-def test_bias_act_convert_generic_path(overwrite_y):
-    rng = np.random.default_rng(4)
-    y = rng.standard_normal((64, 48)).astype(np.float32)
-    b = rng.standard_normal(48).astype(np.float32)
-    ref = (y + b).astype(F16)
-    given = y.copy().view(_NotAnNdarray)
-    got = ew.bias_act_convert(given, b, F16, overwrite_y=overwrite_y)
-    assert_same_bits(np.asarray(got), ref)
-    # Only with overwrite_y is the caller's buffer used for the sum.
-    assert_same_bits(np.asarray(given), y + b if overwrite_y else y)
-    small = y[:4, :16].copy()  # below SMALL: plain NumPy on an ndarray too
-    assert_same_bits(ew.bias_act_convert(small.copy(), b[:16], F16, relu=True, overwrite_y=overwrite_y),
-                     np.maximum(small + b[:16], 0).astype(F16))
+        x[0, :4] = np.array([np.inf, np.nan, 65504, -0.0]).astype(dt)
+        want = (gemm(x, w, np.float32, trans_b=True) + bias.astype(np.float32)).astype(dt)
+    assert_same_bits(gemm_bias(x, w, bias, trans_b=True), want)
+    assert_same_bits(gemm_bias(x, w.T, bias), want)
+    if path == "numba":
+        assert calls == [1, 1]
 
 
 def test_broken_numba_falls_back(monkeypatch):
-    """numba installed but unusable: warn once, use the NumPy path, stay exact."""
+    """numba installed but unusable: warn once, use astype, stay exact."""
 
     def broken():
         raise ImportError("simulated")
 
     monkeypatch.setattr(cpu_path, "_nb_state", None)
+    monkeypatch.setattr(cpu_path, "LOADED", False)
     monkeypatch.setattr(cpu_path, "BACKEND", "numba")
     monkeypatch.setattr(cpu_path, "_load_numba", broken)
     x = f32_random_bits(100_000, seed=3).view(np.float32)
     with pytest.warns(RuntimeWarning, match="numba cast kernels unavailable"):
         got = convert(x, F16)
-    assert cpu_path.BACKEND == "numpy-bits"
+    assert cpu_path.BACKEND == "astype" and not cpu_path.LOADED
     assert_same_bits(got, reference(x, F16))
     with pytest.raises(RuntimeError):
         convert(x, F16, backend="numba")
@@ -433,9 +408,10 @@ def test_default_calls_take_numba_with_the_same_bits(numba_impl):
         assert_same_bits(ew.relu_backward_lowp(g, x), ew.relu_backward_lowp(g, x, backend="numba"))
         acc = x32[: 300 * 200].reshape(300, 200)
         b = np.random.default_rng(3).standard_normal(200).astype(np.float32)
-        for relu in (False, True):
-            assert_same_bits(ew.bias_act_convert(acc, b, dt, relu=relu),
-                             ew.bias_act_convert(acc, b, dt, relu=relu, backend="numba"))
+        got = np.empty(acc.shape, np.uint16)
+        cpu_numba.KERNELS["bias_round_f16" if dt == F16 else "bias_round_bf16"](acc, b, got)  # the chosen impl
+        with np.errstate(all="ignore"):
+            assert_same_bits(got.view(dt), (acc + b).astype(dt))
 
 
 # ---------------------------------------------------------------------------

@@ -240,7 +240,7 @@ def test_float16_gradient_rounding_is_astypes_with_and_without_numba(monkeypatch
 
     assert cpu_path.numba_default()
     fast = gradient()
-    monkeypatch.setattr(cpu_path, "BACKEND", "numpy-bits")  # numba off: NumPy's astype
+    monkeypatch.setattr(cpu_path, "BACKEND", "astype")  # numba off: NumPy's astype
     general = gradient()
     fd.assert_same_bits([fast], [general], "float16 gradient")
     magnitude = np.abs(general.astype(np.float32))

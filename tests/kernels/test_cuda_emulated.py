@@ -293,9 +293,20 @@ def test_gemm_bias_rounds_the_accumulator_plus_bias_once(cp, dtype) -> None:
         fd.assert_same_bits([on_cpu], [want], "gemm_bias on the CPU")
     with pytest.raises(ValueError, match=r"gemm_bias: bias must be \(10,\) " + np.dtype(dtype).name):
         gemm_bias(cp.asarray(x), cp.asarray(w), cp.asarray(bias.astype(np.float32)), trans_b=True)
-    with pytest.raises(ValueError, match=r"gemm_bias: needs 2-D float16/bfloat16 operands"):
-        gemm_bias(cp.asarray(x.astype(np.float32)), cp.asarray(w.astype(np.float32)),
-                  cp.asarray(bias.astype(np.float32)), trans_b=True)
+    with pytest.raises(ValueError, match=r"gemm_bias: needs 2-D operands"):
+        gemm_bias(cp.asarray(x[None]), cp.asarray(w[None]), cp.asarray(bias), trans_b=True)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=str)
+def test_gemm_bias_of_wide_operands_is_the_gemm_plus_the_bias(cp, dtype) -> None:
+    """Linear's float32/float64 forward on both devices: the GEMM's result, the bias added to it."""
+    rng = np.random.default_rng(5)
+    x, w, bias = (rng.standard_normal(s).astype(dtype) for s in ((33, 24), (10, 24), (10,)))
+    want = gemm(x, w, trans_b=True) + bias
+    fd.assert_same_bits([gemm_bias(x, w, bias, trans_b=True)], [want], "gemm_bias on the CPU")
+    got = gemm_bias(cp.asarray(x), cp.asarray(w), cp.asarray(bias), trans_b=True)
+    fd.assert_same_bits([got.get()], [(gemm(cp.asarray(x), cp.asarray(w), trans_b=True) + cp.asarray(bias)).get()],
+                        "gemm_bias on the GPU")
 
 
 def test_gemm_bias_is_one_cublaslt_call_with_the_bias_epilogue(cp) -> None:

@@ -31,7 +31,7 @@ from .. import backend
 from .. import dtypes as dt
 from .. import precision
 from ..kernels.convert import convert
-from ..ops.cast import CachedCast, Cast, cast
+from ..ops.cast import CachedCast, Cast
 from ..tensor import ALIASED_WRITES
 from ..precision import PROMOTE, AutocastState, Precision
 
@@ -86,16 +86,18 @@ class WeightCastCache:
         if entry is not None and entry[4] and entry[0]() is weight and entry[1] == weight._version[0] \
                 and entry[2] is weight.array:
             self.hits += 1
-            capture = backend.current_capture()
-            if capture is not None:  # the graph reads this copy at every replay, not the weight
-                capture.keep_alive(entry[3])
-                backend.observe(CachedCopy(weight, dtype, entry[3]))
+            if type(entry[3]) is not np.ndarray:  # a GPU copy: a capture in progress reads it at every replay
+                capture = backend.current_capture()
+                if capture is not None:  # the graph reads this copy at every replay, not the weight
+                    capture.keep_alive(entry[3])
+                    backend.observe(CachedCopy(weight, dtype, entry[3]))
             return entry[3]
         return None
 
     def put(self, weight: Any, dtype: np.dtype, array: Any) -> None:
         """Keep ``array``, ``weight`` converted to ``dtype`` (by a Cast node), for the weight's current version."""
-        _held_by_capture(array)
+        if type(array) is not np.ndarray:  # a GPU copy: a capture in progress must hold it
+            _held_by_capture(array)
         self.misses += 1
         key = (id(weight), dtype)
         entries = self._entries
@@ -161,13 +163,12 @@ class WeightCastCache:
         return {"entries": len(self._entries), "hits": self.hits, "misses": self.misses, "bytes": int(nbytes)}
 
 
-def _held_by_capture(array: Any) -> Any:
-    """A cached copy a CUDA graph capture reads or writes is held by the graph: the cache may drop it
+def _held_by_capture(array: Any) -> None:
+    """A cached GPU copy a CUDA graph capture reads or writes is held by the graph: the cache may drop it
     (a new version, ``clear_autocast_cache``), the graph keeps using it at every replay."""
     capture = backend.current_capture()
     if capture is not None:
         capture.keep_alive(array)
-    return array
 
 
 def _cacheable(tensor: Any, target: np.dtype) -> bool:
@@ -225,7 +226,7 @@ def cast_input(op: Any, tensor: Any, target: np.dtype, state: "AutocastState | N
 def _make_cast(tensor: Any, target: np.dtype, tracer: Any, op: Any, cause: "str | None",
                cache: "str | None") -> Any:
     if tracer is None:
-        return cast(tensor, target)
+        return Cast(target)(tensor)  # the tape asks only for casts that move (target is not tensor's dtype)
     return _traced_cast(Cast(target), tensor, tracer, op, cause, cache)
 
 

@@ -58,8 +58,6 @@ class OptState(enum.Enum):
     STEPPED = 2
 
 
-
-_FLOAT32_MAX = float(np.finfo(np.float32).max)
 _HOST_ZERO = np.zeros((), dtype=np.float32)  # copied into each step's CPU found_inf flag
 # Called with {device: found_inf} after unscaling, before the optimizer step: the process group
 # (porting/distributed/found_inf.py) adds its all-reduce here, so the scaler needs no distributed import.
@@ -156,23 +154,10 @@ class GradScaler(ScalerSettings):
         self._maybe_disable_for_bfloat16(outputs)
         if not self._enabled:
             return outputs
-        if isinstance(outputs, Tensor) and self._product_in_range(outputs):
-            return self._scaled(outputs, None)  # one finite loss, nothing to silence
         with np.errstate(all="ignore"):  # an inf loss (or loss * scale past float32) is the scaler's to handle
             if isinstance(outputs, Tensor):
                 return self._scaled(outputs, None)
             return self._scale_nested(outputs, {})
-
-    def _product_in_range(self, loss: Tensor) -> bool:
-        """True when ``loss * scale`` is known to be finite without a NumPy warning, read for free (a CPU loss).
-
-        The exact product of two float32 (or narrower) values is a float64, and below float32's
-        largest value it rounds to at most that value: no overflow, so no errstate is needed.
-        A nan, an inf or a large product (or a loss on a GPU, where reading it would sync) says False.
-        """
-        data = loss.array
-        return (self._scale is not None and type(data) is np.ndarray and data.size == 1
-                and abs(float(data)) * float(self._scale) < _FLOAT32_MAX)
 
     def _scaled(self, value: Tensor, moved: "dict | None") -> Tensor:
         """``value * scale``: a float32 loss on the scale's device (the usual case) through the light

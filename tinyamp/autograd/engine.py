@@ -256,7 +256,7 @@ def _seed_gradients(outputs: list, grad_outputs: list, caller: str) -> list:
             g = Tensor._wrap(_ones(out.array))
         elif not isinstance(g, Tensor):
             raise TypeError(f"{caller}: gradients must be Tensors or None, got {type(g).__name__}")
-        elif g.shape != out.shape or g.dtype != out.dtype:
+        elif g.array.shape != out.array.shape or g.array.dtype != out.array.dtype:
             raise RuntimeError(f"{caller}: mismatch in shape or dtype: gradient has shape {list(g.shape)} "
                                f"and dtype {g.dtype}, output {i} has shape {list(out.shape)} and dtype {out.dtype}")
         seeds.append(g)

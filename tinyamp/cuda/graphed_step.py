@@ -98,7 +98,7 @@ from ..amp.casting import CachedCopy, refresh_cached_copy
 from ..amp.grad_scaler import GradScaler
 from ..grad_mode import is_grad_enabled
 from ..nn.module import Module
-from ..optim.optimizer import Optimizer, _write_stamp, _written_since
+from ..optim.optimizer import Optimizer, _write_stamp, _written_since, register_optimizer_step_pre_hook
 from ..tensor import Tensor
 from ..kernels.cuda.capture import CUDAGraph, GraphPool, graph, side_stream
 
@@ -310,6 +310,9 @@ class GraphedStep:
                 self._device.xp.copyto(static.array, x.array)
                 static._version[0] += 1
 
+    def _observe_optimizer(self, optimizer: Optimizer, args: tuple, kwargs: dict) -> None:
+        self._observe(optimizer)  # a global step pre-hook: every optimizer the step drives
+
     def _observe(self, participant: Any) -> None:
         if isinstance(participant, Module):
             self._modules.setdefault(id(participant), participant)
@@ -324,7 +327,7 @@ class GraphedStep:
     def _step(self) -> Any:
         """One run of ``train_step`` on the static inputs, then the skip counter (eager or captured)."""
         self._seen_this_call = []
-        with backend.observing(self._observe):
+        with backend.observing(self._observe), register_optimizer_step_pre_hook(self._observe_optimizer):
             outputs = self._train_step(*self.static_inputs)
         found = [s.last_step._found_inf for s in self._seen_this_call
                  if s.last_step is not None and s.last_step._found_inf is not None]

@@ -1,21 +1,25 @@
 """Array kernels: arrays in, arrays out; no Tensor, no tape (docs/ARCHITECTURE.md, "Where kernels live").
 
-The layout says what each file is:
+The pattern: one dispatching function per kernel at the top of ``kernels/`` is
+the only place a device or dtype is chosen. It takes raw arrays, tests which
+path applies (``type(x) is np.ndarray`` and ``cpu_path`` for the CPU's numba
+loops, ``cuda_vector.takes``/``cuda_launch.on_gpu`` for a CUDA kernel), and
+otherwise runs the plain NumPy/CuPy expression every path reproduces bit for
+bit. The kernels themselves live beneath: ``cpu/`` (numba loops) and ``cuda/``
+(RawKernels, cuBLAS, cuBLASLt), which never import each other. An op's forward
+is an ``xp`` expression or one call of a function here; op and optimizer
+modules import nothing from ``cpu/`` or ``cuda/`` (tests/test_architecture.py).
 
-- here, the **reference numerics and their dispatch**: what every path must
-  compute, bit for bit, and which path runs for the arrays at hand.
-  ``convert.py`` (float32/float16/bfloat16 conversions, ``astype``'s bits),
-  ``gemm.py`` (the GEMM with float32 accumulation every LOWER contraction
-  reaches: float32 BLAS on the CPU, cuBLAS on a GPU), ``cross_entropy.py``
-  (cross-entropy of 2-D logits in one pass each way), ``loss_scale.py`` (unscale
-  with inf/nan detection, the dynamic scale rule), ``gelu.py`` (erf and GELU, exact
-  and tanh, one pass each way);
-- ``cpu/``, the **CPU kernels**: the choice of CPU path and the numba and NumPy
-  fast paths (conversions, ReLU, the GEMM epilogue, the optimizers' loops; the
-  transformer ops' numba loops in ``nn_numba.py``, called by ``gelu_cpu.py`` and its siblings);
-- ``cuda/``, the **CUDA kernels**: launching and counting, cuBLAS/cuBLASLt
-  called directly, and the fused kernels (conversions, ReLU, cross-entropy,
-  loss scale, optimizers).
+At the top: ``convert.py`` (float32/float16/bfloat16 conversions, ``astype``'s
+bits), ``gemm.py`` (``gemm``, and ``gemm_bias``: linear's forward on every
+device), ``elementwise.py`` (``relu``, ``relu_backward``, ``column_sum``),
+``cross_entropy.py`` (one pass each way), ``loss_scale.py`` (unscale with
+inf/nan detection, the dynamic scale rule), ``updates.py`` (SGD and Adam, one
+call per parameter group), ``gelu.py`` (erf and GELU, exact and tanh),
+``layer_norm.py``, ``softmax.py``, ``attention.py``, ``embedding.py`` (the
+transformer ops), ``fp8.py``, ``fp8_quantize.py``, ``fp8_gemm.py`` (fp8 casts,
+scaling, GEMMs). In ``cpu/``, the transformer ops' numba loops are
+``nn_numba.py``, called by ``gelu_cpu.py`` and its siblings.
 
 Every module here imports only NumPy, ml_dtypes and the modules below the
 tensor (``tinyamp.backend``, ``tinyamp.dtypes``, ``tinyamp.precision``); CuPy and
@@ -28,9 +32,10 @@ import numpy as np
 
 from .. import dtypes as dt
 from . import convert as _convert
+from .cpu import cpu_numba as _cpu_numba
 from .cpu import cpu_path as _cpu_path
 from .cpu import gelu_cpu
-from .cpu.elementwise_cpu import bias_act_convert, relu_backward_lowp, relu_lowp
+from .cpu.elementwise_cpu import relu_backward_lowp, relu_lowp
 
 __all__ = ["warmup"]
 
@@ -53,8 +58,8 @@ def warmup() -> str:
         relu_backward_lowp(a16, a16, backend="numba")
         y = np.zeros((2, 2), dt.float32)
         b = np.zeros(2, dt.float32)
-        bias_act_convert(y, b, dt.float16, relu=True, backend="numba")
-        bias_act_convert(y, b, dt.bfloat16, relu=True, backend="numba")
+        for name in ("bias_round_f16", "bias_round_bf16"):  # linear's 16-bit bias epilogue (gemm_bias)
+            _cpu_numba.KERNELS[name](y, b, np.empty((2, 2), np.uint16))
         for src in (a32, a16, ab):
             for approximate in ("none", "tanh"):
                 gelu_cpu.gelu_backward(src, gelu_cpu.gelu(src, approximate), approximate)

@@ -4,9 +4,9 @@
 bits, shape and dtype), faster: on the CPU NumPy converts float16 <-> float32
 with a scalar loop, and in a CPU AMP step these conversions, not the float32
 GEMMs, took most of the time (figures: benchmarks/RESULTS.md, "bench_casts.py").
-Which CPU path a call takes (numba loops in ``cpu_numba.py``, NumPy bit recipes
-in ``cpu_numpy.py``, or ``astype``) is decided in ``cpu_path.py``; on a GPU
-``cuda_vector.convert`` converts in one vectorised launch.
+Which CPU path a call takes (numba loops in ``cpu_numba.py``, or ``astype``)
+is decided in ``cpu_path.py``; on a GPU ``cuda_vector.convert`` converts in one
+vectorised launch.
 
 Exactness
 ---------
@@ -29,9 +29,8 @@ The tests check all 65536 16-bit inputs and the float32 rounding boundaries,
 ties and a million random float32 patterns; the float32 -> float16 and
 float32 -> bfloat16 kernels were also checked against ``astype`` on all 2**32
 float32 bit patterns (0 mismatches). The results do not depend on DAZ/FTZ
-(no kernel feeds a subnormal into float arithmetic except
-``cpu_numpy.f16_to_f32``, which checks and falls back to ``astype``); like
-NumPy's own float ufuncs they assume the default round-to-nearest mode.
+(no kernel feeds a subnormal into float arithmetic); like NumPy's own float
+ufuncs they assume the default round-to-nearest mode.
 
 Differences from ``astype`` that are not about values: ``astype`` raises
 NumPy's ``RuntimeWarning`` for overflow ("overflow encountered in cast") and
@@ -47,21 +46,19 @@ from __future__ import annotations
 import numpy as np
 
 from .. import dtypes as dt
-from .cpu import cpu_numba, cpu_numpy
+from .cpu import cpu_numba, cpu_path
 from .cuda import cuda_launch, cuda_vector
-from .cpu.cpu_path import numba_default, resolve
-from .cpu.cpu_numpy import U16, U32, flat
+from .cpu.cpu_numba import U16, U32, flat
 
 _GPU_PAIRS = frozenset(cuda_vector.CONVERT_PAIRS)  # CUDA arrays converted by cuda_vector.convert
 
 __all__ = ["convert"]
 
 # Below this many elements the fixed cost of a fast path is larger than what it
-# saves, so ``convert`` uses ``astype``; forcing a backend with ``backend=``
-# ignores the thresholds. The break-even sizes are measured by the "small"
-# groups of benchmarks/bench_casts.py (figures in benchmarks/RESULTS.md).
+# saves, so ``convert`` uses ``astype`` for a widening; forcing a backend with
+# ``backend=`` ignores the threshold. The break-even size is measured by the
+# "small" groups of benchmarks/bench_casts.py (figures in benchmarks/RESULTS.md).
 SMALL = 1024
-SMALL_NUMPY = {(dt.float16, dt.float32): 8192, (dt.float16, dt.bfloat16): 8192, (dt.float32, dt.float16): 65536}
 
 
 # name of the numba kernel and the (input, output) integer views it takes
@@ -95,17 +92,16 @@ def convert(array, dtype, out=None, backend=None):
     ml_dtypes.bfloat16 (all six directions), and C-contiguous CUDA arrays among
     them (``cuda_vector.convert``, one vectorised launch); everything else (same dtype,
     other dtypes, CuPy or other array types, subclasses, arrays smaller than
-    ``SMALL`` (numba) or ``SMALL_NUMPY`` (NumPy recipes) elements unless
-    ``backend`` is given, bfloat16 pairs on the NumPy path) uses ``astype``.
+    ``SMALL`` elements unless ``backend`` is given) uses ``astype``.
 
     ``out``: optional destination of ``dtype`` and ``array.shape``; it is
     filled and returned (avoids allocating, and the page faults of a fresh
     large buffer). Overlapping ``array`` is allowed.
 
-    ``backend``: ``None`` (``cpu_path.BACKEND``), ``"numba"``, ``"numpy"`` or
-    ``"astype"``.
+    ``backend``: ``None`` (``cpu_path.BACKEND``), ``"numba"`` or ``"astype"``.
     """
-    if backend is None and type(array) is np.ndarray and numba_default() and array.flags.c_contiguous:
+    if (backend is None and type(array) is np.ndarray and cpu_path.LOADED and cpu_path.BACKEND == "numba"
+            and array.flags.c_contiguous):
         plan = _PLANS.get((array.dtype, dtype))
         if plan is not None:  # the common call, on every op under autocast: no checks left to make
             name, vin, vout, target, exact = plan
@@ -131,18 +127,13 @@ def convert(array, dtype, out=None, backend=None):
     pair = _NB_PAIRS.get(key)
     if pair is None:
         return _astype_into(array, target, out)
-    if backend is None and out is None and resolve(None) == "numba":
+    if backend is None and out is None and cpu_path.resolve(None) == "numba":
         # Remember the plan for this pair (keyed by the dtype as the caller spells it); a narrowing
         # of a small array takes numba too: astype would need an errstate, which costs more.
         _PLANS[(array.dtype, dtype)] = (*pair, target, key in _EXACT)
         if array.size and array.flags.c_contiguous:
             return convert(array, dtype)
-    if backend is None and array.size < SMALL:
-        path = "astype"  # below every fast path's break-even (SMALL <= SMALL_NUMPY)
-    else:
-        path = resolve(backend)
-        if backend is None and array.size < (SMALL if path == "numba" else SMALL_NUMPY.get(key, 1 << 62)):
-            path = "astype"
+    path = "astype" if backend is None and array.size < SMALL else cpu_path.resolve(backend)
     if path == "astype" or array.size == 0:
         if key in _EXACT:  # a widening never overflows: no warning to silence
             return _astype_into(array, target, out)
@@ -168,11 +159,6 @@ def convert(array, dtype, out=None, backend=None):
             array = np.ascontiguousarray(array)
         res = np.empty_like(array, dtype=target)
 
-    x = flat(array)
-    y = flat(res)
-    if path == "numba":
-        name, vin, vout = pair
-        cpu_numba.KERNELS[name](x.view(vin), y.view(vout))
-    else:
-        cpu_numpy.convert_into(key[0], target, x, y)
+    name, vin, vout = pair
+    cpu_numba.KERNELS[name](flat(array).view(vin), flat(res).view(vout))
     return res

@@ -16,10 +16,11 @@ and the sum is rounded **once** to the output dtype.
     place and in plain sight (:func:`compute_type`: ``CUBLAS_COMPUTE_32F`` for
     16-bit and float32 operands).
 
-- :func:`gemm_bias` - ``op(a) @ op(b) + bias`` for 16-bit operands, the bias
-  added to the float32 accumulator and the sum rounded once. On a GPU one
-  cuBLASLt call adds the bias in the GEMM's epilogue: the 16-bit output is
-  written once, and no float32 result makes a round trip through memory.
+- :func:`gemm_bias` - ``op(a) @ op(b) + bias``, linear's forward on every
+  device: for 16-bit operands the bias added to the float32 accumulator and the
+  sum rounded once. On a GPU one cuBLASLt call adds the bias in the GEMM's
+  epilogue (the 16-bit output is written once, and no float32 result makes a
+  round trip through memory); on the CPU one numba pass after the float32 BLAS.
 
 - :func:`gemm_bias_gelu` / :func:`gemm_dgelu` - a linear layer followed by a
   tanh GELU, forward (the output and the pre-activation) and the gradient at
@@ -53,6 +54,7 @@ from .. import backend
 from .. import dtypes as dt
 from .. import precision
 from .convert import convert
+from .cpu import cpu_numba, cpu_path
 from .cuda import cublas_direct, cublas_gemm, cublaslt_direct
 from .gelu import gelu as _gelu, gelu_backward as _gelu_backward
 
@@ -185,24 +187,43 @@ def gemm(a: Array, b: Array, out_dtype: DTypeLike = None, *,
 
 
 def gemm_bias(a: Array, b: Array, bias: Array, *, trans_b: bool = False) -> Array:
-    """``round(float32(op(a) @ op(b)) + float32(bias))``: 16-bit 2-D operands, ``bias`` (N,) of their dtype.
+    """``op(a) @ op(b) + bias`` of 2-D operands, ``bias`` (N,) of their dtype: linear's forward on every device.
 
-    The float32 accumulator plus the widened bias, rounded once to the
-    operands' dtype. On a GPU one cuBLASLt call computes it, the bias added in
-    the GEMM's epilogue (``cuda/cublas_gemm.py``); should cuBLASLt offer no
-    algorithm, a float32 GEMM, the bias added and one cast do the same.
+    16-bit operands: ``round(float32(op(a) @ op(b)) + float32(bias))``, the
+    float32 accumulator plus the widened bias, rounded once to the operands'
+    dtype. On a GPU one cuBLASLt call computes it, the bias added in the GEMM's
+    epilogue (``cuda/cublas_gemm.py``; should cuBLASLt offer no algorithm, a
+    float32 GEMM, the bias added and one cast do the same); on the CPU the
+    float32 BLAS product, then one numba pass adds the bias and rounds
+    (``cpu_numba``'s ``bias_round``; without numba the add and ``convert``).
+    float32/float64 operands: the GEMM, the bias added in place into its result.
     """
-    _batch, m, _k, n, out = _check("gemm_bias", a, b, None, False, trans_b)
-    if a.ndim != 2 or b.ndim != 2 or a.dtype not in dt.LOW_PRECISION:
-        raise ValueError(f"gemm_bias: needs 2-D float16/bfloat16 operands, got {_describe(a, b, False, trans_b)}")
+    _batch, m, k, n, out = _check("gemm_bias", a, b, None, False, trans_b)
+    if a.ndim != 2 or b.ndim != 2:
+        raise ValueError(f"gemm_bias: needs 2-D operands, got {_describe(a, b, False, trans_b)}")
     if bias.shape != (n,) or bias.dtype != a.dtype:
         raise ValueError(f"gemm_bias: bias must be ({n},) {a.dtype.name}, got {tuple(bias.shape)} {bias.dtype.name}"
                          f" for {_describe(a, b, False, trans_b)}")
-    if not backend.is_cupy_array(a):
-        acc = _gemm_cpu(a, b, dt.float32, False, trans_b)
-        acc += convert(bias, dt.float32)
-        return convert(acc, out)
-    return cublas_gemm.gemm_bias_gpu(a, b, bias, out, trans_b, m, _k, n)
+    gpu = backend.is_cupy_array(a)
+    if a.dtype not in dt.LOW_PRECISION:
+        y = (cublas_gemm.gemm_gpu(a, b, out, False, trans_b, (), m, k, n, compute_type(a.dtype)) if gpu
+             else _gemm_cpu(a, b, out, False, trans_b))
+        y += bias  # in place on the GEMM's fresh result: no second output buffer
+        return y
+    if gpu:
+        return cublas_gemm.gemm_bias_gpu(a, b, bias, out, trans_b, m, k, n)
+    acc = _gemm_cpu(a, b, dt.float32, False, trans_b)
+    bias32 = convert(bias, dt.float32)
+    if cpu_path.LOADED and cpu_path.BACKEND == "numba":
+        y = np.empty(acc.shape, out)
+        cpu_numba.KERNELS[_BIAS_ROUND[out]](acc, bias32, y.view(np.uint16))
+        return y
+    with np.errstate(over="ignore", invalid="ignore"):  # inf - inf in the sum: as the numba pass, silently
+        acc += bias32
+    return convert(acc, out)
+
+
+_BIAS_ROUND = {dt.float16: "bias_round_f16", dt.bfloat16: "bias_round_bf16"}  # the numba epilogue by output dtype
 
 
 def _check_gelu(name: str, a: Array, b: Array, vector: Array, trans_b: bool) -> int:

@@ -10,15 +10,13 @@ for the scale rule), which computes the same values.
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import numpy as np
 
 from .. import dtypes as dt
 from .cuda import cuda_launch, cuda_scaler
-from .cpu.cpu_path import numba_default, resolve
-from .cpu.cpu_numba import KERNELS
+from .cpu import cpu_numba, cpu_path
 
 # Without a min_scale the scale still never drops below the smallest normal
 # float32, so it stays positive and 1/scale stays finite.
@@ -28,16 +26,6 @@ DEFAULT_MIN_SCALE = float(np.finfo(np.float32).tiny)
 def inverse_scale(xp: Any, scale: Any) -> Any:
     """``1 / scale`` as the unscale pass multiplies by it: divided in float64, rounded once to float32."""
     return xp.reciprocal(scale.astype(np.float64)).astype(np.float32)
-
-
-@functools.lru_cache(maxsize=64)
-def host_inverse(scale: float) -> np.float32:
-    """``inverse_scale`` of a CPU scale, divided on the host: float32(1 / float64(scale)).
-
-    Remembered per value: the scale changes a few times in a run, the unscale pass runs every step
-    (building the float32 costs more than the look-up).
-    """
-    return np.float32(1.0 / scale)
 
 
 def unscale_group(xp: Any, grads: list, outs: list, scale: Any, found_inf: Any) -> None:
@@ -63,9 +51,9 @@ def unscale_group(xp: Any, grads: list, outs: list, scale: Any, found_inf: Any) 
         if len(in_place) == len(grads):
             return
         grads, outs = zip(*[(grad, out) for grad, out in zip(grads, outs) if out is not grad])
-        if numba_default() or resolve(None) == "numba":
+        if (cpu_path.LOADED and cpu_path.BACKEND == "numba") or cpu_path.resolve(None) == "numba":
             # float32 pairs: multiply and check in one numba pass each (the NumPy ufuncs take four).
-            inv, rest, kernel = host_inverse(float(scale)), [], KERNELS["unscale_f32"]
+            inv, rest, kernel = np.float32(1.0 / float(scale)), [], cpu_numba.KERNELS["unscale_f32"]
             for grad, out in zip(grads, outs):
                 if grad.shape != out.shape:
                     _refuse_pair(grad, out)
@@ -77,8 +65,7 @@ def unscale_group(xp: Any, grads: list, outs: list, scale: Any, found_inf: Any) 
             if not rest:
                 return
             grads, outs = [g for g, _ in rest], [o for _, o in rest]
-    inv_scale = np.asarray(host_inverse(float(scale))) if xp is np else inverse_scale(xp, scale)
-    _unscale_with_ufuncs(xp, grads, outs, inv_scale, found_inf)
+    _unscale_with_ufuncs(xp, grads, outs, inverse_scale(xp, scale), found_inf)
 
 
 def unscale_in_place_on_host(grads: list, scale: Any, found_inf: Any) -> None:
@@ -89,15 +76,15 @@ def unscale_in_place_on_host(grads: list, scale: Any, found_inf: Any) -> None:
     through the NumPy ufuncs.
     """
     rest = grads
-    if numba_default() or resolve(None) == "numba":
-        inv, rest, kernel = host_inverse(float(scale)), [], KERNELS["unscale_f32_inplace"]
+    if (cpu_path.LOADED and cpu_path.BACKEND == "numba") or cpu_path.resolve(None) == "numba":
+        inv, rest, kernel = np.float32(1.0 / float(scale)), [], cpu_numba.KERNELS["unscale_f32_inplace"]
         for grad in grads:
             if grad.dtype != dt.float32 or not grad.flags.c_contiguous:
                 rest.append(grad)
             elif kernel(grad, inv):
                 found_inf[...] = 1.0
     if rest:
-        _unscale_with_ufuncs(np, rest, rest, np.asarray(host_inverse(float(scale))), found_inf)
+        _unscale_with_ufuncs(np, rest, rest, inverse_scale(np, scale), found_inf)
 
 
 def _refuse_pair(grad: Any, out: Any) -> None:

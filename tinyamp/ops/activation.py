@@ -16,14 +16,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import numpy as np
-
 from .. import dtypes as dt
-from ..backend import array_module
 from ..autograd.function import Function
+from ..kernels import elementwise as kernel
 from ..kernels import gelu as gelu_kernels
-from ..kernels.cuda import cuda_epilogue, cuda_launch, cuda_vector
-from ..kernels.cpu.elementwise_cpu import relu_backward_lowp, relu_lowp
 from ..precision import FP32, NEUTRAL
 from ..tensor import Tensor
 from .elementwise import exp
@@ -78,22 +74,6 @@ class Erf(Function):
         return gy * (exp(x * x * -1.0) * (2 / _SQRT_PI))
 
 
-def _relu_backward(gy: Any, y: Any) -> Any:
-    """dx = gy * (y > 0) on arrays of one dtype and device (ReluBackward's forward)"""
-    if type(gy) is np.ndarray and dt.is_low_precision(gy.dtype) and gy.dtype == y.dtype:
-        # Low precision on the CPU: a bit-level where(y > 0, gy, 0) (NumPy's
-        # float16 multiply is a scalar loop). Here an inf/nan in gy at a
-        # dead unit gives 0, as in PyTorch; the GradScaler still sees the
-        # overflow in the other gradients computed from gy.
-        return relu_backward_lowp(gy, y)
-    if cuda_launch.on_gpu(gy) and gy.shape == y.shape:
-        if cuda_vector.takes(gy, y):  # one dtype, contiguous: 16-byte loads and stores
-            return cuda_vector.relu_backward(gy, y)
-        if cuda_launch.fusable(gy, y):
-            return cuda_epilogue.relu_backward(gy, y)  # one launch for the compare and the multiply
-    return array_module(gy).multiply(gy, y > 0, dtype=gy.dtype)
-
-
 class Relu(Function):
     """y = max(x, 0); dx = gy where y > 0
 
@@ -105,14 +85,9 @@ class Relu(Function):
     save_outputs = (0,)
 
     def forward(self, xp: Any, x: Any) -> Any:
-        if xp is np and dt.is_low_precision(x.dtype):
-            # NumPy's float16 ufuncs are scalar loops; this works on the bits.
-            return relu_lowp(x)
         if x.dtype == dt.bool_:  # NumPy would return int64 (PyTorch refuses too)
             raise TypeError(f"relu: boolean inputs are not supported (shape {list(x.shape)})")
-        if xp is not np and cuda_vector.takes(x):
-            return cuda_vector.relu(x)  # the CPU path's bits, 16 bytes a load
-        return xp.maximum(x, 0)
+        return kernel.relu(x)
 
     def backward(self, gy: Tensor) -> Tensor:
         (y,) = self.saved_tensors
@@ -133,7 +108,7 @@ class ReluBackward(Function):
     save_inputs = (1,)
 
     def forward(self, xp: Any, gy: Any, y: Any) -> Any:
-        return _relu_backward(gy, y)
+        return kernel.relu_backward(gy, y)
 
     def backward(self, g: Tensor) -> tuple:
         (y,) = self.saved_tensors

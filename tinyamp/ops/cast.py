@@ -43,7 +43,7 @@ class Cast(Function):
         return convert(x, self.dtype)  # astype, bit for bit, faster on the CPU
 
     def backward(self, gy: Tensor) -> Tensor:
-        return cast(gy, self.source)
+        return gy if gy.array.dtype == self.source else Cast(self.source)(gy)
 
 
 class CachedCast(Cast):

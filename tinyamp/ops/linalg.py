@@ -18,13 +18,11 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..autograd.function import Function
-from ..kernels.cuda import cuda_launch
-from ..kernels.cpu.elementwise_cpu import bias_act_convert
 from ..kernels.gemm import gemm, gemm_bias
 from ..precision import LOWER
 from ..tensor import Tensor
 from .broadcast import sum_to
-from .reduce import sum as _sum
+from .reduce import Sum
 from .vector_norms import linalg_norm as norm, vector_norm  # noqa: F401 - ta.linalg.norm / ta.linalg.vector_norm
 
 
@@ -35,10 +33,11 @@ def _operands(a: Any, b: Any, op: str = "@") -> str:
 def _check_dtypes(name: str, *arrays: Any) -> None:
     """One floating dtype for all operands (autocast has already unified them when active)."""
     first = arrays[0].dtype
-    if any(a.dtype != first for a in arrays) or first not in dt.FLOATING:
-        what = ", ".join(f"{list(a.shape)} {dt.dtype_name(a.dtype)}" for a in arrays)
-        raise TypeError(f"{name}: expected operands of one floating dtype (float16, bfloat16, float32 "
-                        f"or float64), got {what}; cast explicitly or use autocast")
+    for a in arrays:
+        if a.dtype != first or first not in dt.FLOATING:
+            what = ", ".join(f"{list(a.shape)} {dt.dtype_name(a.dtype)}" for a in arrays)
+            raise TypeError(f"{name}: expected operands of one floating dtype (float16, bfloat16, float32 "
+                            f"or float64), got {what}; cast explicitly or use autocast")
 
 
 class MatMul(Function):
@@ -156,34 +155,23 @@ class Linear(Function):
             raise ValueError(f"linear: bias of shape {list(b.shape)} does not match weight "
                              f"{list(w.shape)} (expected [{out_features}])")
         rows = x if x.ndim == 2 else _rows(x)  # batch dims folded into M: one GEMM
-        if b is None:
-            y = gemm(rows, w, trans_b=True)
-        elif x.dtype in dt.LOW_PRECISION and cuda_launch.on_gpu(rows):
-            # On a GPU the GEMM's epilogue adds the bias to its float32 accumulator and rounds
-            # once: the 16-bit output written once, no float32 result in memory.
-            y = gemm_bias(rows, w, b, trans_b=True)
-        elif x.dtype in dt.LOW_PRECISION:
-            # The bias is added to the float32 accumulator and the sum rounded
-            # once, as a cuBLAS epilogue would (one fused numba pass).
-            acc = gemm(rows, w, xp.float32, trans_b=True)
-            y = bias_act_convert(acc, b.astype(xp.float32), x.dtype, overwrite_y=True)
-        else:
-            y = gemm(rows, w, trans_b=True)
-            y += b  # in place on gemm's fresh result: no second output buffer
+        y = gemm(rows, w, trans_b=True) if b is None else gemm_bias(rows, w, b, trans_b=True)
         return y if x.ndim == 2 else y.reshape(x.shape[:-1] + (out_features,))
 
     def backward(self, gy: Tensor) -> tuple:
         x, w = self.saved_tensors
-        g_rows = _rows(gy) if gy.ndim != 2 else gy
+        x_shape = self.input_shapes[0]
+        folded = len(x_shape) != 2  # batch dims folded into rows, as the forward's GEMM had them
+        g_rows = _rows(gy) if folded else gy
         dx = dw = None
         if self.needs_input_grad[0]:
-            dx = MatMul()(g_rows, w).reshape(self.input_shapes[0])
+            dx = MatMul()(g_rows, w).reshape(x_shape)
         if self.needs_input_grad[1]:
-            dw = MatMul(trans_a=True)(g_rows, _rows(x) if x.ndim != 2 else x)
+            dw = MatMul(trans_a=True)(g_rows, _rows(x) if folded else x)
         if len(self.needs_input_grad) == 2:
             return dx, dw
         # Sum accumulates float16/bfloat16 in float32 and rounds once.
-        db = _sum(g_rows, 0) if self.needs_input_grad[2] else None
+        db = Sum(0)(g_rows) if self.needs_input_grad[2] else None
         return dx, dw, db
 
 

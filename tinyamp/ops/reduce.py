@@ -16,8 +16,7 @@ import numpy as np
 from .. import dtypes as dt
 from ..precision import FP32, NEUTRAL
 from ..autograd.function import Function
-from ..kernels.cuda import cuda_vector
-from ..kernels.convert import convert
+from ..kernels.elementwise import column_sum
 from ..tensor import Tensor
 from .broadcast import broadcast_to
 from .broadcast import normalize_dims
@@ -38,14 +37,8 @@ class Sum(Function):
 
     def forward(self, xp: Any, x: Any) -> Any:
         self.dims = normalize_dims("sum", self.dim, x.ndim)
-        if self.dims == (0,) and x.ndim == 2 and x.shape[0] > 0 and x.shape[1] > 1 and not self.keepdim:
-            # The column sum of a matrix (linear's bias gradient), float32 accumulation, one rounding.
-            if cuda_vector.takes(x):
-                return cuda_vector.column_sum(x, x.dtype)  # one launch on a GPU
-            if type(x) is np.ndarray and dt.is_low_precision(x.dtype):
-                # NumPy adds row by row into each column, so summing the exact widening gives the
-                # same bits as sum(dtype=float32), without its per-element casting loop.
-                return convert(np.add.reduce(convert(x, dt.float32), axis=0), x.dtype)
+        if self.dims == (0,) and x.ndim == 2 and not self.keepdim:
+            return column_sum(x)  # a matrix's column sum (linear's bias gradient): one kernel on every device
         if dt.is_low_precision(x.dtype):
             return x.sum(axis=self.dims, keepdims=self.keepdim, dtype=xp.float32).astype(x.dtype)
         return x.sum(axis=self.dims, keepdims=self.keepdim)

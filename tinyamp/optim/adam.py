@@ -28,9 +28,9 @@ from typing import Any, Iterable
 import numpy as np
 
 from .. import dtypes as dt
-from ..kernels.cpu import cpu_optim
-from ..kernels.cuda import cuda_launch, cuda_optim
-from .optimizer import Optimizer, check_hyperparameters, decayed_gradient, masked_write
+from ..kernels import updates
+from .fused import FusedUpdates
+from .optimizer import check_hyperparameters, decayed_gradient, masked_write
 
 
 def adam_moments(w32: Any, g: Any, m: Any, v: Any, *, lr: float, beta1: float, beta2: float,
@@ -69,7 +69,7 @@ def _adam_param(xp: Any, w: Any, g: Any, m: Any, v: Any, v_max: Any, step: Any, 
     xp.add(step, keep, out=step, casting="unsafe")
 
 
-class Adam(Optimizer):
+class Adam(FusedUpdates):
     """Adam (``torch.optim.Adam``): L2 weight decay added to the gradient."""
 
     _step_supports_amp_scaling = True
@@ -85,7 +85,6 @@ class Adam(Optimizer):
                         master_weights=master_weights)
         super().__init__(params, defaults)
 
-    _kernels_read_found_inf = True
     _device_hyper_keys = ("lr", "betas", "eps", "weight_decay")
 
     def _device_hyper_values(self, group: dict) -> tuple:
@@ -95,30 +94,11 @@ class Adam(Optimizer):
 
     def _update_group(self, group: dict, entries: list) -> None:
         beta1, beta2 = group["betas"]
-        hyper = dict(lr=group["lr"], beta1=beta1, beta2=beta2, eps=group["eps"],
-                     weight_decay=group["weight_decay"], decoupled=self._decoupled)
-        fused: dict = {}  # device -> entries for one multi-tensor launch
-        for entry in entries:
-            p, w, g, keep, master = entry
-            if cuda_launch.fusable_update(w, g):
-                fused.setdefault(p.device, []).append(entry)
-                continue
-            m, v, v_max, step = self._moments(p, w, group["amsgrad"])
-            if keep is True and cpu_optim.adam_update(w, g, m, v, v_max, step, **hyper):
-                continue  # one numba pass on the CPU, the same bits
-            _adam_param(p.device.xp, w, g, m, v, v_max, step, self._keep_mask(keep), **hyper)
-        for dev, batch in fused.items():
-            moments = [self._moments(p, w, group["amsgrad"]) for p, w, _, _, _ in batch]
-            lows = [self._low_output(p, master) for p, _, _, _, master in batch]
-            keep = batch[0][3]
-            if keep is False:  # a skipped step on a device whose flag the host read: nothing to write
-                continue
-            on_device = self._hyper_on_device(group, batch[0][1], self._device_hyper_values(group))
-            cuda_optim.adam_group([w for _, w, _, _, _ in batch], [g for _, _, g, _, _ in batch],
-                                  [m for m, _, _, _ in moments], [v for _, v, _, _ in moments],
-                                  [vm for _, _, vm, _ in moments] if group["amsgrad"] else None,
-                                  [s for _, _, _, s in moments], lows, None if keep is True else keep, on_device,
-                                  decoupled=self._decoupled)
+        ms, vs, v_maxs, steps = zip(*[self._moments(p, w, group["amsgrad"]) for p, w, _, _, _ in entries])
+        updates.adam(self._kernel_group(group, entries), list(ms), list(vs),
+                     list(v_maxs) if group["amsgrad"] else None, list(steps), rule=_adam_param, lr=group["lr"],
+                     beta1=beta1, beta2=beta2, eps=group["eps"], weight_decay=group["weight_decay"],
+                     decoupled=self._decoupled)
 
     def _moments(self, p: Any, w: Any, amsgrad: bool) -> tuple:
         """(exp_avg, exp_avg_sq, max_exp_avg_sq or None, step) of ``p``, made on first use."""

@@ -29,38 +29,36 @@ raw arrays; everything they share lives here:
   masked one); on a GPU it stays on the device, and SGD/Adam's fused kernels
   (``_kernels_read_found_inf``) read ``found_inf`` themselves.
 - **Fused GPU updates.** SGD and Adam/AdamW update a whole group with one
-  kernel launch (``kernels/cuda/cuda_optim.py``), reading the group's
-  hyper-parameters from a small device array that is rewritten only when a
-  value changes (a scheduler), and writing each weight's low-precision copy in
-  the same pass: the O2 parameter, or the autocast weight-cast cache's copy of
-  a float32 weight (re-stamped with the new version, so the next forward
-  converts nothing).
+  ``kernels.updates`` call (one kernel launch per GPU); what those kernels keep
+  beside this base (the 16-bit copies they write, the hyper-parameters mirrored
+  on the device) is ``optim/fused.py``.
+- **Step hooks** (PyTorch's): ``register_step_pre_hook`` / ``register_step_post_hook``
+  on one optimizer, ``register_optimizer_step_pre_hook`` / ``..._post_hook`` for
+  all of them, each returning a handle whose ``remove()`` unregisters it. A CUDA
+  graph learns which optimizers its step drives through a global pre-hook; the
+  update-swamping instrument (``optimizer.track_swamping()``, from the study
+  instruments) through the optimizer's own pair.
 
 Updates write in place into ``p.array`` (and bump ``p._version``, which the
 autocast weight-cast cache keys on, so it sees every optimizer update).
-
-``track_swamping()`` (opt-in) makes each step also measure which update
-elements float16 weights would have lost (``swamping()``): the instrument and
-the optimizer's opt-in live in study/swamping.py (``Tracking``, a base).
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
-from collections import defaultdict
+import functools
+import itertools
+from collections import OrderedDict, defaultdict
 from typing import Any, Callable, Iterable
 
 import numpy as np
 
 from .. import backend
 from .. import dtypes as dt
-from ..amp.casting import low_copy_to_refresh, restamp_low_copy
-from ..kernels.cuda import cuda_launch
+from ..grad_mode import enable_grad, no_grad
 from ..kernels.loss_scale import inverse_scale
 from ..tensor import Tensor
-from ..study import swamping
-from ..grad_mode import enable_grad, no_grad
 
 
 class _RequiredParameter:
@@ -154,7 +152,71 @@ def refuse_differentiable(name: str, differentiable: bool) -> None:
                                   f"parameters in place, outside autograd")
 
 
-class Optimizer(swamping.Tracking):
+class RemovableHandle:
+    """What the ``register_*_hook`` functions return (PyTorch's ``RemovableHandle``): ``remove()`` unregisters
+    the hook; as a context manager it unregisters it at the block's end."""
+
+    _ids = itertools.count()
+
+    def __init__(self, hooks: OrderedDict, hook: Callable) -> None:
+        self.hooks, self.id = hooks, next(RemovableHandle._ids)
+        hooks[self.id] = hook
+
+    def remove(self) -> None:
+        self.hooks.pop(self.id, None)
+
+    def __enter__(self) -> "RemovableHandle":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.remove()
+
+
+# PyTorch's global step hooks (torch.optim.optimizer.register_optimizer_step_pre_hook/post_hook): every optimizer.
+_GLOBAL_PRE_HOOKS: OrderedDict = OrderedDict()
+_GLOBAL_POST_HOOKS: OrderedDict = OrderedDict()
+
+
+def register_optimizer_step_pre_hook(hook: Callable) -> RemovableHandle:
+    """``hook(optimizer, args, kwargs)`` before every optimizer's step; it may return ``(new_args, new_kwargs)``."""
+    return RemovableHandle(_GLOBAL_PRE_HOOKS, hook)
+
+
+def register_optimizer_step_post_hook(hook: Callable) -> RemovableHandle:
+    """``hook(optimizer, args, kwargs)`` after every optimizer's step."""
+    return RemovableHandle(_GLOBAL_POST_HOOKS, hook)
+
+
+def _hooked(step: Callable) -> Callable:
+    """``step`` with the step hooks around it, as PyTorch runs them: global pre-hooks, the optimizer's
+    pre-hooks, the step, the optimizer's post-hooks, global post-hooks. A step a subclass writes
+    is wrapped too; a ``super().step()`` inside it runs no hook a second time."""
+
+    @functools.wraps(step)
+    def hooked_step(self: "Optimizer", *args: Any, **kwargs: Any) -> Any:
+        if self._stepping:
+            return step(self, *args, **kwargs)
+        for hook in (*_GLOBAL_PRE_HOOKS.values(), *self._step_pre_hooks.values()):
+            result = hook(self, args, kwargs)
+            if result is not None:
+                if not (isinstance(result, tuple) and len(result) == 2):
+                    raise RuntimeError(f"{step} must return None or a tuple of (new_args, new_kwargs), "
+                                       f"but got {result}.")
+                args, kwargs = result
+        self._stepping = True
+        try:
+            out = step(self, *args, **kwargs)
+        finally:
+            self._stepping = False
+        for hook in (*self._step_post_hooks.values(), *_GLOBAL_POST_HOOKS.values()):
+            hook(self, args, kwargs)
+        return out
+
+    hooked_step.hooked = True
+    return hooked_step
+
+
+class Optimizer:
     """Base class of tinyamp's optimizers (PyTorch's ``torch.optim.Optimizer``)."""
 
     # Overridden to True by the optimizers that implement the masked-update contract.
@@ -171,13 +233,9 @@ class Optimizer(swamping.Tracking):
         # master: a different one means someone else wrote the parameter (a model load,
         # p.data written or replaced), and the master is refreshed from it. Host metadata, so no sync.
         self._master_versions: dict[Tensor, tuple] = {}
-        # Parameters whose low-precision copy a fused GPU kernel already wrote this step.
-        self._written_back_by_kernel: set = set()
-        # Float32 parameters whose weight-cast cache copy a fused kernel rewrote this step
-        # (parameter -> dtype), re-stamped with the version the update gives them.
-        self._refreshed_low_copies: dict = {}
-        # Each group's hyper-parameters on the device, for the fused kernels (id(group) -> mirror).
-        self._device_hyper: dict[int, cuda_launch.DeviceValues] = {}
+        self._step_pre_hooks: OrderedDict = OrderedDict()
+        self._step_post_hooks: OrderedDict = OrderedDict()
+        self._stepping = False
         if isinstance(params, Tensor):
             raise TypeError("params argument given to the optimizer should be an iterable of Tensors "
                             f"or dicts, but got {type(params).__name__}")
@@ -188,6 +246,12 @@ class Optimizer(swamping.Tracking):
             groups = [{"params": groups}]
         for group in groups:
             self.add_param_group(group)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        step = cls.__dict__.get("step")
+        if step is not None and not getattr(step, "hooked", False):  # a step of its own: hooks around it too
+            cls.step = _hooked(step)
 
     def __repr__(self) -> str:
         lines = [f"{type(self).__name__} ("]
@@ -295,6 +359,7 @@ class Optimizer(swamping.Tracking):
         raise KeyError(f"parameter of shape {list(p.shape)} is not in this optimizer")
 
     # -------------------------------------------------------------- step
+    @_hooked
     def step(self, closure: "Callable[[], Any] | None" = None, *, found_inf: Any = None,
              grad_scale: Any = None) -> Any:
         """One update of every parameter with a gradient; returns the closure's loss.
@@ -305,40 +370,33 @@ class Optimizer(swamping.Tracking):
         if closure is not None:
             with enable_grad():
                 loss = closure()
-        backend.observe(self)  # a graphed step learns which optimizers it replays (tinyamp/cuda/graphed_step.py)
         keeps: dict = {}  # device -> keep flag (_keep_flag), found once per device
         quiet: Any = contextlib.nullcontext()
         if found_inf is not None:
-            if _kept_on_host(found_inf):
-                # A flag on the CPU that says "kept": the CPU's flag is known, and the plain update
-                # runs, with finite gradients.
+            if _kept_on_host(found_inf):  # the CPU's flag says "kept": the plain update, finite gradients
                 keeps[backend.CPU] = True
-            else:
-                # A masked step computes with the inf/nan gradients it then discards: NumPy's
-                # overflow/invalid warnings would be noise there.
+            else:  # a masked step computes with the inf/nan it discards: NumPy's warnings would be noise
                 quiet = np.errstate(over="ignore", invalid="ignore")
-        rows: list = []  # swamping rows, only while track_swamping() is on
         with no_grad(), quiet:
-            for group_index, group in enumerate(self.param_groups):
-                entries = []
-                for p in group["params"]:
-                    entry = self._prepare(p, group, found_inf, grad_scale, keeps)
-                    if entry is not None:
-                        entries.append(entry)
-                before = self._swamping_before(entries)
+            for group in self.param_groups:
+                entries = [self._prepare(p, group, found_inf, grad_scale, keeps) for p in group["params"]
+                           if p.grad is not None]
                 if entries:
                     self._update_group(group, entries)
                 for p, _, _, _, master in entries:
                     self._finish(p, master)
-                rows += self._swamping_after(group_index, group, entries, before)
-        if self._swamping_dtype is not None:
-            self._swamping_report = swamping.SwampingReport(rows, self._swamping_dtype)
         return loss
 
-    def _prepare(self, p: Tensor, group: dict, found_inf: Any, grad_scale: Any, keeps: dict) -> "tuple | None":
-        """(param, weight array, grad array, keep mask, master) for one parameter, or None."""
-        if p.grad is None:
-            return None
+    def register_step_pre_hook(self, hook: Callable) -> RemovableHandle:
+        """``hook(optimizer, args, kwargs)`` before each step; it may return ``(new_args, new_kwargs)``."""
+        return RemovableHandle(self._step_pre_hooks, hook)
+
+    def register_step_post_hook(self, hook: Callable) -> RemovableHandle:
+        """``hook(optimizer, args, kwargs)`` after each step."""
+        return RemovableHandle(self._step_post_hooks, hook)
+
+    def _prepare(self, p: Tensor, group: dict, found_inf: Any, grad_scale: Any, keeps: dict) -> tuple:
+        """(param, weight array, grad array, keep mask, master) for one parameter with a gradient."""
         dev = p.device
         if dev not in keeps:
             keeps[dev] = self._keep_flag(dev, found_inf)
@@ -376,50 +434,17 @@ class Optimizer(swamping.Tracking):
             return found.reshape(1) if found.dtype == dt.float32 else found.astype(dt.float32).reshape(1)
         return dev.xp.equal(found.reshape(()), 0)
 
-    @staticmethod
-    def _keep_mask(keep: Any) -> Any:
-        """A keep flag as ``masked_write`` takes it (found_inf of a fused-kernel optimizer: found == 0)."""
-        if keep is True or keep is False or keep.dtype == dt.bool_:
-            return keep
-        return backend.array_module(keep).equal(keep.reshape(()), 0)
-
-    def _hyper_on_device(self, group: dict, like: Any, values: tuple) -> Any:
-        """``values`` (the group's hyper-parameters) as a float64 array on ``like``'s GPU, uploaded when they change."""
-        mirror = self._device_hyper.get(id(group))
-        if mirror is None:
-            mirror = self._device_hyper[id(group)] = cuda_launch.DeviceValues()
-        return mirror.get(cuda_launch._device(like), values)
-
     # ------------------------------------------------- CUDA graphs (tinyamp/cuda/graphed_step.py)
-    # The group keys a fused kernel reads from the group's DeviceValues, and the tuple it mirrors there.
-    _device_hyper_keys: tuple[str, ...] = ()
-
-    def _device_hyper_values(self, group: dict) -> tuple:
-        raise NotImplementedError(f"{type(self).__name__} keeps no hyper-parameters on the device")
-
     def _graph_device_keys(self, group: dict) -> tuple[str, ...]:
-        """The keys of ``group`` a captured step reads from device memory, so they may change between replays.
-
-        Only when every parameter of the group takes the fused GPU kernels
-        (float16/bfloat16/float32 on CUDA): the array path passes them to CuPy
-        as Python numbers, which a graph freezes.
-        """
-        if id(group) not in self._device_hyper:
-            return ()
-        if not all(p.device.type == "cuda" and p.dtype in cuda_launch.FUSED_DTYPES for p in group["params"]):
-            return ()
-        return self._device_hyper_keys
+        """The keys of ``group`` a captured step reads from device memory (none here: see optim/fused.py)."""
+        return ()
 
     def _graph_frozen(self, group: dict) -> tuple:
         """What a captured step of ``group`` fixed that the device keys do not (which kernel variant runs)."""
         return ()
 
     def _refresh_device_hyper(self) -> None:
-        """Write changed device-resident hyper-parameters (a scheduler's new learning rate) before a replay."""
-        for group in self.param_groups:
-            mirror = self._device_hyper.get(id(group))
-            if mirror is not None and group["params"]:
-                mirror.get(cuda_launch._device(group["params"][0].array), self._device_hyper_values(group))
+        """Write changed device-resident hyper-parameters before a replay (none here: see optim/fused.py)."""
 
     def _refresh_masters(self) -> None:
         """Refresh the masters of parameters written since the last step (``_master``), before a graph replay:
@@ -430,36 +455,19 @@ class Optimizer(swamping.Tracking):
                     if p in self._master_versions:
                         self._master(p, group)
 
-    def _low_output(self, p: Tensor, master: "Tensor | None") -> Any:
-        """Where a fused kernel writes ``p``'s rounded new value: the O2 parameter, the
-        weight-cast cache's current copy of a float32 parameter, or nowhere (None)."""
-        if master is not None:
-            self._written_back_by_kernel.add(p)
-            return p.array
-        refresh = low_copy_to_refresh(p)
-        if refresh is None:
-            return None
-        self._refreshed_low_copies[p] = refresh[0]
-        return refresh[1]
-
     def _finish(self, p: Tensor, master: "Tensor | None") -> None:
         """After the update: round masters back into the parameter, bump the version."""
-        if master is not None and p in self._written_back_by_kernel:
-            # The fused kernel wrote the rounded weights itself (on a kept step only).
-            self._written_back_by_kernel.discard(p)
-        elif master is not None:
-            # Rounded write-back; a skipped step left the master unchanged, so the
-            # rounding reproduces the parameter's current value bit for bit.
-            p.array[...] = master.array.astype(p.dtype)
         if master is not None:
+            self._write_back(p, master)
             master.grad = None  # consumed: the next step reads the next unscale_'s grads
         p._version[0] += 1
         if master is not None:
             self._master_versions[p] = _write_stamp(p)
-        if self._refreshed_low_copies:
-            low = self._refreshed_low_copies.pop(p, None)
-            if low is not None:  # the kernel wrote round(new weight) into the cached copy
-                restamp_low_copy(p, low)
+
+    def _write_back(self, p: Tensor, master: Tensor) -> None:
+        """The rounded master into the parameter; a skipped step left the master unchanged, so the
+        rounding reproduces the parameter's current value bit for bit."""
+        p.array[...] = master.array.astype(p.dtype)
 
     def _update_group(self, group: dict, entries: list) -> None:
         raise NotImplementedError(f"{type(self).__name__} must implement _update_group")

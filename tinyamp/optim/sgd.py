@@ -25,9 +25,9 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from .. import dtypes as dt
-from ..kernels.cpu import cpu_optim
-from ..kernels.cuda import cuda_launch, cuda_optim
-from .optimizer import Optimizer, masked_write
+from ..kernels import updates
+from .fused import FusedUpdates
+from .optimizer import masked_write
 
 
 def _sgd_param(xp: Any, w: Any, g: Any, buf: Any, step: Any, keep: Any, *, lr: float, momentum: float,
@@ -51,7 +51,7 @@ def _sgd_param(xp: Any, w: Any, g: Any, buf: Any, step: Any, keep: Any, *, lr: f
         masked_write(xp, w, w32 - lr * d, keep)
 
 
-class SGD(Optimizer):
+class SGD(FusedUpdates):
     """Stochastic gradient descent (``torch.optim.SGD``), with optional float32 master weights."""
 
     _step_supports_amp_scaling = True
@@ -72,7 +72,6 @@ class SGD(Optimizer):
                         nesterov=nesterov, maximize=maximize, master_weights=master_weights)
         super().__init__(params, defaults)
 
-    _kernels_read_found_inf = True
     _device_hyper_keys = ("lr", "momentum", "dampening", "weight_decay")
 
     def _device_hyper_values(self, group: dict) -> tuple:
@@ -84,35 +83,10 @@ class SGD(Optimizer):
         return (group["momentum"] != 0,)
 
     def _update_group(self, group: dict, entries: list) -> None:
-        momentum = group["momentum"]
-        hyper = dict(lr=group["lr"], momentum=momentum, dampening=group["dampening"],
-                     weight_decay=group["weight_decay"], nesterov=group["nesterov"], maximize=group["maximize"])
-        fused: dict = {}  # device -> entries for one multi-tensor launch
-        for entry in entries:
-            p, w, g, keep, master = entry
-            if cuda_launch.fusable_update(w, g):
-                fused.setdefault(p.device, []).append(entry)
-                continue
-            buf = step = None
-            if momentum != 0:
-                buf = self._state_buffer(p, "momentum_buffer", w)
-                step = self._step_counter(p, w)
-            if keep is True and cpu_optim.sgd_update(w, g, buf, step, **hyper):
-                continue  # one numba pass on the CPU, the same bits
-            _sgd_param(p.device.xp, w, g, buf, step, self._keep_mask(keep), **hyper)
-        for dev, batch in fused.items():
-            self._fused_update(group, dev, batch, momentum != 0, hyper)
-
-    def _fused_update(self, group: dict, dev: Any, batch: list, momentum: bool, hyper: dict) -> None:
-        """One group's parameters on one GPU: one launch for the update, one for the step counters."""
-        weights = [w for _, w, _, _, _ in batch]
-        bufs = [self._state_buffer(p, "momentum_buffer", w) for p, w, _, _, _ in batch] if momentum else None
-        steps = [self._step_counter(p, w) for p, w, _, _, _ in batch] if momentum else None
-        lows = [self._low_output(p, master) for p, _, _, _, master in batch]
-        keep = batch[0][3]
-        if keep is False:  # a skipped step on a device whose flag the host read: nothing to write
-            return
-        on_device = self._hyper_on_device(group, weights[0], self._device_hyper_values(group))
-        cuda_optim.sgd_group(weights, [g for _, _, g, _, _ in batch], bufs, steps, lows,
-                             None if keep is True else keep, on_device, nesterov=bool(hyper["nesterov"]),
-                             maximize=bool(hyper["maximize"]))
+        bufs = steps = None
+        if group["momentum"] != 0:
+            bufs = [self._state_buffer(p, "momentum_buffer", w) for p, w, _, _, _ in entries]
+            steps = [self._step_counter(p, w) for p, w, _, _, _ in entries]
+        updates.sgd(self._kernel_group(group, entries), bufs, steps, rule=_sgd_param, lr=group["lr"],
+                    momentum=group["momentum"], dampening=group["dampening"], weight_decay=group["weight_decay"],
+                    nesterov=group["nesterov"], maximize=group["maximize"])

@@ -34,6 +34,7 @@ import numpy as np
 
 from .. import backend
 from .. import dtypes as dt
+from ..optim.optimizer import Optimizer
 
 
 @dataclass
@@ -146,52 +147,74 @@ def measure(name: str, param: Any, old_weight: Any, new_weight: Any, old_param: 
                              int(np.count_nonzero(vanished)), held)
 
 
-class Tracking:
-    """The optimizer's side of the measurement (``torch.optim.Optimizer`` has none): opt in, get the report.
+class _Tracking:
+    """One optimizer's opt-in: the step hooks that copy the weights before a step and measure them after."""
 
-    ``Optimizer`` takes this as a base; its ``step`` calls :meth:`_swamping_before`
-    and :meth:`_swamping_after` around each group's update, which copy and
-    measure only while tracking is on.
+    def __init__(self, optimizer: Any, low_dtype: np.dtype, names: dict, report: Any) -> None:
+        self.low_dtype, self.names, self.report = low_dtype, names, report
+        self._before: dict = {}
+        self._handles = (optimizer.register_step_pre_hook(self._copy_weights),
+                         optimizer.register_step_post_hook(self._measure_step))
+
+    def remove(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+
+    def _copy_weights(self, optimizer: Any, args: tuple, kwargs: dict) -> None:
+        """Before the step: each parameter's weight the step updates (its master under master weights), copied."""
+        self._before = {}
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                master = optimizer._master(p, group) if group.get("master_weights") else None
+                weight = p.array if master is None else master.array
+                self._before[id(p)] = (weight, weight.copy(), p.array.copy(), master is not None)
+
+    def _measure_step(self, optimizer: Any, args: tuple, kwargs: dict) -> None:
+        """After the step: one row per parameter it updated (those with a gradient), in group order."""
+        rows = []
+        for group_index, group in enumerate(optimizer.param_groups):
+            for index, p in enumerate(group["params"]):
+                if p.grad is not None and id(p) in self._before:
+                    weight, old_weight, old_param, master = self._before[id(p)]
+                    name = self.names.get(id(p), f"group{group_index}.{index}")
+                    rows.append(measure(name, p, old_weight, weight, old_param, master, self.low_dtype))
+        self._before = {}
+        self.report = SwampingReport(rows, self.low_dtype)
+
+
+def track_swamping(self: Any, enabled: bool = True, *, dtype: Any = dt.float16, names: Any = None) -> None:
+    """Measure, at every step from now on, which update elements ``dtype`` weights would lose.
+
+    Opt-in: a step copies each weight before it writes it only while this is on
+    (a step pre-hook and post-hook of the optimizer). ``names``:
+    ``model.named_parameters()`` (or a dict) to label the rows. :meth:`swamping`
+    returns the last step's report.
     """
+    tracking = self.__dict__.get("_swamping_tracking")
+    if not enabled:
+        if tracking is not None:
+            tracking.remove()
+        self._swamping_tracking = None
+        return
+    low = dt.as_dtype(dtype)
+    if low not in dt.LOW_PRECISION:
+        raise ValueError(f"{type(self).__name__}.track_swamping: dtype must be float16 or bfloat16, "
+                         f"got {dt.dtype_name(low)}")
+    labels = dict(names.items() if isinstance(names, dict) else names) if names is not None else {}
+    report = None
+    if tracking is not None:
+        tracking.remove()
+        report = tracking.report
+    self._swamping_tracking = _Tracking(self, low, {id(p): name for name, p in labels.items()}, report)
 
-    _swamping_dtype: "np.dtype | None" = None  # None: off (the default)
-    _swamping_names: "dict[int, str] | None" = None
-    _swamping_report: Any = None
 
-    def track_swamping(self, enabled: bool = True, *, dtype: Any = dt.float16, names: Any = None) -> None:
-        """Measure, at every step from now on, which update elements ``dtype`` weights would lose.
+def swamping(self: Any) -> Any:
+    """The :class:`SwampingReport` of the last step taken while tracking, or None."""
+    tracking = self.__dict__.get("_swamping_tracking")
+    return None if tracking is None else tracking.report
 
-        Opt-in: a step copies each updated weight before it writes it only while
-        this is on. ``names``: ``model.named_parameters()`` (or a dict) to label
-        the rows. :meth:`swamping` returns the last step's report.
-        """
-        if not enabled:
-            self._swamping_dtype = self._swamping_names = self._swamping_report = None
-            return
-        low = dt.as_dtype(dtype)
-        if low not in dt.LOW_PRECISION:
-            raise ValueError(f"{type(self).__name__}.track_swamping: dtype must be float16 or bfloat16, "
-                             f"got {dt.dtype_name(low)}")
-        self._swamping_dtype = low
-        labels = dict(names.items() if isinstance(names, dict) else names) if names is not None else {}
-        self._swamping_names = {id(p): name for name, p in labels.items()}
 
-    def swamping(self) -> Any:
-        """The :class:`SwampingReport` of the last step taken while tracking, or None."""
-        return self._swamping_report
-
-    def _swamping_before(self, entries: list) -> "list | None":
-        """The weights and parameters of a group's entries before its update (None when not tracking)."""
-        if self._swamping_dtype is None:
-            return None
-        return [(w.copy(), p.array.copy()) for p, w, _, _, _ in entries]
-
-    def _swamping_after(self, group_index: int, group: dict, entries: list, before: "list | None") -> list:
-        """The group's rows, from ``before`` and the weights the update wrote (none when not tracking)."""
-        if before is None:
-            return []
-        index = {id(p): i for i, p in enumerate(group["params"])}
-        names = self._swamping_names or {}
-        return [measure(names.get(id(p), f"group{group_index}.{index[id(p)]}"), p, old_weight, weight, old_param,
-                        master is not None, self._swamping_dtype)
-                for (p, weight, _, _, master), (old_weight, old_param) in zip(entries, before)]
+# Registered on the optimizer from here, above it (as DeZero's setup_variable registers Tensor's operators):
+# the optimizer itself knows nothing of this instrument.
+Optimizer.track_swamping = track_swamping
+Optimizer.swamping = swamping

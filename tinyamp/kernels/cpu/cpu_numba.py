@@ -1,19 +1,21 @@
-"""numba kernels of the 16-bit CPU paths (the ``"numba"`` path of :mod:`tinyamp.kernels.convert`).
+"""numba kernels of the 16-bit CPU paths (the ``"numba"`` path of ``cpu_path.py``).
 
-Conversions, ReLU forward/backward, the GEMM epilogues, the loss-scale unscale
-pass and the SGD/Adam updates, for ``convert.py``, ``elementwise_cpu.py``,
-``loss_scale.py``, ``cross_entropy.py`` and ``cpu_optim.py``. Serial ``nogil`` loops over 1-D contiguous
-integer views (and the 2-D GEMM epilogue), whose scalar conversion is
-written in LLVM IR on 32-bit integers: numba would widen Python-level integer code to 64 bits and run
-3-4x slower. With a hardware float16 conversion (F16C on x86) LLVM emits
+Conversions, ReLU forward/backward, linear's bias epilogue, the loss-scale
+unscale pass and the SGD/Adam updates, for ``convert.py``, ``gemm.py``,
+``elementwise_cpu.py``, ``loss_scale.py``, ``cross_entropy.py`` and
+``cpu_optim.py``. Serial ``nogil`` loops over 1-D contiguous integer views (and
+the 2-D bias epilogue), whose scalar conversion is written in LLVM IR on 32-bit
+integers: numba would widen Python-level integer code to 64 bits and run 3-4x
+slower. With a hardware float16 conversion (F16C on x86) LLVM emits
 ``vcvtps2ph``/``vcvtph2ps`` plus a NaN fix-up, otherwise an integer/float
 recipe; both are bit-identical to NumPy/ml_dtypes and 10-25x faster than
-``astype``.
+``astype``. Each loop is written once, the scalar conversion passed in
+(:func:`_specialize`: one compiled kernel per conversion).
 
-numba is a dependency (the NumPy recipes stay as the fallback) and costs about a second to
-import, so nothing here imports it until :func:`load` runs; ``convert.py``
-calls that on first use of the numba backend and falls back to the NumPy
-recipes if it raises. Kernels then compile lazily on first call (0.1-0.5 s
+numba is a dependency (``astype`` stays as the exact fallback) and costs about a
+second to import, so nothing here imports it until :func:`load` runs;
+``cpu_path.py`` calls that on first use of the numba path and falls back to
+``astype`` if it raises. Kernels then compile lazily on first call (0.1-0.5 s
 each; ``cache=True`` keeps them on disk). :data:`KERNELS` maps a kernel name
 to its compiled function; the names without ``_hw``/``_int`` are the
 float16 implementation :func:`select_f16_impl` chose.
@@ -26,10 +28,12 @@ benchmarks/RESULTS.md, "bench_casts.py").
 from __future__ import annotations
 
 import os
-from types import SimpleNamespace
+from types import FunctionType, SimpleNamespace
+from typing import Any, Callable
 
 import numpy as np
 
+from ... import dtypes as dt
 from . import nn_numba
 
 # Modules whose numba loops load() defines (with the tools it imported).
@@ -39,6 +43,40 @@ _FAMILIES = (nn_numba,)
 # scalar intrinsics (_h2f_hw, _f2h_int, _f2b_bits, _nb_fbits, ...) as module
 # globals, which the benchmark's parallel variants reuse.
 KERNELS = {}
+
+# The integer views the kernels take, and the bits of +inf of the 16-bit formats: a 16-bit
+# pattern p is NaN when (p & 0x7fff) > INF16[dtype].
+U16 = np.dtype(np.uint16)
+U32 = np.dtype(np.uint32)
+I16 = np.dtype(np.int16)
+INF16 = {dt.float16: 0x7C00, dt.bfloat16: 0x7F80}
+
+
+def flat(a: np.ndarray) -> np.ndarray:
+    """1-D view of a C- or F-contiguous array in memory order."""
+    return a.reshape(-1) if a.flags.c_contiguous else a.ravel(order="K")
+
+
+# The loops each kernel runs, written once; :func:`_specialize` compiles one per scalar conversion
+# ``_CONVERT`` (u32 bits -> u32 bits), bound as a global of its own copy of the function.
+def _map_bits(src, dst):  # 1-D contiguous bit views: dst[i] = convert(src[i])
+    for i in range(src.size):
+        dst[i] = _CONVERT(np.uint32(src[i]))  # noqa: F821 - bound by _specialize
+
+
+def _bias_round(y, bias, dst):  # float32 (M, N) + float32 (N,) -> 16-bit bits (M, N): one rounding
+    rows, cols = y.shape
+    for r in range(rows):
+        for c in range(cols):
+            dst[r, c] = _CONVERT(_nb_fbits(y[r, c] + bias[c]))  # noqa: F821 - bound by _specialize
+
+
+def _specialize(jit: Callable, loop: Callable, name: str, convert: Any) -> Any:
+    """``loop`` compiled with ``_CONVERT`` = ``convert``: a copy of the function with that global, named
+    ``name`` (numba's on-disk cache is per qualified name, so each specialisation keeps its own entry)."""
+    copy = FunctionType(loop.__code__, {**loop.__globals__, "_CONVERT": convert}, name)
+    copy.__qualname__ = name
+    return jit(copy)
 
 
 def load() -> bool:  # noqa: C901 - one place that defines every kernel
@@ -54,7 +92,6 @@ def load() -> bool:  # noqa: C901 - one place that defines every kernel
     # (numba keys the cache on the closure's pickled contents), so the kernels other
     # kernels call are globals too.
     global _nb_fbits, _h2f_int, _h2f_hw, _f2h_int, _f2h_hw, _f2b_bits, _b2h_int, _b2h_hw
-    global relu16, relu_bwd16, f32_to_f16_int, f32_to_f16_hw
 
     from llvmlite import ir
     from numba import njit, types
@@ -154,57 +191,23 @@ def load() -> bool:  # noqa: C901 - one place that defines every kernel
 
         return types.uint32(types.float32), codegen
 
-    # -- array kernels: 1-D contiguous bit views ----------------------------
+    # -- the conversions, u32 bits -> u32 bits (composed ones for the 16-bit pairs) --
+    def composed(outer, inner, doc):
+        return u32_intrinsic(lambda b, u: outer(b, inner(b, u)), doc)
 
-    @jit
-    def f16_to_f32_int(src, dst):  # uint16[::1] -> uint32[::1]
-        for i in range(src.size):
-            dst[i] = _h2f_int(np.uint32(src[i]))
-
-    @jit
-    def f16_to_f32_hw(src, dst):
-        for i in range(src.size):
-            dst[i] = _h2f_hw(np.uint32(src[i]))
-
-    @jit
-    def f32_to_f16_int(src, dst):  # uint32 -> uint16
-        for i in range(src.size):
-            dst[i] = np.uint16(_f2h_int(src[i]))
-
-    @jit
-    def f32_to_f16_hw(src, dst):
-        for i in range(src.size):
-            dst[i] = np.uint16(_f2h_hw(src[i]))
-
-    @jit
-    def f32_to_bf16(src, dst):  # uint32 -> uint16
-        for i in range(src.size):
-            dst[i] = np.uint16(_f2b_bits(src[i]))
-
-    @jit
-    def bf16_to_f32(src, dst):  # uint16 -> uint32
-        for i in range(src.size):
-            dst[i] = np.uint32(src[i]) << np.uint32(16)
-
-    @jit
-    def f16_to_bf16_int(src, dst):  # uint16 -> uint16
-        for i in range(src.size):
-            dst[i] = np.uint16(_f2b_bits(_h2f_int(np.uint32(src[i]))))
-
-    @jit
-    def f16_to_bf16_hw(src, dst):
-        for i in range(src.size):
-            dst[i] = np.uint16(_f2b_bits(_h2f_hw(np.uint32(src[i]))))
-
-    @jit
-    def bf16_to_f16_int(src, dst):
-        for i in range(src.size):
-            dst[i] = np.uint16(_b2h_int(np.uint32(src[i])))
-
-    @jit
-    def bf16_to_f16_hw(src, dst):
-        for i in range(src.size):
-            dst[i] = np.uint16(_b2h_hw(np.uint32(src[i])))
+    conversions = {
+        "f16_to_f32_hw": _h2f_hw, "f16_to_f32_int": _h2f_int,
+        "f32_to_f16_hw": _f2h_hw, "f32_to_f16_int": _f2h_int,
+        "f32_to_bf16": _f2b_bits,
+        "bf16_to_f32": u32_intrinsic(lambda b, u: b.shl(u, k(16)), "bfloat16 -> float32 bits"),
+        "f16_to_bf16_hw": composed(ir_f2b, ir_h2f_hw, "float16 -> bfloat16 bits (F16C)"),
+        "f16_to_bf16_int": composed(ir_f2b, ir_h2f_int, "float16 -> bfloat16 bits (integer)"),
+        "bf16_to_f16_hw": _b2h_hw, "bf16_to_f16_int": _b2h_int,
+    }
+    kernels = {name: _specialize(jit, _map_bits, name, convert) for name, convert in conversions.items()}
+    for name, convert in (("bias_round_f16_hw", _f2h_hw), ("bias_round_f16_int", _f2h_int),
+                          ("bias_round_bf16", _f2b_bits)):
+        kernels[name] = _specialize(jit, _bias_round, name, convert)
 
     @jit
     def relu16(src, dst, inf):  # int16 views; inf = +inf bits of the format
@@ -219,36 +222,6 @@ def load() -> bool:  # noqa: C901 - one place that defines every kernel
         for i in range(x.size):
             v = x[i]
             dst[i] = grad[i] if (v > 0 and v <= inf) else np.int16(0)
-
-    @jit
-    def bias_act_f16_int(y, bias, dst, relu, has_bias):
-        rows, cols = y.shape
-        for r in range(rows):
-            for c in range(cols):
-                v = y[r, c] + bias[c] if has_bias else y[r, c]
-                if relu and not (v > np.float32(0.0) or v != v):
-                    v = np.float32(0.0)
-                dst[r, c] = np.uint16(_f2h_int(_nb_fbits(v)))
-
-    @jit
-    def bias_act_f16_hw(y, bias, dst, relu, has_bias):
-        rows, cols = y.shape
-        for r in range(rows):
-            for c in range(cols):
-                v = y[r, c] + bias[c] if has_bias else y[r, c]
-                if relu and not (v > np.float32(0.0) or v != v):
-                    v = np.float32(0.0)
-                dst[r, c] = np.uint16(_f2h_hw(_nb_fbits(v)))
-
-    @jit
-    def bias_act_bf16(y, bias, dst, relu, has_bias):
-        rows, cols = y.shape
-        for r in range(rows):
-            for c in range(cols):
-                v = y[r, c] + bias[c] if has_bias else y[r, c]
-                if relu and not (v > np.float32(0.0) or v != v):
-                    v = np.float32(0.0)
-                dst[r, c] = np.uint16(_f2b_bits(_nb_fbits(v)))
 
     @jit
     def unscale_f32(src, dst, inv):  # C-contiguous float32 arrays of one shape (dst may be src), float32 inv;
@@ -312,27 +285,8 @@ def load() -> bool:  # noqa: C901 - one place that defines every kernel
             m[i] = m_new
             v[i] = v_new
 
-    kernels = dict(
-        sgd_f32=sgd_f32,
-        adam_f32=adam_f32,
-        unscale_f32=unscale_f32,
-        unscale_f32_inplace=unscale_f32_inplace,
-        f16_to_f32_int=f16_to_f32_int,
-        f16_to_f32_hw=f16_to_f32_hw,
-        f32_to_f16_int=f32_to_f16_int,
-        f32_to_f16_hw=f32_to_f16_hw,
-        f32_to_bf16=f32_to_bf16,
-        bf16_to_f32=bf16_to_f32,
-        f16_to_bf16_int=f16_to_bf16_int,
-        f16_to_bf16_hw=f16_to_bf16_hw,
-        bf16_to_f16_int=bf16_to_f16_int,
-        bf16_to_f16_hw=bf16_to_f16_hw,
-        relu16=relu16,
-        relu_bwd16=relu_bwd16,
-        bias_act_f16_int=bias_act_f16_int,
-        bias_act_f16_hw=bias_act_f16_hw,
-        bias_act_bf16=bias_act_bf16,
-    )
+    kernels.update(sgd_f32=sgd_f32, adam_f32=adam_f32, unscale_f32=unscale_f32,
+                   unscale_f32_inplace=unscale_f32_inplace, relu16=relu16, relu_bwd16=relu_bwd16)
     KERNELS.clear()
     KERNELS.update(kernels)
     f16c = _probe_hw()
@@ -390,4 +344,4 @@ def select_f16_impl(which: str) -> None:
     KERNELS["f16_to_bf16"] = KERNELS["f16_to_bf16_" + which]
     KERNELS["f32_to_f16"] = KERNELS["f32_to_f16_" + which]
     KERNELS["bf16_to_f16"] = KERNELS["bf16_to_f16_" + which]
-    KERNELS["bias_act_f16"] = KERNELS["bias_act_f16_" + which]
+    KERNELS["bias_round_f16"] = KERNELS["bias_round_f16_" + which]

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from ... import dtypes as dt
-from .cpu_path import resolve
+from . import cpu_path
 from .cpu_numba import KERNELS
 
 _F32 = np.float32
@@ -42,7 +42,7 @@ def _applies(w: Any, *arrays: Any, kernel: str = "cpu_optim") -> bool:
                              f"{list(w.shape)}")
         if a is not None and (type(a) is not np.ndarray or a.dtype != dt.float32 or not a.flags.c_contiguous):
             return False
-    return resolve(None) == "numba"
+    return cpu_path.resolve(None) == "numba"
 
 
 def sgd_update(w: Any, g: Any, buf: Any, step: Any, *, lr: float, momentum: float, dampening: float,

@@ -1,31 +1,27 @@
-"""Which path the 16-bit CPU kernels take: numba loops, NumPy bit recipes or ``astype``.
+"""Which path the 16-bit CPU kernels take: the numba loops, or ``astype`` (the exact fallback).
 
-Every 16-bit CPU kernel of the package (``convert``, ReLU, the GEMM epilogue, the
-loss-scale and optimizer loops) asks :func:`resolve` (or, on its fast path,
-:func:`numba_default`) which implementation to run.
+Every 16-bit CPU kernel of the package (``convert``, ReLU, linear's bias
+epilogue, the loss-scale and optimizer loops) takes the numba path when
+``LOADED and BACKEND == "numba"`` (two reads on the hot paths, no call), and
+otherwise asks :func:`resolve`, which loads numba on first use.
 
 Paths (``BACKEND``)
 -------------------
 ``"numba"``
-    When numba is importable (a dependency of the package). Serial
-    ``nogil`` loops whose scalar conversion is written in LLVM IR on 32-bit
-    integers; with F16C (``F16C``) LLVM emits ``vcvtps2ph``/``vcvtph2ps``
-    plus a NaN fix-up, otherwise an integer/float recipe. Kernels compile
-    lazily on first use (``cache=True`` keeps them on disk), or all at once
-    with :func:`tinyamp.kernels.warmup`.
-``"numpy-bits"``
-    Without numba. float16 -> float32 is 4 integer/float NumPy passes,
-    float32 -> float16 a 13-pass recipe; ml_dtypes' bfloat16 casts are already
-    vectorised and are kept. ReLU and its backward work on int16 views.
+    numba is a dependency of the package: the default. Serial ``nogil`` loops
+    whose scalar conversion is written in LLVM IR on 32-bit integers; with
+    F16C (``F16C``) LLVM emits ``vcvtps2ph``/``vcvtph2ps`` plus a NaN fix-up,
+    otherwise an integer/float recipe. Kernels compile lazily on first use
+    (``cache=True`` keeps them on disk), or all at once with
+    :func:`tinyamp.kernels.warmup`.
 ``"astype"``
-    Plain ``astype`` everywhere (``TINYAMP_CAST_BACKEND=astype``).
+    NumPy's own conversions and ufuncs (``TINYAMP_CAST_BACKEND=astype``, or
+    numba missing or unusable): the same bits, slower.
 
 ``BACKEND`` is decided at import without importing numba (its import costs
-about a second). If numba is installed but fails to import or compile, the
-module warns once, falls back to ``"numpy-bits"`` and updates ``BACKEND``.
-The environment variable ``TINYAMP_CAST_BACKEND`` (``numba``, ``numpy``,
-``astype``) overrides the choice; every public function also takes
-``backend=`` to force a path (the tests do).
+about a second). If numba fails to import or compile, the module warns once
+and falls back to ``"astype"``. Every public kernel function also takes
+``backend=`` (``"numba"`` or ``"astype"``) to force a path (the tests do).
 """
 
 from __future__ import annotations
@@ -37,10 +33,10 @@ import warnings
 
 from . import cpu_numba
 
-__all__ = ["BACKEND", "F16C", "numba_available", "numba_default", "resolve"]
+__all__ = ["BACKEND", "F16C", "LOADED", "numba_available", "numba_default", "resolve"]
 
 
-def _numba_installed():
+def _numba_installed() -> bool:
     try:
         return importlib.util.find_spec("numba") is not None
     except (ImportError, ValueError):  # e.g. sys.modules["numba"] = None
@@ -48,61 +44,52 @@ def _numba_installed():
 
 
 _ENV = os.environ.get("TINYAMP_CAST_BACKEND", "").strip().lower()
-if _ENV in ("astype",):
-    BACKEND = "astype"
-elif _ENV in ("numpy", "numpy-bits"):
-    BACKEND = "numpy-bits"
-elif _numba_installed():
-    BACKEND = "numba"
-else:
-    BACKEND = "numpy-bits"
+BACKEND = "astype" if _ENV == "astype" or not _numba_installed() else "numba"
 
 #: Whether the numba float32 -> float16 kernels use the hardware conversion
 #: (F16C on x86). ``None`` until numba has been loaded.
 F16C = None
 
-# The numba kernels, loaded lazily (cpu_numba.load).
+#: Whether the numba kernels are loaded (``cpu_numba.KERNELS`` filled).
+LOADED = False
+
 _nb_lock = threading.Lock()
 _nb_state = None  # None: not tried; True: loaded; False: failed
 
 
-def numba_available():
+def numba_available() -> bool:
     """Load the numba kernels if possible; return whether they are usable."""
-    global _nb_state
+    global _nb_state, LOADED
     if _nb_state is None:
         with _nb_lock:
             if _nb_state is None:
                 try:
                     _load_numba()
-                    _nb_state = True
+                    _nb_state = LOADED = True
                 except Exception as exc:  # ImportError, or numba/LLVM trouble
-                    _nb_state = False
+                    _nb_state = LOADED = False
                     _numba_failed(exc)
     return _nb_state
 
 
-def numba_default():
-    """True when calls without ``backend=`` take the numba path and its kernels are loaded.
-
-    The test at the head of the kernels' fast paths (the common call on every
-    op under autocast); ``False`` before the first :func:`resolve` loads numba.
-    """
-    return _nb_state is True and BACKEND == "numba"
+def numba_default() -> bool:
+    """True when calls without ``backend=`` take the numba path and its kernels are loaded."""
+    return LOADED and BACKEND == "numba"
 
 
-def _numba_failed(exc):
+def _numba_failed(exc: Exception) -> None:
     global BACKEND
     if BACKEND == "numba":
-        BACKEND = "numpy-bits"
+        BACKEND = "astype"
         warnings.warn(
             f"tinyamp: numba cast kernels unavailable ({type(exc).__name__}: "
-            f"{exc}); using the NumPy conversions",
+            f"{exc}); using NumPy's astype",
             RuntimeWarning,
             stacklevel=3,
         )
 
 
-def _load_numba():
+def _load_numba() -> None:
     """Define the numba kernels (compiled on first call) into ``cpu_numba.KERNELS``; set ``F16C``.
 
     Raises when numba is unusable; the tests replace it to simulate that.
@@ -111,16 +98,14 @@ def _load_numba():
     F16C = cpu_numba.load()
 
 
-def resolve(backend):
-    """The path a call takes: "numba", "numpy-bits" or "astype".
+def resolve(backend: "str | None") -> str:
+    """The path a call takes: "numba" or "astype".
 
     ``backend=None`` follows ``BACKEND`` (loading numba on first use, and
-    falling back to the NumPy recipes if it fails); a forced "numba" that
-    cannot load raises.
+    falling back to ``astype`` if it fails); a forced "numba" that cannot load
+    raises.
     """
     b = BACKEND if backend is None else backend
-    if b in ("numpy", "numpy-bits"):
-        return "numpy-bits"
     if b == "astype":
         return "astype"
     if b == "numba":
@@ -128,5 +113,5 @@ def resolve(backend):
             return "numba"
         if backend is not None:
             raise RuntimeError("backend='numba' requested but numba kernels are unavailable")
-        return "numpy-bits"
-    raise ValueError(f"unknown backend {backend!r}; expected 'numba', 'numpy' or 'astype'")
+        return "astype"
+    raise ValueError(f"unknown backend {backend!r}; expected 'numba' or 'astype'")
