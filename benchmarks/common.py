@@ -171,7 +171,8 @@ def gpt_training(ta: Any, *, blocks: int = 4, channels: int = 128, heads: int = 
     ta.manual_seed(seed)
     model = GPT().to(device)
     opt = ta.optim.AdamW(model.parameters(), lr=3e-4)
-    scaler = ta.amp.GradScaler(enabled=amp and dtype == ta.float16)
+    # The scaler's device as the model's: torch.amp.GradScaler() means CUDA, and turns itself off on a CPU.
+    scaler = ta.amp.GradScaler("cuda" if "cuda" in str(device) else "cpu", enabled=amp and dtype == ta.float16)
     rng = np.random.default_rng(seed)
     idx = ta.tensor(rng.integers(0, vocab, (batch, seq)), device=device)
     targets = ta.tensor(rng.integers(0, vocab, (batch, seq)), device=device)

@@ -35,6 +35,19 @@ As cuBLASLt, these need the auxiliary pointer and its leading dimension set
 the heuristic offers nothing), and the bias pointer; the float32 order of
 cuBLASLt's own epilogue (its tanh, its bias-gradient sum) is not documented,
 so the stand-in's bits are the formula's, not necessarily the GPU's.
+
+fp8 operands (``CUDA_R_8F_E4M3`` = 28, ``CUDA_R_8F_E5M2`` = 29, uint8 codes) as
+cuBLASLt takes them on Hopper: only with compute capability 8.9 or more (the
+stand-in's ``runtime.COMPUTE_CAPABILITY``), both A and B fp8 but not both
+E5M2, the TN layout (TRANSA = T, TRANSB = N), leading dimensions of A and B
+multiples of 16, C and D bfloat16, float16 or float32 of one type; refused
+otherwise (``CUBLAS_STATUS_NOT_SUPPORTED``). ``A_SCALE_POINTER`` and
+``B_SCALE_POINTER`` are float32 device scalars (null: 1), read when the GEMM
+runs: ``D = round(float32(op(A) @ op(B)) * (scale_A * scale_B) + bias)``, the
+codes decoded exactly. ``FAST_ACCUM`` is accepted and changes nothing here (the
+sum is float32's either way; the model of Hopper's fast accumulation is
+``tinyamp.kernels.fp8_gemm``'s); an fp8 D (``D_SCALE_POINTER``,
+``AMAX_D_POINTER``) is not emulated.
 """
 
 from __future__ import annotations
@@ -43,9 +56,10 @@ import ctypes
 import itertools
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
-from . import _capture, _device
+from . import _capture, _device, runtime
 from ._array import run
 from ._memory import resolve
 from .cublas import _DATA_TYPES, CUBLAS_COMPUTE_32F, CUBLASError, _matrix
@@ -55,8 +69,12 @@ EPILOGUE_DEFAULT, EPILOGUE_BIAS, EPILOGUE_GELU_AUX_BIAS, EPILOGUE_DGELU_BGRAD = 
 _AUX_EPILOGUES = (EPILOGUE_GELU_AUX_BIAS, EPILOGUE_DGELU_BGRAD)
 # Descriptor attributes the stand-in knows, with the size of their value (cublasLt.h).
 _DESC_ATTRIBUTES = {3: ("transa", 4), 4: ("transb", 4), 7: ("epilogue", 4), 8: ("bias", 8), 11: ("aux", 8),
-                    12: ("aux_ld", 8)}
+                    12: ("aux_ld", 8), 17: ("a_scale", 8), 18: ("b_scale", 8), 20: ("d_scale", 8),
+                    21: ("amax_d", 8), 25: ("fast_accum", 1)}
 _GELU_K, _GELU_C = np.float32(np.sqrt(2 / np.pi)), np.float32(0.044715)
+# The fp8 data types (cudaDataType: CUDA_R_8F_E4M3, CUDA_R_8F_E5M2), stored as one byte per element.
+_FP8_TYPES = {28: np.dtype(ml_dtypes.float8_e4m3fn), 29: np.dtype(ml_dtypes.float8_e5m2)}
+_FP8_OUTPUTS = (0, 2, 14)  # float32, float16, bfloat16
 _PREF_ATTRIBUTES = {1: ("workspace", 8), 5: ("align_a", 4), 6: ("align_b", 4), 7: ("align_c", 4), 8: ("align_d", 4)}
 
 
@@ -96,7 +114,8 @@ class _LtLibrary:
         if compute_type != CUBLAS_COMPUTE_32F or scale_type != 0:
             raise CUBLASError(_NOT_SUPPORTED, f"compute type {compute_type}, scale type {scale_type} (the "
                                               "stand-in has CUBLAS_COMPUTE_32F with float32 scalars)")
-        return self._new(ref, "operation", transa=0, transb=0, epilogue=EPILOGUE_DEFAULT, bias=0, aux=0, aux_ld=0)
+        return self._new(ref, "operation", transa=0, transb=0, epilogue=EPILOGUE_DEFAULT, bias=0, aux=0, aux_ld=0,
+                         a_scale=0, b_scale=0, d_scale=0, amax_d=0, fast_accum=0)
 
     def _set(self, state: dict, table: dict, attribute: int, ref: Any, size: int) -> int:
         if int(attribute) not in table:
@@ -111,7 +130,7 @@ class _LtLibrary:
         return self._set(self._get(desc, "operation"), _DESC_ATTRIBUTES, attribute, ref, size)
 
     def cublasLtMatrixLayoutCreate(self, ref: Any, data_type: int, rows: int, cols: int, ld: int) -> int:  # noqa
-        if data_type not in _DATA_TYPES or ld < max(1, rows):
+        if (data_type not in _DATA_TYPES and data_type not in _FP8_TYPES) or ld < max(1, rows):
             raise CUBLASError(_INVALID_VALUE, f"layout type {data_type}, {rows} x {cols}, ld {ld}")
         return self._new(ref, "layout", type=int(data_type), rows=int(rows), cols=int(cols), ld=int(ld))
 
@@ -127,7 +146,9 @@ class _LtLibrary:
         if cols_a != rows_b or (c["rows"], c["cols"]) != (rows_a, cols_b) or (d["rows"], d["cols"]) != (rows_a, cols_b):
             raise CUBLASError(_INVALID_VALUE, f"op(A) {rows_a}x{cols_a}, op(B) {rows_b}x{cols_b}, C {c['rows']}x"
                                               f"{c['cols']}, D {d['rows']}x{d['cols']} do not fit")
-        if len({a["type"], b["type"], c["type"], d["type"]}) != 1 or _DATA_TYPES[a["type"]].itemsize != 2:
+        if a["type"] in _FP8_TYPES or b["type"] in _FP8_TYPES:
+            self._check_fp8(desc, a, b, c, d)
+        elif len({a["type"], b["type"], c["type"], d["type"]}) != 1 or _DATA_TYPES[a["type"]].itemsize != 2:
             raise CUBLASError(_NOT_SUPPORTED, "the stand-in has A, B, C and D of one 16-bit type")
         if desc["epilogue"] not in (EPILOGUE_DEFAULT, EPILOGUE_BIAS) + _AUX_EPILOGUES or desc["transa"] not in (0, 1) \
                 or desc["transb"] not in (0, 1):
@@ -142,6 +163,28 @@ class _LtLibrary:
                                                   f"(no less than D's {d['rows']} rows, divisible by 8)")
         return (desc["transa"], desc["transb"], desc["epilogue"], aux_ld) + tuple(
             (x["type"], x["rows"], x["cols"], x["ld"]) for x in (a, b, c, d))
+
+    @staticmethod
+    def _check_fp8(desc: dict, a: dict, b: dict, c: dict, d: dict) -> None:
+        """What cuBLASLt refuses in an fp8 GEMM on sm_89/sm_90 (see the module docstring)."""
+        if tuple(runtime.COMPUTE_CAPABILITY) < (8, 9):
+            raise CUBLASError(_NOT_SUPPORTED, f"fp8 GEMMs need compute capability 8.9 or more, this device has "
+                                              f"{runtime.COMPUTE_CAPABILITY[0]}.{runtime.COMPUTE_CAPABILITY[1]}")
+        if a["type"] not in _FP8_TYPES or b["type"] not in _FP8_TYPES:
+            raise CUBLASError(_NOT_SUPPORTED, "an fp8 GEMM needs A and B both fp8")
+        if a["type"] == b["type"] == 29:
+            raise CUBLASError(_NOT_SUPPORTED, "A and B both CUDA_R_8F_E5M2: no fp8 GEMM takes that")
+        if (desc["transa"], desc["transb"]) != (1, 0):
+            raise CUBLASError(_NOT_SUPPORTED, f"fp8 on compute capability < 10.0 takes only the TN layout "
+                                              f"(transa 1, transb 0), got {desc['transa']}, {desc['transb']}")
+        if a["ld"] % 16 or b["ld"] % 16:
+            raise CUBLASError(_NOT_SUPPORTED, f"fp8 leading dimensions must be multiples of 16, got lda {a['ld']}, "
+                                              f"ldb {b['ld']}")
+        if c["type"] != d["type"] or d["type"] not in _FP8_OUTPUTS:
+            raise CUBLASError(_NOT_SUPPORTED, f"fp8 GEMM with C type {c['type']}, D type {d['type']} (the stand-in "
+                                              "has C = D of float32, float16 or bfloat16)")
+        if desc["d_scale"] or desc["amax_d"]:
+            raise CUBLASError(_NOT_SUPPORTED, "an fp8 D (D_SCALE_POINTER, AMAX_D_POINTER) is not emulated")
 
     def cublasLtMatmulAlgoGetHeuristic(self, handle: int, desc: int, a: int, b: int, c: int, d: int,  # noqa: N802
                                        pref: int, requested: int, result_ref: Any, count_ref: Any) -> int:
@@ -186,10 +229,17 @@ class _LtLibrary:
         alpha, beta = float(alpha_ref._obj.value), float(beta_ref._obj.value)
         la, lb, lc, ld = layouts
         dtype = _DATA_TYPES[ld["type"]]
-        views = [_matrix("cublasLtMatmul", name, p, dtype, x["rows"], x["cols"], x["ld"])[0]
-                 for name, p, x in (("A", a, la), ("B", b, lb), ("C", c, lc), ("D", d, ld))]
+        types = [_FP8_TYPES.get(x["type"], dtype) for x in layouts]
+        views = [_matrix("cublasLtMatmul", name, p, t, x["rows"], x["cols"], x["ld"])[0]
+                 for name, p, x, t in (("A", a, la, types[0]), ("B", b, lb, types[1]), ("C", c, lc, types[2]),
+                                       ("D", d, ld, types[3]))]
         op_a = views[0].T if operation["transa"] else views[0]
         op_b = views[1].T if operation["transb"] else views[1]
+        factors = []  # fp8: the dequantisation factors, float32 scalars in device memory (null: 1), read when it runs
+        if la["type"] in _FP8_TYPES:
+            for key in ("a_scale", "b_scale"):
+                pointer = operation[key]
+                factors.append(resolve(pointer, 4, f"cublasLtMatmul: {key} pointer") if pointer else None)
         m, n = ld["rows"], ld["cols"]
         epilogue = operation["epilogue"]
         bias = aux = None
@@ -203,6 +253,9 @@ class _LtLibrary:
         def multiply() -> None:
             with np.errstate(all="ignore"):
                 total = np.matmul(op_a.astype(np.float32), op_b.astype(np.float32))
+                if factors:
+                    sa, sb = (np.float32(1) if f is None else f[0][f[1]:f[1] + 4].view(np.float32)[0] for f in factors)
+                    total = total * np.float32(sa * sb)
                 if alpha != 1.0:
                     total = total * np.float32(alpha)
                 if beta != 0.0:  # C is not read when beta is 0
@@ -224,9 +277,10 @@ class _LtLibrary:
 
         k = op_a.shape[1]
         size = dtype.itemsize
+        operand_bytes = m * k * types[0].itemsize + k * n * types[1].itemsize
         aux_moved = m * n * size if aux is not None else 0
         bias_read = m if epilogue in (EPILOGUE_BIAS, EPILOGUE_GELU_AUX_BIAS) else 0  # DGELU_BGRAD writes it
-        moved = ((m * k + k * n + (m * n if beta != 0.0 else 0) + bias_read) * size
+        moved = (operand_bytes + ((m * n if beta != 0.0 else 0) + bias_read) * size
                  + (aux_moved if epilogue == EPILOGUE_DGELU_BGRAD else 0),
                  m * n * size + (aux_moved if epilogue == EPILOGUE_GELU_AUX_BIAS else 0)
                  + (m * size if epilogue == EPILOGUE_DGELU_BGRAD else 0))

@@ -27,6 +27,16 @@ With ``--amp`` (the default) the example:
     python examples/tiny_transformer.py                  # AMP and float32: about 20 s of CPU time
     python examples/tiny_transformer.py --out plots/ --trace
     python examples/tiny_transformer.py --no-amp --steps 500
+    python examples/tiny_transformer.py --fp8 delayed --out plots/   # fp8 against bfloat16
+
+With ``--fp8 {delayed,current,block,mxfp8}`` the example instead trains the
+model with bfloat16 autocast, then again with its Linear GEMMs in fp8
+(``ta.amp.fp8_autocast`` inside the bfloat16 region, the recipe's Transformer
+Engine rules), and reports the final losses, which fp8 casts lose the most on
+the last step (underflow, saturation, SQNR per layer and role) and, with
+``--out``, the amax each quantiser saw at every step (``fp8_amax.png``).
+``--fp8-format e4m3`` quantises the gradients in E4M3 too; ``--fp8-history``
+and ``--fp8-margin`` are delayed scaling's window and margin.
 
 The training loop is in :func:`train` below: PyTorch's AMP recipe with
 ``import tinyamp as ta``.
@@ -154,14 +164,17 @@ def loss_of(model: nn.Module, inputs: ta.Tensor, targets: ta.Tensor) -> ta.Tenso
 
 # ------------------------------------------------------------------ training
 def train(model: nn.Module, optimizer: ta.optim.Optimizer, scaler: ta.amp.GradScaler, batches: list,
-          amp: bool, watch: "Callable[[int, float, ta.amp.GradScaler], None]") -> None:
-    """The AMP training loop (with ``amp=False`` the region is disabled and the scaler off: float32)."""
+          amp: bool, watch: "Callable[[int, float, ta.amp.GradScaler], None]", dtype: Any = ta.float16,
+          fp8_recipe: "ta.amp.recipe.Recipe | None" = None) -> None:
+    """The AMP training loop (with ``amp=False`` the region is disabled and the scaler off: float32;
+    ``fp8_recipe``: the Linear GEMMs run in fp8 inside the 16-bit region)."""
     for step, (x, y) in enumerate(batches, 1):
         optimizer.zero_grad()
         if step == len(batches) and amp:
             optimizer.track_swamping(names=model.named_parameters())  # measure the last update
-        with ta.amp.autocast(dtype=ta.float16, enabled=amp):
-            loss = loss_of(model, x, y)    # matmuls in float16; softmax, norms and the loss in float32
+        with ta.amp.autocast(dtype=dtype, enabled=amp):
+            with ta.amp.fp8_autocast(enabled=fp8_recipe is not None, fp8_recipe=fp8_recipe):
+                loss = loss_of(model, x, y)    # matmuls in float16; softmax, norms and the loss in float32
         scaler.scale(loss).backward()      # gradients of loss * scale: small ones stay above 2^-24
         scaler.step(optimizer)             # unscale; skip the update if a gradient is inf or NaN
         scaler.update()                    # halve the scale after a skip, double it after growth_interval good steps
@@ -183,30 +196,38 @@ def twin(model: nn.Module, args: argparse.Namespace, fused: bool) -> nn.Module:
     return other
 
 
-def run(args: argparse.Namespace, batches: list, amp: bool) -> dict:
-    """Train one model; returns its losses, scales, skipped steps and the model."""
+def run(args: argparse.Namespace, batches: list, amp: bool, dtype: Any = ta.float16,
+        fp8_recipe: "ta.amp.recipe.Recipe | None" = None) -> dict:
+    """Train one model; returns its losses, scales, skipped steps, the amax each fp8 quantiser saw, the model."""
     model = build(args)
     optimizer = ta.optim.Adam(model.parameters(), lr=args.lr)
-    # A short run: growth every 100 good steps (PyTorch's 2000 would never grow here).
-    scaler = ta.amp.GradScaler(init_scale=_common.LOSS_SCALE_INIT, growth_interval=GROWTH_INTERVAL, enabled=amp)
-    record: dict = {"losses": [], "scales": [], "skipped": []}
+    # A short run: growth every 100 good steps (PyTorch's 2000 would never grow here). bfloat16 needs no scaling.
+    scaler = ta.amp.GradScaler(init_scale=_common.LOSS_SCALE_INIT, growth_interval=GROWTH_INTERVAL,
+                               enabled=amp and dtype == ta.float16)
+    record: dict = {"losses": [], "scales": [], "skipped": [], "amax": {}}
+    label = "float32" if not amp else ("AMP    " if fp8_recipe is None and dtype == ta.float16 else
+                                       "fp8    " if fp8_recipe is not None else "bf16   ")
     progress = _common.Progress(len(batches), sys.stdout, max(1, len(batches) // 10), bar=args.json is None,
-                                label="AMP    " if amp else "float32")
+                                label=label)
 
     def watch(step: int, loss: float, scaler: ta.amp.GradScaler) -> None:
         record["losses"].append(loss)
-        record["scales"].append(scaler.get_scale() if amp else 1.0)
-        if amp and scaler.last_step.skipped:
+        record["scales"].append(scaler.get_scale() if scaler.is_enabled() else 1.0)
+        if scaler.is_enabled() and scaler.last_step.skipped:
             record["skipped"].append(step)
-        progress.update(step, loss, record["scales"][-1] if amp else None, len(record["skipped"]))
+        progress.update(step, loss, record["scales"][-1] if scaler.is_enabled() else None, len(record["skipped"]))
+        for name, module in model.named_modules():  # fp8: what each quantiser measured this step
+            for role, quantizer in module.__dict__.get("_fp8_meta", (None, {}))[1].items():
+                if quantizer.last_amax is not None:
+                    record["amax"].setdefault(f"{name}.{role}", []).append(float(quantizer.last_amax))
 
     tracer = ta.amp.trace() if amp and args.trace else None
     if tracer is not None:  # the first step's precision trace, with what every cast lost
         with tracer:
-            train(model, optimizer, scaler, batches[:1], amp, watch)
-        train(model, optimizer, scaler, batches[1:], amp, lambda s, l, sc: watch(s + 1, l, sc))
+            train(model, optimizer, scaler, batches[:1], amp, watch, dtype, fp8_recipe)
+        train(model, optimizer, scaler, batches[1:], amp, lambda s, l, sc: watch(s + 1, l, sc), dtype, fp8_recipe)
     else:
-        train(model, optimizer, scaler, batches, amp, watch)
+        train(model, optimizer, scaler, batches, amp, watch, dtype, fp8_recipe)
     progress.close()
     record.update(model=model, optimizer=optimizer, scaler=scaler, trace=tracer)
     return record
@@ -299,6 +320,82 @@ def _summary(report: ta.amp.ShadowReport) -> dict:
             "worst_rms": report.worst()}
 
 
+# ------------------------------------------------------------------ where fp8 hurts
+def fp8_recipe(args: argparse.Namespace) -> "ta.amp.recipe.Recipe":
+    """The recipe ``--fp8`` names, with ``--fp8-format`` (default: the recipe's own), history and margin."""
+    r = ta.amp.recipe
+    fmt = {} if args.fp8_format is None else {"fp8_format": r.Format[args.fp8_format.upper()]}
+    if args.fp8 == "delayed":
+        return r.DelayedScaling(amax_history_len=args.fp8_history, margin=args.fp8_margin, **fmt)
+    return {"current": r.Float8CurrentScaling, "block": r.Float8BlockScaling,
+            "mxfp8": r.MXFP8BlockScaling}[args.fp8](**fmt)
+
+
+def fp8_study(args: argparse.Namespace, batches: list, say: Callable[..., None]) -> dict:
+    """bfloat16 against fp8 (the same seed and batches): final losses, the worst fp8 casts, amax histories."""
+    recipe = fp8_recipe(args)
+    bf16 = run(args, batches, amp=True, dtype=ta.bfloat16)
+    fp8 = run(args, batches, amp=True, dtype=ta.bfloat16, fp8_recipe=recipe)
+    base, got = final_loss(bf16["losses"]), final_loss(fp8["losses"])
+    gap = (got - base) / base
+    say(f"bfloat16: loss {bf16['losses'][0]:.3f} -> {base:.4f} (mean of the last {WINDOW} steps)")
+    say(f"fp8 ({recipe!r}): loss {fp8['losses'][0]:.3f} -> {got:.4f}; {gap:+.2%} against bfloat16")
+    # Where fp8 hurts: one more step on the last batch under a trace, on a copy of the trained fp8 model.
+    model = copy.deepcopy(fp8["model"])
+    x, y = batches[-1]
+    with ta.amp.trace() as t:
+        with ta.amp.autocast(dtype=ta.bfloat16):
+            with ta.amp.fp8_autocast(fp8_recipe=recipe):
+                loss = loss_of(model, x, y)
+        loss.backward()
+    casts = [c for c in t.fp8_casts if c.stats is not None]
+    worst = sorted(casts, key=lambda c: (-c.stats.underflow_pct, -c.stats.saturated_pct, c.stats.sqnr_db))[:6]
+    say("\nwhere fp8 loses most on the last step (->0: values that became zero; sat: clipped; SQNR in dB):")
+    rows = [("phase", "layer", "quantizer", "->0 %", "sat %", "SQNR")]
+    rows += [(c.phase, c.layer, c.quantizer, f"{c.stats.underflow_pct:.3g}", f"{c.stats.saturated_pct:.3g}",
+              f"{c.stats.sqnr_db:.1f}") for c in worst]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        say("  " + "  ".join(cell.ljust(w) for cell, w in zip(r, widths)))
+    summary = {"bf16_loss": base, "fp8_loss": got, "fp8_gap": gap, "fp8_recipe": repr(recipe),
+               "fp8_worst_casts": [{"phase": c.phase, "layer": c.layer, "quantizer": c.quantizer,
+                                    "underflow_pct": c.stats.underflow_pct, "saturated_pct": c.stats.saturated_pct,
+                                    "sqnr_db": c.stats.sqnr_db} for c in worst],
+               "fp8_underflow_pct_mean": float(np.mean([c.stats.underflow_pct for c in casts])) if casts else 0.0}
+    if args.out:
+        summary["plot"] = write_amax_plot(args.out, fp8["amax"], recipe, say)
+    return summary
+
+
+def save_figure(plt: Any, fig: Any, out: str, name: str, say: Callable[..., None], note: str = "") -> str:
+    """Lay ``fig`` out, write it as ``out/name``, close it, say where; the path."""
+    fig.tight_layout()
+    os.makedirs(out, exist_ok=True)
+    path = os.path.join(out, name)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    say(f"plot: {path}" + (f" {note}" if note else ""))
+    return path
+
+
+def write_amax_plot(out: str, amax: dict, recipe: Any, say: Callable[..., None]) -> "str | None":
+    """fp8_amax.png: the amax each quantiser measured at every step (what delayed scaling's history holds)."""
+    try:
+        plt = ta.amp.grad_stats.require_matplotlib()
+    except ImportError as exc:
+        say(f"no plot written: {exc}")
+        return None
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4), sharex=True)
+    for ax, role in zip(axes, ("input", "weight", "grad_output")):
+        for name, values in amax.items():
+            if name.endswith("." + role):
+                ax.plot(np.arange(1, len(values) + 1), values, linewidth=0.8, label=name[:-len(role) - 1])
+        ax.set(xlabel="step", ylabel="amax", yscale="log", title=f"{role} amax per step")
+    axes[0].legend(fontsize=6)
+    fig.suptitle(f"amax histories, {type(recipe).__name__}")
+    return save_figure(plt, fig, out, "fp8_amax.png", say)
+
+
 # ------------------------------------------------------------------ flags, plots, main
 def build_parser() -> argparse.ArgumentParser:
     p = _common.make_parser(os.path.basename(__file__), __doc__.split("\n\n")[0])
@@ -319,6 +416,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", metavar="DIR", default=None, help="write amp_study.png there (with --no-amp: loss.png, float32's loss)")
     p.add_argument("--trace", action="store_true", help="print the precision trace of the first AMP step")
     p.add_argument("--json", metavar="PATH", default=None, help="write the JSON summary to this file (progress as plain lines)")
+    p.add_argument("--fp8", choices=sorted(ta.amp.recipe.RECIPES), default=None,
+                   help="train bfloat16 and fp8 (this recipe on the Linear GEMMs) and compare them")
+    p.add_argument("--fp8-format", choices=["hybrid", "e4m3"], default=None,
+                   help="HYBRID (E5M2 gradients) or E4M3 everywhere (default: the recipe's own)")
+    p.add_argument("--fp8-history", type=_common.positive_int, default=16, help="delayed scaling's amax_history_len")
+    p.add_argument("--fp8-margin", type=_common.non_negative_int, default=0, help="delayed scaling's margin")
     return p
 
 
@@ -350,6 +453,12 @@ def main(argv: "list[str] | None" = None) -> dict:
         f"Adam lr {args.lr:g}, batch {args.batch_size}, {args.steps} steps | device {device}")
     if _common.device_note(device):
         say(_common.device_note(device))
+    if args.fp8:
+        summary = {"steps": args.steps, "config": vars(args), **fp8_study(args, batches, say)}
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(summary, f, indent=2, default=str)
+        return summary
     fp32 = run(args, batches, amp=False)
     summary: dict = {"steps": args.steps, "float32_loss": final_loss(fp32["losses"]),
                      "first_loss": fp32["losses"][0], "config": vars(args)}
@@ -398,13 +507,8 @@ def write_loss_plot(out: str, losses: list, say: Callable[..., None]) -> "str | 
     ax.plot(np.arange(1, len(losses) + 1), losses, linewidth=1)
     ax.set(xlabel="step", ylabel="loss", yscale="log",
            title=f"copy task, float32: loss {losses[0]:.3g} -> {final_loss(losses):.3g} (mean of the last {WINDOW})")
-    fig.tight_layout()
-    os.makedirs(out, exist_ok=True)
-    path = os.path.join(out, "loss.png")
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    say(f"plot: {path} (float32's loss only: amp_study.png compares AMP with float32, which --no-amp skips)")
-    return path
+    return save_figure(plt, fig, out, "loss.png", say,
+                       "(float32's loss only: amp_study.png compares AMP with float32, which --no-amp skips)")
 
 
 def write_plot(out: str, fp32_losses: list, amp: dict, report: Any, say: Callable[..., None]) -> "str | None":
@@ -441,13 +545,7 @@ def write_plot(out: str, fp32_losses: list, amp: dict, report: Any, say: Callabl
                       f"({totals['vanished_fp16'] / max(totals['kept_fp32'], 1):.0%})\nwould vanish on float16 "
                       f"weights; float32 master weights keep them", fontsize=9)
     axes[2].legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
-    fig.tight_layout()
-    os.makedirs(out, exist_ok=True)
-    path = os.path.join(out, "amp_study.png")
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    say(f"plot: {path}")
-    return path
+    return save_figure(plt, fig, out, "amp_study.png", say)
 
 
 if __name__ == "__main__":

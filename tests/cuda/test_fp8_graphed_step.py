@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import tinyamp as ta
-import tinyamp.nn.functional as F
+from tests.support.fp8_training import fp8_step
 from tinyamp.amp import recipe as R
 from tinyamp.data import load_mnist
 
@@ -33,14 +33,7 @@ def _train(make_recipe, batches: list, graphed: bool) -> tuple:
     recipe = make_recipe()
 
     def train_step(x, y):
-        opt.zero_grad()
-        with ta.autocast("cuda", dtype=ta.bfloat16):
-            with ta.amp.fp8_autocast(fp8_recipe=recipe):
-                out = model(x)
-            loss = F.cross_entropy(out, y)
-        loss.backward()
-        opt.step()
-        return loss
+        return fp8_step(model, opt, recipe, x, y)
 
     step = ta.cuda.make_graphed_step(train_step, batches[0], num_warmup_iters=2) if graphed else train_step
     losses = [step(x, y).item() for x, y in batches]

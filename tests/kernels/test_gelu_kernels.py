@@ -50,7 +50,7 @@ def _points() -> np.ndarray:
 
 def test_numba_is_the_cpu_path() -> None:
     assert cpu_path.numba_available()
-    assert kg._numba(np.zeros(3, np.float32))
+    assert cpu_path.numba_takes(np.zeros(3, np.float32))
 
 
 def test_erf_float64_within_2e_15_of_the_c_library() -> None:

@@ -36,6 +36,7 @@ import tinyamp as ta
 import tinyamp.nn.functional as F
 import cupy_standin as cuda_standin
 from tinyamp import backend
+from tests.support.fp8_training import fp8_step
 from tinyamp.amp import recipe as fp8_recipes
 from tinyamp.kernels import fp8
 from tinyamp.kernels.cuda import (cuda_attention, cuda_embedding, cuda_fp8, cuda_gelu, cuda_launch, cuda_layer_norm,
@@ -192,13 +193,7 @@ def _fp8_training(recipe: Any) -> None:
     x = ta.randn(16, 64, device="cuda")
     y = ta.tensor(np.arange(16, dtype=np.int64) % 10, device="cuda")
     for _ in range(2):
-        opt.zero_grad()
-        with ta.autocast("cuda", dtype=ta.bfloat16):
-            with ta.amp.fp8_autocast(fp8_recipe=recipe):
-                out = model(x)
-            loss = F.cross_entropy(out, y)
-        loss.backward()
-        opt.step()
+        fp8_step(model, opt, recipe, x, y)
 
 
 def _workloads() -> Iterator[tuple]:

@@ -18,7 +18,8 @@ from .grad_scaler import AmpScaler, GradScaler
 from . import recipe
 from .fp8_autocast import exclude_first_last, fp8_autocast, is_fp8_enabled
 from ..porting import cuda_amp
-from ..study import ShadowReport, Trace, exponent_histogram, grad_stats, plot_exponent_histogram, shadow_run, trace
+from ..study import (ShadowReport, Trace, explain_fp8, exponent_histogram, grad_stats, plot_exponent_histogram,
+                     shadow_run, trace)
 
 __all__ = ["autocast", "is_autocast_enabled", "get_autocast_dtype", "Precision", "LOWER", "FP32",
            "PROMOTE", "NEUTRAL", "compute_dtype", "custom_fwd", "custom_bwd", "set_op_precision",
@@ -26,4 +27,4 @@ __all__ = ["autocast", "is_autocast_enabled", "get_autocast_dtype", "Precision",
            "clear_autocast_cache", "autocast_cache_info", "is_autocast_cache_enabled", "is_autocast_available"]
 __all__ += ["GradScaler", "AmpScaler", "shadow_run", "ShadowReport"]
 __all__ += ["grad_stats", "exponent_histogram", "plot_exponent_histogram"]
-__all__ += ["recipe", "fp8_autocast", "exclude_first_last", "is_fp8_enabled"]
+__all__ += ["recipe", "fp8_autocast", "exclude_first_last", "is_fp8_enabled", "explain_fp8"]

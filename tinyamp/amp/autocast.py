@@ -41,9 +41,14 @@ _DEVICE_TYPES = ("cpu", "cuda")
 _regions_disabled: ContextVar[bool] = ContextVar("tinyamp_autocast_regions_disabled", default=False)
 
 
+def regions_are_disabled() -> bool:
+    """Whether every region entered now is made disabled (the shadow run's twin): ``fp8_autocast`` reads it too."""
+    return _regions_disabled.get()
+
+
 @contextlib.contextmanager
 def regions_disabled() -> Any:
-    """Inside: every ``autocast`` region entered behaves as ``enabled=False`` (overrides kept, nothing lowered)."""
+    """Inside: every ``autocast`` (and ``fp8_autocast``) region entered behaves as ``enabled=False``."""
     token = _regions_disabled.set(True)
     try:
         yield

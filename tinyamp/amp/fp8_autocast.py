@@ -28,8 +28,10 @@ backward since then at the next region's entry (``recipe.PENDING_BACKWARD``).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import weakref
+from contextvars import ContextVar
 from typing import Any, Callable
 
 import numpy as np
@@ -39,6 +41,24 @@ from .. import precision
 from ..ops.cast import Fp8Cast
 from ..ops.fp8_linalg import fp8_linear
 from . import recipe as recipes
+from .autocast import regions_are_disabled
+
+
+# A recipe every fp8 region entered uses instead of its own (the shadow run's "what if this step used another
+# recipe"); read once per region entered.
+_recipe_override: ContextVar["recipes.Recipe | None"] = ContextVar("tinyamp_fp8_recipe_override", default=None)
+
+
+@contextlib.contextmanager
+def recipe_override(recipe: recipes.Recipe) -> Any:
+    """Inside: every enabled ``fp8_autocast`` region entered runs ``recipe`` instead of its own."""
+    if not isinstance(recipe, recipes.Recipe):
+        raise TypeError(f"recipe_override: expected a ta.amp.recipe recipe, got {type(recipe).__name__}")
+    token = _recipe_override.set(recipe)
+    try:
+        yield
+    finally:
+        _recipe_override.reset(token)
 
 
 class Fp8Region:
@@ -54,6 +74,8 @@ class Fp8Region:
         meta = module.__dict__.get("_fp8_meta")
         if meta is None or type(meta[0]) is not type(self.recipe) or meta[0] != self.recipe:
             meta = (self.recipe, {role: self.recipe.make_quantizer(role) for role in recipes.ROLES})
+            for quantizer in meta[1].values():
+                quantizer.layer = f"{type(module).__name__}({module.in_features}, {module.out_features})"
             object.__setattr__(module, "_fp8_meta", meta)
             loaded = module.__dict__.pop("_fp8_loaded", None)  # a checkpoint's state, loaded before this run
             if loaded is not None:
@@ -130,9 +152,9 @@ class fp8_autocast:
 
     def __enter__(self) -> "fp8_autocast":
         region = None
-        if self.enabled:
+        if self.enabled and not regions_are_disabled():  # the shadow run's float32 twin: no fp8 either
             recipes.update_pending_backward()
-            region = Fp8Region(self.fp8_recipe, self.module_filter_fn)
+            region = Fp8Region(_recipe_override.get() or self.fp8_recipe, self.module_filter_fn)
         self._tokens.append((precision.set_fp8(region), region))
         return self
 
@@ -167,4 +189,4 @@ def exclude_first_last(model: Any, first: int = 1, last: int = 1) -> "Callable[[
     return lambda module: id(module) not in kept
 
 
-__all__ = ["Fp8Region", "exclude_first_last", "fp8_autocast", "is_fp8_enabled"]
+__all__ = ["Fp8Region", "exclude_first_last", "fp8_autocast", "is_fp8_enabled", "recipe_override"]

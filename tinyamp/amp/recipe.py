@@ -176,12 +176,14 @@ class DelayedQuantizer(Quantizer):
         self._state_on(x)
         amax = fp8.amax(x)
         self.amax_history[:1] = xp.maximum(self.amax_history[:1], amax)  # TE's kernels max into slot 0
-        self.last_scale, self.last_amax = self.scale, amax
+        self.last_amax = amax
         if self.role == "grad_output":
             PENDING_BACKWARD[id(self)] = self
         elif region is not None:
             region.touched[id(self)] = self
-        return fq.quantize_tensorwise(x, self.fmt, self.scale, nominal)
+        q = fq.quantize_tensorwise(x, self.fmt, self.scale, nominal)
+        self.last_scale = q.scale
+        return q
 
     def update(self) -> None:
         """amax from the window, the new scale, then roll the window and zero slot 0 (all on the device)."""
@@ -245,7 +247,7 @@ class CurrentQuantizer(Quantizer):
     def quantize(self, x: Any, nominal: Any, region: Any = None) -> fq.Fp8Array:
         q, self.last_amax = fq.quantize_current(x, self.fmt, nominal, pow2=self.recipe.power_2_scale,
                                                 epsilon=self.recipe.amax_epsilon)
-        self.last_scale = fq.reciprocal(q.scale_inv)
+        self.last_scale = q.scale
         return q
 
 
@@ -290,7 +292,7 @@ class BlockQuantizer(Quantizer):
     def quantize(self, x: Any, nominal: Any, region: Any = None) -> fq.Fp8Array:
         q = fq.quantize_blocks(x, self.fmt, self.block, nominal, pow2=self.recipe.power_2_scale,
                                columnwise=self.block[0] == 1, epsilon=self.recipe.amax_epsilon)
-        self.last_scale = fq.reciprocal(q.scale_inv)
+        self.last_scale = q.scales()
         return q
 
 
@@ -320,7 +322,7 @@ class MXQuantizer(Quantizer):
         # the same numbers (TE quantises both).
         q = fq.quantize_mx(x, self.fmt, nominal, rule=self.recipe.scale_rule, block=self.recipe.block,
                            columnwise=True)
-        self.last_scale = fp8.e8m0_value(q.scale_inv)
+        self.last_scale = q.scales()
         return q
 
 

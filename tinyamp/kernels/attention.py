@@ -32,6 +32,8 @@ import numpy as np
 from .. import backend
 from .. import dtypes as dt
 from .cuda import cuda_attention
+from .convert import convert
+from .cpu import attention_cpu, cpu_path
 from .gemm import gemm
 from .softmax import shifted
 
@@ -72,13 +74,25 @@ def _sum_to(g: Any, shape: tuple) -> Any:
     return g.sum(axis=axes).reshape(shape) if axes else g
 
 
+def _widener(compute: Any) -> Any:
+    """a in the compute dtype: itself when it is already, else converted once (exactly)."""
+    return lambda a: a if a.dtype == compute else convert(a, compute)
+
+
+def _rounded(a: Any, dtype: Any) -> Any:
+    return a if a.dtype == dtype else convert(a, dtype)
+
+
 def forward(q: Any, k: Any, v: Any, mask: Any, *, causal: bool, scale: float, keep: Any = None,
             dropout_scale: float = 1.0) -> tuple:
     """(y, lse) of attention; see the module docstring."""
     if _fused(q, k, v, mask, keep):
         return cuda_attention.forward(q, k, v, mask, causal, scale)  # one launch, nothing L x S stored
-    xp = backend.array_module(q)
     compute = dt.opmath_dtype(q.dtype)
+    if cpu_path.numba_takes(q, k, v, mask, keep):
+        y, lse = attention_cpu.forward(q, k, v, mask, causal, scale, keep, dropout_scale, gemm, _widener(compute))
+        return _rounded(y, q.dtype), lse
+    xp = backend.array_module(q)
     scores = _scores(xp, q, k, mask, causal, scale, compute)
     z, m = shifted(xp, scores, -1)  # a row of -inf is shifted by 0, not made NaN
     e = xp.exp(z)
@@ -99,8 +113,13 @@ def backward(q: Any, k: Any, v: Any, y: Any, gy: Any, lse: Any, mask: Any, *, ca
         dq, dk, dv = cuda_attention.backward(q, k, v, mask, causal, scale, y, gy, lse, need_dq=needs[0],
                                              need_dkv=needs[1] or needs[2])
         return dq, dk if needs[1] else None, dv if needs[2] else None, None
-    xp = backend.array_module(q)
     compute = dt.opmath_dtype(q.dtype)
+    if cpu_path.numba_takes(q, k, v, gy, lse, mask, keep):
+        grads = attention_cpu.backward(q, k, v, gy, lse, mask, causal, scale, keep, dropout_scale, needs, gemm,
+                                       _widener(compute))
+        return tuple(None if g is None else _rounded(_sum_to(g, a.shape), a.dtype)
+                     for g, a in zip(grads, (q, k, v, mask)))
+    xp = backend.array_module(q)
     scores = _scores(xp, q, k, mask, causal, scale, compute)
     finite = xp.isfinite(lse)[..., None]
     with np.errstate(invalid="ignore"):

@@ -14,6 +14,8 @@
   array; the scatter-add is deterministic, numpy.add.at's order, and skips bad indices), after the
   device check's few small launches; other arrays: ``cupyx.scatter_add`` (through tinyamp.backend) or
   ``numpy.add.at`` and the xp expressions below.
+- CPU (NumPy arrays): the backward is one numba pass over the indices (``cpu/embedding_cpu.py``), then
+  one rounding pass for a 16-bit gradient.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ import numpy as np
 from .. import backend
 from .. import dtypes as dt
 from .cuda import cuda_embedding, cuda_launch
+from .convert import convert
+from .cpu import cpu_path, embedding_cpu
 
 __all__ = ["out_of_range", "checked_indices", "forward", "backward"]
 
@@ -88,6 +92,9 @@ def forward(idx: Any, weight: Any, check: bool = True) -> tuple:
 
 def backward(gy: Any, idx: Any, rows: int, padding_idx: "int | None", poison: Any = None) -> Any:
     """The (rows, dim) weight gradient of ``weight[idx]`` in gy's dtype."""
+    if not backend.is_cupy_array(gy) and cpu_path.numba_takes(gy, idx):
+        acc = embedding_cpu.backward(gy, idx, rows, padding_idx)
+        return acc if acc.dtype == gy.dtype else convert(acc, gy.dtype)
     dim = gy.shape[-1]
     xp = backend.array_module(gy)
     if FUSED_ON_GPU and poison is None and cuda_launch.on_gpu(gy):

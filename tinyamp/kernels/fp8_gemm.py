@@ -17,10 +17,12 @@ float32 bias, rounded once to the output dtype.
   split accumulator). Block-scaled operands always sum in float32 here.
 - GPU: cuBLASLt's fp8 GEMM where the device and the operands allow it
   (``cuda/cublaslt_fp8.py``: compute capability 8.9+, per-tensor scales, E4M3
-  or E5M2 but not both E5M2, TN layout, leading dimensions multiples of 16;
-  FAST_ACCUM for ``"hopper_fast"``); anywhere else the operands are decoded
-  exactly into bfloat16 (every E4M3/E5M2 value times a power of two is one)
-  and multiplied by the 16-bit GEMM with float32 accumulation.
+  or E5M2 but not both E5M2, the TN layout (a transposed operand is copied
+  once, kept with its Fp8Array), K and N multiples of 16; FAST_ACCUM for
+  ``"hopper_fast"``, the split accumulator otherwise); anywhere else the
+  operands are decoded exactly into bfloat16 (every E4M3/E5M2 value times a
+  power of two is one) and multiplied by the 16-bit GEMM with float32
+  accumulation.
 
 Block scales must lie along the reduction dimension: an operand reduced over
 its rows uses its column-wise copy (``fp8_quantize.transpose_rows``).
@@ -88,9 +90,14 @@ def fp8_gemm(a: fq.Fp8Array, b: fq.Fp8Array, out_dtype: Any, *, trans_a: bool = 
     if bias is not None and tuple(bias.shape) != (n,):
         raise ValueError(f"fp8_gemm: bias must be ({n},), got {list(bias.shape)}: {_describe(a, b, trans_a, trans_b)}")
     if backend.is_cupy_array(a.data):
-        plan = cublaslt_fp8.plan(a, b, trans_a, trans_b, out)
-        if plan is not None:
-            return cublaslt_fp8.matmul(plan, a, b, bias, model == "hopper_fast")
+        if a.block is None and b.block is None and (bias is None or bias.dtype == out) \
+                and cublaslt_fp8.takes(m, n, k, a.fmt, b.fmt, out):
+            # cuBLASLt's TN layout: a as (M, K), b as (N, K); a transposed operand's codes are copied once
+            # (and kept with the Fp8Array: a cached weight keeps its transposed copy for the region)
+            y = cublaslt_fp8.matmul(fq.transpose_rows(a) if trans_a else a, b if trans_b else fq.transpose_rows(b),
+                                    out, bias, model == "hopper_fast")
+            if y is not None:
+                return y
         return _dequantized_gemm(a, b, out, trans_a, trans_b, bias)
     tensorwise = a.block is None and b.block is None
     if tensorwise:

@@ -21,8 +21,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import numpy as np
-
 from .. import backend
 from .. import dtypes as dt
 from .cpu import cpu_path, gelu_cpu
@@ -46,15 +44,10 @@ def _floating(x: Any) -> Any:
     return x if x.dtype in dt.FLOATING else x.astype(dt.float32)
 
 
-def _numba(*arrays: Any) -> bool:
-    """Whether the numba kernels take these arrays: NumPy arrays, with numba loaded."""
-    return all(type(a) is np.ndarray for a in arrays) and cpu_path.numba_available()
-
-
 def erf(x: Any) -> Any:
     """erf(x), elementwise."""
     x = _floating(x)
-    if _numba(x):
+    if cpu_path.numba_takes(x):
         return gelu_cpu.erf(x, x.dtype)
     xp = backend.array_module(x)
     return _erf_xp(xp, dt.opmath(x)).astype(x.dtype, copy=False)
@@ -63,7 +56,7 @@ def erf(x: Any) -> Any:
 def gelu(x: Any, approximate: str = "none") -> Any:
     """x Phi(x), or its tanh approximation, elementwise."""
     x = _floating(x)
-    if _numba(x):
+    if cpu_path.numba_takes(x):
         return gelu_cpu.gelu(x, approximate)
     if FUSED_ON_GPU and cuda_gelu.takes(x):
         return cuda_gelu.gelu(x, approximate)  # one launch, float32 math (the device's erff/tanhf)
@@ -79,7 +72,7 @@ def gelu(x: Any, approximate: str = "none") -> Any:
 def gelu_backward(gy: Any, x: Any, approximate: str = "none") -> Any:
     """gy * gelu'(x) in gy's dtype."""
     x = _floating(x)
-    if _numba(gy, x) and gy.shape == x.shape:
+    if cpu_path.numba_takes(gy, x) and gy.shape == x.shape:
         return gelu_cpu.gelu_backward(gy, x, approximate)
     if FUSED_ON_GPU and cuda_gelu.takes(gy, x):
         return cuda_gelu.gelu_backward(gy, x, approximate)

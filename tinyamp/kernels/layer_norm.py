@@ -25,6 +25,7 @@ from typing import Any
 from .. import backend
 from .. import dtypes as dt
 from .cuda import cuda_layer_norm
+from .cpu import cpu_path, layer_norm_cpu
 
 __all__ = ["forward", "backward", "normalize"]
 
@@ -55,6 +56,8 @@ def forward(x: Any, ndim: int, weight: Any, bias: Any, eps: float) -> tuple:
         y, mean, rstd = cuda_layer_norm.forward(x, weight, bias, eps, ndim, x.dtype)
         kept = tuple(x.shape[:x.ndim - ndim]) + (1,) * ndim
         return y, mean.reshape(kept), rstd.reshape(kept)
+    if cpu_path.numba_takes(x, weight, bias):
+        return layer_norm_cpu.forward(x, ndim, weight, bias, eps)
     xp = backend.array_module(x)
     axes = _axes(x, ndim)
     pshape = (1,) * (x.ndim - ndim) + tuple(x.shape[x.ndim - ndim:])
@@ -73,6 +76,8 @@ def backward(gy: Any, x: Any, mean: Any, rstd: Any, weight: Any, ndim: int, bias
         w_dtype = weight.dtype if weight is not None else bias_dtype if bias_dtype is not None else x.dtype
         return cuda_layer_norm.backward(gy, x, weight, mean.reshape(-1), rstd.reshape(-1), ndim, w_dtype,
                                         need_dw=weight is not None, need_db=bias_dtype is not None)
+    if cpu_path.numba_takes(gy, x, mean, rstd, weight) and gy.shape == x.shape:
+        return layer_norm_cpu.backward(gy, x, mean, rstd, weight, ndim, bias_dtype)
     axes = _axes(x, ndim)
     rows = tuple(range(x.ndim - ndim))
     cdt = mean.dtype

@@ -26,6 +26,7 @@ import numpy as np
 from .. import backend
 from .. import dtypes as dt
 from .cuda import cuda_softmax
+from .cpu import cpu_path, softmax_cpu
 
 __all__ = ["softmax", "log_softmax", "softmax_backward", "log_softmax_backward", "shifted"]
 
@@ -61,10 +62,22 @@ def shifted(xp: Any, x: Any, axes: Any, inf_max_to_zero: bool = False) -> tuple[
         return x - m, m
 
 
+def _on_rows(run: Any, axis: Any, *arrays: Any) -> Any:
+    """The numba kernel ``run`` on these NumPy arrays (a 0-d input as one row of one), else None."""
+    if not cpu_path.numba_takes(*arrays) or any(a.shape != arrays[0].shape for a in arrays):
+        return None
+    if arrays[0].ndim == 0:
+        return run(*(a.reshape(1) for a in arrays), 0).reshape(())
+    return run(*arrays, axis if axis >= 0 else axis + arrays[0].ndim)
+
+
 def softmax(x: Any, axis: Any) -> Any:
     """exp(x - max) / sum(exp(x - max)) along ``axis``, in x's dtype."""
     if _fused(axis, x):
         return cuda_softmax.forward(x, log=False)
+    y = _on_rows(softmax_cpu.softmax, axis, x)
+    if y is not None:
+        return y
     xp = backend.array_module(x)
     z, _ = shifted(xp, x, axis)
     e = xp.exp(z)
@@ -75,6 +88,9 @@ def log_softmax(x: Any, axis: Any) -> Any:
     """x - max - log(sum(exp(x - max))) along ``axis``, in x's dtype."""
     if _fused(axis, x):
         return cuda_softmax.forward(x, log=True)
+    y = _on_rows(softmax_cpu.log_softmax, axis, x)
+    if y is not None:
+        return y
     xp = backend.array_module(x)
     z, _ = shifted(xp, x, axis)
     with np.errstate(divide="ignore"):  # a row of -inf gives log(0) = -inf, as PyTorch
@@ -86,6 +102,9 @@ def softmax_backward(gy: Any, y: Any, axis: Any) -> Any:
     """y * (gy - sum(gy * y)) along ``axis``, in gy's dtype."""
     if _fused(axis, gy, y):
         return cuda_softmax.backward(gy, y, log=False)
+    dx = _on_rows(softmax_cpu.softmax_backward, axis, gy, y)
+    if dx is not None:
+        return dx
     g, yc = dt.opmath(gy), dt.opmath(y)
     return (yc * (g - (g * yc).sum(axis=axis, keepdims=True))).astype(gy.dtype, copy=False)
 
@@ -94,6 +113,9 @@ def log_softmax_backward(gy: Any, y: Any, axis: Any) -> Any:
     """gy - exp(y) * sum(gy) along ``axis``, in gy's dtype."""
     if _fused(axis, gy, y):
         return cuda_softmax.backward(gy, y, log=True)
+    dx = _on_rows(softmax_cpu.log_softmax_backward, axis, gy, y)
+    if dx is not None:
+        return dx
     xp = backend.array_module(y)
     g = dt.opmath(gy)
     return (g - xp.exp(dt.opmath(y)) * g.sum(axis=axis, keepdims=True)).astype(gy.dtype, copy=False)

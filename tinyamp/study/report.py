@@ -13,7 +13,13 @@ While a trace is open it records, for forward and backward:
   zero, became subnormal or overflowed to inf, NaNs, and the smallest and
   largest magnitude, for Cast nodes and for the roundings an op makes inside
   itself (a *fused* cast, reported through :meth:`Trace.record_cast`);
-- the bytes each node keeps for backward, per dtype, each array counted once.
+- every fp8 quantisation (an ``Fp8Cast`` node, ``ta.amp.fp8_autocast``): its
+  quantiser (recipe, role, format), the scale used, the values the saturating
+  rule clipped, the values that became zero, the MSE and SQNR
+  (:func:`~tinyamp.study.rounding.fp8_stats`; a weight-cache hit is listed,
+  not measured again);
+- the bytes each node keeps for backward, per dtype, each array counted once
+  (an fp8 operand under its fp8 format).
 
 ``print(t)`` shows one row per op with its casts just before it, then what
 each down-cast lost, then totals; ``t.to_dict()`` gives the same data to programs.
@@ -32,6 +38,7 @@ trace's events also reach the outer one).
 
 from __future__ import annotations
 
+import math
 import weakref
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -39,8 +46,8 @@ from typing import Any
 from .. import dtypes as dt
 from .. import precision
 from ..autograd.custom_function import CustomFunction
-from ..ops.cast import Cast
-from .rounding import RoundingStats, empty_stats, rounding_stats
+from ..ops.cast import Cast, Fp8Cast
+from .rounding import Fp8Stats, RoundingStats, empty_stats, fp8_stats, rounding_stats
 
 
 @dataclass
@@ -84,12 +91,27 @@ class CastRecord:
         return self.kind != "cache hit"
 
 
+@dataclass
+class Fp8CastRecord:
+    """One fp8 quantisation (an ``Fp8Cast`` op)."""
+
+    index: int
+    phase: str
+    row: int                        # the OpRecord of the Fp8Cast op
+    quantizer: str                  # "DelayedScaling e4m3 input" (recipe, format, role)
+    layer: str                      # the layer the quantiser belongs to ("" when not known)
+    shape: list[int]
+    cached: bool                    # a weight-cache hit: the codes were made earlier
+    stats: "Fp8Stats | None"        # None for a cache hit
+
+
 class Trace:
     """A precision report; open it with ``with ta.amp.trace() as t:``."""
 
     def __init__(self) -> None:
         self.ops: list[OpRecord] = []
         self.casts: list[CastRecord] = []
+        self.fp8_casts: list[Fp8CastRecord] = []
         self.saved_bytes: dict[str, dict[str, int]] = {"forward": {}, "backward": {}}
         self.cache_hits = 0
         self.cache_misses = 0
@@ -237,6 +259,12 @@ class Trace:
         index = len(self.ops)
         if isinstance(op, Cast):
             self._record_cast_op(op, inputs, outputs, index)
+        elif isinstance(op, Fp8Cast):
+            q = op.quantizer
+            stats = None if op.cached is not None else fp8_stats(inputs[0].array, outputs[0].array)
+            self.fp8_casts.append(Fp8CastRecord(len(self.fp8_casts), self.phase, index, q.name,
+                                                getattr(q, "layer", ""), list(inputs[0].shape),
+                                                op.cached is not None, stats))
         arrived = [dt.dtype_name(t.dtype) for t in inputs]
         casts = []
         if self._awaiting:
@@ -325,7 +353,8 @@ class Trace:
             if ref is not None and ref() is owner:
                 continue
             self._seen[id(owner)] = _ref(owner)
-            name = dt.dtype_name(array.dtype)
+            fmt = getattr(array, "fmt", None)  # an fp8 operand: counted under its fp8 format
+            name = dt.dtype_name(array.dtype if fmt is None else fmt.dtype)
             per_dtype[name] = per_dtype.get(name, 0) + int(owner.nbytes)
             total += int(owner.nbytes)
         return total
@@ -362,7 +391,7 @@ class Trace:
 
     def to_dict(self) -> dict:
         return {"ops": [asdict(r) for r in self.ops], "casts": [asdict(c) for c in self.casts],
-                "totals": self.totals()}
+                "fp8_casts": [asdict(c) for c in self.fp8_casts], "totals": self.totals()}
 
     def __str__(self) -> str:
         totals = self.totals()
@@ -389,6 +418,7 @@ class Trace:
         for move, count in totals["casts_by_dtype"].items():
             lines.append(f"  {move}: {count}")
         lines.extend(self._rounding_lines(totals["rounding"]))
+        lines.extend(self._fp8_lines())
         for phase, per_dtype in totals["saved_bytes"].items():
             if per_dtype:
                 parts = ", ".join(f"{name} {_bytes(n)}" for name, n in sorted(per_dtype.items()))
@@ -416,6 +446,29 @@ class Trace:
         for phase, stats in totals.items():
             lines.append(f"  {phase}: {stats['elements']} values converted, {stats['underflow']} became zero, "
                          f"{stats['subnormal']} subnormal, {stats['overflow']} inf, {stats['nan']} NaN")
+        return lines
+
+    def _fp8_lines(self) -> list[str]:
+        """One row per fp8 quantisation: quantiser, scale, saturated %, underflow %, MSE, SQNR."""
+        if not self.fp8_casts:
+            return []
+        lines = ["", "fp8 casts (#: the fp8_cast row above; sat: clipped to the largest value, ->0: became zero, "
+                     "SQNR: 10 log10(mean x^2 / MSE)):"]
+        rows = [("#", "phase", "layer", "quantizer", "layout", "elements", "scale", "amax", "sat %", "->0 %", "MSE",
+                 "SQNR dB")]
+        for c in self.fp8_casts:
+            s = c.stats
+            if s is None:
+                rows.append((str(c.row), c.phase, c.layer or "-", c.quantizer, "", str(math.prod(c.shape)),
+                             "(weight cache hit)", "", "", "", "", ""))
+                continue
+            scale = _magnitude(s.scale_min) if s.scale_min == s.scale_max else \
+                f"{_magnitude(s.scale_min)}..{_magnitude(s.scale_max)}"
+            rows.append((str(c.row), c.phase, c.layer or "-", c.quantizer, s.layout, str(s.elements), scale,
+                         _magnitude(s.amax), f"{s.saturated_pct:.3g}", f"{s.underflow_pct:.3g}", f"{s.mse:.3g}",
+                         f"{s.sqnr_db:.1f}"))
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+        lines.extend("  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
         return lines
 
     def __repr__(self) -> str:

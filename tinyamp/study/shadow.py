@@ -75,9 +75,11 @@ from .. import random as ta_random
 from ..autograd.engine import backward as run_backward
 from ..grad_mode import enable_grad
 from ..nn.module import Module
-from ..ops.cast import Cast
+from ..ops.cast import Cast, Fp8Cast
 from ..tensor import Tensor
+from ..amp import recipe as fp8_recipes
 from ..amp.autocast import regions_disabled
+from ..amp.fp8_autocast import recipe_override
 from .report import Trace
 
 # Default tolerances on the normwise error, by the lowest precision the AMP run
@@ -130,6 +132,7 @@ class ShadowReport:
     parameters: list[ParameterComparison]
     unmatched: dict[str, list[str]]
     trace: Trace = field(repr=False)  # the AMP run's precision trace (casts and what they lost)
+    against: str = ""                 # fp8_recipes=(a, b): "recipe a against recipe b"; "" for a dtype twin
 
     @property
     def first_bad_forward(self) -> "OpComparison | None":
@@ -152,7 +155,8 @@ class ShadowReport:
     def to_dict(self) -> dict:
         def row(r: "OpComparison | None") -> "dict | None":
             return None if r is None else asdict(r)
-        return {"reference_dtype": self.reference_dtype, "tolerance": self.tolerance, "loss_scale": self.loss_scale,
+        return {"reference_dtype": self.reference_dtype, "against": self.against, "tolerance": self.tolerance,
+                "loss_scale": self.loss_scale,
                 "amp_loss": self.amp_loss, "reference_loss": self.reference_loss,
                 "ops": [asdict(r) for r in self.ops], "parameters": [asdict(p) for p in self.parameters],
                 "first_bad_forward": row(self.first_bad_forward), "first_bad_backward": row(self.first_bad_backward),
@@ -161,7 +165,8 @@ class ShadowReport:
     def __str__(self) -> str:
         tol = self.tolerance
         first_f, first_b = self.first_bad_forward, self.first_bad_backward
-        lines = [f"shadow run: AMP against a {self.reference_dtype} twin; loss {self.amp_loss:.6g} (AMP) vs "
+        what = self.against or f"AMP against a {self.reference_dtype} twin"
+        lines = [f"shadow run: {what}; loss {self.amp_loss:.6g} (AMP) vs "
                  f"{self.reference_loss:.6g}; loss scale {self.loss_scale:g}; tolerance {tol:.3g} "
                  f"on the normwise error rms(amp - ref) / rms(ref) ('!' marks one above it)"]
         rows = [("#", "op", "tag", "AMP dtypes", "fwd max", "fwd rms", "bwd max", "bwd rms", "")]
@@ -219,7 +224,7 @@ class _Recorder(Trace):
         if self._depth:
             return  # ops run by backward: the nodes' gradients are what is compared
         row = len(self.ops) - 1
-        if isinstance(op, Cast):
+        if isinstance(op, (Cast, Fp8Cast)):  # looked through: an fp8 quantisation is a cast too
             self._cast_outputs[id(outputs[0])] = (outputs[0], op, inputs[0])
             return
         self.outputs[row] = [_host(o.array) for o in outputs]
@@ -269,15 +274,21 @@ def _host(array: Any) -> np.ndarray:
 
 def shadow_run(step: Callable[..., Tensor], model: Module, *inputs: Any, optimizer: Any = None,
                scaler: Any = None, reference_dtype: Any = dt.float32,
-               tolerance: "float | None" = None) -> ShadowReport:
+               tolerance: "float | None" = None, fp8_recipes: "tuple | None" = None) -> ShadowReport:
     """Run ``step(model, *inputs)`` (forward and loss, autocast inside) under AMP and in float32; compare.
 
     ``optimizer``: read for float32 master weights (the twin starts from them).
     ``scaler``: its current scale seeds the AMP run's backward. ``reference_dtype``:
     float32 (default) or float64. ``tolerance``: the normwise relative error
     above which an op is flagged (default 0.1 for float16, 0.2 for bfloat16).
-    Nothing the caller owns is modified. See the module docstring.
+    ``fp8_recipes=(a, b)``: instead of a float32 twin, the step runs twice as
+    written, every ``fp8_autocast`` region under recipe ``a`` in the first run
+    and ``b`` in the reference ("what if this step used another recipe"; fp8
+    casts are looked through, as casts are). Nothing the caller owns is
+    modified. See the module docstring.
     """
+    if fp8_recipes is not None:
+        return _compare_recipes(step, model, inputs, fp8_recipes, scaler, tolerance)
     if not callable(step):
         raise TypeError(f"shadow_run: step must be callable as step(model, *inputs) -> loss, got "
                         f"{type(step).__name__}")
@@ -309,6 +320,34 @@ def shadow_run(step: Callable[..., Tensor], model: Module, *inputs: Any, optimiz
     parameters = _compare_parameters(model, amp_model, twin, scale)
     return ShadowReport(dt.dtype_name(reference), float(tolerance), scale, amp_loss, ref_loss, ops, parameters,
                         unmatched, amp)
+
+
+def _compare_recipes(step: Callable[..., Tensor], model: Module, inputs: tuple, pair: tuple, scaler: Any,
+                     tolerance: "float | None") -> ShadowReport:
+    """:func:`shadow_run` with ``fp8_recipes=(a, b)``: two copies of the model, the step under each recipe."""
+    if not (isinstance(pair, tuple) and len(pair) == 2 and all(isinstance(r, fp8_recipes.Recipe) for r in pair)):
+        raise TypeError(f"shadow_run: fp8_recipes must be a pair of ta.amp.recipe recipes, got {pair!r}")
+    scale = float(scaler.get_scale()) if scaler is not None and scaler.is_enabled() else 1.0
+    rng_states, pending = _random_states(), set(fp8_recipes.PENDING_BACKWARD)
+    copies, runs = [], []
+    try:
+        for recipe in pair:
+            _set_random_states(rng_states)
+            copy_ = copy.deepcopy(model)
+            _drop_grads(copy_)
+            with recipe_override(recipe):
+                runs.append(_run(step, copy_, [_amp_input(x) for x in inputs], scale))
+            copies.append(copy_)
+    finally:
+        _set_random_states(rng_states)
+        for key in set(fp8_recipes.PENDING_BACKWARD) - pending:  # the copies' gradient quantisers
+            del fp8_recipes.PENDING_BACKWARD[key]
+    (amp, amp_loss), (ref, ref_loss) = runs
+    tolerance = _DEFAULT_TOLERANCE[_lowest_precision(amp)] if tolerance is None else tolerance
+    ops, unmatched = _compare_ops(amp, ref, 1.0)
+    parameters = _compare_parameters(model, copies[0], copies[1], 1.0)
+    return ShadowReport(type(pair[1]).__name__, float(tolerance), scale, amp_loss, ref_loss, ops, parameters,
+                        unmatched, amp, against=f"fp8 recipe {pair[0]!r} against {pair[1]!r}")
 
 
 def _run(step: Callable[..., Tensor], model: Module, inputs: list, scale: float) -> tuple[_Recorder, float]:
@@ -451,7 +490,9 @@ _FLOAT_NAMES = {dt.dtype_name(d) for d in dt.FLOATING}
 
 
 def _op_key(recorder: _Recorder, row: int) -> tuple:
-    return (recorder.ops[row].name, tuple(a.shape for a in recorder.outputs[row]))
+    # An op may stand for another in the twin (Fp8Linear for Linear: ``same_as``).
+    name = getattr(recorder.row_ops[row], "same_as", None) or recorder.ops[row].name
+    return (name, tuple(a.shape for a in recorder.outputs[row]))
 
 
 def _compare_parameters(model: Module, amp_model: Module, twin: Module, scale: float) -> list[ParameterComparison]:

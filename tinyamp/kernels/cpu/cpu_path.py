@@ -31,9 +31,11 @@ import os
 import threading
 import warnings
 
+import numpy as np
+
 from . import cpu_numba
 
-__all__ = ["BACKEND", "F16C", "LOADED", "numba_available", "numba_default", "resolve"]
+__all__ = ["BACKEND", "F16C", "LOADED", "numba_available", "numba_default", "numba_takes", "resolve"]
 
 
 def _numba_installed() -> bool:
@@ -70,6 +72,18 @@ def numba_available() -> bool:
                     _nb_state = LOADED = False
                     _numba_failed(exc)
     return _nb_state
+
+
+def numba_takes(*arrays: object) -> bool:
+    """Whether the numba kernels of the transformer ops (``nn_numba``) run on these arrays.
+
+    NumPy arrays (not CuPy's, not subclasses), with numba loaded (on first use); ``None`` entries
+    (an absent weight) are allowed.
+    """
+    for a in arrays:
+        if a is not None and type(a) is not np.ndarray:
+            return False
+    return numba_available()
 
 
 def numba_default() -> bool:

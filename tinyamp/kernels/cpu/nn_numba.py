@@ -15,6 +15,7 @@ the C library (numba's ``math.exp`` is a scalar libm call), only arithmetic, sel
 - ``narrow(out, i, v)``: ``v`` stored in ``out``'s format: to float32 (or float64) by a cast, to
   float16/bfloat16 through float32 (nearest even, NumPy's and ml_dtypes' NaN rules: the conversions
   of ``cpu_numba``), as a float32 result rounded to 16 bits.
+- ``compute(a, v)``: ``v`` in the compute type of ``a``'s elements.
 - ``exp64(z)``: float64 exp to about 1 ulp, subnormal results and overflow included (Cody-Waite
   reduction, a degree-13 Taylor polynomial, the power of two applied in two halves).
 - ``exp32(z)``: float32 exp, evaluated as ``exp64`` and rounded.
@@ -34,7 +35,11 @@ squares of ``erfcx(x)`` weighted by ``exp(-x^2)`` (the error of ``erf``) in ``u 
 [1, 6].
 
 Kernels (``KERNELS``, name -> compiled loop): ``erf``, ``gelu``, ``gelu_tanh``, ``gelu_backward``,
-``gelu_tanh_backward`` on 1-D views; each widens, computes in float64 and narrows once per element.
+``gelu_tanh_backward`` on 1-D views (each widens, computes in float64 and narrows once per element);
+``layer_norm``, ``layer_norm_backward``, ``softmax``, ``log_softmax``, ``softmax_backward`` and
+``log_softmax_backward`` on rows of a 1-D view; ``embedding_backward`` (a scatter-add into rows);
+``attention_softmax``, ``attention_probabilities`` and ``attention_dscores`` on a block of attention
+scores (``attention_cpu.py`` runs the products around them through BLAS).
 """
 
 from __future__ import annotations
@@ -76,8 +81,8 @@ def define(nb: Any) -> None:
     """Define the scalar functions (module globals) and the kernels (``KERNELS``); ``nb``: numba's tools."""
     # Module globals, not closure cells: numba's on-disk cache misses for kernels whose closures hold
     # functions (see cpu_numba.load).
-    global widen, narrow, exp64, exp32, tanh64, tanh_sech2, erf64, erf64_gauss, bits_to_f64, f32_from_bits, _store
-    global _h2f, _f2h, _f2b, _fbits
+    global widen, narrow, compute, exp64, exp32, tanh64, tanh_sech2, erf64, erf64_gauss, bits_to_f64, f32_from_bits, _store
+    global _h2f, _f2h, _f2b, _fbits, row_max, row_exp_sum, row_dot, row_sum, row_limit, masked_scores
     types, ir = nb.types, nb.ir
     _h2f, _f2h, _f2b, _fbits = nb.h2f, nb.f2h, nb.f2b, nb.fbits
     inline = nb.njit(inline="always", nogil=True, cache=True, error_model="numpy")
@@ -115,6 +120,15 @@ def define(nb: Any) -> None:
             return lambda out, i, v: _store(out, i, np.int16(np.uint16(_f2b(_fbits(np.float32(v))))))
         return lambda out, i, v: _store(out, i, v)
 
+    def compute(a, v):  # noqa: F811
+        """v in a's compute type (float64 for float64 arrays, float32 otherwise)."""
+
+    @nb.overload(compute, inline="always")
+    def _compute(a, v):
+        if a.dtype == types.float64:
+            return lambda a, v: np.float64(v)
+        return lambda a, v: np.float32(v)
+
     @nb.intrinsic
     def f32_from_bits(typingctx, u):
         def codegen(context, builder, signature, args):
@@ -149,9 +163,7 @@ def define(nb: Any) -> None:
         k1 = np.int64(k) >> 1
         k2 = np.int64(k) - k1
         e = (p * bits_to_f64((k1 + 1023) << 52)) * bits_to_f64((k2 + 1023) << 52)
-        if z != z:
-            e = z
-        return e
+        return z if z != z else e  # one expression, no reassignment: numba's inliner needs that
 
     @inline
     def exp32(z):
@@ -160,9 +172,7 @@ def define(nb: Any) -> None:
     @inline
     def tanh_sech2(u):
         e = exp64(-2.0 * abs(u))
-        t = (1.0 - e) / (1.0 + e)
-        if u != u:
-            t = u
+        t = u if u != u else (1.0 - e) / (1.0 + e)
         return math.copysign(t, u), 4.0 * e / ((1.0 + e) * (1.0 + e))
 
     @inline
@@ -197,9 +207,7 @@ def define(nb: Any) -> None:
         q = q * u + d[1]
         q = q * u + d[0]
         gauss = exp64(-(x * x))
-        r = s if a < ERF_SPLIT else 1.0 - gauss * q
-        if x != x:
-            r = x
+        r = x if x != x else (s if a < ERF_SPLIT else 1.0 - gauss * q)
         return math.copysign(r, x), gauss
 
     @inline
@@ -241,5 +249,303 @@ def define(nb: Any) -> None:
             slope = 0.5 * (1.0 + t) + 0.5 * v * sech2 * _TANH_K * (1.0 + 3.0 * _TANH_C * v * v)
             narrow(dst, i, np.float64(widen(gy, i)) * slope)
 
+    # -- layer norm: rows of n values; statistics summed in float64 by 4 interleaved partial sums (an
+    # order fixed by the source, so the same on every machine), stored in the compute type.
+
+    @jit
+    def layer_norm(x, w, b, has_w, has_b, rows, n, eps, y, mean, rstd):
+        n4 = n - n % 4
+        for r in range(rows):
+            base = r * n
+            s0 = s1 = s2 = s3 = 0.0
+            for j in range(0, n4, 4):
+                s0 += widen(x, base + j)
+                s1 += widen(x, base + j + 1)
+                s2 += widen(x, base + j + 2)
+                s3 += widen(x, base + j + 3)
+            for j in range(n4, n):
+                s0 += widen(x, base + j)
+            m = ((s0 + s1) + (s2 + s3)) / n
+            s0 = s1 = s2 = s3 = 0.0
+            for j in range(0, n4, 4):
+                d0 = widen(x, base + j) - m
+                d1 = widen(x, base + j + 1) - m
+                d2 = widen(x, base + j + 2) - m
+                d3 = widen(x, base + j + 3) - m
+                s0 += d0 * d0
+                s1 += d1 * d1
+                s2 += d2 * d2
+                s3 += d3 * d3
+            for j in range(n4, n):
+                d0 = widen(x, base + j) - m
+                s0 += d0 * d0
+            mc = compute(x, m)
+            rc = compute(x, 1.0 / np.sqrt(((s0 + s1) + (s2 + s3)) / n + eps))
+            mean[r] = mc
+            rstd[r] = rc
+            for j in range(n):
+                v = (widen(x, base + j) - mc) * rc
+                if has_w:
+                    v = v * widen(w, j)
+                if has_b:
+                    v = v + widen(b, j)
+                narrow(y, base + j, v)
+
+    @jit
+    def layer_norm_backward(gy, x, mean, rstd, w, has_w, rows, n, dx, need_dx, dw, db):
+        # dx = rstd (g - mean(g) - xhat mean(g xhat)), g = gy w; dw += gy xhat and db += gy (float64)
+        n4 = n - n % 4
+        for r in range(rows):
+            base = r * n
+            mc = mean[r]
+            rc = rstd[r]
+            if need_dx:
+                s0 = s1 = s2 = s3 = 0.0
+                t0 = t1 = t2 = t3 = 0.0
+                for j in range(0, n4, 4):
+                    g0 = widen(gy, base + j)
+                    g1 = widen(gy, base + j + 1)
+                    g2 = widen(gy, base + j + 2)
+                    g3 = widen(gy, base + j + 3)
+                    if has_w:
+                        g0 = g0 * widen(w, j)
+                        g1 = g1 * widen(w, j + 1)
+                        g2 = g2 * widen(w, j + 2)
+                        g3 = g3 * widen(w, j + 3)
+                    s0 += g0
+                    s1 += g1
+                    s2 += g2
+                    s3 += g3
+                    t0 += g0 * ((widen(x, base + j) - mc) * rc)
+                    t1 += g1 * ((widen(x, base + j + 1) - mc) * rc)
+                    t2 += g2 * ((widen(x, base + j + 2) - mc) * rc)
+                    t3 += g3 * ((widen(x, base + j + 3) - mc) * rc)
+                for j in range(n4, n):
+                    g0 = widen(gy, base + j)
+                    if has_w:
+                        g0 = g0 * widen(w, j)
+                    s0 += g0
+                    t0 += g0 * ((widen(x, base + j) - mc) * rc)
+                mg = compute(x, ((s0 + s1) + (s2 + s3)) / n)
+                mgx = compute(x, ((t0 + t1) + (t2 + t3)) / n)
+                for j in range(n):
+                    xh = (widen(x, base + j) - mc) * rc
+                    g = widen(gy, base + j)
+                    if has_w:
+                        g = g * widen(w, j)
+                    narrow(dx, base + j, rc * (g - mg - xh * mgx))
+            if dw.size:
+                for j in range(n):
+                    dw[j] += widen(gy, base + j) * ((widen(x, base + j) - mc) * rc)
+            if db.size:
+                for j in range(n):
+                    db[j] += widen(gy, base + j)
+
+    # -- softmax and log_softmax: rows of n values, in the compute type; sums in float64 (4 partials).
+
+    @inline
+    def row_max(x, base, n):
+        m0 = m1 = m2 = m3 = -np.inf
+        n4 = n - n % 4
+        for j in range(0, n4, 4):
+            v0, v1, v2, v3 = widen(x, base + j), widen(x, base + j + 1), widen(x, base + j + 2), widen(x, base + j + 3)
+            m0 = v0 if v0 > m0 else m0
+            m1 = v1 if v1 > m1 else m1
+            m2 = v2 if v2 > m2 else m2
+            m3 = v3 if v3 > m3 else m3
+        for j in range(n4, n):
+            v0 = widen(x, base + j)
+            m0 = v0 if v0 > m0 else m0
+        m = max(max(m0, m1), max(m2, m3))
+        return compute(x, 0.0) if m == -np.inf else compute(x, m)  # a row of -inf is shifted by 0
+
+    @inline
+    def row_exp_sum(x, base, n, m, e):
+        """e[j] = exp(x[base + j] - m) in the compute type; returns their sum (float64)."""
+        for j in range(n):  # elementwise: LLVM vectorises it (a sum in the same loop would not be)
+            e[j] = compute(x, exp64(np.float64(widen(x, base + j) - m)))
+        s0 = s1 = s2 = s3 = 0.0
+        n4 = n - n % 4
+        for j in range(0, n4, 4):
+            s0 += e[j]
+            s1 += e[j + 1]
+            s2 += e[j + 2]
+            s3 += e[j + 3]
+        for j in range(n4, n):
+            s0 += e[j]
+        return (s0 + s1) + (s2 + s3)
+
+    @inline
+    def row_dot(a, b, base, n):
+        s0 = s1 = s2 = s3 = 0.0
+        n4 = n - n % 4
+        for j in range(0, n4, 4):
+            s0 += widen(a, base + j) * widen(b, base + j)
+            s1 += widen(a, base + j + 1) * widen(b, base + j + 1)
+            s2 += widen(a, base + j + 2) * widen(b, base + j + 2)
+            s3 += widen(a, base + j + 3) * widen(b, base + j + 3)
+        for j in range(n4, n):
+            s0 += widen(a, base + j) * widen(b, base + j)
+        return (s0 + s1) + (s2 + s3)
+
+    @inline
+    def row_sum(a, base, n):
+        s0 = s1 = s2 = s3 = 0.0
+        n4 = n - n % 4
+        for j in range(0, n4, 4):
+            s0 += widen(a, base + j)
+            s1 += widen(a, base + j + 1)
+            s2 += widen(a, base + j + 2)
+            s3 += widen(a, base + j + 3)
+        for j in range(n4, n):
+            s0 += widen(a, base + j)
+        return (s0 + s1) + (s2 + s3)
+
+    @jit
+    def softmax(x, rows, n, e, y):  # e: a scratch row in the compute type
+        for r in range(rows):
+            base = r * n
+            total = compute(x, row_exp_sum(x, base, n, row_max(x, base, n), e))
+            for j in range(n):
+                narrow(y, base + j, e[j] / total)
+
+    @jit
+    def log_softmax(x, rows, n, e, y):
+        for r in range(rows):
+            base = r * n
+            m = row_max(x, base, n)
+            lse = compute(x, np.log(compute(x, row_exp_sum(x, base, n, m, e))))
+            for j in range(n):
+                narrow(y, base + j, (widen(x, base + j) - m) - lse)
+
+    @jit
+    def softmax_backward(gy, y, rows, n, dx):  # dx = y (gy - sum(gy y))
+        for r in range(rows):
+            base = r * n
+            d = compute(y, row_dot(gy, y, base, n))
+            for j in range(n):
+                narrow(dx, base + j, widen(y, base + j) * (widen(gy, base + j) - d))
+
+    @jit
+    def log_softmax_backward(gy, y, rows, n, dx):  # dx = gy - exp(y) sum(gy)
+        for r in range(rows):
+            base = r * n
+            total = compute(y, row_sum(gy, base, n))
+            for j in range(n):
+                narrow(dx, base + j, widen(gy, base + j) - compute(y, exp64(np.float64(widen(y, base + j)))) * total)
+
+    # -- embedding backward: acc[idx[i]] += gy[i] (rows of dim values), accumulated in the compute type.
+
+    @jit
+    def embedding_backward(gy, idx, dim, acc):
+        for i in range(idx.size):
+            base = i * dim
+            row = idx[i]
+            for j in range(dim):
+                acc[row, j] += widen(gy, base + j)
+
+    KERNELS.update(embedding_backward=embedding_backward)
+
+    # -- attention's softmax on a block of scores s (N, Lb, Sb): rows are queries l0 + i, columns keys.
+    # mask_kind: 0 none, 1 bool (True = attend), 2 float (added), the mask (N, Lb, Sb), or (1, 1, 1)
+    # unread without one (keep likewise); causal: key j visible to query l0 + i when j <= l0 + i.
+    # Each pass over a row is its own loop so LLVM vectorises it.
+
+    @inline
+    def row_limit(i, l0, sb, causal):
+        return min(sb, l0 + i + 1) if causal else sb
+
+    @inline
+    def masked_scores(row, maskrow, mask_kind, limit, scale):
+        """row[j] = row[j] * scale (+ mask), -inf where masked; returns the row's maximum."""
+        for j in range(limit):
+            v = row[j] * scale
+            if mask_kind == 2:
+                v = v + maskrow[j]
+            elif mask_kind == 1:
+                v = v if maskrow[j] else -np.inf
+            row[j] = v
+        m = -np.inf
+        for j in range(limit):
+            v = row[j]
+            m = v if v > m else m
+        return m
+
+    @jit
+    def attention_softmax(s, lse, l0, scale, causal, mask, mask_kind, keep, has_keep, keep_scale):
+        nb_, lb, sb = s.shape
+        for b in range(nb_):
+            for i in range(lb):
+                row = s[b, i]
+                limit = row_limit(i, l0, sb, causal)
+                m = masked_scores(row, mask[min(b, mask.shape[0] - 1), min(i, mask.shape[1] - 1)], mask_kind, limit,
+                                  compute(s, scale))
+                if m == -np.inf:  # a row of -inf is shifted by 0, not made nan
+                    m = compute(s, 0.0)
+                for j in range(limit):
+                    row[j] = compute(s, exp64(np.float64(row[j] - m)))
+                total = 0.0
+                for j in range(limit):
+                    total += row[j]
+                if total == 0.0:  # nothing to attend to: p = 0 (PyTorch's safe softmax), lse = -inf
+                    inv = compute(s, 0.0)
+                    lse[b, i] = -np.inf
+                else:  # (a nan or +inf score gives nan, as PyTorch)
+                    inv = compute(s, 1.0 / total)
+                    lse[b, i] = compute(s, m + np.log(total))
+                for j in range(limit):
+                    row[j] = row[j] * inv
+                if has_keep:
+                    ks = compute(s, keep_scale)
+                    for j in range(limit):
+                        row[j] = row[j] * ks if keep[b, i, j] else compute(s, 0.0)
+                for j in range(limit, sb):
+                    row[j] = compute(s, 0.0)
+
+    @jit
+    def attention_probabilities(s, lse, l0, scale, causal, mask, mask_kind):
+        """s (scores) -> p = exp(s scale + mask - lse), 0 where masked, beyond the diagonal or on a dead row."""
+        nb_, lb, sb = s.shape
+        for b in range(nb_):
+            for i in range(lb):
+                row = s[b, i]
+                limit = row_limit(i, l0, sb, causal)
+                masked_scores(row, mask[min(b, mask.shape[0] - 1), min(i, mask.shape[1] - 1)], mask_kind, limit,
+                              compute(s, scale))
+                shift = lse[b, i]
+                if shift == -np.inf:
+                    limit = 0
+                for j in range(limit):
+                    row[j] = compute(s, exp64(np.float64(row[j] - shift)))
+                for j in range(limit, sb):
+                    row[j] = compute(s, 0.0)
+
+    @jit
+    def attention_dscores(p, dp, l0, causal, keep, has_keep, keep_scale):
+        """dp (gy v^T) -> ds = p (dp' - sum(dp' p)), dp' = dp * dropout's factor; in place."""
+        nb_, lb, sb = p.shape
+        for b in range(nb_):
+            for i in range(lb):
+                prow = p[b, i]
+                drow = dp[b, i]
+                limit = row_limit(i, l0, sb, causal)
+                if has_keep:
+                    ks = compute(p, keep_scale)
+                    for j in range(limit):
+                        drow[j] = drow[j] * ks if keep[b, i, j] else compute(p, 0.0)
+                r = 0.0
+                for j in range(limit):
+                    r += prow[j] * drow[j]
+                rc = compute(p, r)
+                for j in range(limit):
+                    drow[j] = prow[j] * (drow[j] - rc)
+                for j in range(limit, sb):
+                    drow[j] = compute(p, 0.0)
+
+    KERNELS.update(attention_softmax=attention_softmax, attention_probabilities=attention_probabilities,
+                   attention_dscores=attention_dscores)
+    KERNELS.update(softmax=softmax, log_softmax=log_softmax, softmax_backward=softmax_backward,
+                   log_softmax_backward=log_softmax_backward)
     KERNELS.update(erf=erf, gelu=gelu, gelu_tanh=gelu_tanh, gelu_backward=gelu_backward,
-                    gelu_tanh_backward=gelu_tanh_backward)
+                   gelu_tanh_backward=gelu_tanh_backward, layer_norm=layer_norm,
+                   layer_norm_backward=layer_norm_backward)
