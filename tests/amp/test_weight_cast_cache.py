@@ -5,12 +5,16 @@ node over the cached copy.
 
 from __future__ import annotations
 
+import contextlib
+import sys
 import weakref
 
 import numpy as np
 import pytest
 
 import tinyamp as ta
+from tinyamp import backend
+from tinyamp.amp import casting
 from tinyamp.amp.casting import WeightCastCache
 
 f16, bf16, f32 = ta.float16, ta.bfloat16, ta.float32
@@ -241,3 +245,40 @@ def test_a_raw_device_write_between_regions_is_seen_by_the_next_region(standin_b
         second = ta.nn.functional.linear(x, w)
     np.testing.assert_array_equal(first.detach().float().cpu().numpy(), [[3.0, 3.0]])
     np.testing.assert_array_equal(second.detach().float().cpu().numpy(), [[0.0, 0.0]])
+
+
+
+@pytest.mark.parametrize("device", ["cpu", "standin"])
+def test_a_region_exit_walks_the_cache_while_other_threads_add_entries(device: str) -> None:
+    # The cache is the process's: a region's exit (and info()) walks its entries while other threads' regions add
+    # theirs. The walk raised "dictionary changed size during iteration" on a thread now and then (the stand-in
+    # threads-training test of test_user_mistakes failed so in a whole-suite run). Here the other thread's put
+    # happens at every line the walk runs, deterministically: a trace function makes it.
+    with (backend.use_cuda_standin() if device == "standin" else contextlib.nullcontext()):
+        on = "cuda" if device == "standin" else "cpu"
+        cache = WeightCastCache()
+        weights = [_leaf(2, 2, seed=k).to(on) for k in range(4)]
+        for w in weights:
+            cache.put(w, np.dtype(np.float16), w.array.astype(np.float16))
+        others = [_leaf(2, 2, seed=10 + k).to(on) for k in range(40)]
+        put: list = []  # the other thread's weights stay alive (a collected one takes its entry away)
+
+        def another_threads_put(frame, event, arg):
+            if frame.f_code.co_filename != casting.__file__:
+                return None
+            if event == "line" and len(put) < len(others):
+                w = others[len(put)]
+                put.append(w)
+                cache.put(w, np.dtype(np.float16), w.array.astype(np.float16))
+            return another_threads_put
+
+        for walk in (cache.end_region, cache.info):
+            previous = sys.gettrace()  # a coverage tool's tracer, if any, comes back after
+            sys.settrace(another_threads_put)
+            try:
+                walk()
+            finally:
+                sys.settrace(previous)
+        assert len(put) > 4  # puts happened inside the walks
+        for w in weights:  # the entries there before the exit: dropped (CPU) or parked (GPU)
+            assert cache.get(w, np.dtype(np.float16)) is None

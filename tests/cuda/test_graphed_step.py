@@ -39,10 +39,13 @@ def _batches(count: int = STEPS) -> list:
     return batches
 
 
-def _training(level: str, optimizer: str):
-    """(model, optimizer, scaler, train_step) for the MNIST MLP at AMP ``level`` ("O1" or "O2")."""
+def _training(level: str, optimizer: str, *, dropout: float = 0.0, init_scale: float = 2.0 ** 12,
+              growth_interval: int = 8):
+    """(model, optimizer, scaler, train_step) for the MNIST MLP at AMP ``level`` ("O1" or "O2"); ``dropout``
+    puts a Dropout layer before the last Linear. By default the scale grows within the run and backs off too."""
     ta.manual_seed(0)
-    model = ta.nn.Sequential(ta.nn.Linear(784, HIDDEN), ta.nn.ReLU(), ta.nn.Linear(HIDDEN, 10)).to("cuda")
+    layers = [ta.nn.Linear(784, HIDDEN), ta.nn.ReLU()] + ([ta.nn.Dropout(dropout)] if dropout else [])
+    model = ta.nn.Sequential(*layers, ta.nn.Linear(HIDDEN, 10)).to("cuda")
     o2 = level == "O2"
     if o2:
         model.half()
@@ -50,7 +53,7 @@ def _training(level: str, optimizer: str):
         opt = ta.optim.Adam(model.parameters(), lr=1e-3, master_weights=o2)
     else:
         opt = ta.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, master_weights=o2)
-    scaler = ta.amp.GradScaler(init_scale=2.0 ** 12, growth_interval=8)  # grows within the run, backs off too
+    scaler = ta.amp.GradScaler(init_scale=init_scale, growth_interval=growth_interval)
 
     def train_step(x, y):
         opt.zero_grad()
@@ -440,29 +443,8 @@ def _clean_batches(count: int) -> list:
 
 
 def _table_training(level: str):
-    """(model, optimizer, scaler, train_step): an MLP with dropout, SGD with momentum, a growing scale."""
-    ta.manual_seed(0)
-    model = ta.nn.Sequential(ta.nn.Linear(784, HIDDEN), ta.nn.ReLU(), ta.nn.Dropout(0.25),
-                             ta.nn.Linear(HIDDEN, 10)).to("cuda")
-    o2 = level == "O2"
-    if o2:
-        model.half()
-    opt = ta.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, master_weights=o2)
-    scaler = ta.amp.GradScaler(init_scale=2.0 ** 8, growth_interval=2)  # grows, never overflows in 6 steps
-
-    def train_step(x, y):
-        opt.zero_grad()
-        if o2:
-            loss = F.cross_entropy(model(x.half()).float(), y)
-        else:
-            with ta.autocast("cuda", dtype=ta.float16):
-                loss = F.cross_entropy(model(x), y)
-        scaler.scale(loss).backward()
-        scaler.step(opt)
-        scaler.update()
-        return loss
-
-    return model, opt, scaler, train_step
+    """An MLP with dropout, SGD with momentum, a scale that grows but never overflows in 6 steps."""
+    return _training(level, "sgd", dropout=0.25, init_scale=2.0 ** 8, growth_interval=2)
 
 
 def _under_no_grad(write):
@@ -578,23 +560,13 @@ class _nothing:
         return None
 
 
-@pytest.mark.parametrize("what", [*_WEIGHT_WRITES, *_FOLLOWED])
-def test_a_change_after_the_capture_is_followed_as_eager_training_follows_it(standin_backend, what) -> None:
+@pytest.mark.parametrize("level, what", [*(("O1", what) for what in [*_WEIGHT_WRITES, *_FOLLOWED]),
+                                         *(("O2", what) for what in _WEIGHT_WRITES)])  # O2: the masters follow
+def test_a_change_after_the_capture_is_followed_as_eager_training_follows_it(standin_backend, level, what) -> None:
     change = _WEIGHT_WRITES.get(what) or _FOLLOWED[what]
     batches = _clean_batches(6)
-    eager = _run_with_change("O1", change, False, batches)
-    graphed = _run_with_change("O1", change, True, batches)
-    assert np.isfinite(eager["losses"]).all()  # every step is kept: the change has to show in the weights
-    assert graphed["losses"] == eager["losses"] and graphed["scale"] == eager["scale"]
-    for got, want in zip(graphed["weights"], eager["weights"]):
-        np.testing.assert_array_equal(got, want)
-
-
-@pytest.mark.parametrize("what", list(_WEIGHT_WRITES))
-def test_a_weight_written_after_the_capture_reaches_o2_masters_as_in_eager_training(standin_backend, what) -> None:
-    batches = _clean_batches(6)
-    eager = _run_with_change("O2", _WEIGHT_WRITES[what], False, batches)
-    graphed = _run_with_change("O2", _WEIGHT_WRITES[what], True, batches)
+    eager = _run_with_change(level, change, False, batches)
+    graphed = _run_with_change(level, change, True, batches)
     assert np.isfinite(eager["losses"]).all()  # every step is kept: the change has to show in the weights
     assert graphed["losses"] == eager["losses"] and graphed["scale"] == eager["scale"]
     for got, want in zip(graphed["weights"], eager["weights"]):

@@ -105,7 +105,7 @@ class WeightCastCache:
         def forget(ref: Any, key: tuple = key) -> None:  # the weight was collected: drop its copy
             entry = entries.get(key)
             if entry is not None and entry[0] is ref:
-                del entries[key]
+                entries.pop(key, None)  # another thread's region exit may have dropped it meanwhile
 
         entries[key] = [weakref.ref(weight, forget), weight._version[0], weight.array, array, True]
 
@@ -143,12 +143,15 @@ class WeightCastCache:
         optimizer step writes round(new weight) into it and restamps it
         (:meth:`restamp`), so the next region's cast converts nothing. Any
         change after that step bumps the version or replaces the array.
+        The walk is over a copy: the cache is the process's, and other threads'
+        regions add and drop entries meanwhile (``dict.copy`` runs no Python code).
         """
         entries = self._entries
-        for key in [key for key, entry in entries.items() if type(entry[3]) is np.ndarray]:
-            del entries[key]
-        for entry in entries.values():
-            entry[4] = False
+        for key, entry in entries.copy().items():
+            if type(entry[3]) is np.ndarray:
+                entries.pop(key, None)
+            else:
+                entry[4] = False
 
     def clear(self) -> None:
         """Drop every entry and start the hit and miss counts again."""
@@ -159,8 +162,9 @@ class WeightCastCache:
         return len(self._entries)
 
     def info(self) -> dict:
-        nbytes = sum(e[3].nbytes for e in self._entries.values())
-        return {"entries": len(self._entries), "hits": self.hits, "misses": self.misses, "bytes": int(nbytes)}
+        entries = self._entries.copy()  # other threads may add and drop entries meanwhile
+        nbytes = sum(e[3].nbytes for e in entries.values())
+        return {"entries": len(entries), "hits": self.hits, "misses": self.misses, "bytes": int(nbytes)}
 
 
 def _held_by_capture(array: Any) -> None:

@@ -51,9 +51,24 @@ into the existing ``p.grad``), zero the gradients with
 ``zero_grad(set_to_none=False)`` between windows, and step the optimizer
 outside the graph (or in a second graphed step). Setting ``p.grad`` to None
 (``zero_grad()`` outside the step), or replacing a parameter's array or an
-optimizer state tensor after the capture (``load_state_dict``) detaches them
-from the graph: the next call raises. The step holds every such array, so the
-memory the graph writes stays allocated.
+optimizer state tensor after the capture (``p.data = t``,
+``optimizer.load_state_dict``) detaches them from the graph: the next call
+raises. The step holds every such array, so the memory the graph writes stays
+allocated.
+
+**Weights written between calls.** Values written into the weights' own
+arrays (``model.load_state_dict``, ``copy_`` or ``zero_()`` under ``no_grad``,
+a write through ``p.data``) move their version or storage counter; before the
+next replay the step converts each such weight again into the 16-bit copy the
+captured forward reads instead of casting (``WeightCastCache.refresh``) and
+refreshes O2's float32 masters as an eager step would (``Optimizer._refresh_masters``).
+
+**Changes the graph cannot follow** raise at the next call, naming them: a
+module's ``training`` flag (``model.eval()``: PyTorch's
+``make_graphed_callables`` runs such a call eagerly; a whole step cannot be),
+a parameter's ``requires_grad``, the GradScaler's growth factor, backoff
+factor or growth interval, the grad mode (``no_grad`` around the call) and the
+float32 matmul precision.
 
 **Hyper-parameters.** A learning rate a scheduler changes between calls keeps
 working when the optimizer's kernels read it from device memory (SGD and
