@@ -20,7 +20,9 @@ compiles without fast-math, so LLVM does not contract ``a * b + c`` itself).
 - ``compute(a, v)``: ``v`` in the compute type of ``a``'s elements.
 - ``exp64(z)``: float64 exp to about 1 ulp, subnormal results and overflow included (Cody-Waite
   reduction, a degree-13 Taylor polynomial, the power of two applied in two halves).
-- ``exp32(z)``: float32 exp, evaluated as ``exp64`` and rounded.
+- ``exp32(z)``: float32 exp in float32 arithmetic (Cody-Waite, Cephes' expf polynomial, the power of
+  two in two halves), about 1 ulp; ``expc(z)`` is the one of z's type. Attention's softmax passes use
+  it on float32 scores (whose own rounding, from the float32 GEMM, is larger than an ulp of exp).
 - ``tanh_sech2(u)``: ``tanh(u) = (1 - e) / (1 + e)`` with ``e = exp(-2|u|)`` and the sign of ``u``
   (absolute error about 1e-16), and ``1 - tanh(u)^2 = 4e / (1 + e)^2`` (relative error about 1e-16:
   not ``1 - t * t``, which cancels); ``tanh64(u)``, the first alone.
@@ -74,6 +76,13 @@ _TANH_C = 0.044715
 _LOG2E = 1.4426950408889634
 _LN2_HI = 0.6931471803691238   # ln 2 split so that k * _LN2_HI is exact for |k| < 2**11
 _LN2_LO = 1.9082149292705877e-10
+# exp32: Cody-Waite in float32 (ln 2 = _C1_32 + _C2_32 negated; _C1_32 has 9 bits, so k * _C1_32 is exact) and
+# Cephes' expf polynomial, exp(r) = 1 + r + r^2 P(r) on |r| <= ln 2 / 2: about 1 ulp.
+_LOG2E_32, _HALF_32, _ONE_32 = np.float32(_LOG2E), np.float32(0.5), np.float32(1.0)
+_C1_32, _C2_32 = np.float32(-0.693359375), np.float32(2.12194440e-4)
+_E32 = tuple(np.float32(c) for c in (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
+                                     1.6666665459e-1, 5.0000001201e-1))
+_E32_LO, _E32_HI = np.float32(-104.0), np.float32(89.0)
 
 
 KERNELS: dict = {}  # name -> compiled kernel, filled by define()
@@ -83,8 +92,9 @@ def define(nb: Any) -> None:
     """Define the scalar functions (module globals) and the kernels (``KERNELS``); ``nb``: numba's tools."""
     # Module globals, not closure cells: numba's on-disk cache misses for kernels whose closures hold
     # functions (see cpu_numba.load).
-    global widen, narrow, compute, fma, exp64, exp32, tanh64, tanh_sech2, erf64, erf64_gauss, bits_to_f64, f32_from_bits, _store
+    global widen, narrow, compute, fma, exp64, exp32, expc, tanh64, tanh_sech2, erf64, erf64_gauss, bits_to_f64, f32_from_bits, _store
     global _h2f, _f2h, _f2b, _fbits, row_max, row_exp_sum, row_dot, row_sum, row_limit, masked_scores
+    global row_top, row_total, row_inner
     types, ir = nb.types, nb.ir
     _h2f, _f2h, _f2b, _fbits = nb.h2f, nb.f2h, nb.f2b, nb.fbits
     inline = nb.njit(inline="always", nogil=True, cache=True, error_model="numpy")
@@ -180,7 +190,29 @@ def define(nb: Any) -> None:
 
     @inline
     def exp32(z):
-        return np.float32(exp64(np.float64(z)))
+        zc = min(max(z, _E32_LO), _E32_HI)  # beyond, the result is 0 or inf (the products below round there)
+        k = np.floor(fma(zc, _LOG2E_32, _HALF_32))
+        r = fma(k, _C2_32, fma(k, _C1_32, zc))  # zc - k ln 2, k * _C1_32 exact
+        p = fma(_E32[0], r, _E32[1])
+        p = fma(p, r, _E32[2])
+        p = fma(p, r, _E32[3])
+        p = fma(p, r, _E32[4])
+        p = fma(p, r, _E32[5])
+        p = fma(p * r, r, r) + _ONE_32
+        k1 = np.int32(k) >> np.int32(1)
+        k2 = np.int32(k) - k1
+        e = (p * f32_from_bits(np.uint32((k1 + np.int32(127)) << np.int32(23)))) \
+            * f32_from_bits(np.uint32((k2 + np.int32(127)) << np.int32(23)))
+        return z if z != z else e
+
+    def expc(z):  # noqa: F811 - the stub numba's overload replaces
+        """exp(z) in z's type: exp32 (float32 arithmetic) or exp64."""
+
+    @nb.overload(expc)  # not inlined by numba (its inliner trips on the selects); LLVM inlines it
+    def _expc(z):
+        if z == types.float32:
+            return lambda z: exp32(z)
+        return lambda z: exp64(z)
 
     @inline
     def tanh_sech2(u):
@@ -486,11 +518,55 @@ def define(nb: Any) -> None:
             elif mask_kind == 1:
                 v = v if maskrow[j] else -np.inf
             row[j] = v
-        m = -np.inf
-        for j in range(limit):
-            v = row[j]
-            m = v if v > m else m
-        return m
+        return row_top(row, limit)
+
+    # Reductions over a row in 4 interleaved chains (an order fixed by the source, as the row sums above):
+    # one chain is latency-bound (a float64 add or a compare-select waits for the previous one), and
+    # without fast-math LLVM may not reorder it into vector lanes itself.
+
+    @inline
+    def row_top(row, limit):
+        """max(row[:limit]) (-inf for an empty row)."""
+        m0 = m1 = m2 = m3 = -np.inf
+        l4 = limit - limit % 4
+        for j in range(0, l4, 4):
+            v0, v1, v2, v3 = row[j], row[j + 1], row[j + 2], row[j + 3]
+            m0 = v0 if v0 > m0 else m0
+            m1 = v1 if v1 > m1 else m1
+            m2 = v2 if v2 > m2 else m2
+            m3 = v3 if v3 > m3 else m3
+        for j in range(l4, limit):
+            v0 = row[j]
+            m0 = v0 if v0 > m0 else m0
+        return max(max(m0, m1), max(m2, m3))
+
+    @inline
+    def row_total(row, limit):
+        """sum(row[:limit]) in float64."""
+        s0 = s1 = s2 = s3 = 0.0
+        l4 = limit - limit % 4
+        for j in range(0, l4, 4):
+            s0 += row[j]
+            s1 += row[j + 1]
+            s2 += row[j + 2]
+            s3 += row[j + 3]
+        for j in range(l4, limit):
+            s0 += row[j]
+        return (s0 + s1) + (s2 + s3)
+
+    @inline
+    def row_inner(a, b, limit):
+        """sum(a[:limit] * b[:limit]) in float64."""
+        s0 = s1 = s2 = s3 = 0.0
+        l4 = limit - limit % 4
+        for j in range(0, l4, 4):
+            s0 += a[j] * b[j]
+            s1 += a[j + 1] * b[j + 1]
+            s2 += a[j + 2] * b[j + 2]
+            s3 += a[j + 3] * b[j + 3]
+        for j in range(l4, limit):
+            s0 += a[j] * b[j]
+        return (s0 + s1) + (s2 + s3)
 
     @jit
     def attention_softmax(s, lse, l0, scale, causal, mask, mask_kind, keep, has_keep, keep_scale):
@@ -504,10 +580,8 @@ def define(nb: Any) -> None:
                 if m == -np.inf:  # a row of -inf is shifted by 0, not made nan
                     m = compute(s, 0.0)
                 for j in range(limit):
-                    row[j] = compute(s, exp64(np.float64(row[j] - m)))
-                total = 0.0
-                for j in range(limit):
-                    total += row[j]
+                    row[j] = expc(row[j] - m)
+                total = row_total(row, limit)
                 if total == 0.0:  # nothing to attend to: p = 0 (PyTorch's safe softmax), lse = -inf
                     inv = compute(s, 0.0)
                     lse[b, i] = -np.inf
@@ -537,7 +611,7 @@ def define(nb: Any) -> None:
                 if shift == -np.inf:
                     limit = 0
                 for j in range(limit):
-                    row[j] = compute(s, exp64(np.float64(row[j] - shift)))
+                    row[j] = expc(row[j] - shift)
                 for j in range(limit, sb):
                     row[j] = compute(s, 0.0)
 
@@ -554,10 +628,7 @@ def define(nb: Any) -> None:
                     ks = compute(p, keep_scale)
                     for j in range(limit):
                         drow[j] = drow[j] * ks if keep[b, i, j] else compute(p, 0.0)
-                r = 0.0
-                for j in range(limit):
-                    r += prow[j] * drow[j]
-                rc = compute(p, r)
+                rc = compute(p, row_inner(prow, drow, limit))
                 for j in range(limit):
                     drow[j] = prow[j] * (drow[j] - rc)
                 for j in range(limit, sb):
