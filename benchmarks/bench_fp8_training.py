@@ -4,7 +4,7 @@
 example tiny transformer (``examples/tiny_transformer.py``: 200 steps, the
 example's defaults) with bfloat16 autocast, then with its Linear GEMMs in fp8
 under each recipe: HYBRID current scaling, HYBRID delayed scaling (history 16),
-MXFP8, E4M3-everywhere current scaling; and the MNIST MLP example
+MXFP8, block scaling, E4M3-everywhere current scaling; and the MNIST MLP example
 (``examples/mnist_mlp.py --fp8``, hidden 1024, 3 epochs) in bfloat16 and fp8.
 It prints each final loss (mean of the last 25 steps) relative to bfloat16's and
 writes ``--json``. Targets (issue 29): current within 5% over the seeds' mean,
@@ -37,6 +37,7 @@ RECIPES = {
     "current (HYBRID)": lambda: R.Float8CurrentScaling(),
     "delayed (HYBRID, history 16)": lambda: R.DelayedScaling(amax_history_len=16),
     "mxfp8": lambda: R.MXFP8BlockScaling(),
+    "block (1x128, 128x128)": lambda: R.Float8BlockScaling(),
     "E4M3 everywhere (current)": lambda: R.Float8CurrentScaling(fp8_format=R.Format.E4M3),
 }
 
@@ -74,7 +75,8 @@ def main() -> None:
     parser.add_argument("--skip-mnist", action="store_true")
     parser.add_argument("--json", default=str(ROOT / "benchmarks" / "bench_fp8_training.json"))
     args = parser.parse_args()
-    payload: dict = {"machine": machine(), "transformer": transformer(args.seeds, args.steps)}
+    payload: dict = {"machine": machine(), "load_average_start": os.getloadavg(),
+                     "transformer": transformer(args.seeds, args.steps)}
     rows = []
     for name, runs in payload["transformer"].items():
         gaps = [r["gap"] for r in runs]
@@ -86,6 +88,7 @@ def main() -> None:
         m = payload["mnist"]
         print(f"MNIST MLP 784-{args.hidden}-10, {args.epochs} epochs: bfloat16 {m['bfloat16_accuracy']:.4f}, "
               f"fp8 {m['fp8_accuracy']:.4f} ({m['gap_points']:+.2f} points)")
+    payload["load_average_end"] = os.getloadavg()
     write_json(args.json, payload)
 
 

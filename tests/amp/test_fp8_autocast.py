@@ -70,6 +70,24 @@ def test_linear_gemms_equal_the_numpy_reference(fmt: R.Format) -> None:
     assert layer._fp8_meta[1]["grad_output"].fmt is backward_fmt
 
 
+def test_fp8_autocast_alone_stands_for_float32_values() -> None:
+    """Without a 16-bit region around it the operands stand for float32: the GEMMs round once to float32."""
+    rng = np.random.default_rng(1)
+    layer = ta.nn.Linear(32, 16)
+    x = ta.tensor(rng.standard_normal((6, 32)).astype(np.float32), requires_grad=True)
+    g = (rng.standard_normal((6, 16)) * 1e-2).astype(np.float32)
+    with ta.amp.fp8_autocast(fp8_recipe=R.Float8CurrentScaling()):
+        y = layer(x)
+    y.backward(ta.from_numpy(g))
+    xv, xs = _quant(x.detach().numpy(), fp8.E4M3)
+    wv, ws = _quant(layer.weight.detach().numpy(), fp8.E4M3)
+    gv, gs = _quant(g, fp8.E5M2)
+    assert y.dtype == ta.float32 and y.grad_fn.name == "fp8linear"
+    np.testing.assert_array_equal(y.detach().numpy(), np.matmul(xv, wv.T) * (xs * ws) + layer.bias.detach().numpy())
+    np.testing.assert_array_equal(x.grad.numpy(), np.matmul(gv, wv) * (gs * ws))
+    np.testing.assert_array_equal(layer.weight.grad.numpy(), np.matmul(gv.T, xv) * (gs * xs))
+
+
 def _model() -> ta.nn.Module:
     ta.manual_seed(0)
     return ta.nn.Sequential(ta.nn.Linear(32, 64), ta.nn.ReLU(), ta.nn.Linear(64, 64), ta.nn.GELU(),

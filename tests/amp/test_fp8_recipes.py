@@ -160,6 +160,14 @@ def test_block_scaling_tiles_follow_the_definition() -> None:
                                               fp8.encode(tile * np.float32(scale), ta.float8_e4m3fn))
         deq = fq.dequantize(q)
         assert np.abs(deq - x).max() <= np.abs(x).max() / 16  # E4M3: 3 mantissa bits
+    # the recipe's quantisers: 1 x block inputs, block x block weights, power-of-two scales by default
+    recipe = R.Float8BlockScaling(block=16)
+    for role, block in (("input", (1, 16)), ("weight", (16, 16))):
+        made = recipe.make_quantizer(role).quantize(x, ta.float32)
+        want = fq.quantize_blocks(x, fp8.E4M3, block)
+        assert made.block == block
+        np.testing.assert_array_equal(made.data, want.data)
+        np.testing.assert_array_equal(made.scale_inv, want.scale_inv)
         if rows == 1:  # the column-wise copy: the transpose quantised along its own rows
             ref = fq.quantize_blocks(np.ascontiguousarray(x.T), fp8.E4M3, block)
             np.testing.assert_array_equal(q.columnwise.data, ref.data)
@@ -202,3 +210,50 @@ def test_recipe_arguments_are_checked() -> None:
     assert R.DelayedScaling().amax_history_len == 1024 and R.DelayedScaling().fp8_format is R.Format.HYBRID
     assert R.Float8BlockScaling().fp8_format is R.Format.E4M3 and R.MXFP8BlockScaling().scale_rule == "rceil"
     assert ta.amp.recipe.Format.HYBRID.formats() == (fp8.E4M3, fp8.E5M2)
+
+
+def _e8m0_model(amax: float, f: fp8.Fp8Format, rule: str) -> int:
+    """The MX scale's E8M0 code of a block's amax (OCP floor / NVIDIA RCEIL), in Python (frexp: exact)."""
+    if not math.isfinite(amax):
+        return 255
+    if amax == 0:
+        return 0
+    if rule == "floor":
+        biased = math.frexp(amax)[1] - 1 + 127 if amax >= 2.0 ** -126 else 0  # a float32 subnormal: exponent 0
+        return min(max(biased - f.emax, 0), 254)
+    v = f32(f32(amax) / f.max)
+    if v == 0:
+        return 0
+    m, e = math.frexp(v)
+    return min(max((e - 1 if m == 0.5 else e) + 127, 0), 254)
+
+
+@settings(max_examples=80, deadline=None)
+@given(amaxes=st.lists(AMAXES, min_size=4, max_size=4), rule=st.sampled_from(["floor", "rceil"]),
+       f=st.sampled_from([fp8.E4M3, fp8.E5M2]), seed=st.integers(0, 2**16))
+def test_block_and_mx_scales_follow_the_models_on_any_block_amax(amaxes, rule, f, seed) -> None:
+    """Each 32-block of a (2, 64) array holds one element of a drawn amax (0, subnormal, huge, inf, NaN) and
+    smaller ones: the block recipe's tile scale is TE's power-of-two current scale of it, the MX code the model's,
+    and every element is the encoder's code of itself times its tile's scale."""
+    rng = np.random.default_rng(seed)
+    x = np.zeros((2, 64), np.float32)
+    for t, amax in enumerate(amaxes):
+        i, j = divmod(t, 2)
+        a = np.float32(amax)
+        block = (rng.uniform(-1, 1, 32) * a).astype(np.float32) if np.isfinite(a) else rng.uniform(-1, 1, 32)
+        block[rng.integers(32)] = a * np.float32(rng.choice([-1, 1]))
+        x[i, 32 * j:32 * (j + 1)] = block
+    peaks = [float(np.float32(a)) for a in amaxes]
+    qb = fq.quantize_blocks(x, f, (1, 32), pow2=True)
+    qm = fq.quantize_mx(x, f, rule=rule)
+    with np.errstate(all="ignore"):
+        for t, amax in enumerate(peaks):
+            i, j = divmod(t, 2)
+            tile = x[i, 32 * j:32 * (j + 1)]
+            scale = np.float32(_current_reference(amax, f.max, True))
+            assert qb.scale_inv[i, j] == np.float32(1) / scale
+            np.testing.assert_array_equal(qb.data[i, 32 * j:32 * (j + 1)], fp8.encode(tile * scale, f.dtype))
+            code = _e8m0_model(amax, f, rule)
+            assert int(qm.scale_inv[i, j]) == code
+            inverse = np.float32(np.nan) if code == 255 else np.float32(2.0 ** (127 - code))
+            np.testing.assert_array_equal(qm.data[i, 32 * j:32 * (j + 1)], fp8.encode(tile * inverse, f.dtype))

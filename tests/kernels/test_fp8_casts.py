@@ -235,3 +235,29 @@ def test_the_cuda_kernels_give_the_cpus_codes_and_values(f: fp8.Fp8Format) -> No
         _same(decoded.view(np.uint32), fp8.decode(codes, f.dtype, scale).view(np.uint32), "decode")
         assert float(cp.asnumpy(fp8.amax(xd[-2000:-6]))) == float(fp8.amax(x[-2000:-6]))
         assert np.isnan(cp.asnumpy(fp8.amax(xd)))
+
+
+@pytest.mark.parametrize("tile", [(1, 32), (1, 128), (128, 128), (3, 5)], ids=str)
+def test_tile_kernels_equal_the_array_expressions(tile: "tuple[int, int]", monkeypatch: pytest.MonkeyPatch) -> None:
+    """block_amax / encode_tiles / decode_tiles (numba, C-contiguous and transposed) against the NumPy expressions
+    (numba off), on partial tiles and every kind of value (NaN, inf, subnormal, saturating products)."""
+    rng = np.random.default_rng(5)
+    rows, cols = tile
+    x = (rng.standard_normal((261, 300)) * np.exp2(rng.integers(-30, 30, (261, 300)))).astype(np.float32)
+    x[:128, :128] = 0  # whole zero tiles
+    x[128:].reshape(-1)[rng.choice(133 * 300, 40, replace=False)] = [np.nan, np.inf, -np.inf, 1e-45] * 10
+    shape = (-(-261 // rows), -(-300 // cols))
+    scales = (np.exp2(rng.integers(-10, 10, shape)) * 1.375).astype(np.float32)
+    scales.reshape(-1)[::7] = 3e38  # products beyond the range: saturation
+    for name, v in {"C": x, "transposed": np.ascontiguousarray(x.T).T}.items():
+        for f in (fp8.E4M3, fp8.E5M2):
+            got = []
+            for path in ("numba", "astype"):
+                monkeypatch.setattr(cpu_path, "BACKEND", path)
+                codes = fp8.encode_tiles(v, f.dtype, scales, rows, cols)
+                got.append((fp8.block_amax(v, rows, cols).view(np.uint32), codes,
+                            fp8.decode_tiles(codes, f.dtype, scales, rows, cols).view(np.uint32)))
+            for what, a, b in zip(("block_amax", "encode_tiles", "decode_tiles"), *got):
+                _same(a, b, f"{what} {name} {f.name}")
+            peak = got[0][0].view(np.float32)
+            assert peak.shape == shape and np.isnan(peak).any() and (peak == 0).any()

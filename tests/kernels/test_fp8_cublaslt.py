@@ -70,6 +70,24 @@ def test_every_linear_gemm_is_one_cublaslt_call_equal_to_the_cpu(hopper, trans) 
     np.testing.assert_array_equal(cp.asnumpy(got).view(np.uint16), want.view(np.uint16))
 
 
+def test_the_transposed_weight_for_tn_is_made_once_and_kept_with_it(hopper) -> None:
+    """dgrad (dx = g @ w) needs w's codes transposed for cuBLASLt's TN layout: made on the first GEMM, kept in the
+    weight's Fp8Array (which the region's weight cache holds), reused by the next."""
+    cp = hopper
+    g = fq.quantize_current(RNG.standard_normal((32, 48)).astype(np.float32), fp8.E5M2)[0]
+    w = fq.quantize_current(RNG.standard_normal((48, 64)).astype(np.float32), fp8.E4M3)[0]
+    gd, wd = _on_device(g, cp), _on_device(w, cp)
+    want = fp8_gemm.fp8_gemm(g, w, ta.float32)
+    ta.cuda.standin_counters().reset()
+    first = fp8_gemm.fp8_gemm(gd, wd, ta.float32)
+    kept = wd.columnwise
+    assert kept is not None and kept.shape == (64, 48)
+    second = fp8_gemm.fp8_gemm(gd, wd, ta.float32)
+    assert wd.columnwise is kept and _lt_calls() == 2
+    for got in (first, second):
+        np.testing.assert_array_equal(cp.asnumpy(got), want)
+
+
 def test_fast_accumulation_is_set_for_hopper_fast(hopper) -> None:
     cp = hopper
     qa, qb = _pair(16, 16, 32)

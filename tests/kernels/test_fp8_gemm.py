@@ -41,6 +41,9 @@ def test_per_tensor_gemm_is_exact_products_summed_in_float32_then_scaled() -> No
     av, bv = fp8.decode(qa.data, ta.float8_e4m3fn), fp8.decode(qb.data, ta.float8_e5m2)
     acc = np.matmul(av, bv.T) * (qa.scale_inv * qb.scale_inv) + bias
     np.testing.assert_array_equal(got.view(np.uint16), acc.astype(np.float32).astype(ta.bfloat16).view(np.uint16))
+    # float32 out: the one float32 factor scale_inv(a) * scale_inv(b) applied to the sum (cuBLASLt's alpha)
+    np.testing.assert_array_equal(fp8_gemm.fp8_gemm(qa, qb, ta.float32, trans_b=True),
+                                  np.matmul(av, bv.T) * (qa.scale_inv * qb.scale_inv))
     # trans_a: the same numbers from the transposed codes
     qat = fq.transpose_rows(qa)
     np.testing.assert_array_equal(fp8_gemm.fp8_gemm(qat, qb, ta.float32, trans_a=True, trans_b=True),

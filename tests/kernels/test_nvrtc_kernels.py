@@ -214,6 +214,8 @@ def _workloads() -> Iterator[tuple]:
     yield "random draws", _random_draws
     yield "fp8 delayed scaling", lambda: _fp8_training(fp8_recipes.DelayedScaling(amax_history_len=4))
     yield "fp8 MXFP8", lambda: _fp8_training(fp8_recipes.MXFP8BlockScaling())
+    yield "fp8 current scaling", lambda: _fp8_training(fp8_recipes.Float8CurrentScaling())
+    yield "fp8 block scaling", lambda: _fp8_training(fp8_recipes.Float8BlockScaling(block=16))
 
 
 Collected = collections.namedtuple("Collected", "built errors")

@@ -14,6 +14,10 @@ computes, bit for bit:
   each code (exact), times ``scale_inv`` in float32 when given.
 - :func:`amax`: ``max |x|`` as a float32 0-d array on the array's device (no
   host read); NaN anywhere gives NaN.
+- :func:`block_amax`, :func:`encode_tiles`, :func:`decode_tiles`: the same
+  three on a 2-D array cut into ``rows x cols`` tiles (partial tiles at the
+  ends), one scale per tile: what block and MX scaling run. ``encode_tiles``
+  is :func:`encode` of the float32 product of each element and its tile's scale.
 - :func:`e8m0_exponent`: the biased E8M0 code of an MX block scale from the
   block's amax, in integer arithmetic on the float32 bits: ``"floor"`` (the
   OCP MX rule: ``floor(log2 amax) - emax(element)``; the block maximum may
@@ -168,6 +172,72 @@ def amax(x: Array) -> Array:
     return np.max(np.abs(x32)).astype(np.float32).reshape(())
 
 
+def _tiled_cpu(x: Array) -> "str | None":
+    """The numba tile kernels' suffix for a 2-D array ("" C-contiguous, "_t" a transposed one), or None (no numba,
+    a GPU array, other strides: the array expression below)."""
+    if type(x) is not np.ndarray or cpu_path.resolve(None) != "numba":
+        return None
+    fp8_cpu.load()
+    return "" if x.flags.c_contiguous else "_t" if x.T.flags.c_contiguous else None
+
+
+def _tiles(shape: tuple, rows: int, cols: int) -> tuple:
+    return -(-shape[0] // rows), -(-shape[1] // cols)
+
+
+def block_amax(x2: Array, rows: int, cols: int) -> Array:
+    """float32 ``max |x|`` of each ``rows x cols`` tile of a 2-D float32 array (any strides), NaN kept."""
+    xp = backend.array_module(x2)
+    kind = _tiled_cpu(x2)
+    if kind is not None:
+        out = np.empty(_tiles(x2.shape, rows, cols), np.uint32)
+        fp8_cpu.KERNELS["block_amax_2d" + kind]((x2.T if kind else x2).view(np.uint32), out, rows, cols)
+        return out.view(np.float32)
+    # The maximum over the bits of |x| as int32 (the values' order, a NaN above inf): no NaN check per step.
+    m, k = x2.shape
+    pm, pk = -m % rows, -k % cols
+    a = xp.abs(x2)
+    if pm or pk:
+        a = xp.pad(a, ((0, pm), (0, pk)))
+    bits = a.view(xp.int32)
+    peak = bits.reshape((m + pm) // rows, rows, (k + pk) // cols, cols).max(axis=(1, 3))
+    return xp.ascontiguousarray(peak).view(xp.float32)
+
+
+def _times_tiles(x2: Array, scales: Array, rows: int, cols: int) -> Array:
+    """float32 ``x2 * scale of its tile`` for every element (a broadcast over the padded tiles)."""
+    xp = backend.array_module(x2)
+    m, k = x2.shape
+    pm, pk = -m % rows, -k % cols
+    padded = xp.pad(x2, ((0, pm), (0, pk))) if pm or pk else x2
+    tiles = padded.reshape((m + pm) // rows, rows, (k + pk) // cols, cols)
+    with np.errstate(all="ignore"):
+        product = (tiles * scales[:, None, :, None]).astype(dt.float32).reshape(m + pm, k + pk)
+    return product[:m, :k] if pm or pk else product
+
+
+def encode_tiles(x2: Array, dtype: Any, scales: Array, rows: int, cols: int) -> Array:
+    """uint8 codes (saturating) of ``x2 * scale of its tile`` (float32 product), tiles ``rows x cols``."""
+    f = fmt(dtype)
+    kind = _tiled_cpu(x2)
+    if kind is not None:
+        out = np.empty(x2.shape, np.uint8)
+        fp8_cpu.KERNELS["encode_tiles" + kind](x2.T if kind else x2, out, np.ascontiguousarray(scales), rows, cols,
+                                               *_encoder_constants(f, True))
+        return out
+    return encode(_times_tiles(x2, scales, rows, cols), f.dtype)
+
+
+def decode_tiles(codes2: Array, dtype: Any, scale_inv: Array, rows: int, cols: int) -> Array:
+    """float32 value of each code of a 2-D array times its ``rows x cols`` tile's factor ``scale_inv``."""
+    f = fmt(dtype)
+    if _tiled_cpu(codes2) == "":
+        out = np.empty(codes2.shape, np.float32)
+        fp8_cpu.KERNELS["decode_tiles"](codes2, out, TABLES[f.dtype], scale_inv, rows, cols)
+        return out
+    return _times_tiles(decode(codes2, f.dtype), scale_inv, rows, cols)
+
+
 def to_fp8(x: Array, dtype: Any, *, saturate: bool = True) -> np.ndarray:
     """``x`` as an ml_dtypes fp8 array (CPU): :func:`encode`'s codes viewed as ``dtype``."""
     f = fmt(dtype)
@@ -248,5 +318,5 @@ def e8m0_value(code: Array) -> Array:
     return xp.where(c == 255, xp.float32(np.nan), value).astype(xp.float32)
 
 
-__all__ = ["E4M3", "E5M2", "Fp8Format", "amax", "cast", "decode", "e8m0_exponent", "e8m0_value", "encode",
-           "encode_reference", "fmt", "from_fp8", "to_fp8"]
+__all__ = ["E4M3", "E5M2", "Fp8Format", "amax", "block_amax", "cast", "decode", "decode_tiles", "e8m0_exponent",
+           "e8m0_value", "encode", "encode_reference", "encode_tiles", "fmt", "from_fp8", "to_fp8"]

@@ -174,49 +174,17 @@ def _rows(x: Array) -> Array:
     return x.reshape(-1, x.shape[-1]) if x.ndim != 2 else x
 
 
-def _block_amax(x2: Array, rows: int, cols: int) -> Array:
-    """max |x| over ``rows x cols`` tiles of a 2-D float32 array (partial tiles at the ends), NaN kept.
-
-    The maximum is taken over the bits of |x| as int32 (the same order as the values, a NaN above inf):
-    twice as fast as NumPy's float maximum, which checks for NaN at each step."""
-    xp = _xp(x2)
-    m, k = x2.shape
-    pm, pk = -m % rows, -k % cols
-    a = xp.abs(x2)
-    if pm or pk:
-        a = xp.pad(a, ((0, pm), (0, pk)))
-    bits = a.view(xp.int32)
-    if rows == 1:
-        peak = bits.reshape(m, (k + pk) // cols, cols).max(axis=2)
-    else:
-        peak = bits.reshape((m + pm) // rows, rows, (k + pk) // cols, cols).max(axis=(1, 3))
-    return xp.ascontiguousarray(peak).view(xp.float32)
-
-
-def _times_tiles(x2: Array, scales: Array, rows: int, cols: int) -> Array:
-    """float32 ``x2 * scale of its tile`` for every element (a broadcast over the tiles; partial tiles padded)."""
-    xp = _xp(x2)
-    m, k = x2.shape
-    pm, pk = -m % rows, -k % cols
-    padded = xp.pad(x2, ((0, pm), (0, pk))) if pm or pk else x2
-    tiles = padded.reshape((m + pm) // rows, rows, (k + pk) // cols, cols)
-    with np.errstate(all="ignore"):
-        product = (tiles * scales[:, None, :, None]).astype(dt.float32).reshape(m + pm, k + pk)
-    return product[:m, :k] if pm or pk else product
-
-
 def quantize_blocks(x: Array, fmt: Fp8Format, block: "tuple[int, int]", nominal: Any = None, *,
                     pow2: bool = True, columnwise: bool = False, epsilon: float = 0.0) -> Fp8Array:
     """Block scaling (DeepSeek-V3 / Float8BlockScaling): each ``block`` tile of the ``(rows, K)`` view has its own
     current scale (a power of two by default); ``columnwise`` adds the copy quantised down the rows."""
     x2 = _float32(_rows(x))
     rows, cols = block
-    scale = current_scale(_block_amax(x2, rows, cols), fmt, pow2=pow2, epsilon=epsilon)
-    data = fp8.encode(_times_tiles(x2, scale, rows, cols), fmt.dtype).reshape(x.shape)
+    scale = current_scale(fp8.block_amax(x2, rows, cols), fmt, pow2=pow2, epsilon=epsilon)
+    data = fp8.encode_tiles(x2, fmt.dtype, scale, rows, cols).reshape(x.shape)
     result = Fp8Array(data, reciprocal(scale), fmt, np.dtype(x.dtype if nominal is None else nominal), block)
     if columnwise and rows != cols:
-        result.columnwise = quantize_blocks(_xp(x).ascontiguousarray(x2.T), fmt, block, nominal, pow2=pow2,
-                                            epsilon=epsilon)
+        result.columnwise = quantize_blocks(x2.T, fmt, block, nominal, pow2=pow2, epsilon=epsilon)
     return result
 
 
@@ -225,13 +193,13 @@ def quantize_mx(x: Array, fmt: Fp8Format, nominal: Any = None, *, rule: str = "r
     """MX scaling: ``block`` consecutive elements of the last dimension share an E8M0 scale 2^(code - 127)."""
     xp = _xp(x)
     x2 = _float32(_rows(x))
-    code = fp8.e8m0_exponent(_block_amax(x2, 1, block), fmt.dtype, rule)
+    code = fp8.e8m0_exponent(fp8.block_amax(x2, 1, block), fmt.dtype, rule)
     # 1 / 2^(code - 127) = 2^(127 - code): the E8M0 code 254 - code (255, a NaN scale, stays NaN)
     inverse = fp8.e8m0_value(xp.where(code == 255, 255, 254 - code.astype(xp.int32)).astype(xp.uint8))
-    data = fp8.encode(_times_tiles(x2, inverse, 1, block), fmt.dtype).reshape(x.shape)
+    data = fp8.encode_tiles(x2, fmt.dtype, inverse, 1, block).reshape(x.shape)
     result = Fp8Array(data, code, fmt, np.dtype(x.dtype if nominal is None else nominal), (1, block), mx=True)
     if columnwise:
-        result.columnwise = quantize_mx(xp.ascontiguousarray(x2.T), fmt, nominal, rule=rule, block=block)
+        result.columnwise = quantize_mx(x2.T, fmt, nominal, rule=rule, block=block)
     return result
 
 
@@ -244,10 +212,8 @@ def dequantize(q: Fp8Array) -> Array:
     """float32 values of ``q``: ``decode(data) * scale_inv`` per tensor or per block (exact for powers of two)."""
     if q.block is None:
         return fp8.decode(q.data, q.fmt.dtype, q.scale_inv)
-    values = fp8.decode(q.data, q.fmt.dtype)
-    v2 = _rows(values)
     rows, cols = q.block
-    return _times_tiles(v2, block_scale_inv(q), rows, cols).reshape(q.shape)
+    return fp8.decode_tiles(_rows(q.data), q.fmt.dtype, block_scale_inv(q), rows, cols).reshape(q.shape)
 
 
 def transpose_rows(q: Fp8Array) -> Fp8Array:

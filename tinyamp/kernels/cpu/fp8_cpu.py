@@ -20,6 +20,14 @@ float32) and multiplies by ``scale_inv`` when given. ``amax`` is the largest
 ``|x|``: an integer maximum of the bits with the sign cleared, so a NaN
 anywhere makes it NaN.
 
+Block-scaled operands (1x128 / 128x128 tiles, MX blocks) take 2-D kernels
+over C-contiguous ``(rows, K)`` arrays: ``block_amax_2d`` (the bit maximum per
+tile), ``encode_tiles`` (each element times its tile's float32 scale, one
+float32 rounding, then the encoder: the bits of the flat encoder on the
+product array) and ``decode_tiles`` (table value times the tile's factor).
+The ``_t`` twins read the transpose of a C-contiguous array in place (a
+column-wise copy without a transposed float32 copy first).
+
 numba is imported by :func:`load` only (``kernels/fp8.py`` calls it on first use).
 """
 
@@ -37,7 +45,8 @@ def load() -> None:
     """Import numba and define the fp8 kernels into :data:`KERNELS` (compiled on first call)."""
     if KERNELS:
         return
-    global _fbits, _encode_bits, encode_f32, decode_u8, amax_f32
+    global _fbits, _encode_bits, encode_f32, decode_u8, amax_f32, block_amax_2d, block_amax_2d_t, encode_tiles
+    global encode_tiles_t, decode_tiles
 
     from llvmlite import ir
     from numba import njit, types
@@ -109,4 +118,84 @@ def load() -> None:
                 m = a
         return m
 
-    KERNELS.update(encode_f32=encode_f32, decode_u8=decode_u8, amax_f32=amax_f32)
+    @jit
+    def block_amax_2d(src, out, rows, cols):  # uint32 (m, k) C-contiguous -> uint32 tiles (ceil m/rows, ceil k/cols)
+        m, k = src.shape
+        out[:, :] = 0
+        for i in range(m):
+            row, o = src[i], out[i // rows]
+            for t in range(o.size):
+                peak = o[t]
+                for j in range(t * cols, min(t * cols + cols, k)):
+                    peak = max(peak, row[j] & u32(0x7FFFFFFF))
+                o[t] = peak
+
+    @jit
+    def block_amax_2d_t(src, out, rows, cols):  # the tiles of src.T (src (k, m) C-contiguous): out (ceil m/rows, ...)
+        k, m = src.shape
+        peak = np.zeros(m, np.uint32)
+        for jb in range(0, k, cols):
+            peak[:] = 0
+            for j in range(jb, min(jb + cols, k)):
+                row = src[j]
+                for i in range(m):
+                    peak[i] = max(peak[i], row[i] & u32(0x7FFFFFFF))
+            t = jb // cols
+            for i in range(m):
+                out[i // rows, t] = max(out[i // rows, t], peak[i]) if i % rows else peak[i]
+
+    @jit
+    def encode_tiles(src, dst, scales, rows, cols, mbits, shift_bias, norm_off, min_normal, max_bits, max_code,
+                     ovf_bits, ovf_code, nan_code, sat):  # float32 (m, k) C-contiguous x tile scales -> uint8 (m, k)
+        m, k = src.shape
+        full = k // cols * cols
+        product = np.empty(k, np.float32)  # one row's products first: the encoding loop then vectorises
+        for i in range(m):
+            row, s_row = src[i], scales[i // rows]
+            for j0 in range(0, full, cols):
+                s = s_row[j0 // cols]
+                for j in range(j0, j0 + cols):
+                    product[j] = row[j] * s
+            for j in range(full, k):
+                product[j] = row[j] * s_row[full // cols]
+            encode_f32(product, dst[i], np.float32(1), False, mbits, shift_bias, norm_off, min_normal, max_bits,
+                       max_code, ovf_bits, ovf_code, nan_code, sat)
+
+    @jit
+    def encode_tiles_t(src, dst, scales, rows, cols, mbits, shift_bias, norm_off, min_normal, max_bits, max_code,
+                       ovf_bits, ovf_code, nan_code, sat):  # the tiles of src.T (src (k, m) C-contiguous) -> dst (m, k)
+        k, m = src.shape
+        group = 16  # src rows encoded per pass: dst then takes 16 consecutive bytes per row
+        product, column = np.empty(m, np.float32), np.empty(m, np.float32)
+        codes = np.empty((group, m), np.uint8)
+        t_now = -1
+        for j0 in range(0, k, group):
+            n = min(group, k - j0)
+            for g in range(n):
+                row, t = src[j0 + g], (j0 + g) // cols
+                if t != t_now:  # the scales of this column of tiles, one per element of the row
+                    t_now = t
+                    for i in range(m):
+                        column[i] = scales[i // rows, t]
+                for i in range(m):
+                    product[i] = row[i] * column[i]
+                encode_f32(product, codes[g], np.float32(1), False, mbits, shift_bias, norm_off, min_normal,
+                           max_bits, max_code, ovf_bits, ovf_code, nan_code, sat)
+            for i in range(m):
+                out = dst[i]
+                for g in range(n):
+                    out[j0 + g] = codes[g, i]
+
+    @jit
+    def decode_tiles(src, dst, table, scale_inv, rows, cols):  # uint8 (m, k) x tile factors -> float32 (m, k)
+        m, k = src.shape
+        for i in range(m):
+            row, out, s_row = src[i], dst[i], scale_inv[i // rows]
+            for t in range(s_row.size):
+                s = s_row[t]
+                for j in range(t * cols, min(t * cols + cols, k)):
+                    out[j] = table[row[j]] * s
+
+    KERNELS.update(encode_f32=encode_f32, decode_u8=decode_u8, amax_f32=amax_f32, block_amax_2d=block_amax_2d,
+                   block_amax_2d_t=block_amax_2d_t, encode_tiles=encode_tiles, encode_tiles_t=encode_tiles_t,
+                   decode_tiles=decode_tiles)
