@@ -24,7 +24,7 @@ With ``--amp`` (the default) the example:
    overflow float16 in the ``q @ k^T`` product itself. The fused ops the model
    trains with keep both in float32 inside: the same stress, nothing overflows.
 
-    python examples/tiny_transformer.py                  # AMP and float32: about 20 s of CPU time
+    python examples/tiny_transformer.py                  # AMP and float32: about 10 s on a CPU
     python examples/tiny_transformer.py --out plots/ --trace
     python examples/tiny_transformer.py --no-amp --steps 500
     python examples/tiny_transformer.py --fp8 delayed --out plots/   # fp8 against bfloat16
@@ -54,6 +54,10 @@ import textwrap
 from typing import Any, Callable
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # _common, also when imported by tests
+# One BLAS thread unless asked otherwise (before NumPy loads OpenBLAS): this model's products are tiny
+# (544 x 32 x 96), where OpenBLAS's threads cost more than they share; on the 2-core dev VM under load
+# the default run took 62 s wall and 50 s of CPU with them, 10 s and 8 s without (benchmarks/RESULTS.md).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 

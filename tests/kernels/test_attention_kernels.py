@@ -14,7 +14,7 @@ import pytest
 import tinyamp as ta
 from tinyamp import dtypes as dt
 from tinyamp.kernels import attention as katt
-from tinyamp.kernels.cpu import attention_cpu
+from tinyamp.kernels.cpu import attention_cpu, cpu_path
 
 RNG = np.random.default_rng(0)
 
@@ -103,6 +103,31 @@ def test_small_blocks_split_heads_and_queries() -> None:
         assert attention_cpu.block_count((2, 3), 37, 37) == 2 * 3 * 3  # one head a block, 16 queries a block
     finally:
         attention_cpu.BLOCK_BYTES = old
+
+
+def test_batch_dims_merge_into_blocks_of_heads() -> None:
+    # 32 batch indices x 2 heads of 17 x 17 scores (the tiny transformer's shape): without a mask, one block of
+    # all 64 (batch, head) pairs, 2 BLAS calls forward and 5 backward, not 32 blocks of 2 heads.
+    q, k, v = (RNG.standard_normal((32, 17, 2, 16)).astype(np.float32).transpose(0, 2, 1, 3) for _ in range(3))
+    calls = []
+
+    def counted(a, b, **flags):
+        calls.append(a.shape)
+        return katt.gemm(a, b, **flags)
+
+    assert cpu_path.numba_available()  # the kernels attention_cpu calls, loaded
+    widen = katt._widener(np.dtype(np.float32))
+    y, lse = attention_cpu.forward(q, k, v, None, True, 0.25, None, 1.0, counted, widen)
+    assert len(calls) == 2 and calls[0] == (64, 17, 16)
+    ry, rlse, _, _ = _ref(*(a.astype(np.float64) for a in (q, k, v)), None, True, 0.25, None, 1.0)
+    np.testing.assert_allclose(y, ry, rtol=1e-5, atol=1e-6)
+    gy = RNG.standard_normal(y.shape).astype(np.float32)
+    grads = attention_cpu.backward(q, k, v, gy, lse, None, True, 0.25, None, 1.0, (True, True, True, False), counted,
+                                   widen)
+    assert len(calls) == 7 and [g.shape for g in grads[:3]] == [q.shape] * 3
+    want = _ref_grads(*(a.astype(np.float64) for a in (q, k, v, gy)), None, True, 0.25, None, 1.0)
+    for got, ref in zip(grads[:3], want[:3]):
+        np.testing.assert_allclose(got, ref, rtol=2e-5, atol=2e-5)
 
 
 @pytest.mark.parametrize("name", CASES)

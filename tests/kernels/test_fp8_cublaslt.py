@@ -118,11 +118,12 @@ def test_an_ampere_device_takes_the_16_bit_path() -> None:
 
 def test_shapes_cublaslt_refuses_take_the_16_bit_path(hopper) -> None:
     cp = hopper
-    qa, qb = _pair(16, 24, 40)  # K = 40 is not a multiple of 16
-    ta.cuda.standin_counters().reset()
-    got = fp8_gemm.fp8_gemm(_on_device(qa, cp), _on_device(qb, cp), ta.float32, trans_b=True)
-    assert _lt_calls() == 0
-    np.testing.assert_array_equal(cp.asnumpy(got), fp8_gemm.fp8_gemm(qa, qb, ta.float32, trans_b=True))
+    for m, n, k in ((16, 32, 40), (16, 24, 32)):  # K = 40, then N = 24: not multiples of 16
+        qa, qb = _pair(m, n, k)
+        ta.cuda.standin_counters().reset()
+        got = fp8_gemm.fp8_gemm(_on_device(qa, cp), _on_device(qb, cp), ta.float32, trans_b=True)
+        assert _lt_calls() == 0
+        np.testing.assert_array_equal(cp.asnumpy(got), fp8_gemm.fp8_gemm(qa, qb, ta.float32, trans_b=True))
 
 
 def _heuristic(types: tuple, trans: tuple, lds: tuple, out_type: int = 14) -> None:

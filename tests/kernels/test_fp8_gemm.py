@@ -67,6 +67,10 @@ def test_block_scaled_gemms_dequantise_exactly_along_the_reduction(layout: str) 
         return fq.quantize_blocks(x, fp8.E4M3, (16, 16) if tiles else (1, 32), columnwise=True)
 
     a, w, g = _x(m, k), _x(n, k), _x(m, n)
+    # rows 2^4 apart: down a column the small rows fall below E4M3's normal range, so a column-wise copy's
+    # values differ from a row-wise copy's (power-of-two block scales commute with rounding in the normal range)
+    rows = np.exp2(4.0 * np.arange(m) - 10).astype(np.float32)[:, None]
+    a, g = a * rows, g * rows
     qa, qw, qg = q(a), q(w, tiles=layout == "tiles"), q(g)
     # forward: a @ w^T reduces over both operands' last dimension: their row-wise copies
     want = np.matmul(fq.dequantize(qa), fq.dequantize(qw).T)

@@ -1,7 +1,7 @@
 """Scaled dot-product attention on NumPy arrays: blocks of heads and queries over BLAS, one numba pass each.
 
-The batch dims are walked in blocks of heads (the last batch dim) and the queries in blocks of rows,
-so that a block's scores (heads x rows x keys, in the compute dtype) stay within ``BLOCK_BYTES`` and
+The batch dims are walked in blocks of heads (the last batch dim; all batch dims merged into one when
+there is no mask or dropout draw) and the queries in blocks of rows, so that a block's scores (heads x rows x keys, in the compute dtype) stay within ``BLOCK_BYTES`` and
 in cache between the products and the softmax. With ``causal`` a block of queries [l0, l1) is
 multiplied by keys [0, l1) only: the scores above the diagonal of later blocks are never formed.
 
@@ -53,13 +53,30 @@ class _Problem:
     def __init__(self, q: Any, k: Any, v: Any, mask: Any, keep: Any, widen: Callable) -> None:
         self.cdt = dt.opmath_dtype(q.dtype)
         batch = tuple(np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])) or (1,)
+        self.full_batch = batch
+        # When one batch index's heads leave a block half empty and there is no mask or dropout draw (which
+        # would have to be copied to match), the batch dims are merged into one, so a block takes as many
+        # (batch, head) pairs as fit: a small problem is a few BLAS calls, not one per batch index (q, k, v
+        # are copied once where their strides do not merge).
+        per_head = q.shape[-2] * k.shape[-2] * self.cdt.itemsize
+        if len(batch) > 1 and mask is None and keep is None and 2 * batch[-1] * per_head <= BLOCK_BYTES:
+            batch = (int(np.prod(batch)),)
         self.batch = batch
-        self.q, self.k, self.v = (np.broadcast_to(widen(a), batch + a.shape[-2:]) for a in (q, k, v))
+        self.q, self.k, self.v = (self.merged(widen(a)) for a in (q, k, v))
         self.length, self.source = q.shape[-2], k.shape[-2]
         scores = batch + (self.length, self.source)
         self.mask_kind = 0 if mask is None else (1 if mask.dtype == dt.bool_ else 2)
         self.mask = None if mask is None else np.broadcast_to(mask if self.mask_kind == 1 else widen(mask), scores)
         self.keep = None if keep is None else np.broadcast_to(keep, scores)
+
+    def merged(self, a: Any) -> Any:
+        """``a`` (..., m, n) broadcast to the problem's batch (and its dims merged when the problem merges them)."""
+        a = np.broadcast_to(a, self.full_batch + a.shape[-2:])
+        return a if self.batch == self.full_batch else a.reshape(self.batch + a.shape[-2:])
+
+    def unmerged(self, a: Any) -> Any:
+        """A result over the problem's batch in the full batch shape (None stays None)."""
+        return None if a is None else a.reshape(self.full_batch + a.shape[-2:])
 
     def blocks(self) -> Iterator[tuple]:
         return _blocks(self.batch, self.length, self.source, self.cdt.itemsize)
@@ -92,8 +109,8 @@ def backward(q: Any, k: Any, v: Any, gy: Any, lse: Any, mask: Any, causal: bool,
              dropout_scale: float, needs: tuple, matmul: Callable, widen: Callable) -> tuple:
     """(dq, dk, dv, dmask) in the compute dtype and the broadcast batch shape (the caller sums and rounds)."""
     pb = _Problem(q, k, v, mask, keep, widen)
-    g = np.broadcast_to(widen(gy), pb.batch + gy.shape[-2:])
-    lse = np.broadcast_to(lse, pb.batch + (pb.length,))
+    g = pb.merged(widen(gy))
+    lse = pb.merged(lse[..., None])[..., 0]
     want_mask = pb.mask_kind == 2 and needs[3]
     dq = np.zeros(pb.batch + q.shape[-2:], pb.cdt) if needs[0] else None
     dk = np.zeros(pb.batch + k.shape[-2:], pb.cdt) if needs[1] else None
@@ -121,7 +138,7 @@ def backward(q: Any, k: Any, v: Any, gy: Any, lse: Any, mask: Any, causal: bool,
             dq[index][..., l0:l1, :] = matmul(ds, k_b) * scale_c
         if dk is not None:
             dk[index][..., :hi, :] += matmul(ds, q_b, trans_a=True) * scale_c
-    return dq, dk, dv, dmask
+    return pb.unmerged(dq), pb.unmerged(dk), pb.unmerged(dv), dmask  # (a merged problem has no mask)
 
 
 def block_count(batch: tuple, length: int, source: int, itemsize: int = 4) -> int:

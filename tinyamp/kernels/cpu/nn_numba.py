@@ -8,6 +8,8 @@ that call these loops are ``gelu_cpu.py`` and its siblings.
 
 Scalar functions, inlined, written so that LLVM vectorises the loops that call them: no calls into
 the C library (numba's ``math.exp`` is a scalar libm call), only arithmetic, selects and bit casts.
+The polynomials' Horner steps are ``fma(a, b, c)`` (LLVM's fused multiply-add, rounded once: numba
+compiles without fast-math, so LLVM does not contract ``a * b + c`` itself).
 
 - ``widen(a, i)``: element ``i`` of a kernel input as its compute type: float64 for float64 arrays,
   float32 otherwise. A float16 array reaches a kernel as a ``uint16`` view and a bfloat16 array as
@@ -81,7 +83,7 @@ def define(nb: Any) -> None:
     """Define the scalar functions (module globals) and the kernels (``KERNELS``); ``nb``: numba's tools."""
     # Module globals, not closure cells: numba's on-disk cache misses for kernels whose closures hold
     # functions (see cpu_numba.load).
-    global widen, narrow, compute, exp64, exp32, tanh64, tanh_sech2, erf64, erf64_gauss, bits_to_f64, f32_from_bits, _store
+    global widen, narrow, compute, fma, exp64, exp32, tanh64, tanh_sech2, erf64, erf64_gauss, bits_to_f64, f32_from_bits, _store
     global _h2f, _f2h, _f2b, _fbits, row_max, row_exp_sum, row_dot, row_sum, row_limit, masked_scores
     types, ir = nb.types, nb.ir
     _h2f, _f2h, _f2b, _fbits = nb.h2f, nb.f2h, nb.f2b, nb.fbits
@@ -130,6 +132,17 @@ def define(nb: Any) -> None:
         return lambda a, v: np.float32(v)
 
     @nb.intrinsic
+    def fma(typingctx, a, b, c):
+        """a * b + c rounded once (LLVM's fma: one instruction where the CPU has FMA, as x86-64 since 2013)."""
+
+        def codegen(context, builder, signature, args):
+            ty = args[0].type
+            fn = builder.module.declare_intrinsic("llvm.fma", [ty], ir.FunctionType(ty, [ty, ty, ty]))
+            return builder.call(fn, args)
+
+        return a(a, a, a), codegen
+
+    @nb.intrinsic
     def f32_from_bits(typingctx, u):
         def codegen(context, builder, signature, args):
             return builder.bitcast(args[0], ir.FloatType())
@@ -146,19 +159,19 @@ def define(nb: Any) -> None:
         k = np.floor(zc * _LOG2E + 0.5)
         r = (zc - k * _LN2_HI) - k * _LN2_LO
         p = 1.0 / 6227020800.0
-        p = p * r + 1.0 / 479001600.0
-        p = p * r + 1.0 / 39916800.0
-        p = p * r + 1.0 / 3628800.0
-        p = p * r + 1.0 / 362880.0
-        p = p * r + 1.0 / 40320.0
-        p = p * r + 1.0 / 5040.0
-        p = p * r + 1.0 / 720.0
-        p = p * r + 1.0 / 120.0
-        p = p * r + 1.0 / 24.0
-        p = p * r + 1.0 / 6.0
-        p = p * r + 0.5
-        p = p * r + 1.0
-        p = p * r + 1.0
+        p = fma(p, r, 1.0 / 479001600.0)
+        p = fma(p, r, 1.0 / 39916800.0)
+        p = fma(p, r, 1.0 / 3628800.0)
+        p = fma(p, r, 1.0 / 362880.0)
+        p = fma(p, r, 1.0 / 40320.0)
+        p = fma(p, r, 1.0 / 5040.0)
+        p = fma(p, r, 1.0 / 720.0)
+        p = fma(p, r, 1.0 / 120.0)
+        p = fma(p, r, 1.0 / 24.0)
+        p = fma(p, r, 1.0 / 6.0)
+        p = fma(p, r, 0.5)
+        p = fma(p, r, 1.0)
+        p = fma(p, r, 1.0)
         # 2^k as two normal powers of two, so subnormal results and overflow round as they should.
         k1 = np.int64(k) >> 1
         k2 = np.int64(k) - k1
@@ -184,28 +197,36 @@ def define(nb: Any) -> None:
         a = min(abs(x), ERF_ONE)
         t = a * a
         c = ERF_SMALL
-        s = ((((((((((c[10] * t + c[9]) * t + c[8]) * t + c[7]) * t + c[6]) * t + c[5]) * t + c[4]) * t
-                  + c[3]) * t + c[2]) * t + c[1]) * t + c[0]) * a
-        u = (2.0 * a - (ERF_SPLIT + ERF_ONE)) / (ERF_ONE - ERF_SPLIT)
+        s = fma(c[10], t, c[9])
+        s = fma(s, t, c[8])
+        s = fma(s, t, c[7])
+        s = fma(s, t, c[6])
+        s = fma(s, t, c[5])
+        s = fma(s, t, c[4])
+        s = fma(s, t, c[3])
+        s = fma(s, t, c[2])
+        s = fma(s, t, c[1])
+        s = fma(s, t, c[0]) * a
+        u = (2.0 * a - (ERF_SPLIT + ERF_ONE)) * (1.0 / (ERF_ONE - ERF_SPLIT))
         d = ERF_LARGE
         q = d[17]
-        q = q * u + d[16]
-        q = q * u + d[15]
-        q = q * u + d[14]
-        q = q * u + d[13]
-        q = q * u + d[12]
-        q = q * u + d[11]
-        q = q * u + d[10]
-        q = q * u + d[9]
-        q = q * u + d[8]
-        q = q * u + d[7]
-        q = q * u + d[6]
-        q = q * u + d[5]
-        q = q * u + d[4]
-        q = q * u + d[3]
-        q = q * u + d[2]
-        q = q * u + d[1]
-        q = q * u + d[0]
+        q = fma(q, u, d[16])
+        q = fma(q, u, d[15])
+        q = fma(q, u, d[14])
+        q = fma(q, u, d[13])
+        q = fma(q, u, d[12])
+        q = fma(q, u, d[11])
+        q = fma(q, u, d[10])
+        q = fma(q, u, d[9])
+        q = fma(q, u, d[8])
+        q = fma(q, u, d[7])
+        q = fma(q, u, d[6])
+        q = fma(q, u, d[5])
+        q = fma(q, u, d[4])
+        q = fma(q, u, d[3])
+        q = fma(q, u, d[2])
+        q = fma(q, u, d[1])
+        q = fma(q, u, d[0])
         gauss = exp64(-(x * x))
         r = x if x != x else (s if a < ERF_SPLIT else 1.0 - gauss * q)
         return math.copysign(r, x), gauss
