@@ -56,7 +56,7 @@ from typing import Any, Callable
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # _common, also when imported by tests
 # One BLAS thread unless asked otherwise (before NumPy loads OpenBLAS): this model's products are tiny
 # (544 x 32 x 96), where OpenBLAS's threads cost more than they share; on the 2-core dev VM under load
-# the default run took 62 s wall and 50 s of CPU with them, 10 s and 8 s without (benchmarks/RESULTS.md).
+# the default run took 62 s wall and 51 s of CPU with them, 12.5 s and 8.4 s without (benchmarks/RESULTS.md).
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
