@@ -21,12 +21,14 @@ Every test runs on the strict stand-in (cupy_standin) and, marked
 
 from __future__ import annotations
 
+import gc
 import importlib
 
 import numpy as np
 import pytest
 
 from tests.support import fused_drivers as fd
+from tests.support.scaler_cases import scale_states
 import tinyamp as ta
 from tinyamp import backend
 from tinyamp.kernels import loss_scale
@@ -94,8 +96,6 @@ def test_fused_unscale_matches_the_numpy_path(cp, pair, bad) -> None:
     dict(growth_factor=1.5, backoff_factor=0.3, growth_interval=1, hysteresis=3, min_scale=0.125,
          max_scale=2.0 ** 20)])
 def test_fused_update_scale_matches_the_numpy_path(cp, hyper) -> None:
-    from test_cuda_kernels import scale_states  # noqa: PLC0415 - the CPU test's state grid
-
     for state in scale_states(hyper):
         want = [a.copy() for a in state]
         with np.errstate(over="ignore"):
@@ -318,6 +318,7 @@ def test_out_of_range_class_index_raises_at_the_next_host_read(cp) -> None:
 
 
 def test_memory_statistics_follow_allocations(cp) -> None:
+    gc.collect()  # earlier tests' cyclic garbage freed now, not by a collection in the middle of this test
     ta.cuda.reset_peak_memory_stats()
     base = ta.cuda.memory_allocated()
     a = cp.empty(1 << 22, dtype=cp.uint8)

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from tests.support import fused_drivers as fd
+from tests.support.scaler_cases import HYPERS, UNSCALE_PAIRS, numpy_update_scale, scale_states
 import tinyamp as ta
 from tinyamp import backend
 from tinyamp.kernels import cross_entropy, loss_scale
@@ -25,8 +26,6 @@ from tinyamp.kernels.gemm import gemm, gemm_bias
 from cupy_standin import kernels as standin_kernels
 
 pytestmark = pytest.mark.skipif(standin_kernels.CXX is None, reason="the CUDA stand-in runs kernels through g++")
-
-from test_cuda_kernels import HYPERS, UNSCALE_PAIRS, numpy_update_scale, scale_states  # noqa: E402
 
 
 @pytest.fixture

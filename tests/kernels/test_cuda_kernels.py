@@ -34,6 +34,7 @@ from cupy_standin import kernels as standin_kernels
 from tinyamp.kernels import loss_scale
 from tinyamp.kernels.cuda import cuda_epilogue, cuda_launch, cuda_optim, cuda_scaler
 from tests.support import REPO
+from tests.support.scaler_cases import HYPERS, UNSCALE_PAIRS, numpy_update_scale, scale_states
 
 REPO = str(REPO)
 SPECS = cuda_scaler.elementwise_specs() + cuda_epilogue.elementwise_specs()
@@ -177,9 +178,6 @@ def test_the_stand_in_rejects_what_cupy_rejects(checking_standin) -> None:
 
 
 # ------------------------------------------------------------- references
-UNSCALE_PAIRS = [(fd.F32, fd.F32), (fd.F16, fd.F32), (fd.BF16, fd.BF16), (fd.BF16, fd.F32), (fd.F16, fd.F16)]
-
-
 def unscale_inputs(g_dt: np.dtype, o_dt: np.dtype, bad: float | None, sizes=(1, 37, 300, 5)) -> tuple:
     rng = np.random.default_rng(1)
     grads = [(rng.standard_normal(n) * 2.0 ** rng.integers(-30, 14, n)).astype(g_dt) for n in sizes]
@@ -202,31 +200,6 @@ def test_unscale_reference_matches_the_numpy_path(pair, bad, scale) -> None:
         results.append(outs + [found])
     fd.assert_same_bits(results[0], results[1], "unscale")
     assert (results[0][-1] == 1.0) == (bad is not None or scale < 1e-30)
-
-
-HYPERS = [
-    dict(growth_factor=2.0, backoff_factor=0.5, growth_interval=3, hysteresis=1, min_scale=None, max_scale=None),
-    dict(growth_factor=1.5, backoff_factor=0.3, growth_interval=1, hysteresis=3, min_scale=0.125,
-         max_scale=2.0 ** 20),
-    dict(growth_factor=1e30, backoff_factor=1e-30, growth_interval=2, hysteresis=2, min_scale=None, max_scale=None),
-]
-SCALES = [loss_scale.DEFAULT_MIN_SCALE, 0.125, 1.0, 3.0, 65536.0, 2.0 ** 20, 2.0 ** 127, 3.4e38]
-
-
-def scale_states(hyper: dict):
-    """Every combination of found_inf, trackers and scale around the rule's thresholds."""
-    interval = hyper["growth_interval"]
-    for found in (0.0, 1.0):
-        for growth in sorted({0, max(interval - 2, 0), interval - 1, interval}):
-            for hyst in range(hyper["hysteresis"] + 2):
-                for scale in SCALES:
-                    yield (np.full((), scale, np.float32), np.full((), growth, np.int32),
-                           np.full((), hyst, np.int32), np.full((), found, np.float32))
-
-
-def numpy_update_scale(*arrays, **hyper) -> None:
-    with np.errstate(over="ignore"):
-        loss_scale.update_scale(np, *arrays, **hyper)
 
 
 @pytest.mark.parametrize("hyper", HYPERS)

@@ -32,6 +32,13 @@ from tinyamp.kernels import fp8, fp8_gemm, fp8_quantize as fq
 RNG = np.random.default_rng(0)
 
 
+@pytest.fixture(autouse=True)
+def _inputs_from_the_seed() -> None:
+    """Every test draws from the seed, whatever ran before it in this process (order, selection, xdist)."""
+    global RNG
+    RNG = np.random.default_rng(0)
+
+
 @pytest.fixture
 def hopper(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(runtime, "COMPUTE_CAPABILITY", (9, 0))

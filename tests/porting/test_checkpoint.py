@@ -9,6 +9,7 @@ variant's behaviours are PyTorch 2.13.0's (messages read with it).
 
 from __future__ import annotations
 
+import gc
 import warnings
 
 import numpy as np
@@ -107,6 +108,7 @@ def test_cuda_generators_are_replayed(cuda_backend: str) -> None:
 
 def test_activations_are_not_kept(cuda_backend: str) -> None:
     """What checkpointing promises, on the stand-in's allocator: after forward only the output is new."""
+    gc.collect()  # earlier tests' cyclic garbage freed now, not by a collection in the middle of this test
     ta.manual_seed(0)
     width, batch = 256, 64
     model = nn.Sequential(*[m for _ in range(4) for m in (nn.Linear(width, width), nn.ReLU())]).to("cuda")
@@ -136,6 +138,7 @@ def test_activations_are_not_kept(cuda_backend: str) -> None:
 
 
 def test_checkpoint_sequential_keeps_one_activation_per_segment(cuda_backend: str) -> None:
+    gc.collect()  # earlier tests' cyclic garbage freed now, not by a collection in the middle of this test
     ta.manual_seed(0)
     width, batch = 128, 32
     model = nn.Sequential(*[m for _ in range(4) for m in (nn.Linear(width, width), nn.ReLU())]).to("cuda")
