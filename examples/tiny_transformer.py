@@ -395,7 +395,10 @@ def write_amax_plot(out: str, amax: dict, recipe: Any, say: Callable[..., None])
             if name.endswith("." + role):
                 ax.plot(np.arange(1, len(values) + 1), values, linewidth=0.8, label=name[:-len(role) - 1])
         ax.set(xlabel="step", ylabel="amax", yscale="log", title=f"{role} amax per step")
-    axes[0].legend(fontsize=6)
+        if ax.lines:
+            ax.legend(fontsize=6)
+    if not amax:  # block recipes scale each block: no per-tensor amax to draw
+        fig.text(0.5, 0.5, f"{type(recipe).__name__} keeps block scales, no per-tensor amax", ha="center")
     fig.suptitle(f"amax histories, {type(recipe).__name__}")
     return save_figure(plt, fig, out, "fp8_amax.png", say)
 
