@@ -33,6 +33,7 @@ from ..ops.methods import parse_to_args
 from .backward_hooks import BackwardHookCall
 from .parameter import Parameter
 from ..grad_mode import no_grad
+from ..hooks import RemovableHandle
 
 
 class Module:
@@ -77,23 +78,23 @@ class Module:
             output = backward_hooks.setup_outputs(output)
         return output
 
-    def register_forward_pre_hook(self, hook: Callable) -> "_RemovableHandle":
+    def register_forward_pre_hook(self, hook: Callable) -> RemovableHandle:
         """``hook(module, args)`` runs before ``forward``; it may return replacement args."""
-        return _RemovableHandle(self._forward_pre_hooks, hook)
+        return RemovableHandle(self._forward_pre_hooks, hook)
 
-    def register_forward_hook(self, hook: Callable) -> "_RemovableHandle":
+    def register_forward_hook(self, hook: Callable) -> RemovableHandle:
         """``hook(module, args, output)`` runs after ``forward``; it may return a replacement output."""
-        return _RemovableHandle(self._forward_hooks, hook)
+        return RemovableHandle(self._forward_hooks, hook)
 
-    def register_full_backward_hook(self, hook: Callable, prepend: bool = False) -> "_RemovableHandle":
+    def register_full_backward_hook(self, hook: Callable, prepend: bool = False) -> RemovableHandle:
         """``hook(module, grad_input, grad_output)`` runs when the gradients of the module's inputs are
         computed; it may return a replacement ``grad_input`` tuple (see ``nn/backward_hooks.py``)."""
-        return _RemovableHandle(self._backward_hooks, hook, prepend)
+        return RemovableHandle(self._backward_hooks, hook, prepend)
 
-    def register_full_backward_pre_hook(self, hook: Callable, prepend: bool = False) -> "_RemovableHandle":
+    def register_full_backward_pre_hook(self, hook: Callable, prepend: bool = False) -> RemovableHandle:
         """``hook(module, grad_output)`` runs when the gradients of the module's outputs arrive, before the
         module's own backward; it may return a replacement ``grad_output`` tuple."""
-        return _RemovableHandle(self._backward_pre_hooks, hook, prepend)
+        return RemovableHandle(self._backward_pre_hooks, hook, prepend)
 
     # --------------------------------------------------------- registration
     def __setattr__(self, name: str, value: Any) -> None:
@@ -495,22 +496,6 @@ class _IncompatibleKeys(namedtuple("IncompatibleKeys", ["missing_keys", "unexpec
         if not self.missing_keys and not self.unexpected_keys:
             return "<All keys matched successfully>"
         return super().__repr__()
-
-
-class _RemovableHandle:
-    """Returned by the ``register_*_hook`` methods; ``remove()`` unregisters the hook."""
-
-    _next_id = 0
-
-    def __init__(self, hooks: OrderedDict, hook: Callable, prepend: bool = False) -> None:
-        self._hooks, self.id = hooks, _RemovableHandle._next_id
-        _RemovableHandle._next_id += 1
-        hooks[self.id] = hook
-        if prepend:
-            hooks.move_to_end(self.id, last=False)
-
-    def remove(self) -> None:
-        self._hooks.pop(self.id, None)
 
 
 def _check_name(module: Module, name: str, kind: str) -> None:

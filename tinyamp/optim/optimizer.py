@@ -48,7 +48,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
-import itertools
 from collections import OrderedDict, defaultdict
 from typing import Any, Callable, Iterable
 
@@ -57,6 +56,7 @@ import numpy as np
 from .. import backend
 from .. import dtypes as dt
 from ..grad_mode import enable_grad, no_grad
+from ..hooks import RemovableHandle
 from ..kernels.loss_scale import inverse_scale
 from ..tensor import Tensor
 
@@ -150,26 +150,6 @@ def refuse_differentiable(name: str, differentiable: bool) -> None:
     if differentiable:
         raise NotImplementedError(f"{name}: differentiable=True is not supported: tinyamp's optimizers update "
                                   f"parameters in place, outside autograd")
-
-
-class RemovableHandle:
-    """What the ``register_*_hook`` functions return (PyTorch's ``RemovableHandle``): ``remove()`` unregisters
-    the hook; as a context manager it unregisters it at the block's end."""
-
-    _ids = itertools.count()
-
-    def __init__(self, hooks: OrderedDict, hook: Callable) -> None:
-        self.hooks, self.id = hooks, next(RemovableHandle._ids)
-        hooks[self.id] = hook
-
-    def remove(self) -> None:
-        self.hooks.pop(self.id, None)
-
-    def __enter__(self) -> "RemovableHandle":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.remove()
 
 
 # PyTorch's global step hooks (torch.optim.optimizer.register_optimizer_step_pre_hook/post_hook): every optimizer.
